@@ -1,0 +1,58 @@
+// Package conformance is the shared test suite that every asyncplatform
+// backend must pass. It drives a real asyncplatform.Platform over the backend
+// under test, so it checks the whole behaviour contract (SPEC.md) end to end:
+// try counts, retry and poison limits, dead letters, leases, shutdown.
+//
+// A backend's own test calls Run with a function that makes a Harness:
+//
+//	func TestConformance(t *testing.T) {
+//		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
+//			return &harness{addr: addr}, nil
+//		})
+//	}
+//
+// Every case is a named subtest. The suite adapts to what the backend declares
+// in driver.Capabilities (its message limit, its shortest lease, whether it
+// redelivers at once on a closed connection) and never skips a case silently.
+package conformance
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// Harness opens backends for one test. Run makes a fresh Harness for every
+// subtest and closes it at the end of the subtest.
+type Harness interface {
+	// MakeBackend returns a new, independent connection to the broker under
+	// test, as a separate worker process would open. A test may call it
+	// several times and close one backend to simulate the death of the
+	// process that owned it: its unsettled deliveries must then come back
+	// after their lease (or at once), with the crash counted.
+	//
+	// Every backend a Harness makes must see the same queues.
+	MakeBackend(ctx context.Context) (driver.Backend, error)
+
+	// Close releases what the harness holds. The suite closes every backend
+	// it made before it calls Close. Queues are removed by the suite itself
+	// when the backend implements driver.QueueDeleter.
+	Close()
+}
+
+// HarnessMaker makes a Harness for one subtest.
+type HarnessMaker func(ctx context.Context, t *testing.T) (Harness, error)
+
+// Options tune the suite for a backend. The zero value is good for fast
+// backends.
+type Options struct {
+	// Lease is the lease the suite's platforms use. It is raised to the
+	// backend's Capabilities.MinLease. Defaults to 500ms.
+	Lease time.Duration
+
+	// Wait bounds how long one case waits for an outcome before it fails.
+	// Defaults to 20s.
+	Wait time.Duration
+}

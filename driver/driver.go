@@ -1,0 +1,248 @@
+// Package driver defines the interface a backend implements to carry
+// asyncplatform jobs.
+//
+// The portable type, asyncplatform.Platform, owns every decision of the
+// behaviour contract: how an outcome is classified, retry and poison limits and
+// their precedence, backoff, the poison check before the handler, lease
+// extension and the shutdown hand-back. A backend offers only the atomic
+// primitives below and never invents semantics of its own. In particular a
+// backend never decodes a message body: bodies are opaque bytes encoded by the
+// platform, and a backend may wrap them in framing of its own (a base counter,
+// for example) as long as Receive hands back exactly the bytes it was given.
+//
+// # Delivery counting
+//
+// The platform derives crashes (deliveries that ended with no outcome) from one
+// number per delivery: [Delivery.Deliveries], the number of times this copy of
+// the message has been handed out, the current time included. It is 1 on the
+// first delivery of a copy. Every outcome other than Ack replaces the copy
+// (Requeue, DeadLetter), so any earlier delivery of the same copy is one that
+// ended without an outcome. A backend keeps the count in one of two ways:
+//
+//  1. counted at claim time, atomically with the claim (Redis Lua, memory);
+//  2. the broker's own delivery counter minus a base carried in the message
+//     (RabbitMQ quorum x-delivery-count, JetStream NumDelivered, Azure
+//     DequeueCount).
+//
+// # Concurrency
+//
+// Every method may be called from several goroutines at once, but the platform
+// never calls two methods on the same *Delivery concurrently, and never calls
+// one after a settling call (Ack, Requeue, DeadLetter) on it returned nil.
+//
+// # Errors
+//
+// Methods return the backend's raw errors, wrapped with %w where context helps,
+// and the sentinels of this package where they apply; the platform wraps once
+// more for the user. A method must not retry on its own beyond what its own
+// protocol needs (a reconnect, a publish that was never confirmed).
+package driver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors a backend returns; match them with errors.Is.
+var (
+	// ErrLeaseLost is returned by Ack, Extend, Requeue and DeadLetter when the
+	// delivery they were given is no longer held: its lease expired, its
+	// connection or channel is gone, or the job was delivered again since. A
+	// backend must never act on a newer delivery of the same job.
+	ErrLeaseLost = errors.New("lease lost")
+
+	// ErrClosed is returned by every method after Close.
+	ErrClosed = errors.New("backend closed")
+
+	// ErrNoDeadLetters is returned by NextDead when no dead letter is
+	// available to this caller.
+	ErrNoDeadLetters = errors.New("no dead letters")
+
+	// ErrTooLarge is returned by Enqueue when a message body exceeds
+	// Capabilities.MaxBody.
+	ErrTooLarge = errors.New("message too large")
+)
+
+// Message is one message to store.
+type Message struct {
+	// ID identifies this copy of the message: the job's ID on its first
+	// enqueue, and a new value (the job ID with a copy number) for every
+	// copy written by Requeue or a redrive. A retried publish of the same
+	// copy keeps the same ID, so a backend that deduplicates publishes
+	// (JetStream Nats-Msg-Id, for example) uses it as the key. Others may
+	// ignore it.
+	ID string
+
+	// Body is the opaque message, encoded by the platform.
+	Body []byte
+
+	// NotBefore, when non-zero, is the earliest time the message may be
+	// delivered. A message must never be delivered before it; it should be
+	// delivered soon after it (within a second or so).
+	NotBefore time.Time
+}
+
+// Delivery is one hand-out of a message to this worker.
+type Delivery struct {
+	// Queue is the queue the message was received from.
+	Queue string
+
+	// Body is exactly the Message.Body that was stored.
+	Body []byte
+
+	// Deliveries is the number of times this copy of the message has been
+	// handed out, this time included: 1 on its first delivery. See the
+	// package documentation.
+	Deliveries int
+
+	// Handle is the backend's own receipt for this delivery (a lease token,
+	// a delivery tag with its channel generation, a pop receipt). The
+	// platform never looks at it. A backend may replace it, for example to
+	// keep a new pop receipt after Extend.
+	Handle any
+}
+
+// DeadMessage is a dead-letter record to store.
+type DeadMessage struct {
+	// ID is the ID of the job the record is about. Several records may share
+	// an ID (a crash between the dead-letter write and the settle leaves a
+	// duplicate, never a loss).
+	ID string
+
+	// Body is the record, encoded by the platform.
+	Body []byte
+}
+
+// DeadDelivery is a dead letter held by one NextDead caller.
+type DeadDelivery struct {
+	DeadMessage
+
+	// Handle is the backend's receipt, as in Delivery.
+	Handle any
+}
+
+// Stats are the depths of one queue. A backend that cannot tell one of the
+// numbers sets it to -1.
+type Stats struct {
+	Ready     int64 // deliverable now
+	Scheduled int64 // waiting for NotBefore (including retries in backoff)
+	InFlight  int64 // handed out and not yet settled
+	Dead      int64 // in the queue's dead-letter queue
+}
+
+// Capabilities describe what a backend can carry. The platform uses them to
+// validate input before it reaches the broker, and the conformance suite uses
+// them to adapt its cases (never to skip them silently).
+type Capabilities struct {
+	// MaxBody is the largest Message.Body the backend can store, in bytes;
+	// zero means no limit the platform need care about.
+	MaxBody int
+
+	// MinLease is the shortest lease the backend honours. The platform never
+	// asks for less. Zero means any positive duration.
+	MinLease time.Duration
+
+	// RedeliversOnClose is true when a closed connection makes the broker
+	// return its unsettled deliveries at once rather than after their lease.
+	RedeliversOnClose bool
+}
+
+// Backend stores and delivers messages for a set of named queues, and keeps one
+// dead-letter queue per queue.
+//
+// Queue names are non-empty strings of at most 100 bytes from
+// [A-Za-z0-9._-]; the platform validates them before they reach a backend. A
+// backend derives its own names (keys, subjects, dead-letter queues) from them.
+type Backend interface {
+	// Capabilities reports the backend's limits. It must not block.
+	Capabilities() Capabilities
+
+	// Declare makes sure the queue and its dead-letter queue exist. It is
+	// idempotent. It returns an error naming the queue and the setting when
+	// an existing queue was declared with incompatible arguments.
+	Declare(ctx context.Context, queue string) error
+
+	// Enqueue stores the messages durably before it returns. On error, some
+	// of them may have been stored (the platform retries with the same IDs).
+	Enqueue(ctx context.Context, queue string, msgs []Message) error
+
+	// Receive hands out up to max messages from the queue, each under a lease
+	// of the given duration, counting the delivery. It blocks until at least
+	// one message is available or ctx is done, and then returns ctx.Err().
+	// It must not poll on a fixed sleep when the broker can signal new work;
+	// where it must poll, the interval is its own (tens of milliseconds).
+	//
+	// A delivery whose lease runs out (or whose connection closes) without a
+	// settle becomes deliverable again, and its next delivery counts one more.
+	Receive(ctx context.Context, queue string, max int, lease time.Duration) ([]*Delivery, error)
+
+	// Ack removes the delivered message for good.
+	Ack(ctx context.Context, d *Delivery) error
+
+	// Extend renews the delivery's lease to the given duration from now. It
+	// returns ErrLeaseLost when the lease had already been lost.
+	Extend(ctx context.Context, d *Delivery, lease time.Duration) error
+
+	// Requeue replaces the delivered message with msg (the same job, a new
+	// body), which becomes deliverable at msg.NotBefore (now when zero) with
+	// its delivery count starting again at zero. The replacement is atomic, or
+	// ordered so that a crash in between leaves a duplicate, never a loss:
+	// store the new copy, then settle the old.
+	Requeue(ctx context.Context, d *Delivery, msg Message) error
+
+	// DeadLetter moves the delivered message to the queue's dead-letter queue
+	// as the given record, atomically or ordered as in Requeue.
+	DeadLetter(ctx context.Context, d *Delivery, rec DeadMessage) error
+
+	// NextDead hands out the oldest dead letter of the queue that no other
+	// caller holds, and hides it from other callers until SettleDead. It
+	// returns ErrNoDeadLetters when there is none. A record held by a caller
+	// that vanishes (crash, closed connection) becomes visible again.
+	NextDead(ctx context.Context, queue string) (*DeadDelivery, error)
+
+	// SettleDead releases a record handed out by NextDead: remove true
+	// deletes it, false puts it back where it was (the next NextDead sees it
+	// again). It returns ErrLeaseLost when the record is no longer held.
+	SettleDead(ctx context.Context, d *DeadDelivery, remove bool) error
+
+	// ListDead returns up to limit records of the queue's dead-letter queue,
+	// oldest first, starting after the opaque cursor (empty for the start),
+	// and the cursor for the next page (empty at the end). It changes
+	// nothing: neither the order nor the count, and records held by a
+	// NextDead caller may or may not be included.
+	ListDead(ctx context.Context, queue, cursor string, limit int) (recs []DeadMessage, next string, err error)
+
+	// DeleteDead removes every record of the queue's dead-letter queue whose
+	// ID is among ids, and returns how many it removed. Records held by a
+	// NextDead caller may be left alone.
+	DeleteDead(ctx context.Context, queue string, ids []string) (int, error)
+
+	// PurgeDead removes every record of the queue's dead-letter queue and
+	// returns how many it removed.
+	PurgeDead(ctx context.Context, queue string) (int, error)
+
+	// Stats returns the queue's depths.
+	Stats(ctx context.Context, queue string) (Stats, error)
+
+	// Close releases the backend's connections. Deliveries not yet settled are
+	// abandoned, exactly as if the process had died: no outcome is reported
+	// for them, and they come back after their lease (or at once, see
+	// Capabilities.RedeliversOnClose) with one more delivery counted.
+	// Close is idempotent.
+	Close() error
+}
+
+// QueueDeleter is an optional interface: a backend that can remove a queue,
+// its dead-letter queue and every message in them implements it. The
+// conformance suite calls it after each test, and the CLI offers it.
+type QueueDeleter interface {
+	DeleteQueue(ctx context.Context, queue string) error
+}
+
+// Pinger is an optional interface: a backend that can check its connection
+// to the broker cheaply implements it, and the platform reports the result in
+// its health.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
