@@ -1,0 +1,250 @@
+package rabbit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// publisher is the confirm-mode channel that every publish of one
+// connection goes through. Returns (mandatory publishes nobody took) are
+// buffered by the client in the returns channel before the confirm of the
+// same publish is dispatched, so a publisher that sees its confirm can drain
+// the buffer and know whether its message came back.
+type publisher struct {
+	ch      *amqp.Channel
+	returns chan amqp.Return
+	closed  chan struct{} // closed once the channel is closed
+
+	mu       sync.Mutex
+	returned map[string]time.Time // MessageId → when it came back
+}
+
+// returnBuffer must hold every return that arrives between two drains; the
+// publisher also drains it once a second, so it never fills in practice, and
+// a full buffer only stalls the connection's reader until the next drain.
+const returnBuffer = 1024
+
+// publisher returns the live publisher, opening it when needed.
+func (b *Backend) publisher(ctx context.Context) (*publisher, error) {
+	b.pubMu.Lock()
+	defer b.pubMu.Unlock()
+	b.mu.Lock()
+	p := b.pub
+	b.mu.Unlock()
+	if p != nil && !p.ch.IsClosed() {
+		return p, nil
+	}
+	conn, err := b.connection(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("rabbit: open publishing channel: %w", err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		ch.Close()
+		return nil, fmt.Errorf("rabbit: enable publisher confirms: %w", err)
+	}
+	p = &publisher{
+		ch:       ch,
+		returns:  ch.NotifyReturn(make(chan amqp.Return, returnBuffer)),
+		closed:   make(chan struct{}),
+		returned: map[string]time.Time{},
+	}
+	closeCh := ch.NotifyClose(make(chan *amqp.Error, 1))
+	b.wg.Add(1)
+	go p.watch(b, closeCh)
+	b.mu.Lock()
+	if b.conn == conn {
+		b.pub = p
+	}
+	b.mu.Unlock()
+	return p, nil
+}
+
+// watch drains the publisher's returns once a second until its channel
+// closes.
+func (p *publisher) watch(b *Backend, closeCh <-chan *amqp.Error) {
+	defer b.wg.Done()
+	defer close(p.closed)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case err, ok := <-closeCh:
+			if ok && err != nil {
+				b.log.Debug("publishing channel closed", "err", err)
+			}
+			return
+		case <-t.C:
+			p.mu.Lock()
+			p.drainLocked()
+			for id, at := range p.returned {
+				if time.Since(at) > time.Minute {
+					delete(p.returned, id)
+				}
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+func (p *publisher) drainLocked() {
+	for {
+		select {
+		case r, ok := <-p.returns:
+			if !ok {
+				return
+			}
+			p.returned[r.MessageId] = time.Now()
+		default:
+			return
+		}
+	}
+}
+
+// wasReturned reports whether the broker returned the publish with this
+// message ID. Call it only after the publish was confirmed.
+func (p *publisher) wasReturned(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drainLocked()
+	_, ok := p.returned[id]
+	delete(p.returned, id)
+	return ok
+}
+
+// outMsg is one publish to the default exchange.
+type outMsg struct {
+	key string // broker queue name
+	pub amqp.Publishing
+}
+
+// waitUnblocked returns at once unless the broker blocks the connection,
+// and then waits for the block to lift, for at most Config.BlockedTimeout.
+func (b *Backend) waitUnblocked(ctx context.Context) error {
+	b.mu.Lock()
+	bs := b.blocked
+	b.mu.Unlock()
+	if bs == nil {
+		return nil
+	}
+	t := time.NewTimer(b.cfg.BlockedTimeout)
+	defer t.Stop()
+	select {
+	case <-bs.lifted:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("%w for more than %v: %s", ErrBlocked, b.cfg.BlockedTimeout, bs.reason)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %s: %w", ErrBlocked, bs.reason, ctx.Err())
+	}
+}
+
+// blockedFor returns how long the connection has been blocked, 0 if not.
+func (b *Backend) blockedFor() (time.Duration, string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.blocked == nil {
+		return 0, ""
+	}
+	return time.Since(b.blocked.since), b.blocked.reason
+}
+
+// publish stores msgs durably: it publishes them with mandatory set, waits
+// for every confirm, and publishes again, with the same message IDs, those
+// whose channel closed before they were confirmed. It gives up after
+// Config.PublishTimeout, when ctx ends, or when the broker keeps the
+// connection blocked for Config.BlockedTimeout.
+func (b *Backend) publish(ctx context.Context, msgs ...outMsg) error {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
+	defer cancel()
+	pending := msgs
+	for attempt := 0; len(pending) > 0; attempt++ {
+		if attempt > 0 {
+			b.log.Debug("publishing again after a lost channel", "messages", len(pending), "attempt", attempt)
+		}
+		p, err := b.publisher(ctx)
+		if err != nil {
+			return err
+		}
+		if err := b.waitUnblocked(ctx); err != nil {
+			return err
+		}
+		type inflight struct {
+			m  outMsg
+			dc *amqp.DeferredConfirmation
+		}
+		fl := make([]inflight, 0, len(pending))
+		var retry []outMsg
+		for i, m := range pending {
+			dc, err := p.ch.PublishWithDeferredConfirm("", m.key, true, false, m.pub)
+			if err != nil {
+				if p.ch.IsClosed() {
+					retry = append(retry, pending[i:]...)
+					break
+				}
+				return fmt.Errorf("rabbit: publish to %q: %w", m.key, err)
+			}
+			fl = append(fl, inflight{m, dc})
+		}
+		var failed error
+		for _, f := range fl {
+			if err := b.waitConfirm(ctx, f.dc); err != nil {
+				return fmt.Errorf("rabbit: publish to %q: %w", f.m.key, err)
+			}
+			switch {
+			case f.dc.Acked():
+				if p.wasReturned(f.m.pub.MessageId) {
+					b.forget(f.m.key)
+					failed = errors.Join(failed, fmt.Errorf("%w: no queue %q", ErrUnroutable, f.m.key))
+				}
+			case p.ch.IsClosed():
+				retry = append(retry, f.m)
+			default:
+				failed = errors.Join(failed, fmt.Errorf("%w: queue %q", ErrNacked, f.m.key))
+			}
+		}
+		if failed != nil {
+			return failed
+		}
+		pending = retry
+	}
+	return nil
+}
+
+// waitConfirm waits for one confirm (or the channel's close), failing with
+// ErrBlocked when the broker blocks the connection for too long meanwhile.
+func (b *Backend) waitConfirm(ctx context.Context, dc *amqp.DeferredConfirmation) error {
+	t := time.NewTicker(min(b.cfg.BlockedTimeout, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-dc.Done():
+			return nil
+		case <-ctx.Done():
+			if d, reason := b.blockedFor(); d > 0 {
+				return fmt.Errorf("%w: %s: %w", ErrBlocked, reason, ctx.Err())
+			}
+			return fmt.Errorf("waiting for the confirm: %w", ctx.Err())
+		case <-t.C:
+			if d, reason := b.blockedFor(); d >= b.cfg.BlockedTimeout {
+				return fmt.Errorf("%w for more than %v: %s", ErrBlocked, b.cfg.BlockedTimeout, reason)
+			}
+		}
+	}
+}
+
+// forget drops a broker queue from the set this backend declared, so the
+// next use declares it again.
+func (b *Backend) forget(name string) {
+	b.mu.Lock()
+	delete(b.declared, name)
+	b.mu.Unlock()
+}

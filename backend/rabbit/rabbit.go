@@ -1,0 +1,466 @@
+package rabbit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// Defaults of Config.
+const (
+	DefaultURL            = "amqp://guest:guest@127.0.0.1:5672/"
+	DefaultPrefix         = "asyncplatform"
+	DefaultMaxBody        = 16 << 20
+	DefaultPublishTimeout = 30 * time.Second
+	DefaultBlockedTimeout = 5 * time.Second
+	DefaultReconnectMin   = 100 * time.Millisecond
+	DefaultReconnectMax   = 10 * time.Second
+	DefaultHeartbeat      = 10 * time.Second
+)
+
+// URLEnv names the environment variable that Config.URL falls back to.
+const URLEnv = "ASYNCPLATFORM_AMQP_URL"
+
+// Errors of this backend, matched with errors.Is.
+var (
+	// ErrUnroutable is returned when the broker returned a mandatory publish
+	// because no queue took it (the queue was deleted, for example).
+	ErrUnroutable = errors.New("rabbit: message returned unroutable")
+
+	// ErrNacked is returned when the broker refused a publish (basic.nack).
+	ErrNacked = errors.New("rabbit: publish nacked by the broker")
+
+	// ErrBlocked is returned by Enqueue (and the other publishing methods)
+	// while the broker blocks the connection (a memory or disk alarm) for
+	// longer than Config.BlockedTimeout.
+	ErrBlocked = errors.New("rabbit: connection blocked by the broker")
+
+	// ErrIncompatibleQueue is returned by Declare when a queue exists with
+	// other arguments than the ones this backend declares it with.
+	ErrIncompatibleQueue = errors.New("rabbit: queue exists with incompatible arguments")
+)
+
+// Config configures a Backend. The zero value is usable.
+type Config struct {
+	// URL is the AMQP URL of the broker. Defaults to the ASYNCPLATFORM_AMQP_URL
+	// environment variable, or DefaultURL when that is empty.
+	URL string
+
+	// Prefix starts every queue name this backend derives. Defaults to
+	// "asyncplatform".
+	Prefix string
+
+	// Prefetch is the consumer prefetch (basic.qos) of each work queue. Zero
+	// takes the max of the first Receive on the queue, which the platform
+	// sets to the queue's concurrency. Defaults to 0.
+	Prefetch int
+
+	// MaxBody is the largest message body Enqueue accepts, in bytes. The
+	// broker's own max_message_size is 128 MiB in 3.10. Defaults to 16 MiB.
+	MaxBody int
+
+	// PublishTimeout bounds how long one publish waits for its confirm,
+	// including the retries after a reconnect, when the caller's context
+	// has no earlier deadline. Defaults to 30s.
+	PublishTimeout time.Duration
+
+	// BlockedTimeout is how long a publish waits for the broker to lift a
+	// connection.blocked before it fails with ErrBlocked. Defaults to 5s.
+	BlockedTimeout time.Duration
+
+	// ReconnectMin and ReconnectMax bound the backoff between redials after
+	// the connection is lost; each wait is drawn with full jitter below a
+	// cap that doubles from ReconnectMin up to ReconnectMax. Defaults to
+	// 100ms and 10s.
+	ReconnectMin, ReconnectMax time.Duration
+
+	// Heartbeat is the AMQP heartbeat interval. Defaults to 10s.
+	Heartbeat time.Duration
+
+	// Logger receives connection events. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.URL == "" {
+		c.URL = os.Getenv(URLEnv)
+	}
+	if c.URL == "" {
+		c.URL = DefaultURL
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = DefaultMaxBody
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	if c.BlockedTimeout == 0 {
+		c.BlockedTimeout = DefaultBlockedTimeout
+	}
+	if c.ReconnectMin == 0 {
+		c.ReconnectMin = DefaultReconnectMin
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = DefaultReconnectMax
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Prefetch < 0:
+		return fmt.Errorf("rabbit: Config.Prefetch is %d, must not be negative", c.Prefetch)
+	case c.Prefetch > 65535:
+		return fmt.Errorf("rabbit: Config.Prefetch is %d, AMQP allows at most 65535", c.Prefetch)
+	case c.MaxBody < 0:
+		return fmt.Errorf("rabbit: Config.MaxBody is %d, must not be negative", c.MaxBody)
+	case c.PublishTimeout < 0:
+		return fmt.Errorf("rabbit: Config.PublishTimeout is %v, must not be negative", c.PublishTimeout)
+	case c.BlockedTimeout < 0:
+		return fmt.Errorf("rabbit: Config.BlockedTimeout is %v, must not be negative", c.BlockedTimeout)
+	case c.ReconnectMin < 0 || c.ReconnectMax < c.ReconnectMin:
+		return fmt.Errorf("rabbit: Config.ReconnectMin (%v) and ReconnectMax (%v) must satisfy 0 <= min <= max", c.ReconnectMin, c.ReconnectMax)
+	case len(c.Prefix) > 100:
+		return fmt.Errorf("rabbit: Config.Prefix is %d bytes, at most 100 allowed", len(c.Prefix))
+	}
+	if _, err := amqp.ParseURI(c.URL); err != nil {
+		return fmt.Errorf("rabbit: Config.URL: %w", err)
+	}
+	return nil
+}
+
+// Backend is a driver.Backend on RabbitMQ. See the package documentation for
+// the broker layout. It is safe for concurrent use.
+type Backend struct {
+	cfg Config
+	log *slog.Logger
+
+	done chan struct{} // closed by Close
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	conn     *amqp.Connection // nil while reconnecting
+	up       chan struct{}    // closed while conn is set
+	pub      *publisher       // of conn, made lazily
+	declared map[string]amqp.Table // broker queue name → arguments, declared by this backend
+	cons     map[string]*consumer
+	blocked  *blockState // non-nil while the broker blocks conn
+
+	consMu  sync.Mutex // serialises consumer creation
+	pubMu   sync.Mutex // serialises publisher creation
+	chanGen atomic.Uint64
+}
+
+type blockState struct {
+	reason string
+	since  time.Time
+	lifted chan struct{}
+}
+
+var (
+	_ driver.Backend      = (*Backend)(nil)
+	_ driver.QueueDeleter = (*Backend)(nil)
+	_ driver.Pinger       = (*Backend)(nil)
+)
+
+// New connects to the broker and returns a Backend. An unreachable broker is
+// an error; after that, a lost connection is redialled in the background.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	b := &Backend{
+		cfg:      cfg,
+		log:      cfg.Logger.With("backend", "rabbit"),
+		done:     make(chan struct{}),
+		up:       make(chan struct{}),
+		declared: map[string]amqp.Table{},
+		cons:     map[string]*consumer{},
+	}
+	conn, err := b.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.attach(conn)
+	return b, nil
+}
+
+// dial opens one connection, giving up when ctx ends.
+func (b *Backend) dial(ctx context.Context) (*amqp.Connection, error) {
+	type result struct {
+		c   *amqp.Connection
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		c, err := amqp.DialConfig(b.cfg.URL, amqp.Config{
+			Heartbeat:  b.cfg.Heartbeat,
+			Locale:     "en_US",
+			Properties: amqp.Table{"connection_name": "asyncplatform"},
+		})
+		ch <- result{c, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, fmt.Errorf("rabbit: dial %s: %w", redact(b.cfg.URL), r.err)
+		}
+		return r.c, nil
+	case <-ctx.Done():
+		go func() {
+			if r := <-ch; r.c != nil {
+				r.c.Close()
+			}
+		}()
+		return nil, fmt.Errorf("rabbit: dial %s: %w", redact(b.cfg.URL), ctx.Err())
+	}
+}
+
+func redact(u string) string {
+	uri, err := amqp.ParseURI(u)
+	if err != nil {
+		return "(invalid URL)"
+	}
+	uri.Password = "xxx"
+	return uri.String()
+}
+
+// attach installs conn as the live connection and starts its watchers.
+func (b *Backend) attach(conn *amqp.Connection) {
+	closeCh := conn.NotifyClose(make(chan *amqp.Error, 1))
+	blockCh := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		conn.Close()
+		return
+	}
+	b.conn = conn
+	b.pub = nil
+	b.blocked = nil
+	close(b.up)
+	b.mu.Unlock()
+
+	b.wg.Add(2)
+	go b.watchBlocked(blockCh)
+	go b.supervise(closeCh)
+}
+
+// watchBlocked drains the connection's blocked notifications until the
+// connection closes.
+func (b *Backend) watchBlocked(ch <-chan amqp.Blocking) {
+	defer b.wg.Done()
+	for bl := range ch {
+		b.mu.Lock()
+		if bl.Active && b.blocked == nil {
+			b.blocked = &blockState{reason: bl.Reason, since: time.Now(), lifted: make(chan struct{})}
+			b.log.Warn("connection blocked by the broker", "reason", bl.Reason)
+		} else if !bl.Active && b.blocked != nil {
+			close(b.blocked.lifted)
+			b.blocked = nil
+			b.log.Info("connection unblocked")
+		}
+		b.mu.Unlock()
+	}
+	b.mu.Lock()
+	if b.blocked != nil {
+		close(b.blocked.lifted)
+		b.blocked = nil
+	}
+	b.mu.Unlock()
+}
+
+// supervise waits for the connection to close and redials until it has a new
+// one, or until Close.
+func (b *Backend) supervise(closeCh <-chan *amqp.Error) {
+	defer b.wg.Done()
+	var cause *amqp.Error
+	select {
+	case cause = <-closeCh:
+	case <-b.done:
+		return
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.conn = nil
+	b.pub = nil
+	b.cons = map[string]*consumer{}
+	b.up = make(chan struct{})
+	b.mu.Unlock()
+	b.log.Warn("connection lost; reconnecting", "err", cause)
+
+	ceiling := b.cfg.ReconnectMin
+	for attempt := 1; ; attempt++ {
+		wait := time.Duration(0)
+		if ceiling > 0 {
+			wait = rand.N(ceiling) + 1
+		}
+		select {
+		case <-time.After(wait):
+		case <-b.done:
+			return
+		}
+		ceiling = min(2*ceiling, b.cfg.ReconnectMax)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		conn, err := b.dial(ctx)
+		if err == nil {
+			err = b.redeclare(conn)
+			if err != nil {
+				conn.Close()
+			}
+		}
+		cancel()
+		if err != nil {
+			b.log.Warn("reconnect failed", "attempt", attempt, "err", err)
+			continue
+		}
+		b.log.Info("reconnected", "attempts", attempt)
+		b.attach(conn) // starts the next supervisor
+		return
+	}
+}
+
+// redeclare declares again every queue this backend declared, on a new
+// connection, before it goes live.
+func (b *Backend) redeclare(conn *amqp.Connection) error {
+	b.mu.Lock()
+	queues := make(map[string]amqp.Table, len(b.declared))
+	for n, args := range b.declared {
+		queues[n] = args
+	}
+	b.mu.Unlock()
+	if len(queues) == 0 {
+		return nil
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	for n, args := range queues {
+		if err := declareQueue(ch, n, args); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// connection returns the live connection, waiting for a reconnect when there
+// is none.
+func (b *Backend) connection(ctx context.Context) (*amqp.Connection, error) {
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, driver.ErrClosed
+		}
+		conn, up := b.conn, b.up
+		b.mu.Unlock()
+		if conn != nil && !conn.IsClosed() {
+			return conn, nil
+		}
+		if conn != nil {
+			// Closed, and the supervisor has not noticed yet.
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		select {
+		case <-up:
+		case <-b.done:
+			return nil, driver.ErrClosed
+		case <-ctx.Done():
+			return nil, fmt.Errorf("rabbit: waiting for the connection: %w", ctx.Err())
+		}
+	}
+}
+
+// withChannel runs fn on a fresh channel of the live connection and closes
+// the channel after it.
+func (b *Backend) withChannel(ctx context.Context, fn func(ch *amqp.Channel) error) error {
+	conn, err := b.connection(ctx)
+	if err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("rabbit: open channel: %w", err)
+	}
+	defer ch.Close()
+	return fn(ch)
+}
+
+func (b *Backend) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
+// Capabilities reports the backend's limits.
+func (b *Backend) Capabilities() driver.Capabilities {
+	return driver.Capabilities{MaxBody: b.cfg.MaxBody, RedeliversOnClose: true}
+}
+
+// Ping reports whether the connection to the broker is up.
+func (b *Backend) Ping(ctx context.Context) error {
+	b.mu.Lock()
+	closed, conn := b.closed, b.conn
+	b.mu.Unlock()
+	switch {
+	case closed:
+		return driver.ErrClosed
+	case conn == nil || conn.IsClosed():
+		return errors.New("rabbit: not connected (reconnecting)")
+	}
+	return nil
+}
+
+// Close closes the connection; unsettled deliveries return to their queues
+// at once with one more delivery counted. It waits for the backend's
+// goroutines.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	conn := b.conn
+	close(b.done)
+	b.mu.Unlock()
+	var err error
+	if conn != nil {
+		if cerr := conn.Close(); cerr != nil && !errors.Is(cerr, amqp.ErrClosed) {
+			err = cerr
+		}
+	}
+	b.wg.Wait()
+	return err
+}

@@ -1,0 +1,182 @@
+package rabbit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/testenv"
+)
+
+func testURL() string { return testenv.Getenv(URLEnv, DefaultURL) }
+
+// newBackend opens a backend on the machine's broker, or skips (fails under
+// CI) when the broker is down.
+func newBackend(t testing.TB, cfg Config) *Backend {
+	t.Helper()
+	if cfg.URL == "" {
+		cfg.URL = testURL()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := New(ctx, cfg)
+	if err != nil {
+		testenv.Unreachable(t, "RabbitMQ at "+redact(cfg.URL), err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// queueName derives a fresh queue name from the test's name and deletes its
+// broker queues when the test ends.
+func queueName(t testing.TB, b *Backend) string {
+	t.Helper()
+	var r [4]byte
+	rand.Read(r[:])
+	name := unsafeChars.ReplaceAllString(t.Name(), "_")
+	if len(name) > 60 {
+		name = name[len(name)-60:]
+	}
+	q := name + "-" + hex.EncodeToString(r[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := b.DeleteQueue(ctx, q); err != nil && !errors.Is(err, driver.ErrClosed) {
+			t.Errorf("delete queue %q: %v", q, err)
+		}
+	})
+	return q
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestDriverBasics walks the driver primitives once on the real broker. The
+// behaviour contract is checked by TestConformance; this covers the
+// RabbitMQ-specific parts (delivery counts, delay hops, dead-letter queue).
+func TestDriverBasics(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	ctx := testCtx(t)
+	q := queueName(t, b)
+	if err := b.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte{0, 1, 2, 0xff}
+	if err := b.Enqueue(ctx, q, []driver.Message{{ID: "a", Body: body}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.Receive(ctx, q, 5, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 || string(ds[0].Body) != string(body) || ds[0].Deliveries != 1 {
+		t.Fatalf("got %+v", ds[0])
+	}
+	// Abandon it by closing a second backend? Here: requeue with a delay.
+	start := time.Now()
+	if err := b.Requeue(ctx, ds[0], driver.Message{ID: "a.1", Body: []byte("two"), NotBefore: start.Add(300 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ack(ctx, ds[0]); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("second settle: %v, want ErrLeaseLost", err)
+	}
+	ds, err = b.Receive(ctx, q, 5, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el < 300*time.Millisecond {
+		t.Fatalf("delayed message came after %v, before its NotBefore", el)
+	}
+	if string(ds[0].Body) != "two" || ds[0].Deliveries != 1 {
+		t.Fatalf("got %q deliveries %d", ds[0].Body, ds[0].Deliveries)
+	}
+	if err := b.DeadLetter(ctx, ds[0], driver.DeadMessage{ID: "a", Body: []byte("rec")}); err != nil {
+		t.Fatal(err)
+	}
+	recs, next, err := b.ListDead(ctx, q, "", 10)
+	if err != nil || len(recs) != 1 || next != "" || recs[0].ID != "a" {
+		t.Fatalf("ListDead: %v %q %v", recs, next, err)
+	}
+	dd, err := b.NextDead(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.NextDead(ctx, q); !errors.Is(err, driver.ErrNoDeadLetters) {
+		t.Fatalf("second NextDead: %v", err)
+	}
+	if err := b.SettleDead(ctx, dd, false); err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.Stats(ctx, q)
+	if err != nil || st.Dead != 1 {
+		t.Fatalf("Stats: %+v %v", st, err)
+	}
+	if n, err := b.PurgeDead(ctx, q); err != nil || n != 1 {
+		t.Fatalf("PurgeDead: %d %v", n, err)
+	}
+}
+
+// TestCrashCounted closes the backend that holds a delivery; the broker
+// returns it at once with x-delivery-count 1.
+func TestCrashCounted(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	ctx := testCtx(t)
+	q := queueName(t, b)
+	if err := b.Enqueue(ctx, q, []driver.Message{{ID: "c", Body: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	b2 := newBackend(t, Config{})
+	ds, err := b2.Receive(ctx, q, 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b2.Close()
+	if err := b2.Ack(ctx, ds[0]); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("Ack after Close: %v", err)
+	}
+	ds, err = b.Receive(ctx, q, 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds[0].Deliveries != 2 {
+		t.Fatalf("Deliveries %d, want 2", ds[0].Deliveries)
+	}
+	if err := b.Ack(ctx, ds[0]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIncompatibleQueue declares a queue that exists as a classic queue.
+func TestIncompatibleQueue(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	ctx := testCtx(t)
+	q := queueName(t, b)
+	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(b.workName(q), true, false, false, false, nil)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Declare(ctx, q)
+	if !errors.Is(err, ErrIncompatibleQueue) || !strings.Contains(err.Error(), "x-queue-type") || !strings.Contains(err.Error(), b.workName(q)) {
+		t.Fatalf("Declare: %v", err)
+	}
+	t.Log(err)
+}

@@ -1,0 +1,368 @@
+package rabbit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// delayHeader carries, in milliseconds, how much of a message's delay is
+// left after the delay queue it was published to.
+const delayHeader = "x-asyncplatform-delay-ms"
+
+// consumer is one basic.consume on a work queue, on a channel of its own.
+// gen numbers the channel: receipts carry it, and a receipt whose channel is
+// gone is stale.
+type consumer struct {
+	queue      string
+	ch         *amqp.Channel
+	deliveries <-chan amqp.Delivery
+	gen        uint64
+}
+
+// receipt is the Handle of a Delivery: the delivery tag on the channel that
+// delivered it.
+type receipt struct {
+	c       *consumer
+	tag     uint64
+	settled atomic.Bool
+}
+
+// consumerFor returns the live consumer of queue, starting one when needed.
+func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*consumer, error) {
+	b.consMu.Lock()
+	defer b.consMu.Unlock()
+	b.mu.Lock()
+	c := b.cons[queue]
+	b.mu.Unlock()
+	if c != nil && !c.ch.IsClosed() {
+		return c, nil
+	}
+	if err := b.ensureQueue(ctx, queue); err != nil {
+		return nil, err
+	}
+	conn, err := b.connection(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("rabbit: open consumer channel: %w", err)
+	}
+	prefetch := b.cfg.Prefetch
+	if prefetch == 0 {
+		prefetch = min(max, 65535)
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		ch.Close()
+		return nil, fmt.Errorf("rabbit: set prefetch %d: %w", prefetch, err)
+	}
+	dl, err := ch.Consume(b.workName(queue), "", false, false, false, false, nil)
+	if err != nil {
+		ch.Close()
+		b.forget(b.workName(queue))
+		return nil, fmt.Errorf("rabbit: consume %q: %w", b.workName(queue), err)
+	}
+	c = &consumer{queue: queue, ch: ch, deliveries: dl, gen: b.chanGen.Add(1)}
+	b.mu.Lock()
+	b.cons[queue] = c
+	b.mu.Unlock()
+	return c, nil
+}
+
+// dropConsumer forgets a consumer whose deliveries ended and closes its
+// channel.
+func (b *Backend) dropConsumer(c *consumer) {
+	b.mu.Lock()
+	if b.cons[c.queue] == c {
+		delete(b.cons, c.queue)
+	}
+	b.mu.Unlock()
+	c.ch.Close()
+}
+
+// Receive hands out what the queue's consumer has buffered, up to max,
+// waiting for at least one message. The lease is the channel's life: it
+// needs no renewal while the connection lives (see the package doc on
+// consumer_timeout). Messages still between delay hops are moved on to
+// their next delay queue here and never handed out.
+func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
+	if err := validQueue(queue); err != nil {
+		return nil, err
+	}
+	if max < 1 {
+		return nil, fmt.Errorf("rabbit: Receive max is %d, must be at least 1", max)
+	}
+	for {
+		c, err := b.consumerFor(ctx, queue, max)
+		if err != nil {
+			return nil, err
+		}
+		batch := make([]amqp.Delivery, 0, max)
+		select {
+		case d, ok := <-c.deliveries:
+			if !ok {
+				b.dropConsumer(c)
+				continue
+			}
+			batch = append(batch, d)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	drain:
+		for len(batch) < max {
+			select {
+			case d, ok := <-c.deliveries:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, d)
+			default:
+				break drain
+			}
+		}
+		out := make([]*driver.Delivery, 0, len(batch))
+		for _, d := range batch {
+			if rem := delayLeft(d.Headers); rem > 0 {
+				b.hop(ctx, c, d, rem)
+				continue
+			}
+			out = append(out, &driver.Delivery{
+				Queue:      queue,
+				Body:       d.Body,
+				Deliveries: deliveryCount(d.Headers) + 1,
+				Handle:     &receipt{c: c, tag: d.DeliveryTag},
+			})
+		}
+		if len(out) > 0 {
+			return out, nil
+		}
+	}
+}
+
+// hop moves a message that arrived with delay left on to its next delay
+// queue: publish the copy, confirm, then ack.
+func (b *Backend) hop(ctx context.Context, c *consumer, d amqp.Delivery, rem time.Duration) {
+	ctx = context.WithoutCancel(ctx)
+	pub := amqp.Publishing{
+		DeliveryMode: amqp.Persistent,
+		MessageId:    d.MessageId,
+		Timestamp:    d.Timestamp,
+		ContentType:  d.ContentType,
+		Body:         d.Body,
+	}
+	m, err := b.delayed(ctx, c.queue, pub, rem)
+	if err == nil {
+		err = b.publish(ctx, m)
+	}
+	if err != nil {
+		b.log.Warn("moving a delayed message to its next delay queue failed; requeued", "queue", c.queue, "id", d.MessageId, "err", err)
+		c.ch.Nack(d.DeliveryTag, false, true)
+		return
+	}
+	if err := c.ch.Ack(d.DeliveryTag, false); err != nil {
+		b.log.Debug("ack after a delay hop failed; the hop will repeat", "queue", c.queue, "id", d.MessageId, "err", err)
+	}
+}
+
+// route makes the publish that stores msg for queue: to the work queue, or
+// to the first delay queue when msg.NotBefore is ahead.
+func (b *Backend) route(ctx context.Context, queue string, msg driver.Message) (outMsg, error) {
+	pub := amqp.Publishing{
+		DeliveryMode: amqp.Persistent,
+		MessageId:    msg.ID,
+		Timestamp:    time.Now(),
+		Body:         msg.Body,
+	}
+	if !msg.NotBefore.IsZero() {
+		if rem := time.Until(msg.NotBefore); rem > 0 {
+			return b.delayed(ctx, queue, pub, rem)
+		}
+	}
+	return outMsg{key: b.workName(queue), pub: pub}, nil
+}
+
+// delayed makes the publish of pub to the largest delay step that fits in
+// rem, carrying what is left of rem in delayHeader, and declares that delay
+// queue when this backend has not yet.
+func (b *Backend) delayed(ctx context.Context, queue string, pub amqp.Publishing, rem time.Duration) (outMsg, error) {
+	k := pickStep(rem)
+	name := b.delayName(queue, k)
+	if err := b.ensure(ctx, name, b.delayArgs(queue, k)); err != nil {
+		return outMsg{}, err
+	}
+	pub.Headers = nil
+	if left := rem - step(k); left > 0 {
+		ms := (left + time.Millisecond - 1) / time.Millisecond
+		pub.Headers = amqp.Table{delayHeader: int64(ms)}
+	}
+	return outMsg{key: name, pub: pub}, nil
+}
+
+func delayLeft(h amqp.Table) time.Duration {
+	n, ok := asInt(h[delayHeader])
+	if !ok || n <= 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Millisecond
+}
+
+// deliveryCount reads the quorum queue's x-delivery-count: absent on a
+// copy's first delivery.
+func deliveryCount(h amqp.Table) int {
+	n, _ := asInt(h["x-delivery-count"])
+	return int(max(n, 0))
+}
+
+func asInt(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case int32:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int8:
+		return int64(n), true
+	case int:
+		return int64(n), true
+	case uint8:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	}
+	return 0, false
+}
+
+// held checks that d is this backend's delivery and still held.
+func (b *Backend) held(d *driver.Delivery) (*receipt, error) {
+	if b.isClosed() {
+		return nil, driver.ErrClosed
+	}
+	if d == nil {
+		return nil, errors.New("rabbit: nil delivery")
+	}
+	r, ok := d.Handle.(*receipt)
+	if !ok {
+		return nil, fmt.Errorf("rabbit: delivery handle is %T, not one of this backend's", d.Handle)
+	}
+	if r.settled.Load() || r.c.ch.IsClosed() {
+		return nil, fmt.Errorf("rabbit: delivery tag %d of channel generation %d: %w", r.tag, r.c.gen, driver.ErrLeaseLost)
+	}
+	return r, nil
+}
+
+// settle acks the delivery once; a second settle, or one on a closed
+// channel, is lease-lost. The tag is acked on the channel that delivered it,
+// so a stale receipt can never ack another message.
+func (b *Backend) settle(r *receipt) error {
+	if !r.settled.CompareAndSwap(false, true) {
+		return fmt.Errorf("rabbit: delivery tag %d already settled: %w", r.tag, driver.ErrLeaseLost)
+	}
+	if r.c.ch.IsClosed() {
+		return fmt.Errorf("rabbit: channel generation %d is closed: %w", r.c.gen, driver.ErrLeaseLost)
+	}
+	if err := r.c.ch.Ack(r.tag, false); err != nil {
+		return fmt.Errorf("rabbit: ack tag %d of channel generation %d: %w: %w", r.tag, r.c.gen, driver.ErrLeaseLost, err)
+	}
+	return nil
+}
+
+// Ack removes the delivered message.
+func (b *Backend) Ack(ctx context.Context, d *driver.Delivery) error {
+	r, err := b.held(d)
+	if err != nil {
+		return err
+	}
+	return b.settle(r)
+}
+
+// Extend is a no-op while the delivering channel lives: RabbitMQ holds an
+// unacked delivery until its channel closes. It returns ErrLeaseLost when
+// the channel is gone.
+func (b *Backend) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
+	_, err := b.held(d)
+	return err
+}
+
+// Requeue publishes msg (to the work queue, or a delay queue when
+// msg.NotBefore is ahead), waits for its confirm, and then acks the
+// delivery.
+func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Message) error {
+	r, err := b.held(d)
+	if err != nil {
+		return err
+	}
+	if len(msg.Body) > b.cfg.MaxBody && b.cfg.MaxBody > 0 {
+		return fmt.Errorf("rabbit: message %q is %d bytes, limit %d: %w", msg.ID, len(msg.Body), b.cfg.MaxBody, driver.ErrTooLarge)
+	}
+	m, err := b.route(ctx, d.Queue, msg)
+	if err != nil {
+		return err
+	}
+	if err := b.publish(ctx, m); err != nil {
+		return err
+	}
+	return b.settle(r)
+}
+
+// DeadLetter publishes rec to the queue's dead-letter queue, waits for its
+// confirm, and then acks the delivery.
+func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
+	r, err := b.held(d)
+	if err != nil {
+		return err
+	}
+	if err := b.ensureQueue(ctx, d.Queue); err != nil {
+		return err
+	}
+	m := outMsg{key: b.deadName(d.Queue), pub: amqp.Publishing{
+		DeliveryMode: amqp.Persistent,
+		MessageId:    rec.ID,
+		Timestamp:    time.Now(),
+		Body:         rec.Body,
+	}}
+	if err := b.publish(ctx, m); err != nil {
+		return err
+	}
+	return b.settle(r)
+}
+
+// Enqueue publishes msgs with confirms and returns once the broker has
+// confirmed every one.
+func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Message) error {
+	if b.isClosed() {
+		return driver.ErrClosed
+	}
+	if err := validQueue(queue); err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if b.cfg.MaxBody > 0 && len(m.Body) > b.cfg.MaxBody {
+			return fmt.Errorf("rabbit: message %q is %d bytes, limit %d: %w", m.ID, len(m.Body), b.cfg.MaxBody, driver.ErrTooLarge)
+		}
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := b.ensureQueue(ctx, queue); err != nil {
+		return err
+	}
+	out := make([]outMsg, len(msgs))
+	for i, m := range msgs {
+		o, err := b.route(ctx, queue, m)
+		if err != nil {
+			return err
+		}
+		out[i] = o
+	}
+	return b.publish(ctx, out...)
+}

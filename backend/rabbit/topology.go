@@ -1,0 +1,233 @@
+package rabbit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// The delay ladder: step k holds messages for minStep<<k. Twenty-two steps
+// reach from 50ms to about 29 hours; longer delays take several hops of the
+// largest step.
+const (
+	minStep  = 50 * time.Millisecond
+	numSteps = 22
+)
+
+// step returns the TTL of delay step k.
+func step(k int) time.Duration { return minStep << k }
+
+// pickStep returns the largest step not longer than remaining, or the
+// smallest step when remaining is shorter than it (a message is never
+// delivered early, at worst one smallest step late).
+func pickStep(remaining time.Duration) int {
+	for k := numSteps - 1; k > 0; k-- {
+		if step(k) <= remaining {
+			return k
+		}
+	}
+	return 0
+}
+
+func (b *Backend) workName(queue string) string { return b.cfg.Prefix + "." + queue }
+func (b *Backend) deadName(queue string) string { return b.cfg.Prefix + "." + queue + ".dead" }
+func (b *Backend) delayName(queue string, k int) string {
+	return b.cfg.Prefix + "." + queue + ".delay." + strconv.FormatInt(step(k).Milliseconds(), 10)
+}
+
+func workArgs() amqp.Table { return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum} }
+
+func deadArgs() amqp.Table { return amqp.Table{} }
+
+func (b *Backend) delayArgs(queue string, k int) amqp.Table {
+	return amqp.Table{
+		"x-message-ttl":             step(k).Milliseconds(),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": b.workName(queue),
+	}
+}
+
+func validQueue(queue string) error {
+	if queue == "" {
+		return errors.New("rabbit: empty queue name")
+	}
+	if len(queue) > 100 {
+		return fmt.Errorf("rabbit: queue name %.20q... is %d bytes, at most 100 allowed", queue, len(queue))
+	}
+	for _, r := range queue {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("rabbit: queue name %q has %q; allowed are [A-Za-z0-9._-]", queue, r)
+		}
+	}
+	return nil
+}
+
+var inequivalentArg = regexp.MustCompile(`inequivalent arg '([^']+)'`)
+
+// declareQueue declares one durable queue, turning PRECONDITION_FAILED into
+// an error that names the queue and the argument.
+func declareQueue(ch *amqp.Channel, name string, args amqp.Table) error {
+	_, err := ch.QueueDeclare(name, true, false, false, false, args)
+	if err == nil {
+		return nil
+	}
+	var aerr *amqp.Error
+	if errors.As(err, &aerr) && aerr.Code == amqp.PreconditionFailed {
+		arg := "(unknown)"
+		if m := inequivalentArg.FindStringSubmatch(aerr.Reason); m != nil {
+			arg = m[1]
+		}
+		return fmt.Errorf("%w: queue %q exists with another value of argument %s (want %v): %w", ErrIncompatibleQueue, name, arg, args[arg], err)
+	}
+	return fmt.Errorf("rabbit: declare queue %q: %w", name, err)
+}
+
+// ensure declares the named broker queue unless this backend already did.
+func (b *Backend) ensure(ctx context.Context, name string, args amqp.Table) error {
+	b.mu.Lock()
+	_, ok := b.declared[name]
+	b.mu.Unlock()
+	if ok {
+		return nil
+	}
+	err := b.withChannel(ctx, func(ch *amqp.Channel) error { return declareQueue(ch, name, args) })
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.declared[name] = args
+	b.mu.Unlock()
+	return nil
+}
+
+// ensureQueue declares the work and dead-letter queues of queue unless this
+// backend already did.
+func (b *Backend) ensureQueue(ctx context.Context, queue string) error {
+	b.mu.Lock()
+	_, w := b.declared[b.workName(queue)]
+	_, d := b.declared[b.deadName(queue)]
+	b.mu.Unlock()
+	if w && d {
+		return nil
+	}
+	return b.Declare(ctx, queue)
+}
+
+// Declare declares the queue's quorum work queue and its classic dead-letter
+// queue. Delay queues are declared when first used.
+func (b *Backend) Declare(ctx context.Context, queue string) error {
+	if err := validQueue(queue); err != nil {
+		return err
+	}
+	if err := b.ensure(ctx, b.workName(queue), workArgs()); err != nil {
+		return fmt.Errorf("rabbit: declare work queue of %q: %w", queue, err)
+	}
+	if err := b.ensure(ctx, b.deadName(queue), deadArgs()); err != nil {
+		return fmt.Errorf("rabbit: declare dead-letter queue of %q: %w", queue, err)
+	}
+	return nil
+}
+
+// DeleteQueue deletes the queue's work queue, its dead-letter queue and its
+// delay queues, with every message in them.
+func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
+	if err := validQueue(queue); err != nil {
+		return err
+	}
+	b.consMu.Lock()
+	b.mu.Lock()
+	c := b.cons[queue]
+	delete(b.cons, queue)
+	b.mu.Unlock()
+	b.consMu.Unlock()
+	if c != nil {
+		c.ch.Close()
+	}
+	names := []string{b.workName(queue), b.deadName(queue)}
+	for k := range numSteps {
+		names = append(names, b.delayName(queue, k))
+	}
+	b.mu.Lock()
+	for _, n := range names {
+		delete(b.declared, n)
+	}
+	b.mu.Unlock()
+	return b.withChannel(ctx, func(ch *amqp.Channel) error {
+		for _, n := range names {
+			if _, err := ch.QueueDelete(n, false, false, false); err != nil {
+				return fmt.Errorf("rabbit: delete queue %q: %w", n, err)
+			}
+		}
+		return nil
+	})
+}
+
+// inspect returns the ready-message count of a queue, and false when the
+// queue does not exist. It may replace *ch when the broker closed it.
+func (b *Backend) inspect(ctx context.Context, ch **amqp.Channel, name string) (int, bool, error) {
+	q, err := (*ch).QueueDeclarePassive(name, true, false, false, false, nil)
+	if err == nil {
+		return q.Messages, true, nil
+	}
+	var aerr *amqp.Error
+	if !errors.As(err, &aerr) || aerr.Code != amqp.NotFound {
+		return 0, false, fmt.Errorf("rabbit: inspect queue %q: %w", name, err)
+	}
+	conn, err := b.connection(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	nch, err := conn.Channel()
+	if err != nil {
+		return 0, false, fmt.Errorf("rabbit: open channel: %w", err)
+	}
+	*ch = nch
+	return 0, false, nil
+}
+
+// Stats reports Ready (ready messages of the work queue, which includes
+// messages between two delay hops), Scheduled (messages in the delay
+// queues) and Dead (ready records of the dead-letter queue). InFlight is -1:
+// AMQP does not tell unacknowledged counts without the management plugin.
+func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error) {
+	if err := validQueue(queue); err != nil {
+		return driver.Stats{}, err
+	}
+	st := driver.Stats{InFlight: -1}
+	conn, err := b.connection(ctx)
+	if err != nil {
+		return st, err
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		return st, fmt.Errorf("rabbit: open channel: %w", err)
+	}
+	defer func() { ch.Close() }()
+	n, ok, err := b.inspect(ctx, &ch, b.workName(queue))
+	if err != nil {
+		return st, err
+	}
+	if !ok {
+		return st, fmt.Errorf("rabbit: queue %q is not declared (no broker queue %q)", queue, b.workName(queue))
+	}
+	st.Ready = int64(n)
+	if n, _, err = b.inspect(ctx, &ch, b.deadName(queue)); err != nil {
+		return st, err
+	}
+	st.Dead = int64(n)
+	for k := range numSteps {
+		n, _, err := b.inspect(ctx, &ch, b.delayName(queue, k))
+		if err != nil {
+			return st, err
+		}
+		st.Scheduled += int64(n)
+	}
+	return st, nil
+}
