@@ -1,0 +1,212 @@
+package asyncplatform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// Reason says why a job was dead-lettered.
+type Reason string
+
+// The dead-letter reasons of the behaviour contract.
+const (
+	// ReasonRetriesExceeded: the handler failed more often than the retry
+	// limit allows.
+	ReasonRetriesExceeded Reason = "retries_exceeded"
+	// ReasonInvalid: the handler returned Invalid, or the message on the
+	// queue was not a job at all (DeadLetter.Raw then holds its bytes).
+	ReasonInvalid Reason = "invalid"
+	// ReasonPermanent: the handler returned Permanent.
+	ReasonPermanent Reason = "permanent"
+	// ReasonPoisoned: the job's crashes passed its poison limit; its handler
+	// was not called for the last delivery.
+	ReasonPoisoned Reason = "poisoned"
+	// ReasonUnhandled: no handler was registered for the job's type after
+	// Config.UnhandledRetries requeues.
+	ReasonUnhandled Reason = "unhandled"
+	// ReasonExpired: the job's Deadline passed before it could run.
+	ReasonExpired Reason = "expired"
+	// ReasonPayloadMissing: the job's offloaded payload was gone at
+	// delivery.
+	ReasonPayloadMissing Reason = "payload_missing"
+)
+
+// DeadLetter is a job that will not be attempted again, with why.
+type DeadLetter struct {
+	// Job is the job as last attempted: ID, type, payload, headers, its
+	// counters (TryCount = Failures + Crashes) and its error history.
+	Job Job
+
+	// Queue is the queue the job came from.
+	Queue string
+
+	// Reason says why it was dead-lettered.
+	Reason Reason
+
+	// Error is the text of the last error (with the stack, for a panic).
+	Error string
+
+	// DeadAt is when it was dead-lettered.
+	DeadAt time.Time
+
+	// Worker names the worker that dead-lettered it (Config.WorkerName).
+	Worker string
+
+	// Raw holds the message's bytes as found when it was not a job at all
+	// (Reason is ReasonInvalid); Job is then empty but for its ID, which
+	// the platform made up.
+	Raw []byte
+}
+
+// NextDeadLetter peeks at the oldest dead letter of the queue and calls fn
+// with it. When fn returns pop == true and a nil error the record is removed;
+// otherwise it stays where it was and the next call sees it again, and fn's
+// error is returned. Two concurrent callers never get the same record. With
+// no dead letter available it returns ErrNoDeadLetters.
+//
+// A record that cannot be decoded is still handed to fn, with Reason
+// ReasonInvalid, the undecodable bytes in Raw and the decoding error in Error,
+// so that it can be popped.
+func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(context.Context, DeadLetter) (pop bool, err error)) (err error) {
+	if err := validQueue(queue); err != nil {
+		return err
+	}
+	dd, err := p.backend.NextDead(ctx, queue)
+	if err != nil {
+		if errors.Is(err, driver.ErrNoDeadLetters) {
+			return err
+		}
+		return fmt.Errorf("asyncplatform: next dead letter of queue %q: %w", queue, err)
+	}
+	pop := false
+	defer func() {
+		// Settle on every path, panics included, with a context that
+		// outlives a cancelled ctx: the record must not stay hidden.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.SettleTimeout)
+		defer cancel()
+		if serr := p.backend.SettleDead(sctx, dd, pop && err == nil); serr != nil && err == nil {
+			err = fmt.Errorf("asyncplatform: settling dead letter %s of queue %q: %w", dd.ID, queue, serr)
+		}
+	}()
+	dl := decodeDeadRecord(queue, dd.DeadMessage)
+	pop, err = fn(ctx, dl)
+	return err
+}
+
+func decodeDeadRecord(queue string, m driver.DeadMessage) DeadLetter {
+	var dl DeadLetter
+	if err := decodeDead(m.Body, &dl); err != nil {
+		return DeadLetter{
+			Job:    Job{ID: m.ID, Queue: queue},
+			Queue:  queue,
+			Reason: ReasonInvalid,
+			Error:  "undecodable dead-letter record: " + err.Error(),
+			Raw:    append([]byte{}, m.Body...),
+		}
+	}
+	return dl
+}
+
+// DeadLetterPage is one page of a dead-letter listing.
+type DeadLetterPage struct {
+	// Letters are the records of the page, oldest first.
+	Letters []DeadLetter
+	// Next is the cursor of the next page; empty on the last page.
+	Next string
+}
+
+// DeadLetters lists the queue's dead letters, oldest first, limit at a time
+// (at most 1,000; zero means 100), starting at cursor (empty for the start).
+// It leaves the dead-letter queue as it was: order and count.
+func (p *Platform) DeadLetters(ctx context.Context, queue, cursor string, limit int) (DeadLetterPage, error) {
+	if err := validQueue(queue); err != nil {
+		return DeadLetterPage{}, err
+	}
+	switch {
+	case limit == 0:
+		limit = 100
+	case limit < 0 || limit > 1000:
+		return DeadLetterPage{}, fmt.Errorf("%w: dead-letter page limit %d is outside 1..1000", ErrInvalidConfig, limit)
+	}
+	recs, next, err := p.backend.ListDead(ctx, queue, cursor, limit)
+	if err != nil {
+		return DeadLetterPage{}, fmt.Errorf("asyncplatform: listing dead letters of queue %q: %w", queue, err)
+	}
+	page := DeadLetterPage{Letters: make([]DeadLetter, len(recs)), Next: next}
+	for i, r := range recs {
+		page.Letters[i] = decodeDeadRecord(queue, r)
+	}
+	return page, nil
+}
+
+// Redrive moves dead letters back to their queue as fresh jobs: the counters
+// are reset to 0, the error history is kept. With no ids it redrives every
+// dead letter of the queue. It returns how many jobs it enqueued.
+//
+// Each job is enqueued before its dead letter is deleted, so a crash in
+// between leaves a duplicate, never a loss. Records that were not jobs
+// (Raw) cannot be redriven and stay where they are; ids not found are
+// ignored.
+func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (int, error) {
+	if err := validQueue(queue); err != nil {
+		return 0, err
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	// Collect first: deleting while paging would shift the cursor.
+	var picked []DeadLetter
+	seen := make(map[string]bool)
+	for cursor := ""; ; {
+		page, err := p.DeadLetters(ctx, queue, cursor, 1000)
+		if err != nil {
+			return 0, err
+		}
+		for _, dl := range page.Letters {
+			if dl.Raw != nil || seen[dl.Job.ID] || (len(ids) > 0 && !want[dl.Job.ID]) {
+				continue
+			}
+			seen[dl.Job.ID] = true
+			picked = append(picked, dl)
+		}
+		if cursor = page.Next; cursor == "" {
+			break
+		}
+	}
+	done := 0
+	for _, dl := range picked {
+		j := dl.Job
+		j.Queue = queue
+		j.Failures, j.Crashes, j.TryCount, j.unhandled = 0, 0, 0, 0
+		j.NotBefore = time.Time{}
+		j.copyNo++
+		if err := p.put(ctx, queue, []*Job{&j}, false); err != nil {
+			return done, fmt.Errorf("asyncplatform: redriving job %s of queue %q: %w", j.ID, queue, err)
+		}
+		if _, err := p.backend.DeleteDead(ctx, queue, []string{j.ID}); err != nil {
+			return done, fmt.Errorf("asyncplatform: deleting redriven dead letter %s of queue %q (the job is enqueued; the record stays): %w", j.ID, queue, err)
+		}
+		done++
+	}
+	p.log.InfoContext(ctx, "asyncplatform: redrove dead letters", "queue", queue, "count", done)
+	return done, nil
+}
+
+// PurgeDeadLetters deletes every dead letter of the queue and returns how
+// many it deleted.
+func (p *Platform) PurgeDeadLetters(ctx context.Context, queue string) (int, error) {
+	if err := validQueue(queue); err != nil {
+		return 0, err
+	}
+	n, err := p.backend.PurgeDead(ctx, queue)
+	if err != nil {
+		return n, fmt.Errorf("asyncplatform: purging dead letters of queue %q: %w", queue, err)
+	}
+	p.log.InfoContext(ctx, "asyncplatform: purged dead letters", "queue", queue, "count", n)
+	return n, nil
+}

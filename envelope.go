@@ -1,0 +1,286 @@
+package asyncplatform
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The envelope is the job as stored in a backend message body: a compact
+// binary form, versioned by its first two bytes. Backends never read it.
+//
+//	magic 0xA5, kind 'J', version 1
+//	ID, Type: string (uvarint length + bytes)
+//	Payload: bytes
+//	Headers: uvarint count, then key/value strings
+//	EnqueuedAt, NotBefore, Deadline: varint Unix nanoseconds (0 = zero time)
+//	Failures, Crashes, unhandled, copyNo: uvarint
+//	Policy: flags byte (1 retry limit set, 2 poison limit set), two uvarint
+//	        limits, BackoffBase, BackoffCap, Timeout as varint nanoseconds
+//	Errors: uvarint count, then strings
+//
+// A dead-letter record has kind 'D': reason, error, worker, queue, dead-at,
+// a flag byte (1 = raw: the message was not a job), then the raw bytes or the
+// job envelope.
+const (
+	envMagic   = 0xA5
+	kindJob    = 'J'
+	kindDead   = 'D'
+	envVersion = 1
+)
+
+var errEnvelope = errors.New("not an asyncplatform envelope")
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendBytes(b, p []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(p)))
+	return append(b, p...)
+}
+
+func appendTime(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return binary.AppendVarint(b, 0)
+	}
+	return binary.AppendVarint(b, t.UnixNano())
+}
+
+// encodedSize estimates the envelope size, so one allocation usually fits it.
+func encodedSize(j *Job) int {
+	n := 64 + len(j.ID) + len(j.Type) + len(j.Payload)
+	for k, v := range j.Headers {
+		n += len(k) + len(v) + 4
+	}
+	for _, e := range j.Errors {
+		n += len(e) + 3
+	}
+	return n
+}
+
+func appendJob(b []byte, j *Job) []byte {
+	b = append(b, envMagic, kindJob, envVersion)
+	b = appendString(b, j.ID)
+	b = appendString(b, j.Type)
+	b = appendBytes(b, j.Payload)
+	b = binary.AppendUvarint(b, uint64(len(j.Headers)))
+	for k, v := range j.Headers {
+		b = appendString(b, k)
+		b = appendString(b, v)
+	}
+	b = appendTime(b, j.EnqueuedAt)
+	b = appendTime(b, j.NotBefore)
+	b = appendTime(b, j.Deadline)
+	b = binary.AppendUvarint(b, uint64(j.Failures))
+	b = binary.AppendUvarint(b, uint64(j.Crashes))
+	b = binary.AppendUvarint(b, uint64(j.unhandled))
+	b = binary.AppendUvarint(b, j.copyNo)
+	var flags byte
+	var retry, poison int
+	if j.Policy.RetryLimit != nil {
+		flags |= 1
+		retry = *j.Policy.RetryLimit
+	}
+	if j.Policy.PoisonLimit != nil {
+		flags |= 2
+		poison = *j.Policy.PoisonLimit
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(retry))
+	b = binary.AppendUvarint(b, uint64(poison))
+	b = binary.AppendVarint(b, int64(j.Policy.BackoffBase))
+	b = binary.AppendVarint(b, int64(j.Policy.BackoffCap))
+	b = binary.AppendVarint(b, int64(j.Policy.Timeout))
+	b = binary.AppendUvarint(b, uint64(len(j.Errors)))
+	for _, e := range j.Errors {
+		b = appendString(b, e)
+	}
+	return b
+}
+
+func encodeJob(j *Job) []byte { return appendJob(make([]byte, 0, encodedSize(j)), j) }
+
+// reader decodes the envelope; the first error sticks.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: truncated or corrupt %s", errEnvelope, what)
+	}
+}
+
+func (r *reader) uvarint(what string) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint(what string) int64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) count(what string) int {
+	v := r.uvarint(what)
+	if v > uint64(len(r.b)) { // every counted item takes at least a byte
+		r.fail(what)
+		return 0
+	}
+	return int(v)
+}
+
+// bytes returns the next length-prefixed field, aliasing the input.
+func (r *reader) bytes(what string) []byte {
+	n := r.uvarint(what)
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.fail(what)
+		return nil
+	}
+	p := r.b[:n:n]
+	r.b = r.b[n:]
+	return p
+}
+
+func (r *reader) string(what string) string { return string(r.bytes(what)) }
+
+func (r *reader) time(what string) time.Time {
+	ns := r.varint(what)
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+func (r *reader) byte(what string) byte {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) == 0 {
+		r.fail(what)
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) header(kind byte) {
+	if len(r.b) < 3 || r.b[0] != envMagic || r.b[1] != kind {
+		r.err = errEnvelope
+		return
+	}
+	if r.b[2] != envVersion {
+		r.err = fmt.Errorf("%w: version %d is not known to this build", errEnvelope, r.b[2])
+		return
+	}
+	r.b = r.b[3:]
+}
+
+// decodeJob decodes an envelope into j. The payload aliases b.
+func decodeJob(b []byte, j *Job) error {
+	r := reader{b: b}
+	r.header(kindJob)
+	j.ID = r.string("ID")
+	j.Type = r.string("Type")
+	j.Payload = r.bytes("Payload")
+	if n := r.count("Headers"); n > 0 {
+		j.Headers = make(map[string]string, n)
+		for range n {
+			k := r.string("header key")
+			j.Headers[k] = r.string("header value")
+		}
+	}
+	j.EnqueuedAt = r.time("EnqueuedAt")
+	j.NotBefore = r.time("NotBefore")
+	j.Deadline = r.time("Deadline")
+	j.Failures = int(r.uvarint("Failures"))
+	j.Crashes = int(r.uvarint("Crashes"))
+	j.unhandled = int(r.uvarint("unhandled"))
+	j.copyNo = r.uvarint("copy")
+	flags := r.byte("Policy")
+	retry := int(r.uvarint("RetryLimit"))
+	poison := int(r.uvarint("PoisonLimit"))
+	if flags&1 != 0 {
+		j.Policy.RetryLimit = &retry
+	}
+	if flags&2 != 0 {
+		j.Policy.PoisonLimit = &poison
+	}
+	j.Policy.BackoffBase = time.Duration(r.varint("BackoffBase"))
+	j.Policy.BackoffCap = time.Duration(r.varint("BackoffCap"))
+	j.Policy.Timeout = time.Duration(r.varint("Timeout"))
+	if n := r.count("Errors"); n > 0 {
+		j.Errors = make([]string, n)
+		for i := range j.Errors {
+			j.Errors[i] = r.string("error line")
+		}
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("trailer")
+	}
+	return r.err
+}
+
+func encodeDead(d *DeadLetter) []byte {
+	b := []byte{envMagic, kindDead, envVersion}
+	b = appendString(b, string(d.Reason))
+	b = appendString(b, d.Error)
+	b = appendString(b, d.Worker)
+	b = appendString(b, d.Queue)
+	b = appendTime(b, d.DeadAt)
+	if d.Raw != nil {
+		b = append(b, 1)
+		return appendBytes(b, d.Raw)
+	}
+	b = append(b, 0)
+	return appendBytes(b, encodeJob(&d.Job))
+}
+
+func decodeDead(b []byte, d *DeadLetter) error {
+	r := reader{b: b}
+	r.header(kindDead)
+	d.Reason = Reason(r.string("reason"))
+	d.Error = r.string("error")
+	d.Worker = r.string("worker")
+	d.Queue = r.string("queue")
+	d.DeadAt = r.time("dead-at")
+	raw := r.byte("raw flag")
+	body := r.bytes("body")
+	if r.err != nil {
+		return r.err
+	}
+	if raw == 1 {
+		d.Raw = append([]byte{}, body...)
+		return nil
+	}
+	if err := decodeJob(body, &d.Job); err != nil {
+		return err
+	}
+	d.Job.Queue = d.Queue
+	d.Job.TryCount = d.Job.Failures + d.Job.Crashes
+	return nil
+}

@@ -1,0 +1,606 @@
+package asyncplatform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// Defaults of Config and QueueConfig.
+const (
+	DefaultConcurrency      = 10
+	DefaultLease            = 30 * time.Second
+	DefaultRejectDelay      = 5 * time.Second
+	DefaultUnhandledRetries = 5
+	DefaultUnhandledDelay   = 10 * time.Second
+	DefaultErrorHistory     = 20
+	DefaultHealthInterval   = 10 * time.Second
+	DefaultSettleTimeout    = 30 * time.Second
+)
+
+// Config configures a Platform. The zero value is usable: every field has a
+// documented default.
+type Config struct {
+	// Queues are the queues this platform works, with their settings. A
+	// platform that only enqueues does not need any. Defaults to
+	// {"default": {}} (DefaultQueue with default settings).
+	Queues map[string]QueueConfig
+
+	// Policy is the platform-wide failure-handling policy, the last level
+	// before the defaults (see Policy). Defaults to the zero Policy.
+	Policy Policy
+
+	// Lease is how long a worker holds a job before the backend may hand it
+	// to another worker. The platform extends it while the handler runs, so
+	// a handler may run far longer; it only bounds how soon the job of a
+	// dead worker comes back. Defaults to DefaultLease.
+	Lease time.Duration
+
+	// RejectDelay is how long a job that returned Reject waits before it is
+	// offered again. Defaults to DefaultRejectDelay.
+	RejectDelay time.Duration
+
+	// UnhandledRetries is how many times a job with no registered handler is
+	// requeued (a rolling deploy may be adding the handler) before it is
+	// dead-lettered with reason ReasonUnhandled. Use Limit(0) to dead-letter
+	// at once. Defaults to DefaultUnhandledRetries.
+	UnhandledRetries *int
+
+	// UnhandledDelay is how long such a job waits between requeues.
+	// Defaults to DefaultUnhandledDelay.
+	UnhandledDelay time.Duration
+
+	// ErrorHistory bounds the error history kept with a job (the most
+	// recent lines are kept). Defaults to DefaultErrorHistory.
+	ErrorHistory int
+
+	// WorkerName names this worker in dead-letter records. Defaults to
+	// "host:pid".
+	WorkerName string
+
+	// Logger receives the platform's logs; per-job events are at Debug.
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// HealthChecks are named checks (a database ping, say). While any of
+	// them fails, the platform takes no new jobs from any queue; in-flight
+	// jobs keep running, and taking resumes when every check passes.
+	// Defaults to none.
+	HealthChecks map[string]HealthCheck
+
+	// HealthInterval is how often the health checks run; a Reject triggers
+	// a run at once. Defaults to DefaultHealthInterval.
+	HealthInterval time.Duration
+
+	// SettleTimeout bounds each call that reports an outcome to the backend.
+	// Defaults to DefaultSettleTimeout.
+	SettleTimeout time.Duration
+
+	// Middleware wraps every handler, the first element outermost. Defaults
+	// to none.
+	Middleware []Middleware
+
+	// EnqueueMiddleware wraps Enqueue and EnqueueBatch, the first element
+	// outermost. Defaults to none.
+	EnqueueMiddleware []EnqueueMiddleware
+
+	// Hooks are called on outcomes. Defaults to none.
+	Hooks Hooks
+}
+
+// QueueConfig configures one queue of Config.Queues.
+type QueueConfig struct {
+	// Concurrency is how many handlers run at once for this queue.
+	// Defaults to DefaultConcurrency.
+	Concurrency int
+
+	// Prefetch is how many jobs are claimed ahead of the running ones, so a
+	// free handler never waits for a round trip to the broker. Each one is
+	// held under a lease, like a running job. Use Limit(0) for none.
+	// Defaults to Concurrency.
+	Prefetch *int
+
+	// Policy is the queue's failure-handling policy (see Policy). Defaults
+	// to the zero Policy.
+	Policy Policy
+}
+
+// HealthCheck reports whether something the handlers need is healthy.
+type HealthCheck func(ctx context.Context) error
+
+// Middleware wraps a handler.
+type Middleware func(next Handler) Handler
+
+// EnqueueFunc enqueues jobs; it is what EnqueueMiddleware wraps.
+type EnqueueFunc func(ctx context.Context, jobs []*Job) error
+
+// EnqueueMiddleware wraps Enqueue and EnqueueBatch (to add trace headers, for
+// example).
+type EnqueueMiddleware func(next EnqueueFunc) EnqueueFunc
+
+// Outcome is what became of one attempt.
+type Outcome string
+
+// The outcomes reported to Hooks.AfterAttempt.
+const (
+	OutcomeSucceeded    Outcome = "succeeded"     // acknowledged
+	OutcomeRetried      Outcome = "retried"       // failed; retried at Attempt.RetryAt
+	OutcomeRejected     Outcome = "rejected"      // Reject: requeued uncounted
+	OutcomeDeadLettered Outcome = "dead_lettered" // see Attempt.Reason
+	OutcomeHandedBack   Outcome = "handed_back"   // shutdown: requeued uncounted
+	OutcomeLeaseLost    Outcome = "lease_lost"    // the outcome could not be reported
+)
+
+// Attempt describes one handler call, for Hooks.AfterAttempt.
+type Attempt struct {
+	Job      *Job          // the job as attempted (counters included)
+	Outcome  Outcome       // what became of it
+	Err      error         // the handler's error, nil on success
+	Reason   Reason        // the dead-letter reason, for OutcomeDeadLettered
+	Duration time.Duration // how long the handler ran
+	RetryAt  time.Time     // when it will be offered again, for retries and rejects
+}
+
+// Hooks are called synchronously by the worker that handled the job; keep
+// them fast.
+type Hooks struct {
+	// AfterAttempt is called after every handler call, once its outcome is
+	// reported to the backend.
+	AfterAttempt func(ctx context.Context, a Attempt)
+
+	// OnDeadLetter is called whenever a job is dead-lettered, whatever the
+	// reason (poisoned, expired and unhandled jobs included, which never
+	// reach a handler).
+	OnDeadLetter func(ctx context.Context, dl DeadLetter)
+}
+
+// QueueStats are the depths of one queue; -1 where the backend cannot tell.
+type QueueStats struct {
+	Ready     int64 // deliverable now
+	Scheduled int64 // delayed or waiting for a retry
+	InFlight  int64 // held by workers
+	Dead      int64 // in the dead-letter queue
+}
+
+type handlerEntry struct {
+	h      Handler
+	policy Policy
+}
+
+// Platform is the facade: it enqueues jobs, runs their handlers with the
+// failure semantics of the behaviour contract, and administers dead letters,
+// over any driver.Backend.
+type Platform struct {
+	backend  driver.Backend
+	caps     driver.Capabilities
+	cfg      Config
+	log      *slog.Logger
+	enqueue  EnqueueFunc
+	handlers atomic.Pointer[map[string]*handlerEntry]
+	declared sync.Map // queue name → struct{}
+	health   health
+
+	mu       sync.Mutex // guards handlers writes and the fields below
+	started  bool
+	stopped  bool
+	stopping atomic.Bool
+	queues   []*queueRunner
+
+	fetchCancel context.CancelFunc      // stops the fetchers
+	workCtx     context.Context         // parent of handler contexts
+	workCancel  context.CancelCauseFunc // cancels running handlers at Stop's deadline
+	bgCancel    context.CancelFunc      // stops the lease keeper and health loop
+	fetchers    sync.WaitGroup          // fetch loops
+	workers     sync.WaitGroup          // worker loops
+	background  sync.WaitGroup          // lease keeper, health loop
+	stopDone    chan struct{}           // closed when workers have all returned
+}
+
+var errShutdown = errors.New("platform stopping")
+
+// New returns a Platform over the backend. It validates cfg and returns an
+// error wrapping ErrInvalidConfig that names the bad setting. The caller
+// keeps ownership of the backend and closes it after Stop.
+func New(backend driver.Backend, cfg Config) (*Platform, error) {
+	if backend == nil {
+		return nil, fmt.Errorf("%w: backend is nil", ErrInvalidConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Platform{backend: backend, caps: backend.Capabilities(), cfg: cfg, log: cfg.Logger}
+	if p.caps.MinLease > 0 && cfg.Lease < p.caps.MinLease {
+		return nil, fmt.Errorf("%w: Lease %v is shorter than the backend's shortest lease %v", ErrInvalidConfig, cfg.Lease, p.caps.MinLease)
+	}
+	handlers := map[string]*handlerEntry{}
+	p.handlers.Store(&handlers)
+	p.health.init(cfg.HealthChecks)
+	p.health.addPinger(backend)
+	p.enqueue = p.enqueueJobs
+	for i := len(cfg.EnqueueMiddleware) - 1; i >= 0; i-- {
+		p.enqueue = cfg.EnqueueMiddleware[i](p.enqueue)
+	}
+	return p, nil
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if len(c.Queues) == 0 {
+		c.Queues = map[string]QueueConfig{DefaultQueue: {}}
+	}
+	queues := make(map[string]QueueConfig, len(c.Queues))
+	for name, q := range c.Queues {
+		if err := validQueue(name); err != nil {
+			return c, fmt.Errorf("%w: Queues: %w", ErrInvalidConfig, err)
+		}
+		where := fmt.Sprintf("Queues[%q]", name)
+		if q.Concurrency < 0 {
+			return c, fmt.Errorf("%w: %s.Concurrency is %d, it must be positive", ErrInvalidConfig, where, q.Concurrency)
+		}
+		if q.Concurrency == 0 {
+			q.Concurrency = DefaultConcurrency
+		}
+		if q.Prefetch == nil {
+			q.Prefetch = Limit(q.Concurrency)
+		} else if *q.Prefetch < 0 {
+			return c, fmt.Errorf("%w: %s.Prefetch is %d, it must be 0 or more", ErrInvalidConfig, where, *q.Prefetch)
+		}
+		if err := q.Policy.validate(where + ".Policy"); err != nil {
+			return c, err
+		}
+		queues[name] = q
+	}
+	c.Queues = queues
+	if err := c.Policy.validate("Policy"); err != nil {
+		return c, err
+	}
+	durations := []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"Lease", &c.Lease, DefaultLease},
+		{"RejectDelay", &c.RejectDelay, DefaultRejectDelay},
+		{"UnhandledDelay", &c.UnhandledDelay, DefaultUnhandledDelay},
+		{"HealthInterval", &c.HealthInterval, DefaultHealthInterval},
+		{"SettleTimeout", &c.SettleTimeout, DefaultSettleTimeout},
+	}
+	for _, d := range durations {
+		if *d.v < 0 {
+			return c, fmt.Errorf("%w: %s is %v, it must not be negative", ErrInvalidConfig, d.name, *d.v)
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.UnhandledRetries == nil {
+		c.UnhandledRetries = Limit(DefaultUnhandledRetries)
+	} else if *c.UnhandledRetries < 0 {
+		return c, fmt.Errorf("%w: UnhandledRetries is %d, it must be 0 or more", ErrInvalidConfig, *c.UnhandledRetries)
+	}
+	if c.ErrorHistory < 0 {
+		return c, fmt.Errorf("%w: ErrorHistory is %d, it must be 0 or more", ErrInvalidConfig, c.ErrorHistory)
+	}
+	if c.ErrorHistory == 0 {
+		c.ErrorHistory = DefaultErrorHistory
+	}
+	if c.WorkerName == "" {
+		host, _ := os.Hostname()
+		c.WorkerName = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	for name, check := range c.HealthChecks {
+		if name == "" || check == nil {
+			return c, fmt.Errorf("%w: HealthChecks: check %q is unnamed or nil", ErrInvalidConfig, name)
+		}
+	}
+	return c, nil
+}
+
+// validQueue checks a queue name: 1 to 100 bytes of [A-Za-z0-9._-].
+func validQueue(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: queue name is empty", ErrInvalidJob)
+	}
+	if len(name) > 100 {
+		return fmt.Errorf("%w: queue name %.20q... is %d bytes, the limit is 100", ErrInvalidJob, name, len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: queue name %q has %q at byte %d; use letters, digits, '.', '_' and '-'", ErrInvalidJob, name, c, i)
+		}
+	}
+	return nil
+}
+
+// Handle registers the handler for a job type, with an optional policy for
+// that type (at most one). It may be called before or after Start; a type
+// can be registered once.
+func (p *Platform) Handle(jobType string, h Handler, policy ...Policy) error {
+	if jobType == "" {
+		return fmt.Errorf("%w: Handle: job type is empty", ErrInvalidConfig)
+	}
+	if h == nil {
+		return fmt.Errorf("%w: Handle(%q): handler is nil", ErrInvalidConfig, jobType)
+	}
+	if len(policy) > 1 {
+		return fmt.Errorf("%w: Handle(%q): %d policies given, at most one is allowed", ErrInvalidConfig, jobType, len(policy))
+	}
+	e := &handlerEntry{h: h}
+	if len(policy) == 1 {
+		if err := policy[0].validate(fmt.Sprintf("Handle(%q) policy", jobType)); err != nil {
+			return err
+		}
+		e.policy = policy[0]
+	}
+	for i := len(p.cfg.Middleware) - 1; i >= 0; i-- {
+		e.h = p.cfg.Middleware[i](e.h)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := *p.handlers.Load()
+	if _, dup := old[jobType]; dup {
+		return fmt.Errorf("%w: Handle(%q): a handler is already registered for this type", ErrInvalidConfig, jobType)
+	}
+	next := make(map[string]*handlerEntry, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	next[jobType] = e
+	p.handlers.Store(&next)
+	return nil
+}
+
+// Enqueue stores one job durably. It fills in the job's ID, Queue and
+// EnqueuedAt when they are empty. A job it refuses gets an error wrapping
+// ErrInvalidJob or ErrPayloadTooLarge that names the problem.
+func (p *Platform) Enqueue(ctx context.Context, job *Job) error {
+	return p.enqueue(ctx, []*Job{job})
+}
+
+// EnqueueBatch stores several jobs, with one backend call per queue. Every
+// job is validated before any is stored. On error some jobs may have been
+// stored; enqueueing the same jobs again (their IDs are now set) is safe to
+// retry on backends that deduplicate, and otherwise may duplicate.
+func (p *Platform) EnqueueBatch(ctx context.Context, jobs []*Job) error {
+	return p.enqueue(ctx, jobs)
+}
+
+func (p *Platform) enqueueJobs(ctx context.Context, jobs []*Job) error {
+	now := time.Now()
+	for _, j := range jobs {
+		if err := p.prepare(j, now); err != nil {
+			return err
+		}
+	}
+	if len(jobs) == 1 { // the common case, without grouping
+		return p.put(ctx, jobs[0].Queue, jobs, true)
+	}
+	byQueue := map[string][]*Job{}
+	var order []string
+	for _, j := range jobs {
+		if _, ok := byQueue[j.Queue]; !ok {
+			order = append(order, j.Queue)
+		}
+		byQueue[j.Queue] = append(byQueue[j.Queue], j)
+	}
+	for _, q := range order {
+		if err := p.put(ctx, q, byQueue[q], true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepare validates a new job and fills in its defaults.
+func (p *Platform) prepare(j *Job, now time.Time) error {
+	if j == nil {
+		return fmt.Errorf("%w: job is nil", ErrInvalidJob)
+	}
+	if j.Type == "" {
+		return fmt.Errorf("%w: job %q has no Type", ErrInvalidJob, j.ID)
+	}
+	if j.Queue == "" {
+		j.Queue = DefaultQueue
+	}
+	if err := validQueue(j.Queue); err != nil {
+		return err
+	}
+	for k := range j.Headers {
+		if k == "" {
+			return fmt.Errorf("%w: job of type %q has a header with an empty key", ErrInvalidJob, j.Type)
+		}
+	}
+	if !j.Deadline.IsZero() && !j.NotBefore.IsZero() && !j.Deadline.After(j.NotBefore) {
+		return fmt.Errorf("%w: job of type %q has Deadline %v not after NotBefore %v", ErrInvalidJob, j.Type, j.Deadline, j.NotBefore)
+	}
+	if err := j.Policy.validate(fmt.Sprintf("job of type %q: Policy", j.Type)); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	}
+	if j.ID == "" {
+		j.ID = newID(now)
+	}
+	if j.EnqueuedAt.IsZero() {
+		j.EnqueuedAt = now
+	}
+	j.TryCount, j.Failures, j.Crashes = 0, 0, 0
+	return nil
+}
+
+// put encodes jobs of one queue and stores them. check reports the payload
+// limit as ErrPayloadTooLarge (for new jobs; copies were checked already).
+func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check bool) error {
+	if err := p.declare(ctx, queue); err != nil {
+		return err
+	}
+	msgs := make([]driver.Message, len(jobs))
+	for i, j := range jobs {
+		msgs[i] = p.message(j)
+		if check && p.caps.MaxBody > 0 && len(msgs[i].Body) > p.caps.MaxBody {
+			return fmt.Errorf("%w: job %s of type %q encodes to %d bytes (payload %d); the backend carries at most %d",
+				ErrPayloadTooLarge, j.ID, j.Type, len(msgs[i].Body), len(j.Payload), p.caps.MaxBody)
+		}
+	}
+	if err := p.backend.Enqueue(ctx, queue, msgs); err != nil {
+		if errors.Is(err, driver.ErrTooLarge) {
+			return fmt.Errorf("%w: queue %q: %w", ErrPayloadTooLarge, queue, err)
+		}
+		return fmt.Errorf("asyncplatform: enqueue to queue %q: %w", queue, err)
+	}
+	return nil
+}
+
+// message encodes a job as the backend message of its current copy.
+func (p *Platform) message(j *Job) driver.Message {
+	id := j.ID
+	if j.copyNo > 0 {
+		id = j.ID + "." + strconv.FormatUint(j.copyNo, 10)
+	}
+	return driver.Message{ID: id, Body: encodeJob(j), NotBefore: j.NotBefore}
+}
+
+func (p *Platform) declare(ctx context.Context, queue string) error {
+	if _, ok := p.declared.Load(queue); ok {
+		return nil
+	}
+	if err := p.backend.Declare(ctx, queue); err != nil {
+		return fmt.Errorf("asyncplatform: declaring queue %q: %w", queue, err)
+	}
+	p.declared.Store(queue, struct{}{})
+	return nil
+}
+
+// Start declares the configured queues (failing with a clear error when the
+// broker is unreachable or a queue is declared with incompatible arguments)
+// and starts working them. ctx bounds the start-up only; Stop ends the work.
+func (p *Platform) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.stopped:
+		return fmt.Errorf("asyncplatform: Start after Stop: %w", ErrClosed)
+	case p.started:
+		return errors.New("asyncplatform: Start called twice")
+	}
+	if pinger, ok := p.backend.(driver.Pinger); ok {
+		if err := pinger.Ping(ctx); err != nil {
+			return fmt.Errorf("asyncplatform: start: the broker is unreachable: %w", err)
+		}
+	}
+	for name := range p.cfg.Queues {
+		if err := p.declare(ctx, name); err != nil {
+			return fmt.Errorf("asyncplatform: start: %w", err)
+		}
+	}
+	p.started = true
+	p.stopDone = make(chan struct{})
+
+	fetchCtx, fetchCancel := context.WithCancel(context.Background())
+	p.fetchCancel = fetchCancel
+	p.workCtx, p.workCancel = context.WithCancelCause(context.Background())
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	p.bgCancel = bgCancel
+
+	for name, qc := range p.cfg.Queues {
+		q := newQueueRunner(p, name, qc)
+		p.queues = append(p.queues, q)
+		p.fetchers.Add(1)
+		go func() {
+			defer p.fetchers.Done()
+			q.fetch(fetchCtx)
+		}()
+		for range qc.Concurrency {
+			p.workers.Add(1)
+			go func() {
+				defer p.workers.Done()
+				q.work()
+			}()
+		}
+	}
+	go func() {
+		p.workers.Wait()
+		close(p.stopDone)
+	}()
+	p.background.Add(2)
+	go func() {
+		defer p.background.Done()
+		p.keepLeases(bgCtx)
+	}()
+	go func() {
+		defer p.background.Done()
+		p.health.loop(bgCtx, p.cfg.HealthInterval, p.log)
+	}()
+	p.log.InfoContext(ctx, "asyncplatform: started", "queues", len(p.queues), "worker", p.cfg.WorkerName)
+	return nil
+}
+
+// Stop shuts down gracefully: it stops taking jobs, hands back at once the
+// jobs claimed ahead but not started, and lets running handlers finish until
+// ctx ends. Then it cancels the handlers still running and hands their jobs
+// back uncounted: nothing is lost and no try is spent. It returns ctx.Err()
+// in that case. A handler that ignores its context keeps running in the
+// background until it returns; its result is discarded.
+//
+// Stop does not close the backend. Calling Stop again returns nil.
+func (p *Platform) Stop(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.started || p.stopped {
+		p.stopped = true
+		p.mu.Unlock()
+		return nil
+	}
+	p.stopped = true
+	p.mu.Unlock()
+
+	p.stopping.Store(true)
+	p.fetchCancel()
+	p.fetchers.Wait() // each fetcher closes its work channel on return
+	var err error
+	select {
+	case <-p.stopDone:
+	case <-ctx.Done():
+		err = ctx.Err()
+		p.workCancel(errShutdown)
+		for _, q := range p.queues {
+			for _, f := range q.snapshot() {
+				p.handBack(f)
+			}
+		}
+	}
+	p.bgCancel()
+	p.background.Wait()
+	p.log.InfoContext(ctx, "asyncplatform: stopped", "worker", p.cfg.WorkerName)
+	return err
+}
+
+// Stats returns the depths of a queue.
+func (p *Platform) Stats(ctx context.Context, queue string) (QueueStats, error) {
+	if err := validQueue(queue); err != nil {
+		return QueueStats{}, err
+	}
+	s, err := p.backend.Stats(ctx, queue)
+	if err != nil {
+		return QueueStats{}, fmt.Errorf("asyncplatform: stats of queue %q: %w", queue, err)
+	}
+	return QueueStats(s), nil
+}
+
+// Healthy reports whether every health check passed on its last run.
+func (p *Platform) Healthy() bool { return p.health.ok() }
+
+// Health returns the last result of each health check: nil for a pass.
+func (p *Platform) Health() map[string]error { return p.health.results() }
+
+// CheckHealth runs the health checks now and reports whether all pass.
+func (p *Platform) CheckHealth(ctx context.Context) bool { return p.health.run(ctx, p.log) }

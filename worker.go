@@ -1,0 +1,445 @@
+package asyncplatform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// queueRunner works one queue: a fetcher claims up to Concurrency+Prefetch
+// jobs and Concurrency workers run them.
+type queueRunner struct {
+	p      *Platform
+	name   string
+	policy Policy
+	max    int
+	slots  chan struct{} // one token per free claim slot
+	jobs   chan *inflight
+
+	mu   sync.Mutex
+	held map[*inflight]struct{} // claimed and not yet released
+}
+
+// inflight is one delivery held by this platform.
+type inflight struct {
+	d *driver.Delivery
+
+	mu      sync.Mutex // serialises backend calls on d
+	renewed time.Time  // when the lease was last started or extended
+	cancel  context.CancelFunc
+	done    bool // settled (or given up): no more backend calls on d
+	lost    bool // the lease was lost while held
+}
+
+func newQueueRunner(p *Platform, name string, qc QueueConfig) *queueRunner {
+	q := &queueRunner{
+		p:      p,
+		name:   name,
+		policy: qc.Policy,
+		max:    qc.Concurrency + *qc.Prefetch,
+		held:   map[*inflight]struct{}{},
+	}
+	q.slots = make(chan struct{}, q.max)
+	for range q.max {
+		q.slots <- struct{}{}
+	}
+	q.jobs = make(chan *inflight, q.max)
+	return q
+}
+
+// fetch claims jobs while there are free slots, until ctx ends; then it
+// closes the work channel.
+func (q *queueRunner) fetch(ctx context.Context) {
+	defer close(q.jobs)
+	p := q.p
+	retry := 50 * time.Millisecond
+	for {
+		if !p.health.wait(ctx) {
+			return
+		}
+		select {
+		case <-q.slots:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+	more:
+		for n < q.max {
+			select {
+			case <-q.slots:
+				n++
+			default:
+				break more
+			}
+		}
+		ds, err := p.backend.Receive(ctx, q.name, n, p.cfg.Lease)
+		for range n - len(ds) {
+			q.slots <- struct{}{}
+		}
+		now := time.Now()
+		for _, d := range ds {
+			f := &inflight{d: d, renewed: now}
+			q.mu.Lock()
+			q.held[f] = struct{}{}
+			q.mu.Unlock()
+			q.jobs <- f
+		}
+		switch {
+		case err == nil:
+			retry = 50 * time.Millisecond
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, driver.ErrClosed):
+			p.log.Error("asyncplatform: backend closed; this queue stops taking jobs", "queue", q.name, "error", err)
+			return
+		default:
+			p.log.Warn("asyncplatform: receive failed; retrying", "queue", q.name, "error", err, "in", retry)
+			select {
+			case <-time.After(retry):
+			case <-ctx.Done():
+				return
+			}
+			retry = min(retry*2, 5*time.Second)
+		}
+	}
+}
+
+func (q *queueRunner) work() {
+	for f := range q.jobs {
+		q.p.process(q, f)
+		q.mu.Lock()
+		delete(q.held, f)
+		q.mu.Unlock()
+		q.slots <- struct{}{}
+	}
+}
+
+func (q *queueRunner) snapshot() []*inflight {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	fs := make([]*inflight, 0, len(q.held))
+	for f := range q.held {
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+// decodeDelivery decodes a delivery's job and adds the crashes its earlier
+// deliveries imply (see driver: every outcome but Ack writes a new copy, so
+// each earlier delivery of this copy ended with no outcome).
+func decodeDelivery(d *driver.Delivery, j *Job) error {
+	if err := decodeJob(d.Body, j); err != nil {
+		return err
+	}
+	j.Queue = d.Queue
+	if d.Deliveries > 1 {
+		j.Crashes += d.Deliveries - 1
+	}
+	j.TryCount = j.Failures + j.Crashes
+	return nil
+}
+
+// process decides and reports the outcome of one delivery.
+func (p *Platform) process(q *queueRunner, f *inflight) {
+	j := new(Job)
+	if err := decodeDelivery(f.d, j); err != nil {
+		p.deadRaw(f, err)
+		return
+	}
+	if p.stopping.Load() {
+		p.handBack(f)
+		return
+	}
+	h := (*p.handlers.Load())[j.Type]
+	pol := j.Policy
+	if h != nil {
+		pol = pol.merge(h.policy)
+	}
+	r := pol.merge(q.policy).merge(p.cfg.Policy).resolve()
+	now := time.Now()
+
+	switch {
+	case !j.Deadline.IsZero() && !now.Before(j.Deadline):
+		p.dead(f, j, ReasonExpired, fmt.Sprintf("deadline %s passed before the job could run", j.Deadline.Format(time.RFC3339Nano)), nil)
+		return
+	case j.Crashes > r.poisonLimit:
+		p.dead(f, j, ReasonPoisoned, fmt.Sprintf("the job's worker crashed or lost it %d times; the poison limit is %d", j.Crashes, r.poisonLimit), nil)
+		return
+	case h == nil:
+		if j.unhandled < *p.cfg.UnhandledRetries {
+			j.unhandled++
+			p.log.Debug("asyncplatform: no handler; requeued", "queue", j.Queue, "id", j.ID, "type", j.Type, "requeues", j.unhandled)
+			p.requeue(f, j, now.Add(p.cfg.UnhandledDelay))
+			return
+		}
+		p.dead(f, j, ReasonUnhandled, fmt.Sprintf("no handler registered for job type %q after %d requeues", j.Type, j.unhandled), nil)
+		return
+	}
+
+	j.TryCount++ // this attempt
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if r.timeout > 0 {
+		ctx, cancel = context.WithTimeout(p.workCtx, r.timeout)
+	} else {
+		ctx, cancel = context.WithCancel(p.workCtx)
+	}
+	f.mu.Lock()
+	f.cancel = cancel
+	f.mu.Unlock()
+	p.log.Debug("asyncplatform: attempt", "queue", j.Queue, "id", j.ID, "type", j.Type, "try", j.TryCount)
+	start := time.Now()
+	herr := call(ctx, h.h, j)
+	a := Attempt{Job: j, Err: herr, Duration: time.Since(start)}
+	timedOut := herr != nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
+	cancel()
+
+	var rej *RejectError
+	var serr error
+	switch {
+	case herr == nil:
+		a.Outcome = OutcomeSucceeded
+		serr = p.settle(f, func(ctx context.Context) error { return p.backend.Ack(ctx, f.d) })
+	case p.workCtx.Err() != nil:
+		a.Outcome = OutcomeHandedBack
+		serr = p.handBack(f)
+	case errors.As(herr, &rej):
+		delay := rej.Delay
+		if delay <= 0 {
+			delay = p.cfg.RejectDelay
+		}
+		a.Outcome, a.RetryAt = OutcomeRejected, time.Now().Add(delay)
+		serr = p.requeue(f, j, a.RetryAt)
+		p.health.recheck()
+	default:
+		text := herr.Error()
+		if timedOut {
+			text = fmt.Sprintf("timed out after %v: %s", r.timeout, text)
+		}
+		j.Failures++
+		j.Errors = appendHistory(j.Errors, fmt.Sprintf("try %d at %s: %s", j.TryCount, start.UTC().Format(time.RFC3339), firstLine(text)), p.cfg.ErrorHistory)
+		var pe *PanicError
+		if errors.As(herr, &pe) {
+			text += "\n" + string(pe.Stack)
+		}
+		var inv *InvalidError
+		var perm *PermanentError
+		switch {
+		case errors.As(herr, &inv):
+			a.Reason = ReasonInvalid
+		case errors.As(herr, &perm):
+			a.Reason = ReasonPermanent
+		case j.Failures > r.retryLimit:
+			a.Reason = ReasonRetriesExceeded
+		default:
+			a.Outcome, a.RetryAt = OutcomeRetried, time.Now().Add(backoff(r, j.Failures))
+			serr = p.requeue(f, j, a.RetryAt)
+		}
+		if a.Reason != "" {
+			a.Outcome = OutcomeDeadLettered
+			serr = p.dead(f, j, a.Reason, text, nil)
+		}
+	}
+	if errors.Is(serr, driver.ErrLeaseLost) {
+		a.Outcome = OutcomeLeaseLost
+	}
+	if hook := p.cfg.Hooks.AfterAttempt; hook != nil {
+		hook(context.Background(), a)
+	}
+}
+
+// call runs the handler, turning a panic into a *PanicError.
+func call(ctx context.Context, h Handler, j *Job) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h(ctx, j)
+}
+
+var errSettled = errors.New("delivery already settled")
+
+// settle reports an outcome for the delivery, once.
+func (p *Platform) settle(f *inflight, fn func(ctx context.Context) error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done {
+		return errSettled
+	}
+	f.done = true
+	if f.lost {
+		return driver.ErrLeaseLost
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.SettleTimeout)
+	defer cancel()
+	err := fn(ctx)
+	switch {
+	case err == nil:
+	case errors.Is(err, driver.ErrLeaseLost):
+		p.log.Warn("asyncplatform: lease lost before the outcome was reported; the job will be delivered again", "queue", f.d.Queue, "error", err)
+	default:
+		p.log.Error("asyncplatform: reporting an outcome failed; the job will come back after its lease", "queue", f.d.Queue, "error", err)
+	}
+	return err
+}
+
+// requeue replaces the delivery with the next copy of j, due at at.
+func (p *Platform) requeue(f *inflight, j *Job, at time.Time) error {
+	j.copyNo++
+	j.NotBefore = time.Time{}
+	if at.After(time.Now()) {
+		j.NotBefore = at
+	}
+	msg := p.message(j)
+	return p.settle(f, func(ctx context.Context) error { return p.backend.Requeue(ctx, f.d, msg) })
+}
+
+// handBack returns a delivery uncounted, for shutdown.
+func (p *Platform) handBack(f *inflight) error {
+	var j Job
+	if err := decodeDelivery(f.d, &j); err != nil {
+		return err // not a job: it comes back after its lease and is dead-lettered then
+	}
+	err := p.requeue(f, &j, time.Time{})
+	if err == nil {
+		p.log.Debug("asyncplatform: handed back at shutdown", "queue", j.Queue, "id", j.ID, "type", j.Type)
+	}
+	return err
+}
+
+// dead dead-letters the delivery as j, or as raw bytes when raw is non-nil.
+func (p *Platform) dead(f *inflight, j *Job, reason Reason, text string, raw []byte) error {
+	j.TryCount = j.Failures + j.Crashes
+	dl := DeadLetter{Job: *j, Queue: f.d.Queue, Reason: reason, Error: text, DeadAt: time.Now(), Worker: p.cfg.WorkerName, Raw: raw}
+	rec := driver.DeadMessage{ID: j.ID, Body: encodeDead(&dl)}
+	err := p.settle(f, func(ctx context.Context) error { return p.backend.DeadLetter(ctx, f.d, rec) })
+	if err != nil {
+		return err
+	}
+	p.log.Warn("asyncplatform: dead-lettered", "queue", dl.Queue, "id", j.ID, "type", j.Type, "reason", reason, "tries", j.TryCount, "error", firstLine(text))
+	if hook := p.cfg.Hooks.OnDeadLetter; hook != nil {
+		hook(context.Background(), dl)
+	}
+	return nil
+}
+
+// deadRaw dead-letters a message that is not a job, keeping its bytes.
+func (p *Platform) deadRaw(f *inflight, cause error) {
+	j := &Job{ID: newID(time.Now()), Queue: f.d.Queue}
+	raw := append([]byte{}, f.d.Body...)
+	p.dead(f, j, ReasonInvalid, "the message is not an asyncplatform job: "+cause.Error(), raw)
+}
+
+// keepLeases extends the lease of every held delivery whose lease is more than
+// a third spent, until ctx ends.
+func (p *Platform) keepLeases(ctx context.Context) {
+	every := p.cfg.Lease / 3
+	t := time.NewTicker(max(every/2, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			for _, q := range p.queues {
+				for _, f := range q.snapshot() {
+					p.extend(f, now, every)
+				}
+			}
+		}
+	}
+}
+
+func (p *Platform) extend(f *inflight, now time.Time, every time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done || f.lost || now.Sub(f.renewed) < every {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), every)
+	defer cancel()
+	err := p.backend.Extend(ctx, f.d, p.cfg.Lease)
+	switch {
+	case err == nil:
+		f.renewed = now
+	case errors.Is(err, driver.ErrLeaseLost):
+		f.lost = true
+		if f.cancel != nil {
+			f.cancel()
+		}
+		p.log.Warn("asyncplatform: lease lost; the handler is cancelled and the job will be delivered again", "queue", f.d.Queue, "error", err)
+	default:
+		p.log.Warn("asyncplatform: extending a lease failed; will retry", "queue", f.d.Queue, "error", err)
+	}
+}
+
+// backoff is exponential with full jitter: uniform in [0, min(cap, base·2^(n-1))].
+func backoff(r resolved, failures int) time.Duration {
+	d := r.backoffBase
+	for i := 1; i < failures && d < r.backoffCap; i++ {
+		d *= 2
+	}
+	d = min(d, r.backoffCap)
+	if d <= 0 {
+		return 0
+	}
+	return rand.N(d + 1)
+}
+
+func appendHistory(h []string, line string, limit int) []string {
+	if len(line) > 1024 {
+		line = line[:1024] + "…"
+	}
+	keep := h
+	if len(keep) >= limit {
+		keep = keep[len(keep)-limit+1:]
+	}
+	out := make([]string, len(keep), len(keep)+1)
+	copy(out, keep)
+	return append(out, line)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// newID returns a UUIDv7: time-ordered, with 74 random bits.
+func newID(now time.Time) string {
+	var b [16]byte
+	ms := uint64(now.UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (40 - 8*i))
+	}
+	r1, r2 := rand.Uint64(), rand.Uint64()
+	for i := range 2 {
+		b[6+i] = byte(r1 >> (8 * i))
+	}
+	for i := range 8 {
+		b[8+i] = byte(r2 >> (8 * i))
+	}
+	b[6] = b[6]&0x0f | 0x70
+	b[8] = b[8]&0x3f | 0x80
+	const hexdigits = "0123456789abcdef"
+	var s [36]byte
+	j := 0
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			s[j] = '-'
+			j++
+		}
+		s[j], s[j+1] = hexdigits[c>>4], hexdigits[c&0xf]
+		j += 2
+	}
+	return string(s[:])
+}
