@@ -1,0 +1,211 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// deadHandle is a DeadDelivery's receipt: the queue and the hold token.
+type deadHandle struct {
+	queue, token string
+}
+
+// encodeDead frames a record as "<len(id)>:<id><body>", so scripts can find
+// the ID without knowing anything of the body.
+func encodeDead(rec driver.DeadMessage) string {
+	var sb strings.Builder
+	sb.Grow(len(rec.ID) + len(rec.Body) + 8)
+	sb.WriteString(strconv.Itoa(len(rec.ID)))
+	sb.WriteByte(':')
+	sb.WriteString(rec.ID)
+	sb.Write(rec.Body)
+	return sb.String()
+}
+
+func decodeDead(s string) (driver.DeadMessage, error) {
+	c := strings.IndexByte(s, ':')
+	if c < 0 {
+		return driver.DeadMessage{}, errors.New("dead record without an ID frame")
+	}
+	n, err := strconv.Atoi(s[:c])
+	if err != nil || n < 0 || c+1+n > len(s) {
+		return driver.DeadMessage{}, fmt.Errorf("dead record with a bad ID frame %q", s[:c])
+	}
+	return driver.DeadMessage{ID: s[c+1 : c+1+n], Body: []byte(s[c+1+n:])}, nil
+}
+
+// NextDead pops the oldest dead letter into a hold under a new token. The
+// Backend renews the hold until SettleDead or Close; a vanished holder's
+// record goes back to the head of the list DeadHold after its last renewal.
+func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDelivery, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return nil, err
+	}
+	tok := b.token()
+	// Register the hold before it exists, so a renewal never misses it.
+	b.mu.Lock()
+	b.holds[tok] = queue
+	b.mu.Unlock()
+	s, err := nextDeadScript.Run(ctx, b.rdb, b.keys(queue), tok, b.cfg.DeadHold.Milliseconds()).Text()
+	if err != nil {
+		b.mu.Lock()
+		delete(b.holds, tok)
+		b.mu.Unlock()
+		if errors.Is(err, goredis.Nil) {
+			return nil, driver.ErrNoDeadLetters
+		}
+		return nil, fmt.Errorf("redis: next dead letter of %q: %w", queue, err)
+	}
+	rec, err := decodeDead(s)
+	if err != nil {
+		// Not ours to judge: hand it out as it is, under no ID.
+		rec = driver.DeadMessage{Body: []byte(s)}
+	}
+	return &driver.DeadDelivery{DeadMessage: rec, Handle: deadHandle{queue: queue, token: tok}}, nil
+}
+
+// SettleDead drops the held record (remove) or puts it back at the head.
+func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove bool) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	if d == nil {
+		return errors.New("redis: settle dead letter: nil delivery")
+	}
+	h, ok := d.Handle.(deadHandle)
+	if !ok {
+		return fmt.Errorf("redis: settle dead letter: handle %T is not from this backend", d.Handle)
+	}
+	flag := "0"
+	if remove {
+		flag = "1"
+	}
+	n, err := settleDeadScript.Run(ctx, b.rdb, b.keys(h.queue), h.token, flag).Int()
+	if err != nil {
+		return fmt.Errorf("redis: settle dead letter of %q: %w", h.queue, err)
+	}
+	b.mu.Lock()
+	delete(b.holds, h.token)
+	b.mu.Unlock()
+	if n == 0 {
+		return fmt.Errorf("redis: settle dead letter of %q: %w", h.queue, driver.ErrLeaseLost)
+	}
+	return nil
+}
+
+// keepHolds renews this Backend's dead-letter holds every DeadHold/3.
+func (b *Backend) keepHolds() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.cfg.DeadHold / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		byQueue := make(map[string][]any)
+		for tok, q := range b.holds {
+			byQueue[q] = append(byQueue[q], tok)
+		}
+		b.mu.Unlock()
+		for q, toks := range byQueue {
+			args := append([]any{b.cfg.DeadHold.Milliseconds()}, toks...)
+			if err := extendDeadScript.Run(b.ctx, b.rdb, b.keys(q), args...).Err(); err != nil && b.ctx.Err() == nil {
+				b.log.Warn("redis: renew dead-letter holds", "queue", q, "err", err)
+			}
+		}
+	}
+}
+
+// ListDead returns a page of the dead list by LRANGE; the cursor is the index
+// of the page's first record. Records held by NextDead are not in the list.
+// Concurrent pops shift the indexes, so a page may repeat or skip a record
+// then.
+func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int) ([]driver.DeadMessage, string, error) {
+	if b.closed.Load() {
+		return nil, "", driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return nil, "", err
+	}
+	if limit < 1 {
+		return nil, "", fmt.Errorf("redis: list dead letters of %q: limit %d must be at least 1", queue, limit)
+	}
+	var start int64
+	if cursor != "" {
+		var err error
+		start, err = strconv.ParseInt(cursor, 10, 64)
+		if err != nil || start < 0 {
+			return nil, "", fmt.Errorf("redis: list dead letters of %q: bad cursor %q", queue, cursor)
+		}
+	}
+	// One more than asked tells whether there is a next page.
+	vals, err := b.rdb.LRange(ctx, b.keys(queue)[keyDead], start, start+int64(limit)).Result()
+	if err != nil {
+		return nil, "", fmt.Errorf("redis: list dead letters of %q: %w", queue, err)
+	}
+	next := ""
+	if len(vals) > limit {
+		vals = vals[:limit]
+		next = strconv.FormatInt(start+int64(limit), 10)
+	}
+	recs := make([]driver.DeadMessage, 0, len(vals))
+	for _, v := range vals {
+		rec, err := decodeDead(v)
+		if err != nil {
+			rec = driver.DeadMessage{Body: []byte(v)}
+		}
+		recs = append(recs, rec)
+	}
+	return recs, next, nil
+}
+
+// DeleteDead removes the unheld records whose ID is among ids.
+func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (int, error) {
+	if b.closed.Load() {
+		return 0, driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	n, err := deleteDeadScript.Run(ctx, b.rdb, b.keys(queue), args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("redis: delete dead letters of %q: %w", queue, err)
+	}
+	return n, nil
+}
+
+// PurgeDead removes every dead record of the queue, held ones included.
+func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
+	if b.closed.Load() {
+		return 0, driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return 0, err
+	}
+	n, err := purgeDeadScript.Run(ctx, b.rdb, b.keys(queue)).Int()
+	if err != nil {
+		return 0, fmt.Errorf("redis: purge dead letters of %q: %w", queue, err)
+	}
+	return n, nil
+}

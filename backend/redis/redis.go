@@ -1,0 +1,437 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// Defaults of Config.
+const (
+	DefaultPrefix   = "asyncplatform"
+	DefaultDeadHold = 30 * time.Second
+	DefaultIdleWait = time.Second
+)
+
+// MinLease is the shortest lease the backend honours (Capabilities.MinLease).
+const MinLease = 50 * time.Millisecond
+
+var _ driver.Backend = (*Backend)(nil)
+var _ driver.QueueDeleter = (*Backend)(nil)
+var _ driver.Pinger = (*Backend)(nil)
+
+// Config configures a Backend.
+type Config struct {
+	// Client is the connection to Redis: a *goredis.Client, a failover
+	// (Sentinel) client or a *goredis.ClusterClient. The Backend never closes
+	// it. Required; there is no default.
+	Client goredis.UniversalClient
+
+	// Prefix starts every key the backend writes, so several platforms can
+	// share one Redis. It must not contain '{' or '}'. Defaults to
+	// DefaultPrefix ("asyncplatform").
+	Prefix string
+
+	// DeadHold is how long a dead letter handed out by NextDead stays hidden
+	// after its holder vanishes. While the Backend lives it renews its holds
+	// every DeadHold/3, so a slow holder keeps its record. Defaults to
+	// DefaultDeadHold (30s).
+	DeadHold time.Duration
+
+	// IdleWait is the longest an idle Receive waits for a wake-up signal
+	// before it looks at the queue again (a safety net: signals and the
+	// timers for scheduled jobs and lease deadlines normally wake it
+	// first). Defaults to DefaultIdleWait (1s).
+	IdleWait time.Duration
+
+	// MaxBody is the largest message body Enqueue accepts, in bytes; zero
+	// means no limit of ours (Redis's own proto-max-bulk-len, 512 MB by
+	// default, still applies). Defaults to 0.
+	MaxBody int
+
+	// Logger receives the backend's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.DeadHold == 0 {
+		c.DeadHold = DefaultDeadHold
+	}
+	if c.IdleWait == 0 {
+		c.IdleWait = DefaultIdleWait
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Client == nil:
+		return errors.New("redis: Config.Client is required")
+	case strings.ContainsAny(c.Prefix, "{}"):
+		return fmt.Errorf("redis: Config.Prefix %q must not contain '{' or '}'", c.Prefix)
+	case c.DeadHold < 3*time.Millisecond:
+		return fmt.Errorf("redis: Config.DeadHold %v must be at least 3ms", c.DeadHold)
+	case c.IdleWait < time.Millisecond:
+		return fmt.Errorf("redis: Config.IdleWait %v must be at least 1ms", c.IdleWait)
+	case c.MaxBody < 0:
+		return fmt.Errorf("redis: Config.MaxBody %d must not be negative", c.MaxBody)
+	}
+	return nil
+}
+
+// Backend is a driver.Backend on Redis. Create one with New.
+type Backend struct {
+	cfg    Config
+	rdb    goredis.UniversalClient
+	log    *slog.Logger
+	tokens string        // random per Backend; lease and hold tokens start with it
+	seq    atomic.Uint64 // makes tokens unique within this Backend
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	once   sync.Once
+
+	mu      sync.Mutex
+	waiters map[string]*waiter
+	holds   map[string]string // NextDead token -> queue, renewed by keepHolds
+}
+
+// handle is a Delivery's receipt: the stored copy's id and its lease token.
+type handle struct {
+	id, token string
+}
+
+// New returns a Backend over cfg.Client. It does not contact Redis; Declare
+// and Ping do.
+func New(cfg Config) (*Backend, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, fmt.Errorf("redis: token seed: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Backend{
+		cfg:     cfg,
+		rdb:     cfg.Client,
+		log:     cfg.Logger,
+		tokens:  hex.EncodeToString(rnd[:]),
+		ctx:     ctx,
+		cancel:  cancel,
+		waiters: make(map[string]*waiter),
+		holds:   make(map[string]string),
+	}
+	b.wg.Add(1)
+	go b.keepHolds()
+	return b, nil
+}
+
+// keys returns the keys of one queue, in the order the scripts expect.
+func (b *Backend) keys(queue string) []string {
+	tag := "{" + b.cfg.Prefix + ":" + queue + "}:"
+	return []string{
+		tag + "ready", tag + "sched", tag + "inflight", tag + "body",
+		tag + "count", tag + "lease", tag + "signal", tag + "seq",
+		tag + "dead", tag + "held", tag + "heldrec",
+	}
+}
+
+const (
+	keySignal = 6
+	keyDead   = 8
+)
+
+func (b *Backend) token() string {
+	return b.tokens + "-" + strconv.FormatUint(b.seq.Add(1), 36) + "-"
+}
+
+func checkQueue(queue string) error {
+	if queue == "" || len(queue) > 100 {
+		return fmt.Errorf("redis: queue name %q must be 1 to 100 bytes", queue)
+	}
+	for _, r := range queue {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
+		if !ok {
+			return fmt.Errorf("redis: queue name %q may hold only [A-Za-z0-9._-]", queue)
+		}
+	}
+	return nil
+}
+
+// Capabilities reports the backend's limits.
+func (b *Backend) Capabilities() driver.Capabilities {
+	return driver.Capabilities{MaxBody: b.cfg.MaxBody, MinLease: MinLease, RedeliversOnClose: false}
+}
+
+// Ping checks the connection to Redis.
+func (b *Backend) Ping(ctx context.Context) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	if err := b.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: ping: %w", err)
+	}
+	return nil
+}
+
+// Declare checks the queue name and that Redis answers. Keys are created on
+// first use, so there is nothing else to declare.
+func (b *Backend) Declare(ctx context.Context, queue string) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return err
+	}
+	if err := b.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: declare %q: %w", queue, err)
+	}
+	return nil
+}
+
+// Enqueue stores msgs in one script call.
+func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Message) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 2*len(msgs))
+	for i := range msgs {
+		if b.cfg.MaxBody > 0 && len(msgs[i].Body) > b.cfg.MaxBody {
+			return fmt.Errorf("redis: message %q is %d bytes, over %d: %w", msgs[i].ID, len(msgs[i].Body), b.cfg.MaxBody, driver.ErrTooLarge)
+		}
+		args = append(args, unixMs(msgs[i].NotBefore), msgs[i].Body)
+	}
+	if err := enqueueScript.Run(ctx, b.rdb, b.keys(queue), args...).Err(); err != nil {
+		return fmt.Errorf("redis: enqueue to %q: %w", queue, err)
+	}
+	return nil
+}
+
+func unixMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func leaseMs(d time.Duration) int64 {
+	return max(d.Milliseconds(), 1)
+}
+
+// Receive claims up to max messages. When the queue is empty it waits for a
+// wake-up signal (one BLPOP per queue and Backend, shared by every idle
+// Receive), for the next scheduled job or lease deadline, or IdleWait,
+// whichever comes first, and claims again.
+func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return nil, err
+	}
+	if max < 1 {
+		return nil, fmt.Errorf("redis: receive from %q: max %d must be at least 1", queue, max)
+	}
+	if lease <= 0 {
+		return nil, fmt.Errorf("redis: receive from %q: lease %v must be positive", queue, lease)
+	}
+	w := b.waiter(queue)
+	keys := b.keys(queue)
+	for {
+		// Take the wake channel before claiming, so a signal that arrives
+		// between an empty claim and the wait is not missed.
+		wake := w.current()
+		ds, wait, err := b.claim(ctx, queue, keys, max, lease)
+		if err != nil || len(ds) > 0 {
+			return ds, err
+		}
+		d := b.cfg.IdleWait
+		if wait >= 0 && wait < d {
+			d = wait
+		}
+		w.enter(b, keys[keySignal])
+		t := time.NewTimer(d)
+		select {
+		case <-wake:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-b.ctx.Done():
+		}
+		t.Stop()
+		w.leave()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if b.closed.Load() {
+			return nil, driver.ErrClosed
+		}
+	}
+}
+
+func (b *Backend) claim(ctx context.Context, queue string, keys []string, max int, lease time.Duration) ([]*driver.Delivery, time.Duration, error) {
+	res, err := claimScript.Run(ctx, b.rdb, keys, max, leaseMs(lease), b.token()).Slice()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
+		}
+		return nil, 0, fmt.Errorf("redis: receive from %q: %w", queue, err)
+	}
+	if len(res) < 1 || (len(res)-1)%4 != 0 {
+		return nil, 0, fmt.Errorf("redis: receive from %q: unexpected reply of %d items", queue, len(res))
+	}
+	wait, _ := res[0].(int64)
+	if len(res) == 1 {
+		return nil, time.Duration(wait) * time.Millisecond, nil
+	}
+	ds := make([]*driver.Delivery, 0, (len(res)-1)/4)
+	for i := 1; i < len(res); i += 4 {
+		id, _ := res[i].(string)
+		n, _ := res[i+1].(int64)
+		tok, _ := res[i+2].(string)
+		body, _ := res[i+3].(string)
+		ds = append(ds, &driver.Delivery{
+			Queue:      queue,
+			Body:       []byte(body),
+			Deliveries: int(n),
+			Handle:     handle{id: id, token: tok},
+		})
+	}
+	return ds, 0, nil
+}
+
+// settle runs one of the token-checked scripts for d.
+func (b *Backend) settle(ctx context.Context, what string, s *goredis.Script, d *driver.Delivery, args ...any) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	if d == nil {
+		return fmt.Errorf("redis: %s: nil delivery", what)
+	}
+	h, ok := d.Handle.(handle)
+	if !ok {
+		return fmt.Errorf("redis: %s: delivery handle %T is not from this backend", what, d.Handle)
+	}
+	args = append([]any{h.id, h.token}, args...)
+	n, err := s.Run(ctx, b.rdb, b.keys(d.Queue), args...).Int()
+	if err != nil {
+		return fmt.Errorf("redis: %s on %q: %w", what, d.Queue, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("redis: %s on %q: %w", what, d.Queue, driver.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Ack removes the delivered message.
+func (b *Backend) Ack(ctx context.Context, d *driver.Delivery) error {
+	return b.settle(ctx, "ack", ackScript, d)
+}
+
+// Extend renews the delivery's lease to lease from now (server time).
+func (b *Backend) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
+	if lease <= 0 {
+		return fmt.Errorf("redis: extend: lease %v must be positive", lease)
+	}
+	return b.settle(ctx, "extend", extendScript, d, leaseMs(lease))
+}
+
+// Requeue replaces the delivered message with msg in one script.
+func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Message) error {
+	if b.cfg.MaxBody > 0 && len(msg.Body) > b.cfg.MaxBody {
+		return fmt.Errorf("redis: requeue %q: %d bytes, over %d: %w", msg.ID, len(msg.Body), b.cfg.MaxBody, driver.ErrTooLarge)
+	}
+	return b.settle(ctx, "requeue", requeueScript, d, unixMs(msg.NotBefore), msg.Body)
+}
+
+// DeadLetter moves the delivered message to the dead list in one script.
+func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
+	return b.settle(ctx, "dead-letter", deadLetterScript, d, encodeDead(rec))
+}
+
+// DeleteQueue removes every key of the queue and its dead letters.
+func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return err
+	}
+	if err := b.rdb.Del(ctx, b.keys(queue)...).Err(); err != nil {
+		return fmt.Errorf("redis: delete queue %q: %w", queue, err)
+	}
+	return nil
+}
+
+// Stats returns the queue's depths. Expired leases and due scheduled jobs
+// count as ready.
+func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error) {
+	if b.closed.Load() {
+		return driver.Stats{}, driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return driver.Stats{}, err
+	}
+	v, err := statsScript.Run(ctx, b.rdb, b.keys(queue)).Int64Slice()
+	if err != nil {
+		return driver.Stats{}, fmt.Errorf("redis: stats of %q: %w", queue, err)
+	}
+	if len(v) != 4 {
+		return driver.Stats{}, fmt.Errorf("redis: stats of %q: unexpected reply of %d items", queue, len(v))
+	}
+	return driver.Stats{Ready: v[0], Scheduled: v[1], InFlight: v[2], Dead: v[3]}, nil
+}
+
+// Close stops the backend's goroutines and waits for them. Unsettled
+// deliveries are abandoned: they come back when their lease runs out. The
+// client is left open.
+func (b *Backend) Close() error {
+	b.once.Do(func() {
+		b.closed.Store(true)
+		b.cancel()
+		b.mu.Lock()
+		var signals []string
+		for q, w := range b.waiters {
+			if w.isRunning() {
+				signals = append(signals, b.keys(q)[keySignal])
+			}
+		}
+		b.mu.Unlock()
+		// Wake our own blocked BLPOPs (another process may take the
+		// token instead; then ours ends within IdleWait).
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		for _, s := range signals {
+			_ = b.rdb.LPush(ctx, s, "1").Err()
+		}
+		cancel()
+		b.wg.Wait()
+	})
+	return nil
+}

@@ -1,0 +1,93 @@
+package redis
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/asyncplatform/asyncplatform/conformance"
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/testenv"
+)
+
+// redisAddr is the shared Redis the tests use.
+func redisAddr() string { return testenv.Getenv("ASYNCPLATFORM_REDIS_ADDR", "127.0.0.1:6379") }
+
+// realRedis returns the address of the machine's Redis, or ends the test.
+func realRedis(t testing.TB) string {
+	t.Helper()
+	addr := redisAddr()
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		testenv.Unreachable(t, "Redis at "+addr, err)
+	}
+	return addr
+}
+
+// harness opens each backend on a client of its own, as a separate worker
+// process would, and closes the client when the backend closes.
+type harness struct {
+	addr   string
+	prefix string
+	mu     sync.Mutex
+	opened []*goredis.Client
+}
+
+// clientClosing closes its client after the Backend.
+type clientClosing struct {
+	*Backend
+	c *goredis.Client
+}
+
+func (b clientClosing) Close() error {
+	err := b.Backend.Close()
+	b.c.Close()
+	return err
+}
+
+func (h *harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
+	c := goredis.NewClient(&goredis.Options{Addr: h.addr})
+	b, err := New(Config{Client: c, Prefix: h.prefix, DeadHold: time.Second, IdleWait: 500 * time.Millisecond})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	h.mu.Lock()
+	h.opened = append(h.opened, c)
+	h.mu.Unlock()
+	return clientClosing{b, c}, nil
+}
+
+func (h *harness) Close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.opened {
+		c.Close()
+	}
+	h.opened = nil
+}
+
+func TestConformance(t *testing.T) {
+	t.Run("redis", func(t *testing.T) {
+		addr := realRedis(t)
+		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
+			return &harness{addr: addr, prefix: "apt"}, nil
+		}, conformance.Options{})
+	})
+	t.Run("miniredis", func(t *testing.T) {
+		// miniredis answers TIME with the wall clock unless SetTime is
+		// called, and this backend keeps time only through TIME (no key
+		// TTLs), so its clock needs no driving.
+		m := miniredis.RunT(t)
+		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
+			return &harness{addr: m.Addr(), prefix: "apt"}, nil
+		}, conformance.Options{})
+	})
+}

@@ -1,0 +1,271 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// Every state change is one of these scripts. Each one reads the server's
+// clock with TIME, so leases and schedules never depend on the clocks of the
+// worker machines. Times are Unix milliseconds.
+//
+// Key order, shared by all scripts that take the full set (see keys):
+//
+//	KEYS[1] ready     KEYS[2] sched    KEYS[3] inflight  KEYS[4] body
+//	KEYS[5] count     KEYS[6] lease    KEYS[7] signal    KEYS[8] seq
+//	KEYS[9] dead      KEYS[10] held    KEYS[11] heldrec
+const luaPrelude = `
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function ms(x)
+  return string.format('%d', x)
+end
+local function wake()
+  if redis.call('LLEN', KEYS[7]) == 0 then
+    redis.call('LPUSH', KEYS[7], '1')
+  end
+end
+-- held checks that ARGV[1] (a job id) is leased under token ARGV[2] and the
+-- lease has not run out.
+local function held(now)
+  if redis.call('HGET', KEYS[6], ARGV[1]) ~= ARGV[2] then
+    return false
+  end
+  local dl = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  if not dl or tonumber(dl) < now then
+    return false
+  end
+  return true
+end
+-- forget removes every trace of job ARGV[1] but its place in a list.
+local function forget()
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])
+  redis.call('HDEL', KEYS[5], ARGV[1])
+  redis.call('HDEL', KEYS[6], ARGV[1])
+end
+-- store writes a new copy with body b, due at nb (ms; 0 or past means now).
+local function store(now, nb, b)
+  local id = redis.call('INCR', KEYS[8])
+  redis.call('HSET', KEYS[4], id, b)
+  if nb > now then
+    redis.call('ZADD', KEYS[2], ms(nb), id)
+  else
+    redis.call('LPUSH', KEYS[1], id)
+  end
+end
+`
+
+// enqueueScript stores copies. ARGV: pairs of (not-before ms, body).
+var enqueueScript = goredis.NewScript(luaPrelude + `
+local now = now_ms()
+for i = 1, #ARGV, 2 do
+  store(now, tonumber(ARGV[i]), ARGV[i + 1])
+end
+wake()
+return #ARGV / 2
+`)
+
+// claimScript returns expired leases to ready, promotes due scheduled jobs,
+// then hands out up to ARGV[1] jobs under a lease of ARGV[2] ms with tokens
+// ARGV[3]..n, counting each delivery. It returns {wait, id, count, token,
+// body, ...}; wait is, when nothing was claimed, the milliseconds until the
+// next scheduled job or lease deadline (-1: none), and 0 otherwise.
+var claimScript = goredis.NewScript(luaPrelude + `
+local now = now_ms()
+local moved = false
+local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms(now - 1), 'LIMIT', 0, 1000)
+for _, id in ipairs(expired) do
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('HDEL', KEYS[6], id)
+  redis.call('LPUSH', KEYS[1], id)
+  moved = true
+end
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ms(now), 'LIMIT', 0, 1000)
+for _, id in ipairs(due) do
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('LPUSH', KEYS[1], id)
+  moved = true
+end
+local out = {0}
+local n = 0
+local max = tonumber(ARGV[1])
+local deadline = ms(now + tonumber(ARGV[2]))
+while n < max do
+  local id = redis.call('RPOP', KEYS[1])
+  if not id then break end
+  local body = redis.call('HGET', KEYS[4], id)
+  if body then
+    n = n + 1
+    local c = redis.call('HINCRBY', KEYS[5], id, 1)
+    local tok = ARGV[3] .. n
+    redis.call('HSET', KEYS[6], id, tok)
+    redis.call('ZADD', KEYS[3], deadline, id)
+    out[#out + 1] = id
+    out[#out + 1] = c
+    out[#out + 1] = tok
+    out[#out + 1] = body
+  end
+end
+if n > 0 or moved then
+  if redis.call('LLEN', KEYS[1]) > 0 then
+    wake()
+  end
+end
+if n == 0 then
+  local nextAt = -1
+  local s = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if s[2] then nextAt = tonumber(s[2]) end
+  local f = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if f[2] and (nextAt < 0 or tonumber(f[2]) < nextAt) then nextAt = tonumber(f[2]) end
+  if nextAt >= 0 then
+    local w = nextAt - now + 1
+    if w < 0 then w = 0 end
+    out[1] = w
+  else
+    out[1] = -1
+  end
+end
+return out
+`)
+
+// ackScript removes job ARGV[1] leased under token ARGV[2]. Returns 1, or 0
+// when the lease is lost.
+var ackScript = goredis.NewScript(luaPrelude + `
+local now = now_ms()
+if not held(now) then return 0 end
+forget()
+return 1
+`)
+
+// extendScript renews the lease of job ARGV[1] under token ARGV[2] to ARGV[3]
+// ms from now. Returns 1, or 0 when the lease is lost.
+var extendScript = goredis.NewScript(luaPrelude + `
+local now = now_ms()
+if not held(now) then return 0 end
+redis.call('ZADD', KEYS[3], 'XX', ms(now + tonumber(ARGV[3])), ARGV[1])
+return 1
+`)
+
+// requeueScript replaces job ARGV[1] leased under token ARGV[2] with a new
+// copy: body ARGV[4], due at ARGV[3] ms, delivery count zero. Returns 1, or 0
+// when the lease is lost.
+var requeueScript = goredis.NewScript(luaPrelude + `
+local now = now_ms()
+if not held(now) then return 0 end
+forget()
+store(now, tonumber(ARGV[3]), ARGV[4])
+wake()
+return 1
+`)
+
+// deadLetterScript removes job ARGV[1] leased under token ARGV[2] and appends
+// record ARGV[3] to the dead list. Returns 1, or 0 when the lease is lost.
+var deadLetterScript = goredis.NewScript(luaPrelude + `
+local now = now_ms()
+if not held(now) then return 0 end
+forget()
+redis.call('RPUSH', KEYS[9], ARGV[3])
+return 1
+`)
+
+// restoreHeld is the part of the dead-letter scripts that puts records whose
+// holder vanished back at the head of the dead list.
+const restoreHeld = `
+local function restore(now)
+  local ex = redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', ms(now - 1))
+  for i = #ex, 1, -1 do
+    local rec = redis.call('HGET', KEYS[11], ex[i])
+    redis.call('ZREM', KEYS[10], ex[i])
+    redis.call('HDEL', KEYS[11], ex[i])
+    if rec then redis.call('LPUSH', KEYS[9], rec) end
+  end
+end
+`
+
+// nextDeadScript restores expired holds, then pops the oldest record and
+// holds it under token ARGV[1] for ARGV[2] ms. Returns the record or nil.
+var nextDeadScript = goredis.NewScript(luaPrelude + restoreHeld + `
+local now = now_ms()
+restore(now)
+local rec = redis.call('LPOP', KEYS[9])
+if not rec then return false end
+redis.call('HSET', KEYS[11], ARGV[1], rec)
+redis.call('ZADD', KEYS[10], ms(now + tonumber(ARGV[2])), ARGV[1])
+return rec
+`)
+
+// settleDeadScript releases the record held under token ARGV[1]: ARGV[2] "1"
+// drops it, "0" puts it back at the head. Returns 1, or 0 when the hold was
+// lost (an expired hold is put back).
+var settleDeadScript = goredis.NewScript(luaPrelude + restoreHeld + `
+local now = now_ms()
+local rec = redis.call('HGET', KEYS[11], ARGV[1])
+local dl = redis.call('ZSCORE', KEYS[10], ARGV[1])
+if not rec or not dl then return 0 end
+redis.call('ZREM', KEYS[10], ARGV[1])
+redis.call('HDEL', KEYS[11], ARGV[1])
+if tonumber(dl) < now then
+  redis.call('LPUSH', KEYS[9], rec)
+  return 0
+end
+if ARGV[2] == '0' then
+  redis.call('LPUSH', KEYS[9], rec)
+end
+return 1
+`)
+
+// extendDeadScript renews the holds under tokens ARGV[2..] to ARGV[1] ms from
+// now, leaving holds that already ran out alone.
+var extendDeadScript = goredis.NewScript(luaPrelude + `
+local now = now_ms()
+local dl = ms(now + tonumber(ARGV[1]))
+for i = 2, #ARGV do
+  local s = redis.call('ZSCORE', KEYS[10], ARGV[i])
+  if s and tonumber(s) >= now then
+    redis.call('ZADD', KEYS[10], 'XX', dl, ARGV[i])
+  end
+end
+return 1
+`)
+
+// deleteDeadScript removes every unheld dead record whose job ID is among
+// ARGV and returns how many it removed.
+var deleteDeadScript = goredis.NewScript(luaPrelude + `
+local want = {}
+for i = 1, #ARGV do want[ARGV[i]] = true end
+local done = {}
+local removed = 0
+for _, rec in ipairs(redis.call('LRANGE', KEYS[9], 0, -1)) do
+  local c = string.find(rec, ':', 1, true)
+  if c then
+    local n = tonumber(string.sub(rec, 1, c - 1))
+    if n and want[string.sub(rec, c + 1, c + n)] and not done[rec] then
+      done[rec] = true
+      removed = removed + redis.call('LREM', KEYS[9], 0, rec)
+    end
+  end
+end
+return removed
+`)
+
+// purgeDeadScript removes every dead record, held ones included, and returns
+// how many it removed.
+var purgeDeadScript = goredis.NewScript(luaPrelude + `
+local n = redis.call('LLEN', KEYS[9]) + redis.call('ZCARD', KEYS[10])
+redis.call('DEL', KEYS[9], KEYS[10], KEYS[11])
+return n
+`)
+
+// statsScript returns {ready, scheduled, inflight, dead}, counting expired
+// leases and due scheduled jobs as ready.
+var statsScript = goredis.NewScript(luaPrelude + `
+local now = now_ms()
+local dueS = redis.call('ZCOUNT', KEYS[2], '-inf', ms(now))
+local lostF = redis.call('ZCOUNT', KEYS[3], '-inf', ms(now - 1))
+return {
+  redis.call('LLEN', KEYS[1]) + dueS + lostF,
+  redis.call('ZCARD', KEYS[2]) - dueS,
+  redis.call('ZCARD', KEYS[3]) - lostF,
+  redis.call('LLEN', KEYS[9]) + redis.call('ZCARD', KEYS[10]),
+}
+`)
