@@ -159,12 +159,13 @@ type Backend struct {
 
 	mu       sync.Mutex
 	closed   bool
-	conn     *amqp.Connection // nil while reconnecting
-	up       chan struct{}    // closed while conn is set
-	pub      *publisher       // of conn, made lazily
+	conn     *amqp.Connection      // nil while reconnecting
+	up       chan struct{}         // closed while conn is set
+	pub      *publisher            // of conn, made lazily
 	declared map[string]amqp.Table // broker queue name → arguments, declared by this backend
-	cons     map[string]*consumer
-	blocked  *blockState // non-nil while the broker blocks conn
+	cons     map[string]*consumer  // the live consumer of each queue
+	qch      map[string]*qchan     // the consumer channel of each queue
+	blocked  *blockState           // non-nil while the broker blocks conn
 
 	consMu  sync.Mutex // serialises consumer creation
 	pubMu   sync.Mutex // serialises publisher creation
@@ -197,6 +198,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		up:       make(chan struct{}),
 		declared: map[string]amqp.Table{},
 		cons:     map[string]*consumer{},
+		qch:      map[string]*qchan{},
 	}
 	conn, err := b.dial(ctx)
 	if err != nil {
@@ -309,6 +311,7 @@ func (b *Backend) supervise(closeCh <-chan *amqp.Error) {
 	b.conn = nil
 	b.pub = nil
 	b.cons = map[string]*consumer{}
+	b.qch = map[string]*qchan{}
 	b.up = make(chan struct{})
 	b.mu.Unlock()
 	b.log.Warn("connection lost; reconnecting", "err", cause)

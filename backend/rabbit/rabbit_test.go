@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -179,4 +181,96 @@ func TestIncompatibleQueue(t *testing.T) {
 		t.Fatalf("Declare: %v", err)
 	}
 	t.Log(err)
+}
+
+// TestReconnectStaleReceipt cuts the connection under a held delivery: its
+// receipt is lease-lost afterwards (never acking the redelivered copy, which
+// has the same tag on the new channel), and the backend recovers by itself.
+func TestReconnectStaleReceipt(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := startProxy(t, u.Host)
+	b := newBackend(t, Config{URL: px.url(t, testURL()), ReconnectMin: 10 * time.Millisecond, ReconnectMax: 100 * time.Millisecond})
+	ctx := testCtx(t)
+	q := queueName(t, b)
+	if err := b.Enqueue(ctx, q, []driver.Message{{ID: "r", Body: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.Receive(ctx, q, 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.cut()
+	ds2, err := b.Receive(ctx, q, 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds2[0].Deliveries != 2 {
+		t.Fatalf("Deliveries after the cut: %d, want 2", ds2[0].Deliveries)
+	}
+	for _, f := range []func() error{
+		func() error { return b.Ack(ctx, ds[0]) },
+		func() error { return b.Extend(ctx, ds[0], time.Second) },
+		func() error { return b.Requeue(ctx, ds[0], driver.Message{ID: "r.1"}) },
+		func() error { return b.DeadLetter(ctx, ds[0], driver.DeadMessage{ID: "r"}) },
+	} {
+		if err := f(); !errors.Is(err, driver.ErrLeaseLost) {
+			t.Fatalf("settle of the stale receipt: %v, want ErrLeaseLost", err)
+		}
+	}
+	if err := b.Ack(ctx, ds2[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Enqueue(ctx, q, []driver.Message{{ID: "s", Body: []byte("y")}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReceiveCancelHandsBack checks that a cancelled Receive leaves nothing
+// buffered in the backend: prefetched messages nobody was given go back
+// uncounted, while the delivery handed out stays held.
+func TestReceiveCancelHandsBack(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{Prefetch: 5})
+	ctx := testCtx(t)
+	q := queueName(t, b)
+	var msgs []driver.Message
+	for i := range 5 {
+		msgs = append(msgs, driver.Message{ID: fmt.Sprint(i), Body: []byte{byte(i)}})
+	}
+	if err := b.Enqueue(ctx, q, msgs); err != nil {
+		t.Fatal(err)
+	}
+	held, err := b.Receive(ctx, q, 1, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := b.Receive(cctx, q, 5, time.Second); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Receive on a cancelled context: %v", err)
+	}
+	b2 := newBackend(t, Config{})
+	got := 0
+	for got < 4 {
+		ds, err := b2.Receive(ctx, q, 4, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if d.Deliveries != 1 {
+				t.Errorf("message %v: Deliveries %d, want 1", d.Body, d.Deliveries)
+			}
+			if err := b2.Ack(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+			got++
+		}
+	}
+	if err := b.Ack(ctx, held[0]); err != nil {
+		t.Fatalf("ack of the delivery held across the cancel: %v", err)
+	}
 }

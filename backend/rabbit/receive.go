@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -12,86 +13,177 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// delayHeader carries, in milliseconds, how much of a message's delay is
-// left after the delay queue it was published to.
-const delayHeader = "x-asyncplatform-delay-ms"
+// Headers this backend sets on the messages it stores.
+const (
+	// delayHeader carries, in milliseconds, how much of a message's delay
+	// is left after the delay queue it was published to.
+	delayHeader = "x-asyncplatform-delay-ms"
 
-// consumer is one basic.consume on a work queue, on a channel of its own.
-// gen numbers the channel: receipts carry it, and a receipt whose channel is
-// gone is stale.
+	// baseHeader carries deliveries that a copy inherits: a message that
+	// reached this backend's buffer but was never handed out is handed back
+	// as a copy (so its count does not rise), and the copy keeps the
+	// original's x-delivery-count here.
+	baseHeader = "x-asyncplatform-base"
+)
+
+// qchan is the channel a queue's consumers run on. gen numbers it: receipts
+// carry it, and a receipt whose channel is gone is stale.
+type qchan struct {
+	ch  *amqp.Channel
+	gen uint64
+}
+
+// consumer is one basic.consume on a work queue.
 type consumer struct {
+	*qchan
 	queue      string
-	ch         *amqp.Channel
+	tag        string
 	deliveries <-chan amqp.Delivery
-	gen        uint64
+	receivers  int // Receive calls reading deliveries; guarded by Backend.mu
 }
 
 // receipt is the Handle of a Delivery: the delivery tag on the channel that
 // delivered it.
 type receipt struct {
-	c       *consumer
+	c       *qchan
 	tag     uint64
 	settled atomic.Bool
 }
 
-// consumerFor returns the live consumer of queue, starting one when needed.
+var consumerSeq atomic.Uint64
+
+// consumerFor returns the live consumer of queue, starting one when needed,
+// and counts the caller as one of its receivers.
 func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*consumer, error) {
 	b.consMu.Lock()
 	defer b.consMu.Unlock()
 	b.mu.Lock()
-	c := b.cons[queue]
-	b.mu.Unlock()
+	c, qc := b.cons[queue], b.qch[queue]
 	if c != nil && !c.ch.IsClosed() {
+		c.receivers++
+		b.mu.Unlock()
 		return c, nil
 	}
+	b.mu.Unlock()
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return nil, err
 	}
-	conn, err := b.connection(ctx)
+	if qc == nil || qc.ch.IsClosed() {
+		conn, err := b.connection(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ch, err := conn.Channel()
+		if err != nil {
+			return nil, fmt.Errorf("rabbit: open consumer channel: %w", err)
+		}
+		prefetch := b.cfg.Prefetch
+		if prefetch == 0 {
+			prefetch = min(max, 65535)
+		}
+		if err := ch.Qos(prefetch, 0, false); err != nil {
+			ch.Close()
+			return nil, fmt.Errorf("rabbit: set prefetch %d: %w", prefetch, err)
+		}
+		qc = &qchan{ch: ch, gen: b.chanGen.Add(1)}
+	}
+	tag := fmt.Sprintf("asyncplatform-%d-%d", os.Getpid(), consumerSeq.Add(1))
+	dl, err := qc.ch.Consume(b.workName(queue), tag, false, false, false, false, nil)
 	if err != nil {
-		return nil, err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return nil, fmt.Errorf("rabbit: open consumer channel: %w", err)
-	}
-	prefetch := b.cfg.Prefetch
-	if prefetch == 0 {
-		prefetch = min(max, 65535)
-	}
-	if err := ch.Qos(prefetch, 0, false); err != nil {
-		ch.Close()
-		return nil, fmt.Errorf("rabbit: set prefetch %d: %w", prefetch, err)
-	}
-	dl, err := ch.Consume(b.workName(queue), "", false, false, false, false, nil)
-	if err != nil {
-		ch.Close()
+		qc.ch.Close()
 		b.forget(b.workName(queue))
 		return nil, fmt.Errorf("rabbit: consume %q: %w", b.workName(queue), err)
 	}
-	c = &consumer{queue: queue, ch: ch, deliveries: dl, gen: b.chanGen.Add(1)}
+	c = &consumer{qchan: qc, queue: queue, tag: tag, deliveries: dl, receivers: 1}
 	b.mu.Lock()
 	b.cons[queue] = c
+	b.qch[queue] = qc
 	b.mu.Unlock()
 	return c, nil
 }
 
-// dropConsumer forgets a consumer whose deliveries ended and closes its
-// channel.
-func (b *Backend) dropConsumer(c *consumer) {
+// leave ends one Receive on c. When the Receive was cancelled and was the
+// last one reading c, the consumer is cancelled and what it had buffered is
+// handed back uncounted, so a stopped worker holds nothing it was not given.
+func (b *Backend) leave(c *consumer, cancelled bool) {
+	b.mu.Lock()
+	c.receivers--
+	release := cancelled && c.receivers == 0 && b.cons[c.queue] == c
+	if release {
+		delete(b.cons, c.queue)
+	}
+	b.mu.Unlock()
+	if release {
+		b.release(c)
+	}
+}
+
+// ended forgets a consumer whose deliveries channel closed (its channel
+// closed, or the broker cancelled it).
+func (b *Backend) ended(c *consumer) {
 	b.mu.Lock()
 	if b.cons[c.queue] == c {
 		delete(b.cons, c.queue)
 	}
 	b.mu.Unlock()
-	c.ch.Close()
+}
+
+// release cancels the consumer and hands back each message it buffered: a
+// copy that keeps the original's delivery count in baseHeader, confirmed,
+// then the original acked.
+func (b *Backend) release(c *consumer) {
+	if err := c.ch.Cancel(c.tag, false); err != nil {
+		return // the channel is gone, and its messages with it
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
+	defer cancel()
+	n := 0
+	for d := range c.deliveries {
+		n++
+		pub := copyOf(d)
+		var m outMsg
+		var err error
+		if rem := delayLeft(d.Headers); rem > 0 {
+			m, err = b.delayed(ctx, c.queue, pub, rem)
+		} else {
+			if base := baseOf(d.Headers) + deliveryCount(d.Headers); base > 0 {
+				pub.Headers = amqp.Table{baseHeader: int64(base)}
+			}
+			m = outMsg{key: b.workName(c.queue), pub: pub}
+		}
+		if err == nil {
+			err = b.publish(ctx, m)
+		}
+		if err != nil {
+			b.log.Warn("handing back a buffered message failed; it returns with one more delivery counted", "queue", c.queue, "id", d.MessageId, "err", err)
+			c.ch.Nack(d.DeliveryTag, false, true)
+			continue
+		}
+		c.ch.Ack(d.DeliveryTag, false)
+	}
+	if n > 0 {
+		b.log.Debug("handed back buffered messages", "queue", c.queue, "messages", n)
+	}
+}
+
+// copyOf returns the publish of a copy of d, without its headers.
+func copyOf(d amqp.Delivery) amqp.Publishing {
+	return amqp.Publishing{
+		DeliveryMode: amqp.Persistent,
+		MessageId:    d.MessageId,
+		Timestamp:    d.Timestamp,
+		ContentType:  d.ContentType,
+		Body:         d.Body,
+	}
 }
 
 // Receive hands out what the queue's consumer has buffered, up to max,
 // waiting for at least one message. The lease is the channel's life: it
 // needs no renewal while the connection lives (see the package doc on
 // consumer_timeout). Messages still between delay hops are moved on to
-// their next delay queue here and never handed out.
+// their next delay queue here and never handed out. When ctx ends and no
+// other Receive reads the queue, the consumer is cancelled and the messages
+// it had buffered are handed back uncounted.
 func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
 	if err := validQueue(queue); err != nil {
 		return nil, err
@@ -104,15 +196,21 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		if err != nil {
 			return nil, err
 		}
+		if ctx.Err() != nil {
+			b.leave(c, true)
+			return nil, ctx.Err()
+		}
 		batch := make([]amqp.Delivery, 0, max)
 		select {
 		case d, ok := <-c.deliveries:
 			if !ok {
-				b.dropConsumer(c)
+				b.ended(c)
+				b.leave(c, false)
 				continue
 			}
 			batch = append(batch, d)
 		case <-ctx.Done():
+			b.leave(c, true)
 			return nil, ctx.Err()
 		}
 	drain:
@@ -127,6 +225,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 				break drain
 			}
 		}
+		b.leave(c, false)
 		out := make([]*driver.Delivery, 0, len(batch))
 		for _, d := range batch {
 			if rem := delayLeft(d.Headers); rem > 0 {
@@ -136,8 +235,8 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 			out = append(out, &driver.Delivery{
 				Queue:      queue,
 				Body:       d.Body,
-				Deliveries: deliveryCount(d.Headers) + 1,
-				Handle:     &receipt{c: c, tag: d.DeliveryTag},
+				Deliveries: baseOf(d.Headers) + deliveryCount(d.Headers) + 1,
+				Handle:     &receipt{c: c.qchan, tag: d.DeliveryTag},
 			})
 		}
 		if len(out) > 0 {
@@ -150,14 +249,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 // queue: publish the copy, confirm, then ack.
 func (b *Backend) hop(ctx context.Context, c *consumer, d amqp.Delivery, rem time.Duration) {
 	ctx = context.WithoutCancel(ctx)
-	pub := amqp.Publishing{
-		DeliveryMode: amqp.Persistent,
-		MessageId:    d.MessageId,
-		Timestamp:    d.Timestamp,
-		ContentType:  d.ContentType,
-		Body:         d.Body,
-	}
-	m, err := b.delayed(ctx, c.queue, pub, rem)
+	m, err := b.delayed(ctx, c.queue, copyOf(d), rem)
 	if err == nil {
 		err = b.publish(ctx, m)
 	}
@@ -197,7 +289,6 @@ func (b *Backend) delayed(ctx context.Context, queue string, pub amqp.Publishing
 	if err := b.ensure(ctx, name, b.delayArgs(queue, k)); err != nil {
 		return outMsg{}, err
 	}
-	pub.Headers = nil
 	if left := rem - step(k); left > 0 {
 		ms := (left + time.Millisecond - 1) / time.Millisecond
 		pub.Headers = amqp.Table{delayHeader: int64(ms)}
@@ -211,6 +302,13 @@ func delayLeft(h amqp.Table) time.Duration {
 		return 0
 	}
 	return time.Duration(n) * time.Millisecond
+}
+
+// baseOf reads baseHeader: deliveries inherited from the original of a
+// handed-back copy.
+func baseOf(h amqp.Table) int {
+	n, _ := asInt(h[baseHeader])
+	return int(max(n, 0))
 }
 
 // deliveryCount reads the quorum queue's x-delivery-count: absent on a

@@ -143,12 +143,13 @@ func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 	}
 	b.consMu.Lock()
 	b.mu.Lock()
-	c := b.cons[queue]
+	qc := b.qch[queue]
 	delete(b.cons, queue)
+	delete(b.qch, queue)
 	b.mu.Unlock()
 	b.consMu.Unlock()
-	if c != nil {
-		c.ch.Close()
+	if qc != nil {
+		qc.ch.Close()
 	}
 	names := []string{b.workName(queue), b.deadName(queue)}
 	for k := range numSteps {

@@ -1,0 +1,102 @@
+// Package rabbit is the RabbitMQ backend of asyncplatform, on
+// github.com/rabbitmq/amqp091-go. It needs RabbitMQ 3.10 or later and no
+// plugin.
+//
+// # Broker layout
+//
+// For a queue q and Config.Prefix p (default "asyncplatform"), all on the
+// default exchange:
+//
+//   - p.q: the work queue, a durable quorum queue (x-queue-type=quorum).
+//   - p.q.dead: the dead-letter queue, a durable classic queue. Records are
+//     published to it by the backend (no broker dead-lettering); the AMQP
+//     message-id is the job ID.
+//   - p.q.delay.<ms>: the delay queues, one per step of a fixed ladder
+//     (50ms, 100ms, 200ms, … doubling up to 104857600ms, about 29h; 22 steps).
+//     Each is a durable classic queue with a queue-level x-message-ttl of
+//     its step and a dead-letter route (x-dead-letter-exchange "",
+//     x-dead-letter-routing-key p.q) back to the work queue. They are
+//     declared the first time a delay needs them, and belong to their queue
+//     (DeleteQueue removes them with it).
+//
+// Every publish is persistent, mandatory, and waits for its publisher
+// confirm; a returned (unroutable) publish fails with ErrUnroutable and a
+// nack with ErrNacked.
+//
+// # Delays
+//
+// Per-message TTL only expires at the head of a queue, so a delay queue
+// holds only messages of one TTL, and FIFO order is expiry order: a short
+// retry never waits behind a long one. A message due after d is published to
+// the largest step not longer than d (the smallest when d is shorter than
+// it), with what is left of d in the header x-asyncplatform-delay-ms. When it
+// comes back to the work queue with time left, Receive does not hand it out:
+// it publishes it on to the next step (largest first) and acks it, so an
+// arbitrary delay takes a few hops and is never delivered early; it is late
+// by at most one smallest step plus the broker's expiry latency. Delayed
+// messages wait for a consumer of their queue to move them: with no worker
+// running, a message between hops sits in the work queue (counted in Stats as
+// Ready) until one starts. Dead-lettering out of the classic delay queues is
+// at-most-once inside the broker; on a single node it only fails when the
+// work queue is gone.
+//
+// # Counts
+//
+// Delivery.Deliveries is the quorum queue's x-delivery-count plus one: the
+// header is absent on a message's first delivery and rises on every
+// nack-with-requeue and every delivery returned by a closed channel or
+// connection. Requeue and DeadLetter publish a new copy (confirm, then ack
+// the original), so a copy's count starts at zero by itself; a crash between
+// the confirm and the ack leaves a duplicate, never a loss. A closed
+// connection returns every unacked prefetched message with one more count,
+// so prefetch is kept at the queue's concurrency.
+//
+// # Leases and consumer_timeout
+//
+// An unacked delivery is held by its channel for as long as the channel
+// lives; Extend is a no-op that only reports whether the channel is still
+// there. RabbitMQ 3.10 closes a channel whose delivery stays unacked longer
+// than consumer_timeout (30 minutes by default, a global setting in
+// rabbitmq.conf; per-queue values came later): a handler running longer
+// loses its lease (its settle returns driver.ErrLeaseLost) and the job is
+// redelivered with a crash counted. Raise consumer_timeout for longer jobs.
+//
+// # Connections
+//
+// A Backend holds one connection: one confirm-mode channel for publishing,
+// one channel per consumed queue (prefetch Config.Prefetch, or the max of the
+// first Receive), and short-lived channels for topology and dead letters. A
+// supervisor redials a lost connection with capped, fully jittered backoff,
+// declares every known queue again, and consumers start again on the next
+// Receive. Every delivery carries the channel it came from (its generation):
+// a settle on a channel that has closed returns driver.ErrLeaseLost and can
+// never ack another message, even though the new channel reuses the same
+// delivery tags. Publishes not confirmed when their channel closed are sent
+// again with the same message ID. While the broker blocks the connection
+// (connection.blocked: a memory or disk alarm), publishing methods wait up to
+// Config.BlockedTimeout and then fail with ErrBlocked.
+//
+// # Dead letters
+//
+// NextDead takes the head of the dead-letter queue with basic.get (no
+// auto-ack) on a channel of its own, which hides it from every other caller;
+// SettleDead acks it (remove) or nacks it with requeue, which puts it back at
+// the head of the classic queue. A holder that vanishes closes its channel
+// and the record returns to its place. ListDead is basic.get of skip+limit
+// records on a side channel that is then closed (AMQP has no browse); the
+// cursor is the number of records to skip, so paging the whole queue is
+// quadratic in round trips, and records held by NextDead callers are not
+// seen. DeleteDead reads the whole dead-letter queue the same way and acks
+// the matching records. PurgeDead is queue.purge.
+//
+// # Limits and caveats
+//
+//   - MaxBody defaults to 16 MiB (the broker's max_message_size is 128 MiB).
+//   - Stats.InFlight is -1: AMQP does not report unacknowledged counts
+//     without the management plugin.
+//   - A queue that already exists with other arguments (a classic p.q, say)
+//     makes Declare fail with ErrIncompatibleQueue, naming the queue and the
+//     argument.
+//   - Returns are matched to publishes by message ID; two concurrent
+//     publishes of the same ID to a missing queue may both see the return.
+package rabbit
