@@ -1,0 +1,162 @@
+package rabbit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform"
+)
+
+// TestConnectionCutUnderLoad runs jobs through the platform while a TCP
+// proxy between the worker and the broker cuts every connection a few
+// times. It checks the Jepsen-style figures: nothing lost, nothing
+// unexpected, every duplicate success a counted redelivery, every queue
+// empty at the end, and the worker recovering by itself.
+func TestConnectionCutUnderLoad(t *testing.T) {
+	t.Parallel()
+	const (
+		jobs = 3000
+		cuts = 3
+	)
+	u, err := url.Parse(testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := startProxy(t, u.Host)
+	quiet := slog.New(slog.DiscardHandler)
+	producer := newBackend(t, Config{Logger: quiet}) // straight to the broker
+	worker := newBackend(t, Config{URL: px.url(t, testURL()), ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond, Logger: quiet})
+	q := queueName(t, producer)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	var (
+		mu        sync.Mutex
+		succeeded = map[string]int{}
+		redeliv   = map[string]bool{} // a later attempt saw a crash counted
+		runs      atomic.Int64
+		leaseLost atomic.Int64
+		retried   atomic.Int64
+		done      = make(chan struct{})
+	)
+	p, err := asyncplatform.New(worker, asyncplatform.Config{
+		Queues: map[string]asyncplatform.QueueConfig{q: {Concurrency: 10}},
+		Policy: asyncplatform.Policy{
+			PoisonLimit: asyncplatform.Limit(100),
+			BackoffBase: 20 * time.Millisecond,
+			BackoffCap:  50 * time.Millisecond,
+		},
+		Lease:  time.Second,
+		Logger: quiet,
+		Hooks: asyncplatform.Hooks{AfterAttempt: func(_ context.Context, a asyncplatform.Attempt) {
+			switch a.Outcome {
+			case asyncplatform.OutcomeSucceeded:
+				mu.Lock()
+				succeeded[a.Job.ID]++
+				if a.Job.Crashes > 0 {
+					redeliv[a.Job.ID] = true
+				}
+				if len(succeeded) == jobs {
+					select {
+					case <-done:
+					default:
+						close(done)
+					}
+				}
+				mu.Unlock()
+			case asyncplatform.OutcomeLeaseLost:
+				leaseLost.Add(1)
+			case asyncplatform.OutcomeRetried:
+				retried.Add(1)
+			}
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Handle("cut", func(ctx context.Context, j *asyncplatform.Job) error {
+		runs.Add(1)
+		time.Sleep(time.Millisecond)
+		if j.Payload[0] == 0 && j.Failures == 0 {
+			return errors.New("first try of every tenth job fails")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	producerP, err := asyncplatform.New(producer, asyncplatform.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueued := make(chan struct{})
+	go func() {
+		defer close(enqueued)
+		for i := 0; i < jobs; i += 100 {
+			batch := make([]*asyncplatform.Job, 0, 100)
+			for k := i; k < i+100; k++ {
+				batch = append(batch, &asyncplatform.Job{ID: fmt.Sprintf("job-%05d", k), Type: "cut", Queue: q, Payload: []byte{byte(k % 10)}})
+			}
+			if err := producerP.EnqueueBatch(ctx, batch); err != nil {
+				t.Errorf("enqueue: %v", err)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	for range cuts {
+		time.Sleep(250 * time.Millisecond)
+		px.cut()
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	<-enqueued
+	elapsed := time.Since(start)
+	stopCtx, stopCancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stopCancel()
+	if err := p.Stop(stopCtx); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	lost, dup, dupNoRedelivery := 0, 0, 0
+	for k := range jobs {
+		id := fmt.Sprintf("job-%05d", k)
+		switch n := succeeded[id]; {
+		case n == 0:
+			lost++
+		case n > 1:
+			dup++
+			if !redeliv[id] {
+				dupNoRedelivery++
+			}
+		}
+	}
+	unexpected := len(succeeded) - (jobs - lost)
+	st, err := producer.Stats(context.Background(), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("jobs=%d cuts=%d (proxy saw %d) elapsed=%v handler runs=%d retried=%d lease-lost outcomes=%d lost=%d duplicated=%d (without a counted redelivery: %d) unexpected=%d end stats=%+v",
+		jobs, cuts, px.cuts, elapsed.Round(time.Millisecond), runs.Load(), retried.Load(), leaseLost.Load(), lost, dup, dupNoRedelivery, unexpected, st)
+	if lost > 0 || unexpected > 0 || dupNoRedelivery > 0 {
+		t.Errorf("lost %d, unexpected %d, duplicated without a redelivery %d", lost, unexpected, dupNoRedelivery)
+	}
+	if st.Ready != 0 || st.Scheduled != 0 || st.Dead != 0 {
+		t.Errorf("queues not empty at the end: %+v", st)
+	}
+}
