@@ -1,0 +1,401 @@
+package azure
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+var azureNameRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9]|-[a-z0-9])*$`)
+
+func TestNames(t *testing.T) {
+	b := &Backend{prefix: "abcdefgh"}
+	inputs := []string{
+		"a", "default", "orders", "Orders", "ORDERS", "orders.v2", "orders_v2", "orders-v2", "-", "--", "_", ".",
+		"a-", "-a", "a--b", "h0123456789abcdef0123", "x-h0123456789abcdef0123",
+		strings.Repeat("a", 34), strings.Repeat("a", 35), strings.Repeat("Z", 100), strings.Repeat("._-", 33),
+	}
+	seen := map[string]string{}
+	for _, in := range inputs {
+		n, err := b.names(in)
+		if err != nil {
+			t.Fatalf("names(%q): %v", in, err)
+		}
+		for _, name := range []string{n.work, n.dead + newKey(), dataQueue(n.dead + newKey())} {
+			if len(name) < 3 || len(name) > 63 || !azureNameRe.MatchString(name) {
+				t.Errorf("names(%q) made invalid Azure name %q (%d chars)", in, name, len(name))
+			}
+		}
+		for _, name := range []string{n.work, n.dead} {
+			if prev, ok := seen[name]; ok {
+				t.Errorf("%q and %q both map to %q", prev, in, name)
+			}
+			seen[name] = in
+		}
+	}
+	// No queue's dead prefix starts another queue's dead prefix.
+	for a := range seen {
+		for c := range seen {
+			if a != c && strings.HasPrefix(c, a) && a[len(b.prefix)] == 'd' && c[len(b.prefix)] == 'd' {
+				t.Errorf("dead prefix %q is a prefix of %q", a, c)
+			}
+		}
+	}
+	for _, bad := range []string{"", "a b", "ü", strings.Repeat("a", 101)} {
+		if _, err := b.names(bad); err == nil || !strings.Contains(err.Error(), "invalid queue name") {
+			t.Errorf("names(%q) = %v, want an invalid-name error", bad, err)
+		}
+	}
+	if _, err := New(Config{ConnectionString: "x", Prefix: "Bad_"}); err == nil || !strings.Contains(err.Error(), "Prefix") {
+		t.Errorf("bad prefix: %v", err)
+	}
+	if _, err := New(Config{}); err == nil {
+		t.Error("empty config accepted")
+	}
+}
+
+func receiveOne(t *testing.T, b *Backend, q string, lease time.Duration) *driver.Delivery {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ds, err := b.Receive(ctx, q, 1, lease)
+	if err != nil {
+		t.Fatalf("receive: %v", err)
+	}
+	return ds[0]
+}
+
+func TestDeliveriesAndLeases(t *testing.T) {
+	t.Parallel()
+	b, q := newBackend(t, Config{})
+	ctx := context.Background()
+	body := []byte{0, 1, 2, 0xff, 0xfe, '<', '&'}
+	if err := b.Enqueue(ctx, q, []driver.Message{{ID: "j1", Body: body}}); err != nil {
+		t.Fatal(err)
+	}
+	d := receiveOne(t, b, q, time.Second)
+	if !bytes.Equal(d.Body, body) || d.Deliveries != 1 {
+		t.Fatalf("got body %x deliveries %d, want %x 1", d.Body, d.Deliveries, body)
+	}
+	stale := *d.Handle.(*receipt)
+	if err := b.Extend(ctx, d, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ack(ctx, &driver.Delivery{Queue: q, Handle: &stale}); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("ack with the receipt from before Extend: %v, want ErrLeaseLost", err)
+	}
+	// Let the lease lapse: the next delivery counts 2 and the old one is stale.
+	d2 := receiveOne(t, b, q, time.Second)
+	if d2.Deliveries != 2 || !bytes.Equal(d2.Body, body) {
+		t.Fatalf("redelivery: deliveries %d body %x", d2.Deliveries, d2.Body)
+	}
+	if err := b.Ack(ctx, d); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("ack of a lapsed delivery: %v, want ErrLeaseLost", err)
+	}
+	// Requeue resets the count.
+	if err := b.Requeue(ctx, d2, driver.Message{ID: "j1.1", Body: []byte("v2")}); err != nil {
+		t.Fatal(err)
+	}
+	d3 := receiveOne(t, b, q, 5*time.Second)
+	if d3.Deliveries != 1 || string(d3.Body) != "v2" {
+		t.Fatalf("after requeue: deliveries %d body %q", d3.Deliveries, d3.Body)
+	}
+	if err := b.Requeue(ctx, d2, driver.Message{Body: []byte("x")}); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("requeue of a settled delivery: %v, want ErrLeaseLost", err)
+	}
+	if err := b.Ack(ctx, d3); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ack(ctx, d3); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("second ack: %v, want ErrLeaseLost", err)
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	t.Parallel()
+	b, q := newBackend(t, Config{})
+	ctx := context.Background()
+	limit := b.Capabilities().MaxBody
+	for _, size := range []int{limit - 1, limit} {
+		body := bytes.Repeat([]byte{0xa5}, size)
+		body[0] = byte(size)
+		if err := b.Enqueue(ctx, q, []driver.Message{{Body: body}}); err != nil {
+			t.Fatalf("enqueue %d bytes (limit %d): %v", size, limit, err)
+		}
+		d := receiveOne(t, b, q, 5*time.Second)
+		if !bytes.Equal(d.Body, body) {
+			t.Fatalf("%d bytes: body changed", size)
+		}
+		if err := b.Ack(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := b.Enqueue(ctx, q, []driver.Message{{Body: make([]byte, limit+1)}})
+	if !errors.Is(err, driver.ErrTooLarge) || !strings.Contains(err.Error(), fmt.Sprint(limit)) {
+		t.Fatalf("enqueue limit+1: %v, want ErrTooLarge naming %d", err, limit)
+	}
+	// The service itself agrees on the limit: one byte more of text fails.
+	text := strings.Repeat("A", maxText+4)
+	if _, err := b.svc.NewQueueClient(mustNames(t, b, q).work).EnqueueMessage(ctx, text, nil); err == nil {
+		t.Logf("note: the service accepted %d characters of message text", len(text))
+	}
+}
+
+func mustNames(t testing.TB, b *Backend, q string) names {
+	n, err := b.names(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestNotBefore(t *testing.T) {
+	t.Parallel()
+	b, q := newBackend(t, Config{})
+	ctx := context.Background()
+	at := time.Now().Add(1500 * time.Millisecond)
+	if err := b.Enqueue(ctx, q, []driver.Message{{Body: []byte("later"), NotBefore: at}}); err != nil {
+		t.Fatal(err)
+	}
+	d := receiveOne(t, b, q, 5*time.Second)
+	if now := time.Now(); now.Before(at) {
+		t.Fatalf("delivered %v before its NotBefore", at.Sub(now))
+	}
+	if d.Deliveries != 1 {
+		t.Fatalf("deliveries %d, want 1", d.Deliveries)
+	}
+
+	// A message that surfaces before its NotBefore (as one scheduled beyond
+	// Azure's 7-day visibility cap does) is hidden again without counting.
+	early := workFrame{notBefore: time.Now().Add(2 * time.Second), body: []byte("early")}.encode()
+	wq := b.svc.NewQueueClient(mustNames(t, b, q).work)
+	if _, err := wq.EnqueueMessage(ctx, early, &azqueue.EnqueueMessageOptions{TimeToLive: to.Ptr(int32(-1))}); err != nil {
+		t.Fatal(err)
+	}
+	d = receiveOne(t, b, q, 5*time.Second)
+	if string(d.Body) != "early" || d.Deliveries != 1 {
+		t.Fatalf("got %q deliveries %d, want early 1", d.Body, d.Deliveries)
+	}
+}
+
+func TestForeignMessage(t *testing.T) {
+	t.Parallel()
+	b, q := newBackend(t, Config{})
+	ctx := context.Background()
+	wq := b.svc.NewQueueClient(mustNames(t, b, q).work)
+	if _, err := wq.EnqueueMessage(ctx, "not base64 at all", nil); err != nil {
+		t.Fatal(err)
+	}
+	d := receiveOne(t, b, q, 5*time.Second)
+	if string(d.Body) != "not base64 at all" || d.Deliveries != 1 {
+		t.Fatalf("got %q deliveries %d", d.Body, d.Deliveries)
+	}
+	if err := b.Extend(ctx, d, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeadLetter(ctx, d, driver.DeadMessage{ID: "foreign", Body: d.Body}); err != nil {
+		t.Fatal(err)
+	}
+	dd, err := b.NextDead(ctx, q)
+	if err != nil || dd.ID != "foreign" || string(dd.Body) != "not base64 at all" {
+		t.Fatalf("NextDead: %v %+v", err, dd)
+	}
+}
+
+// deadLetterN dead-letters n jobs with IDs id0..id<n-1>, in order.
+func deadLetterN(t *testing.T, b *Backend, q string, n int, body func(i int) []byte) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range n {
+		if err := b.Enqueue(ctx, q, []driver.Message{{Body: []byte("x")}}); err != nil {
+			t.Fatal(err)
+		}
+		d := receiveOne(t, b, q, 10*time.Second)
+		if err := b.DeadLetter(ctx, d, driver.DeadMessage{ID: fmt.Sprintf("id%d", i), Body: body(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestDeadLetters(t *testing.T) {
+	t.Parallel()
+	b, q := newBackend(t, Config{DeadLease: 2 * time.Second})
+	ctx := context.Background()
+	const n = 40
+	deadLetterN(t, b, q, n, func(i int) []byte { return []byte(fmt.Sprintf("rec%d", i)) })
+
+	// Listing past Peek's 32, in pages, oldest first, changes nothing.
+	for range 2 {
+		var all []string
+		cursor := ""
+		for {
+			recs, next, err := b.ListDead(ctx, q, cursor, 7)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) > 7 {
+				t.Fatalf("page of %d > limit 7", len(recs))
+			}
+			for _, r := range recs {
+				all = append(all, r.ID+"="+string(r.Body))
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+		if len(all) != n {
+			t.Fatalf("listed %d records, want %d: %v", len(all), n, all)
+		}
+		for i, s := range all {
+			if want := fmt.Sprintf("id%d=rec%d", i, i); s != want {
+				t.Fatalf("record %d is %s, want %s", i, s, want)
+			}
+		}
+	}
+	if st, err := b.Stats(ctx, q); err != nil || st.Dead != n || st.Ready != 0 {
+		t.Fatalf("stats %+v %v", st, err)
+	}
+
+	// Keep: the next call sees the same record.
+	dd, err := b.NextDead(ctx, q)
+	if err != nil || dd.ID != "id0" {
+		t.Fatalf("NextDead: %v %v", dd, err)
+	}
+	if err := b.SettleDead(ctx, dd, false); err != nil {
+		t.Fatal(err)
+	}
+	dd, err = b.NextDead(ctx, q)
+	if err != nil || dd.ID != "id0" {
+		t.Fatalf("NextDead after keep: %v %v", dd, err)
+	}
+	// While held, others get the next record.
+	var wg sync.WaitGroup
+	got := make([]string, 4)
+	held := make([]*driver.DeadDelivery, 4)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := b.NextDead(ctx, q)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got[i], held[i] = d.ID, d
+		}()
+	}
+	wg.Wait()
+	seen := map[string]bool{"id0": true}
+	for _, id := range got {
+		if seen[id] {
+			t.Fatalf("two callers got %s: %v", id, got)
+		}
+		seen[id] = true
+	}
+	if err := b.SettleDead(ctx, dd, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SettleDead(ctx, dd, true); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("second settle: %v, want ErrLeaseLost", err)
+	}
+	for _, h := range held {
+		if err := b.SettleDead(ctx, h, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dd, err = b.NextDead(ctx, q)
+	if err != nil || dd.ID != "id1" {
+		t.Fatalf("NextDead after pop: %v %v", dd, err)
+	}
+	// A holder that vanishes releases the record after DeadLease.
+	dd2, err := b.NextDead(ctx, q)
+	if err != nil || dd2.ID != "id2" {
+		t.Fatalf("NextDead while id1 held: %v %v", dd2, err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	dd3, err := b.NextDead(ctx, q)
+	if err != nil || dd3.ID != "id1" {
+		t.Fatalf("NextDead after the holder vanished: %v %v", dd3, err)
+	}
+	if err := b.SettleDead(ctx, dd, false); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("settle by the vanished holder: %v, want ErrLeaseLost", err)
+	}
+	if err := b.SettleDead(ctx, dd3, false); err != nil {
+		t.Fatal(err)
+	}
+
+	if c, err := b.DeleteDead(ctx, q, []string{"id5", "id6", "nope"}); err != nil || c != 2 {
+		t.Fatalf("DeleteDead = %d %v, want 2", c, err)
+	}
+	if c, err := b.PurgeDead(ctx, q); err != nil || c != n-3 {
+		t.Fatalf("PurgeDead = %d %v, want %d", c, err, n-3)
+	}
+	if _, err := b.NextDead(ctx, q); !errors.Is(err, driver.ErrNoDeadLetters) {
+		t.Fatalf("NextDead on empty: %v", err)
+	}
+}
+
+func TestLargeDeadLetter(t *testing.T) {
+	t.Parallel()
+	b, q := newBackend(t, Config{})
+	ctx := context.Background()
+	big := func(i int) []byte {
+		p := bytes.Repeat([]byte{byte(i), 0, 0xff}, 60_000) // 180 kB: four chunks
+		return p
+	}
+	deadLetterN(t, b, q, 2, big)
+	recs, next, err := b.ListDead(ctx, q, "", 10)
+	if err != nil || next != "" || len(recs) != 2 || !bytes.Equal(recs[1].Body, big(1)) {
+		t.Fatalf("ListDead: %d records, next %q, %v", len(recs), next, err)
+	}
+	dd, err := b.NextDead(ctx, q)
+	if err != nil || dd.ID != "id0" || !bytes.Equal(dd.Body, big(0)) {
+		t.Fatalf("NextDead: %v", err)
+	}
+	if err := b.SettleDead(ctx, dd, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.DeadLetter(ctx, receiveOrEnqueue(t, b, q), driver.DeadMessage{ID: "huge", Body: make([]byte, maxDeadBody+1)}); !errors.Is(err, driver.ErrTooLarge) {
+		t.Fatalf("huge record: %v, want ErrTooLarge", err)
+	}
+}
+
+func receiveOrEnqueue(t *testing.T, b *Backend, q string) *driver.Delivery {
+	if err := b.Enqueue(context.Background(), q, []driver.Message{{Body: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	return receiveOne(t, b, q, 10*time.Second)
+}
+
+func TestClose(t *testing.T) {
+	t.Parallel()
+	b, q := newBackend(t, Config{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Receive(context.Background(), q, 1, time.Second)
+		errc <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	b.Close()
+	if err := <-errc; !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("blocked Receive after Close: %v, want ErrClosed", err)
+	}
+	if err := b.Enqueue(context.Background(), q, nil); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("Enqueue after Close: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

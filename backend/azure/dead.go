@@ -1,0 +1,455 @@
+package azure
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue/queueerror"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// idMeta is the queue metadata key that carries a record's job ID (base64url),
+// so DeleteDead can match IDs from the listing alone.
+const (
+	idMeta      = "apid"
+	maxIDMeta   = 4096
+	maxDeadBody = maxChunks * maxChunkData
+)
+
+// deadReceipt is DeadDelivery.Handle: the held lock message of a record.
+type deadReceipt struct {
+	record  string // the record's lock queue
+	chunked bool
+	id      string
+	pop     string
+	content string
+	closed  chan struct{}
+}
+
+// DeadLetter implements driver.Backend. It writes the record as a queue of
+// its own (overflow chunks first, then the lock message that makes the record
+// visible) and then deletes the delivered message. When the delete finds the
+// lease lost, the record is removed again and ErrLeaseLost returned; a crash
+// before the delete leaves a duplicate, never a loss.
+func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
+	r, err := b.receipt(d)
+	if err != nil {
+		return err
+	}
+	n, err := b.names(d.Queue)
+	if err != nil {
+		return err
+	}
+	record, err := b.writeDead(ctx, n.dead, rec)
+	if err != nil {
+		return err
+	}
+	if _, err := r.q.DeleteMessage(ctx, r.id, r.pop, nil); err != nil {
+		if leaseLost(err) {
+			b.removeRecord(context.WithoutCancel(ctx), record, true)
+		}
+		return wrapSettle("dead-letter", err)
+	}
+	return nil
+}
+
+// writeDead stores one record and returns its lock queue's name.
+func (b *Backend) writeDead(ctx context.Context, prefix string, rec driver.DeadMessage) (string, error) {
+	if len(rec.Body) > maxDeadBody {
+		return "", fmt.Errorf("azure: %w: dead-letter record of %d bytes exceeds the limit of %d bytes (%d messages of 48 KiB)",
+			driver.ErrTooLarge, len(rec.Body), maxDeadBody, maxChunks)
+	}
+	record := prefix + newKey()
+	lock := lockFrame{id: rec.ID, kind: lockInline, body: rec.Body}
+	if len(rec.Body) > lockInlineMax(rec.ID) {
+		if lockInlineMax(rec.ID) < 2 {
+			return "", fmt.Errorf("azure: dead-letter record: job ID of %d bytes is too long", len(rec.ID))
+		}
+		chunks := slices.Collect(slices.Chunk(rec.Body, maxChunkData))
+		data := dataQueue(record)
+		if _, err := b.svc.CreateQueue(ctx, data, nil); err != nil {
+			return "", fmt.Errorf("azure: dead-letter record: create %s: %w", data, err)
+		}
+		dq := b.svc.NewQueueClient(data)
+		for i, c := range chunks {
+			if _, err := dq.EnqueueMessage(ctx, encodeChunk(i, len(chunks), c), &azqueue.EnqueueMessageOptions{TimeToLive: to.Ptr(int32(-1))}); err != nil {
+				b.removeRecord(context.WithoutCancel(ctx), record, true)
+				return "", fmt.Errorf("azure: dead-letter record: write chunk %d to %s: %w", i, data, err)
+			}
+		}
+		lock = lockFrame{id: rec.ID, kind: lockChunked, chunks: len(chunks)}
+	}
+	var opts *azqueue.CreateOptions
+	if meta := base64.RawURLEncoding.EncodeToString([]byte(rec.ID)); len(meta) <= maxIDMeta {
+		opts = &azqueue.CreateOptions{Metadata: map[string]*string{idMeta: &meta}}
+	}
+	if _, err := b.svc.CreateQueue(ctx, record, opts); err != nil {
+		b.removeRecord(context.WithoutCancel(ctx), record, true)
+		return "", fmt.Errorf("azure: dead-letter record: create %s: %w", record, err)
+	}
+	if _, err := b.svc.NewQueueClient(record).EnqueueMessage(ctx, lock.encode(), &azqueue.EnqueueMessageOptions{TimeToLive: to.Ptr(int32(-1))}); err != nil {
+		b.removeRecord(context.WithoutCancel(ctx), record, true)
+		return "", fmt.Errorf("azure: dead-letter record: write %s: %w", record, err)
+	}
+	return record, nil
+}
+
+// removeRecord deletes a record's queues, lock queue first, ignoring queues
+// already gone. It reports whether the lock queue was deleted by this call.
+func (b *Backend) removeRecord(ctx context.Context, record string, chunked bool) (bool, error) {
+	deleted := true
+	if _, err := b.svc.DeleteQueue(ctx, record, nil); err != nil {
+		if !queueerror.HasCode(err, queueerror.QueueNotFound) {
+			return false, fmt.Errorf("azure: delete dead-letter record %s: %w", record, err)
+		}
+		deleted = false
+	}
+	if !chunked {
+		return deleted, nil
+	}
+	if _, err := b.svc.DeleteQueue(ctx, dataQueue(record), nil); err != nil && !queueerror.HasCode(err, queueerror.QueueNotFound) {
+		return deleted, fmt.Errorf("azure: delete dead-letter record %s: %w", dataQueue(record), err)
+	}
+	return deleted, nil
+}
+
+// listed is one entry of a dead-letter listing.
+type listed struct {
+	name string
+	id   *string // from metadata, when present
+}
+
+// listPage lists up to max queues under prefix from marker, and returns the
+// record queues among them and the next marker ("" at the end).
+func (b *Backend) listPage(ctx context.Context, prefix, marker string, max int32, meta bool) ([]listed, string, error) {
+	opts := &azqueue.ListQueuesOptions{Prefix: &prefix, MaxResults: &max, Include: azqueue.ListQueuesInclude{Metadata: meta}}
+	if marker != "" {
+		opts.Marker = &marker
+	}
+	resp, err := b.svc.NewListQueuesPager(opts).NextPage(ctx)
+	if err != nil {
+		return nil, "", fmt.Errorf("azure: list dead-letter queues %s*: %w", prefix, err)
+	}
+	var out []listed
+	for _, q := range resp.Queues {
+		if q.Name == nil || !isRecordQueue(prefix, *q.Name) {
+			continue
+		}
+		l := listed{name: *q.Name}
+		if v := q.Metadata[idMeta]; v != nil {
+			if id, err := base64.RawURLEncoding.DecodeString(*v); err == nil {
+				l.id = to.Ptr(string(id))
+			}
+		}
+		out = append(out, l)
+	}
+	next := ""
+	if resp.NextMarker != nil {
+		next = *resp.NextMarker
+	}
+	return out, next, nil
+}
+
+// readRecord assembles a record from its lock message text, peeking at the
+// overflow queue for a chunked one.
+func (b *Backend) readRecord(ctx context.Context, record string, lock lockFrame) ([]byte, error) {
+	if lock.kind == lockInline {
+		return lock.body, nil
+	}
+	resp, err := b.svc.NewQueueClient(dataQueue(record)).PeekMessages(ctx, &azqueue.PeekMessagesOptions{NumberOfMessages: to.Ptr(int32(maxChunks))})
+	if err != nil {
+		return nil, fmt.Errorf("azure: read dead-letter record %s: %w", record, err)
+	}
+	parts := make([][]byte, lock.chunks)
+	for _, m := range resp.Messages {
+		if m.MessageText == nil {
+			continue
+		}
+		i, total, data, err := decodeChunk(*m.MessageText)
+		if err != nil || total != lock.chunks || i >= total {
+			return nil, fmt.Errorf("azure: dead-letter record %s has a bad chunk", record)
+		}
+		parts[i] = data
+	}
+	var body []byte
+	for i, p := range parts {
+		if p == nil {
+			return nil, fmt.Errorf("azure: dead-letter record %s lacks chunk %d of %d", record, i, lock.chunks)
+		}
+		body = append(body, p...)
+	}
+	return body, nil
+}
+
+// NextDead implements driver.Backend. It walks the queue's record queues in
+// name (creation) order and dequeues the first lock message it can; holding
+// the lock message is holding the record, until SettleDead or until
+// Config.DeadLease passes.
+func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDelivery, error) {
+	if b.isClosed() {
+		return nil, driver.ErrClosed
+	}
+	n, err := b.names(queue)
+	if err != nil {
+		return nil, err
+	}
+	marker := ""
+	for {
+		page, next, err := b.listPage(ctx, n.dead, marker, 32, false)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range page {
+			dd, err := b.tryHold(ctx, l.name)
+			if err != nil {
+				return nil, err
+			}
+			if dd != nil {
+				return dd, nil
+			}
+		}
+		if next == "" {
+			return nil, driver.ErrNoDeadLetters
+		}
+		marker = next
+	}
+}
+
+// tryHold dequeues the lock message of one record; nil when someone else
+// holds it or it is gone or incomplete.
+func (b *Backend) tryHold(ctx context.Context, record string) (*driver.DeadDelivery, error) {
+	q := b.svc.NewQueueClient(record)
+	resp, err := q.DequeueMessage(ctx, &azqueue.DequeueMessageOptions{VisibilityTimeout: to.Ptr(visibility(b.deadLease))})
+	if queueerror.HasCode(err, queueerror.QueueNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("azure: next dead letter from %s: %w", record, err)
+	}
+	if len(resp.Messages) == 0 {
+		return nil, nil
+	}
+	m := resp.Messages[0]
+	r := &deadReceipt{record: record, id: *m.MessageID, pop: *m.PopReceipt, closed: b.closed}
+	if m.MessageText != nil {
+		r.content = *m.MessageText
+	}
+	lock, err := decodeLock(r.content)
+	if err != nil {
+		b.log.Warn("azure: skipping a dead-letter queue whose message is not a record", "queue", record)
+		return nil, nil
+	}
+	body, err := b.readRecord(ctx, record, lock)
+	if err != nil {
+		// Release it at once; it stays where it is.
+		_, _ = q.UpdateMessage(context.WithoutCancel(ctx), r.id, r.pop, r.content, &azqueue.UpdateMessageOptions{VisibilityTimeout: to.Ptr(int32(0))})
+		return nil, err
+	}
+	r.chunked = lock.kind == lockChunked
+	return &driver.DeadDelivery{DeadMessage: driver.DeadMessage{ID: lock.id, Body: body}, Handle: r}, nil
+}
+
+// SettleDead implements driver.Backend. Remove deletes the lock message
+// (checking the pop receipt) and then the record's queues; keep makes the
+// lock message visible again, and since records are ordered by queue name the
+// record keeps its place.
+func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove bool) error {
+	if b.isClosed() {
+		return driver.ErrClosed
+	}
+	r, ok := d.Handle.(*deadReceipt)
+	if !ok || r == nil {
+		return fmt.Errorf("azure: dead delivery handle %T is not this backend's", d.Handle)
+	}
+	q := b.svc.NewQueueClient(r.record)
+	if !remove {
+		_, err := q.UpdateMessage(ctx, r.id, r.pop, r.content, &azqueue.UpdateMessageOptions{VisibilityTimeout: to.Ptr(int32(0))})
+		return wrapSettle("settle dead letter", err)
+	}
+	if _, err := q.DeleteMessage(ctx, r.id, r.pop, nil); err != nil {
+		return wrapSettle("settle dead letter", err)
+	}
+	_, err := b.removeRecord(ctx, r.record, r.chunked)
+	return err
+}
+
+// ListDead implements driver.Backend by listing record queues (a marker-paged
+// listing in name order) and peeking at each; records held by a NextDead
+// caller are invisible to Peek and left out. It changes nothing.
+func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int) ([]driver.DeadMessage, string, error) {
+	if b.isClosed() {
+		return nil, "", driver.ErrClosed
+	}
+	n, err := b.names(queue)
+	if err != nil {
+		return nil, "", err
+	}
+	if limit <= 0 {
+		return nil, "", fmt.Errorf("azure: list dead letters: limit %d: want a positive number", limit)
+	}
+	var recs []driver.DeadMessage
+	marker := cursor
+	for len(recs) < limit {
+		page, next, err := b.listPage(ctx, n.dead, marker, int32(min(limit-len(recs), 5000)), false)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, l := range page {
+			rec, ok, err := b.peekRecord(ctx, l.name)
+			if err != nil {
+				return nil, "", err
+			}
+			if ok {
+				recs = append(recs, rec)
+			}
+		}
+		marker = next
+		if next == "" {
+			break
+		}
+	}
+	return recs, marker, nil
+}
+
+func (b *Backend) peekRecord(ctx context.Context, record string) (driver.DeadMessage, bool, error) {
+	resp, err := b.svc.NewQueueClient(record).PeekMessage(ctx, nil)
+	if queueerror.HasCode(err, queueerror.QueueNotFound) {
+		return driver.DeadMessage{}, false, nil
+	}
+	if err != nil {
+		return driver.DeadMessage{}, false, fmt.Errorf("azure: list dead letters: peek %s: %w", record, err)
+	}
+	if len(resp.Messages) == 0 || resp.Messages[0].MessageText == nil {
+		return driver.DeadMessage{}, false, nil // held, or not yet written
+	}
+	lock, err := decodeLock(*resp.Messages[0].MessageText)
+	if err != nil {
+		return driver.DeadMessage{}, false, nil
+	}
+	body, err := b.readRecord(ctx, record, lock)
+	if err != nil {
+		return driver.DeadMessage{}, false, err
+	}
+	return driver.DeadMessage{ID: lock.id, Body: body}, true, nil
+}
+
+// DeleteDead implements driver.Backend. IDs come from the record queues'
+// metadata (or a peek when an ID was too long for it).
+func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (int, error) {
+	if b.isClosed() {
+		return 0, driver.ErrClosed
+	}
+	n, err := b.names(queue)
+	if err != nil {
+		return 0, err
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	count := 0
+	marker := ""
+	for {
+		page, next, err := b.listPage(ctx, n.dead, marker, 1000, true)
+		if err != nil {
+			return count, err
+		}
+		for _, l := range page {
+			id := l.id
+			if id == nil {
+				rec, ok, err := b.peekRecord(ctx, l.name)
+				if err != nil {
+					return count, err
+				}
+				if !ok {
+					continue
+				}
+				id = &rec.ID
+			}
+			if !want[*id] {
+				continue
+			}
+			deleted, err := b.removeRecord(ctx, l.name, true)
+			if err != nil {
+				return count, err
+			}
+			if deleted {
+				count++
+			}
+		}
+		if next == "" {
+			return count, nil
+		}
+		marker = next
+	}
+}
+
+// PurgeDead implements driver.Backend.
+func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
+	if b.isClosed() {
+		return 0, driver.ErrClosed
+	}
+	n, err := b.names(queue)
+	if err != nil {
+		return 0, err
+	}
+	return b.purge(ctx, n.dead)
+}
+
+// purge deletes every queue under the dead prefix (records, their overflow
+// queues and the leftovers of interrupted writes) and counts the records.
+func (b *Backend) purge(ctx context.Context, prefix string) (int, error) {
+	var all []string
+	pager := b.svc.NewListQueuesPager(&azqueue.ListQueuesOptions{Prefix: &prefix})
+	for pager.More() {
+		resp, err := pager.NextPage(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("azure: list dead-letter queues %s*: %w", prefix, err)
+		}
+		for _, q := range resp.Queues {
+			if q.Name != nil {
+				all = append(all, *q.Name)
+			}
+		}
+	}
+	sort.Strings(all)
+	count := 0
+	for _, name := range all {
+		if len(name) != len(prefix)+keyLen && len(name) != len(prefix)+keyLen+1 {
+			continue // another queue's names cannot start with prefix, but be safe
+		}
+		if _, err := b.svc.DeleteQueue(ctx, name, nil); err != nil {
+			if queueerror.HasCode(err, queueerror.QueueNotFound) {
+				continue
+			}
+			return count, fmt.Errorf("azure: purge dead letters: delete %s: %w", name, err)
+		}
+		if isRecordQueue(prefix, name) {
+			count++
+		}
+	}
+	return count, nil
+}
+
+// countDead counts the record queues under prefix.
+func (b *Backend) countDead(ctx context.Context, prefix string) (int64, error) {
+	var count int64
+	marker := ""
+	for {
+		page, next, err := b.listPage(ctx, prefix, marker, 5000, false)
+		if err != nil {
+			return 0, err
+		}
+		count += int64(len(page))
+		if next == "" {
+			return count, nil
+		}
+		marker = next
+	}
+}

@@ -1,0 +1,180 @@
+package azure
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/internal/testenv"
+)
+
+// EnvConnectionString names the variable that points the tests at a running
+// Azurite (or Azure account). When it is unset, TestMain starts Azurite from
+// .tools/azurite (scripts/azurite.sh install) on a free loopback port and
+// stops it after the tests.
+const EnvConnectionString = "ASYNCPLATFORM_AZURE_CONNECTION_STRING"
+
+// devAccount is Azurite's public, well-known development account.
+const (
+	devAccount = "devstoreaccount1"
+	devKey     = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+var (
+	connString string // set by TestMain when a server is available
+	connErr    error  // why it is not
+)
+
+func TestMain(m *testing.M) {
+	stop := setupAzurite()
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+func setupAzurite() (stop func()) {
+	if cs := os.Getenv(EnvConnectionString); cs != "" {
+		connString = cs
+		return func() {}
+	}
+	bin, err := filepath.Abs("../../.tools/azurite/node_modules/.bin/azurite-queue")
+	if err == nil {
+		_, err = os.Stat(bin)
+	}
+	if err != nil {
+		connErr = fmt.Errorf("%s is unset and Azurite is not installed (run scripts/azurite.sh install): %w", EnvConnectionString, err)
+		return func() {}
+	}
+	port, err := freePort()
+	if err != nil {
+		connErr = err
+		return func() {}
+	}
+	dir, err := os.MkdirTemp("", "azurite-")
+	if err != nil {
+		connErr = err
+		return func() {}
+	}
+	log, err := os.Create(filepath.Join(dir, "azurite.log"))
+	if err != nil {
+		connErr = err
+		return func() {}
+	}
+	cmd := exec.Command(bin, "--queueHost", "127.0.0.1", "--queuePort", fmt.Sprint(port),
+		"--inMemoryPersistence", "--disableTelemetry", "--skipApiVersionCheck", "--loose", "--silent")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "AZURITE_ACCOUNTS="+devAccount+":"+devKey)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		connErr = fmt.Errorf("start Azurite: %w", err)
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		log.Close()
+		os.RemoveAll(dir)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			break
+		}
+		select {
+		case <-done:
+			out, _ := os.ReadFile(log.Name())
+			stop()
+			connErr = fmt.Errorf("Azurite exited at start-up: %s", out)
+			return func() {}
+		default:
+		}
+		if time.Now().After(deadline) {
+			stop()
+			connErr = fmt.Errorf("Azurite did not listen on %s within 20s", addr)
+			return func() {}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	connString = fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;QueueEndpoint=http://%s/%s;", devAccount, devKey, addr, devAccount)
+	return stop
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// needAzurite returns the connection string, or skips (fails under CI).
+func needAzurite(t testing.TB) string {
+	t.Helper()
+	if connString == "" {
+		testenv.Unreachable(t, "Azurite", connErr)
+	}
+	return connString
+}
+
+var nonName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// queueName derives a fresh facade queue name from the test's name.
+func queueName(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := nonName.ReplaceAllString(t.Name(), "_")
+	if len(name) > 60 {
+		name = name[len(name)-60:]
+	}
+	return name + "." + hex.EncodeToString(b[:])
+}
+
+// newBackend opens a backend and a fresh queue removed after the test.
+func newBackend(t testing.TB, cfg Config) (*Backend, string) {
+	t.Helper()
+	cfg.ConnectionString = needAzurite(t)
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := b.Ping(ctx); err != nil {
+		testenv.Unreachable(t, "Azurite", err)
+	}
+	q := queueName(t)
+	if err := b.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		b.Close()
+		c, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.DeleteQueue(context.Background(), q); err != nil {
+			t.Errorf("delete queue: %v", err)
+		}
+	})
+	return b, q
+}
