@@ -19,7 +19,12 @@ import (
 func testQueue(t testing.TB) string {
 	var r [4]byte
 	_, _ = rand.Read(r[:])
-	name := strings.NewReplacer("/", ".", " ", "_", "#", "_").Replace(t.Name())
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
+			return r
+		}
+		return '_'
+	}, t.Name())
 	if len(name) > 80 {
 		name = name[len(name)-80:]
 	}

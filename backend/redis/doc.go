@@ -1,0 +1,97 @@
+// Package redis is an asyncplatform backend on Redis 7 (standalone, Sentinel
+// or Cluster), built on go-redis v9:
+//
+//	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
+//	b, err := redis.New(redis.Config{Client: rdb})
+//	p, err := asyncplatform.New(b, asyncplatform.Config{})
+//
+// The backend never closes the client it is given.
+//
+// # Key layout
+//
+// Every key of one queue starts with the hash tag {prefix:queue}, so a queue
+// lives in one Cluster slot and every script can touch all its keys. With the
+// default prefix "asyncplatform" and queue "mail":
+//
+//	{asyncplatform:mail}:seq       string  counter that names stored copies (1, 2, ...)
+//	{asyncplatform:mail}:body      hash    copy id -> message body
+//	{asyncplatform:mail}:ready     list    ids deliverable now (LPUSH in, RPOP out)
+//	{asyncplatform:mail}:sched     zset    ids waiting for NotBefore, scored by due time (ms)
+//	{asyncplatform:mail}:inflight  zset    ids handed out, scored by lease deadline (ms)
+//	{asyncplatform:mail}:lease     hash    copy id -> token of its current lease
+//	{asyncplatform:mail}:count     hash    copy id -> deliveries of this copy so far
+//	{asyncplatform:mail}:signal    list    wake tokens for idle receivers (at most a few)
+//	{asyncplatform:mail}:dead      list    dead-letter records, oldest first (RPUSH in)
+//	{asyncplatform:mail}:held      zset    hold token -> hold deadline (ms), records out with NextDead
+//	{asyncplatform:mail}:heldrec   hash    hold token -> the held record
+//
+// A dead-letter record is stored as "<len(id)>:<id><body>" so scripts can
+// match it by job ID without decoding the body.
+//
+// # How state changes and counts are kept
+//
+// Every state change is one Lua script that reads the server's clock (TIME),
+// so worker clocks never matter and no step can be half done:
+//
+//   - Enqueue writes each body under a fresh id and pushes the id to ready,
+//     or to sched when NotBefore is in the future.
+//   - Receive's claim script first returns expired leases to ready and
+//     promotes due scheduled ids, then pops up to max ids, increments each
+//     one's delivery count (HINCRBY) and writes its lease (a token unique to
+//     this delivery, and the deadline in inflight) in the same step. A
+//     delivery that is never settled is therefore already counted, and its
+//     next delivery counts one more: that is how crashes are counted.
+//   - Ack, Extend, Requeue and DeadLetter check that the copy is still leased
+//     under the delivery's token and that the lease has not run out;
+//     otherwise they change nothing and return driver.ErrLeaseLost, so a
+//     stale receipt never touches a newer delivery.
+//   - Requeue removes the copy and stores the new body under a new id (count
+//     zero) in ready or sched, in one script. DeadLetter removes the copy and
+//     appends the record to the dead list, in one script.
+//
+// The reaper is part of the claim script: there is no background sweeper.
+// An idle receiver still runs the claim at the earliest lease deadline or
+// due time it was told about, so expired leases and due jobs move on their
+// own while anyone receives from the queue.
+//
+// # Waking receivers without polling
+//
+// Enqueue, Requeue and a claim that leaves work behind push a wake token to
+// the queue's signal list (only when it is empty, so it never grows). An idle
+// Receive waits for the first of: a token, the next due time or lease
+// deadline the claim script reported, Config.IdleWait, or its context. Per
+// Backend and queue one goroutine blocks in BLPOP on the signal list while
+// anyone waits, and broadcasts each token to every idle Receive of that
+// Backend, so many idle receivers cost one pooled connection per queue, not
+// one each. Size the client's pool for one blocked connection per queue
+// being received from, plus the working traffic.
+//
+// # Dead letters
+//
+// NextDead pops the oldest record into a hold (held and heldrec) under a new
+// token. The Backend renews its holds every DeadHold/3; SettleDead removes the
+// record or pushes it back at the head of the list. A hold that runs out
+// (its Backend closed or its process died) is pushed back at the head by the
+// next NextDead or SettleDead on the queue. ListDead pages with LRANGE, the
+// cursor being the index of the next record; held records are not listed.
+// DeleteDead scans the list in one script and leaves held records alone.
+// PurgeDead removes held records too and counts them. Nothing is ever trimmed.
+//
+// # Limits and caveats
+//
+//   - Capabilities.MinLease is 50ms; leases are kept in milliseconds.
+//   - A body is one Redis string: at most proto-max-bulk-len (512 MB by
+//     default). Config.MaxBody sets a lower limit of ours.
+//   - Close abandons unsettled deliveries as a dying process would; Redis
+//     cannot tell that a worker vanished, so they come back when their lease
+//     runs out (Capabilities.RedeliversOnClose is false).
+//   - Durability is Redis's: without AOF (appendonly yes, appendfsync
+//     everysec or always) a Redis restart loses what it held. Keep
+//     maxmemory-policy noeviction, or Redis may evict queue keys.
+//   - ListDead's index cursor shifts when records are popped or deleted
+//     between pages, so a page may then repeat or skip a record.
+//   - DeleteDead and a claim of a long-expired backlog scan in one script,
+//     blocking Redis for as long as they run (the reaper moves at most 1000
+//     ids per claim).
+//   - Stats counts expired leases and due scheduled jobs as ready.
+package redis
