@@ -311,10 +311,19 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 	q := b.svc.NewQueueClient(n.work)
 	wait := minPoll
 	for {
-		resp, err := q.DequeueMessages(ctx, &azqueue.DequeueMessagesOptions{
+		// The request is not cut short by ctx: a dequeue whose response were
+		// dropped would count a delivery for every message it took. When ctx
+		// ends meanwhile, the messages are handed back uncounted.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+		resp, err := q.DequeueMessages(rctx, &azqueue.DequeueMessagesOptions{
 			NumberOfMessages:  to.Ptr(int32(max)),
 			VisibilityTimeout: to.Ptr(vis),
 		})
+		cancel()
+		if err == nil && ctx.Err() != nil {
+			b.handBack(queue, q, resp.Messages)
+			return nil, ctx.Err()
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -347,6 +356,31 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		case <-t.C:
 		}
 		wait = min(wait*2, b.pollInterval)
+	}
+}
+
+// requestTimeout bounds a receive request that ctx does not cut short.
+const requestTimeout = 30 * time.Second
+
+// handBack makes messages received for a caller that has gone visible again
+// at once, with the base moved up so the receive is not counted.
+func (b *Backend) handBack(queue string, q *azqueue.QueueClient, msgs []*azqueue.DequeuedMessage) {
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	for _, m := range msgs {
+		if m.MessageText == nil {
+			continue
+		}
+		f, err := decodeWork(*m.MessageText)
+		if err != nil {
+			continue // foreign: it comes back after its lease
+		}
+		f.base = uint32(*m.DequeueCount)
+		if _, err := q.UpdateMessage(ctx, *m.MessageID, *m.PopReceipt, f.encode(), &azqueue.UpdateMessageOptions{
+			VisibilityTimeout: to.Ptr(int32(0)),
+		}); err != nil {
+			b.log.Warn("azure: handing back a message received after cancellation failed; it comes back after its lease, counted", "queue", queue, "err", err)
+		}
 	}
 }
 
