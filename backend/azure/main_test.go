@@ -35,6 +35,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(crashWorkerEnv) != "" {
+		crashWorker() // never returns
+	}
 	stop := setupAzurite()
 	code := m.Run()
 	stop()
