@@ -136,7 +136,7 @@ const (
 	OutcomeRejected     Outcome = "rejected"      // Reject: requeued uncounted
 	OutcomeDeadLettered Outcome = "dead_lettered" // see Attempt.Reason
 	OutcomeHandedBack   Outcome = "handed_back"   // shutdown: requeued uncounted
-	OutcomeLeaseLost    Outcome = "lease_lost"    // the outcome could not be reported
+	OutcomeLeaseLost    Outcome = "lease_lost"    // the outcome could not be reported (lease or connection lost): the job will be delivered again
 )
 
 // Attempt describes one handler call, for Hooks.AfterAttempt.
@@ -447,9 +447,9 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 	msgs := make([]driver.Message, len(jobs))
 	for i, j := range jobs {
 		msgs[i] = p.message(j)
-		if check && p.caps.MaxBody > 0 && len(msgs[i].Body) > p.caps.MaxBody {
-			return fmt.Errorf("%w: job %s of type %q encodes to %d bytes (payload %d); the backend carries at most %d",
-				ErrPayloadTooLarge, j.ID, j.Type, len(msgs[i].Body), len(j.Payload), p.caps.MaxBody)
+		if check && p.caps.MaxBody > 0 && len(msgs[i].Body) > p.caps.MaxBody-envelopeHeadroom {
+			return fmt.Errorf("%w: job %s of type %q has a %d-byte payload; this backend carries at most %d bytes for it (see MaxPayload)",
+				ErrPayloadTooLarge, j.ID, j.Type, len(j.Payload), p.MaxPayload(*j))
 		}
 	}
 	if err := p.backend.Enqueue(ctx, queue, msgs); err != nil {
@@ -461,13 +461,57 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 	return nil
 }
 
-// message encodes a job as the backend message of its current copy.
+// message encodes a job as the backend message of its current copy. A copy
+// that outgrew the backend's limit (its error history grows with each retry)
+// loses its oldest error lines until it fits.
 func (p *Platform) message(j *Job) driver.Message {
 	id := j.ID
 	if j.copyNo > 0 {
 		id = j.ID + "." + strconv.FormatUint(j.copyNo, 10)
 	}
-	return driver.Message{ID: id, Body: encodeJob(j), NotBefore: j.NotBefore}
+	body := encodeJob(j)
+	for p.caps.MaxBody > 0 && len(body) > p.caps.MaxBody && len(j.Errors) > 0 {
+		j.Errors = j.Errors[1:]
+		body = encodeJob(j)
+	}
+	return driver.Message{ID: id, Body: body, NotBefore: j.NotBefore}
+}
+
+// envelopeHeadroom is kept free below the backend's limit by MaxPayload, for
+// the counters that grow as a job is retried.
+const envelopeHeadroom = 64
+
+// MaxPayload returns the largest payload a job like j (its other fields as
+// they are) can carry on this backend, or -1 when the backend sets no limit.
+func (p *Platform) MaxPayload(j Job) int {
+	if p.caps.MaxBody <= 0 {
+		return -1
+	}
+	now := time.Now()
+	if j.ID == "" {
+		j.ID = newID(now)
+	}
+	if j.EnqueuedAt.IsZero() {
+		j.EnqueuedAt = now
+	}
+	if j.Queue == "" {
+		j.Queue = DefaultQueue
+	}
+	j.Payload = nil
+	fixed := len(encodeJob(&j)) - 1 // less the payload's one-byte length
+	n := p.caps.MaxBody - envelopeHeadroom - fixed
+	for n > 0 && n+uvarintLen(n)+fixed > p.caps.MaxBody-envelopeHeadroom {
+		n--
+	}
+	return max(n, 0)
+}
+
+func uvarintLen(n int) int {
+	l := 1
+	for ; n >= 0x80; n >>= 7 {
+		l++
+	}
+	return l
 }
 
 func (p *Platform) declare(ctx context.Context, queue string) error {

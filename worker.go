@@ -247,7 +247,11 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 			serr = p.dead(f, j, a.Reason, text, nil)
 		}
 	}
-	if errors.Is(serr, driver.ErrLeaseLost) {
+	switch {
+	case serr == nil:
+	case errors.Is(serr, errSettled):
+		a.Outcome = OutcomeHandedBack // Stop handed it back first
+	default:
 		a.Outcome = OutcomeLeaseLost
 	}
 	if hook := p.cfg.Hooks.AfterAttempt; hook != nil {

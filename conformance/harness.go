@@ -42,6 +42,16 @@ type Harness interface {
 	Close()
 }
 
+// Disconnecter is an optional Harness interface for backends whose leases
+// last as long as their connection (RabbitMQ): it cuts the backend's
+// connection to the broker without closing the backend, which must reconnect
+// by itself. The suite then checks that receipts from before the cut are
+// refused with driver.ErrLeaseLost. Backends without it must let a lease
+// lapse when it is not extended; the suite waits for that instead.
+type Disconnecter interface {
+	Disconnect(ctx context.Context, b driver.Backend) error
+}
+
 // HarnessMaker makes a Harness for one subtest.
 type HarnessMaker func(ctx context.Context, t *testing.T) (Harness, error)
 
@@ -55,4 +65,10 @@ type Options struct {
 	// Wait bounds how long one case waits for an outcome before it fails.
 	// Defaults to 20s.
 	Wait time.Duration
+
+	// SingleProcess, when non-empty, says why the backend's queues cannot be
+	// shared by two processes (the memory backend lives in one). The
+	// ProcessKill case is then skipped with that reason in the log; every
+	// other backend must leave it empty.
+	SingleProcess string
 }
