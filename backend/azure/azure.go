@@ -311,6 +311,9 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 	q := b.svc.NewQueueClient(n.work)
 	wait := minPoll
 	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		// The request is not cut short by ctx: a dequeue whose response were
 		// dropped would count a delivery for every message it took. When ctx
 		// ends meanwhile, the messages are handed back uncounted.
@@ -408,6 +411,8 @@ func (b *Backend) delivery(ctx context.Context, queue string, q *azqueue.QueueCl
 			// Surfaced early: hide it again. Not a delivery, so the base
 			// moves with DequeueCount.
 			f.base = uint32(r.dequeueCount)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+			defer cancel()
 			if _, err := q.UpdateMessage(ctx, r.id, r.pop, f.encode(), &azqueue.UpdateMessageOptions{
 				VisibilityTimeout: to.Ptr(visibility(early)),
 			}); err != nil && !leaseLost(err) {
@@ -500,7 +505,7 @@ func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Me
 	if err != nil {
 		return wrapSettle("requeue", err)
 	}
-	r.pop = *resp.PopReceipt
+	r.pop, r.content = *resp.PopReceipt, text
 	return nil
 }
 

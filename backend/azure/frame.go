@@ -45,7 +45,8 @@ func (f workFrame) encode() string {
 	binary.BigEndian.PutUint32(buf[3:7], f.base)
 	var nb int64
 	if !f.notBefore.IsZero() {
-		nb = f.notBefore.UnixMilli()
+		// Round up: a message must never be delivered before its NotBefore.
+		nb = f.notBefore.Add(time.Millisecond - time.Nanosecond).UnixMilli()
 	}
 	binary.BigEndian.PutUint64(buf[7:15], uint64(nb))
 	copy(buf[workHeader:], f.body)
