@@ -86,7 +86,7 @@ func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(con
 	defer func() {
 		// Settle on every path, panics included, with a context that
 		// outlives a cancelled ctx: the record must not stay hidden.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.SettleTimeout)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if serr := p.backend.SettleDead(sctx, dd, pop && err == nil); serr != nil && err == nil {
 			err = fmt.Errorf("asyncplatform: settling dead letter %s of queue %q: %w", dd.ID, queue, serr)

@@ -200,12 +200,18 @@ func (r *reader) header(kind byte) {
 	r.b = r.b[3:]
 }
 
-// decodeJob decodes an envelope into j. The payload aliases b.
-func decodeJob(b []byte, j *Job) error {
+// decodeJob decodes an envelope into j. The payload aliases b. A Type that
+// has a handler reuses the handler's copy of the string (one allocation less).
+func decodeJob(b []byte, j *Job, handlers map[string]*handlerEntry) error {
 	r := reader{b: b}
 	r.header(kindJob)
 	j.ID = r.string("ID")
-	j.Type = r.string("Type")
+	typ := r.bytes("Type")
+	if e, ok := handlers[string(typ)]; ok {
+		j.Type = e.typ
+	} else {
+		j.Type = string(typ)
+	}
 	j.Payload = r.bytes("Payload")
 	if n := r.count("Headers"); n > 0 {
 		j.Headers = make(map[string]string, n)
@@ -277,7 +283,7 @@ func decodeDead(b []byte, d *DeadLetter) error {
 		d.Raw = append([]byte{}, body...)
 		return nil
 	}
-	if err := decodeJob(body, &d.Job); err != nil {
+	if err := decodeJob(body, &d.Job, nil); err != nil {
 		return err
 	}
 	d.Job.Queue = d.Queue

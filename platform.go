@@ -23,7 +23,6 @@ const (
 	DefaultUnhandledDelay   = 10 * time.Second
 	DefaultErrorHistory     = 20
 	DefaultHealthInterval   = 10 * time.Second
-	DefaultSettleTimeout    = 30 * time.Second
 )
 
 // Config configures a Platform. The zero value is usable: every field has a
@@ -79,10 +78,6 @@ type Config struct {
 	// HealthInterval is how often the health checks run; a Reject triggers
 	// a run at once. Defaults to DefaultHealthInterval.
 	HealthInterval time.Duration
-
-	// SettleTimeout bounds each call that reports an outcome to the backend.
-	// Defaults to DefaultSettleTimeout.
-	SettleTimeout time.Duration
 
 	// Middleware wraps every handler, the first element outermost. Defaults
 	// to none.
@@ -171,6 +166,7 @@ type QueueStats struct {
 }
 
 type handlerEntry struct {
+	typ    string
 	h      Handler
 	policy Policy
 }
@@ -271,7 +267,6 @@ func (c Config) withDefaults() (Config, error) {
 		{"RejectDelay", &c.RejectDelay, DefaultRejectDelay},
 		{"UnhandledDelay", &c.UnhandledDelay, DefaultUnhandledDelay},
 		{"HealthInterval", &c.HealthInterval, DefaultHealthInterval},
-		{"SettleTimeout", &c.SettleTimeout, DefaultSettleTimeout},
 	}
 	for _, d := range durations {
 		if *d.v < 0 {
@@ -337,7 +332,7 @@ func (p *Platform) Handle(jobType string, h Handler, policy ...Policy) error {
 	if len(policy) > 1 {
 		return fmt.Errorf("%w: Handle(%q): %d policies given, at most one is allowed", ErrInvalidConfig, jobType, len(policy))
 	}
-	e := &handlerEntry{h: h}
+	e := &handlerEntry{typ: jobType, h: h}
 	if len(policy) == 1 {
 		if err := policy[0].validate(fmt.Sprintf("Handle(%q) policy", jobType)); err != nil {
 			return err
@@ -425,8 +420,8 @@ func (p *Platform) prepare(j *Job, now time.Time) error {
 	if !j.Deadline.IsZero() && !j.NotBefore.IsZero() && !j.Deadline.After(j.NotBefore) {
 		return fmt.Errorf("%w: job of type %q has Deadline %v not after NotBefore %v", ErrInvalidJob, j.Type, j.Deadline, j.NotBefore)
 	}
-	if err := j.Policy.validate(fmt.Sprintf("job of type %q: Policy", j.Type)); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
+	if err := j.Policy.validate("Policy"); err != nil {
+		return fmt.Errorf("%w: job of type %q: %w", ErrInvalidJob, j.Type, err)
 	}
 	if j.ID == "" {
 		j.ID = newID(now)

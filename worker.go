@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
 	"strings"
@@ -134,8 +135,8 @@ func (q *queueRunner) snapshot() []*inflight {
 // decodeDelivery decodes a delivery's job and adds the crashes its earlier
 // deliveries imply (see driver: every outcome but Ack writes a new copy, so
 // each earlier delivery of this copy ended with no outcome).
-func decodeDelivery(d *driver.Delivery, j *Job) error {
-	if err := decodeJob(d.Body, j); err != nil {
+func decodeDelivery(d *driver.Delivery, j *Job, types map[string]*handlerEntry) error {
+	if err := decodeJob(d.Body, j, types); err != nil {
 		return err
 	}
 	j.Queue = d.Queue
@@ -148,8 +149,9 @@ func decodeDelivery(d *driver.Delivery, j *Job) error {
 
 // process decides and reports the outcome of one delivery.
 func (p *Platform) process(q *queueRunner, f *inflight) {
+	handlers := *p.handlers.Load()
 	j := new(Job)
-	if err := decodeDelivery(f.d, j); err != nil {
+	if err := decodeDelivery(f.d, j, handlers); err != nil {
 		p.deadRaw(f, err)
 		return
 	}
@@ -157,7 +159,7 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 		p.handBack(f)
 		return
 	}
-	h := (*p.handlers.Load())[j.Type]
+	h := handlers[j.Type]
 	pol := j.Policy
 	if h != nil {
 		pol = pol.merge(h.policy)
@@ -194,7 +196,9 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 	f.mu.Lock()
 	f.cancel = cancel
 	f.mu.Unlock()
-	p.log.Debug("asyncplatform: attempt", "queue", j.Queue, "id", j.ID, "type", j.Type, "try", j.TryCount)
+	if p.log.Enabled(ctx, slog.LevelDebug) {
+		p.log.Debug("asyncplatform: attempt", "queue", j.Queue, "id", j.ID, "type", j.Type, "try", j.TryCount)
+	}
 	start := time.Now()
 	herr := call(ctx, h.h, j)
 	a := Attempt{Job: j, Err: herr, Duration: time.Since(start)}
@@ -206,7 +210,7 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 	switch {
 	case herr == nil:
 		a.Outcome = OutcomeSucceeded
-		serr = p.settle(f, func(ctx context.Context) error { return p.backend.Ack(ctx, f.d) })
+		serr = p.settle(f, true, nil, nil)
 	case p.workCtx.Err() != nil:
 		a.Outcome = OutcomeHandedBack
 		serr = p.handBack(f)
@@ -271,8 +275,11 @@ func call(ctx context.Context, h Handler, j *Job) (err error) {
 
 var errSettled = errors.New("delivery already settled")
 
-// settle reports an outcome for the delivery, once.
-func (p *Platform) settle(f *inflight, fn func(ctx context.Context) error) error {
+// settle reports an outcome for the delivery, once: an Ack, or else a Requeue
+// of msg, or else (rec non-nil) a DeadLetter of rec. It takes no deadline of
+// its own: backends bound their own network calls, and a per-job timer
+// costs more than the rest of the hot path.
+func (p *Platform) settle(f *inflight, ack bool, msg *driver.Message, rec *driver.DeadMessage) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.done {
@@ -282,9 +289,16 @@ func (p *Platform) settle(f *inflight, fn func(ctx context.Context) error) error
 	if f.lost {
 		return driver.ErrLeaseLost
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.SettleTimeout)
-	defer cancel()
-	err := fn(ctx)
+	ctx := context.Background()
+	var err error
+	switch {
+	case ack:
+		err = p.backend.Ack(ctx, f.d)
+	case msg != nil:
+		err = p.backend.Requeue(ctx, f.d, *msg)
+	default:
+		err = p.backend.DeadLetter(ctx, f.d, *rec)
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, driver.ErrLeaseLost):
@@ -303,13 +317,13 @@ func (p *Platform) requeue(f *inflight, j *Job, at time.Time) error {
 		j.NotBefore = at
 	}
 	msg := p.message(j)
-	return p.settle(f, func(ctx context.Context) error { return p.backend.Requeue(ctx, f.d, msg) })
+	return p.settle(f, false, &msg, nil)
 }
 
 // handBack returns a delivery uncounted, for shutdown.
 func (p *Platform) handBack(f *inflight) error {
 	var j Job
-	if err := decodeDelivery(f.d, &j); err != nil {
+	if err := decodeDelivery(f.d, &j, nil); err != nil {
 		return err // not a job: it comes back after its lease and is dead-lettered then
 	}
 	err := p.requeue(f, &j, time.Time{})
@@ -324,7 +338,7 @@ func (p *Platform) dead(f *inflight, j *Job, reason Reason, text string, raw []b
 	j.TryCount = j.Failures + j.Crashes
 	dl := DeadLetter{Job: *j, Queue: f.d.Queue, Reason: reason, Error: text, DeadAt: time.Now(), Worker: p.cfg.WorkerName, Raw: raw}
 	rec := driver.DeadMessage{ID: j.ID, Body: encodeDead(&dl)}
-	err := p.settle(f, func(ctx context.Context) error { return p.backend.DeadLetter(ctx, f.d, rec) })
+	err := p.settle(f, false, nil, &rec)
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,6 @@ func (e *env) config() ap.Config {
 		UnhandledDelay:   50 * time.Millisecond,
 		UnhandledRetries: ap.Limit(2),
 		HealthInterval:   50 * time.Millisecond,
-		SettleTimeout:    e.opts.Wait,
 		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 }
