@@ -19,6 +19,11 @@ type health struct {
 	healthy bool
 	wake    chan struct{} // closed when health returns; replaced when it is lost
 	again   chan struct{} // a request to re-check now
+	// period is cancelled when health is lost, so a fetcher blocked in
+	// Receive stops taking jobs at once. It is a child of base.
+	base   context.Context
+	period context.Context
+	cancel context.CancelFunc
 }
 
 func (h *health) init(checks map[string]HealthCheck) {
@@ -57,16 +62,35 @@ func (h *health) results() map[string]error {
 	return out
 }
 
-// wait blocks while unhealthy; it returns false when ctx ends first.
-func (h *health) wait(ctx context.Context) bool {
+// start makes the first healthy period a child of base (the fetchers' context).
+func (h *health) start(base context.Context) {
 	h.mu.Lock()
-	wake := h.wake
-	h.mu.Unlock()
-	select {
-	case <-wake:
-		return true
-	case <-ctx.Done():
-		return false
+	defer h.mu.Unlock()
+	h.base = base
+	h.period, h.cancel = context.WithCancel(base)
+	if !h.healthy {
+		h.cancel()
+	}
+}
+
+// wait blocks while unhealthy. It returns the context of the current healthy
+// period, which ends when health is lost, or nil when ctx ends first.
+func (h *health) wait(ctx context.Context) context.Context {
+	for {
+		h.mu.Lock()
+		wake, period := h.wake, h.period
+		h.mu.Unlock()
+		select {
+		case <-wake:
+			if period.Err() == nil {
+				return period
+			}
+		case <-ctx.Done():
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
 }
 
@@ -100,9 +124,15 @@ func (h *health) run(ctx context.Context, log *slog.Logger) bool {
 	}
 	h.healthy = healthy
 	if healthy {
+		if h.base != nil {
+			h.period, h.cancel = context.WithCancel(h.base)
+		}
 		close(h.wake)
 		log.Info("asyncplatform: healthy again; taking jobs")
 	} else {
+		if h.cancel != nil {
+			h.cancel()
+		}
 		h.wake = make(chan struct{})
 		log.Warn("asyncplatform: unhealthy; no new jobs are taken until the checks pass", "results", fmt.Sprint(results))
 	}

@@ -547,6 +547,7 @@ func (p *Platform) Start(ctx context.Context) error {
 
 	fetchCtx, fetchCancel := context.WithCancel(context.Background())
 	p.fetchCancel = fetchCancel
+	p.health.start(fetchCtx)
 	p.workCtx, p.workCancel = context.WithCancelCause(context.Background())
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	p.bgCancel = bgCancel

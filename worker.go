@@ -62,13 +62,14 @@ func (q *queueRunner) fetch(ctx context.Context) {
 	p := q.p
 	retry := 50 * time.Millisecond
 	for {
-		if !p.health.wait(ctx) {
+		rctx := p.health.wait(ctx)
+		if rctx == nil {
 			return
 		}
 		select {
 		case <-q.slots:
-		case <-ctx.Done():
-			return
+		case <-rctx.Done():
+			continue
 		}
 		n := 1
 	more:
@@ -80,7 +81,7 @@ func (q *queueRunner) fetch(ctx context.Context) {
 				break more
 			}
 		}
-		ds, err := p.backend.Receive(ctx, q.name, n, p.cfg.Lease)
+		ds, err := p.backend.Receive(rctx, q.name, n, p.cfg.Lease)
 		for range n - len(ds) {
 			q.slots <- struct{}{}
 		}
@@ -97,6 +98,8 @@ func (q *queueRunner) fetch(ctx context.Context) {
 			retry = 50 * time.Millisecond
 		case ctx.Err() != nil:
 			return
+		case rctx.Err() != nil:
+			continue // health lost: wait for it to return
 		case errors.Is(err, driver.ErrClosed):
 			p.log.Error("asyncplatform: backend closed; this queue stops taking jobs", "queue", q.name, "error", err)
 			return

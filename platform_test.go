@@ -1,0 +1,265 @@
+package asyncplatform
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/backend/memory"
+)
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	cases := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"negative retry limit", Config{Policy: Policy{RetryLimit: Limit(-1)}}, "Policy: RetryLimit is -1"},
+		{"negative poison limit", Config{Queues: map[string]QueueConfig{"q": {Policy: Policy{PoisonLimit: Limit(-2)}}}}, `Queues["q"].Policy: PoisonLimit is -2`},
+		{"empty queue name", Config{Queues: map[string]QueueConfig{"": {}}}, "queue name is empty"},
+		{"bad queue name", Config{Queues: map[string]QueueConfig{"a b": {}}}, `queue name "a b"`},
+		{"negative concurrency", Config{Queues: map[string]QueueConfig{"q": {Concurrency: -1}}}, `Queues["q"].Concurrency is -1`},
+		{"negative prefetch", Config{Queues: map[string]QueueConfig{"q": {Prefetch: Limit(-1)}}}, `Queues["q"].Prefetch is -1`},
+		{"negative lease", Config{Lease: -time.Second}, "Lease is -1s"},
+		{"negative unhandled retries", Config{UnhandledRetries: Limit(-1)}, "UnhandledRetries is -1"},
+		{"nil health check", Config{HealthChecks: map[string]HealthCheck{"db": nil}}, `check "db"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := New(memory.New(), c.cfg)
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("got %v, want ErrInvalidConfig naming %q", err, c.want)
+			}
+		})
+	}
+	if _, err := New(nil, Config{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("nil backend: %v", err)
+	}
+}
+
+func TestHandleRejectsBadInput(t *testing.T) {
+	p, _ := New(memory.New(), Config{Logger: quietLog})
+	ok := func(context.Context, *Job) error { return nil }
+	if err := p.Handle("", ok); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("empty type: %v", err)
+	}
+	if err := p.Handle("t", nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("nil handler: %v", err)
+	}
+	if err := p.Handle("t", ok); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Handle("t", ok); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "already registered") {
+		t.Errorf("duplicate: %v", err)
+	}
+	if err := p.Handle("u", ok, Policy{Timeout: time.Second}, Policy{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("two policies: %v", err)
+	}
+}
+
+func TestEnqueueRejectsBadJobs(t *testing.T) {
+	p, _ := New(memory.New(), Config{Logger: quietLog})
+	ctx := context.Background()
+	now := time.Now()
+	cases := []struct {
+		name string
+		job  *Job
+		want string
+	}{
+		{"nil", nil, "job is nil"},
+		{"no type", &Job{}, "has no Type"},
+		{"bad queue", &Job{Type: "t", Queue: "no/slash"}, `queue name "no/slash"`},
+		{"long queue", &Job{Type: "t", Queue: strings.Repeat("q", 101)}, "the limit is 100"},
+		{"empty header key", &Job{Type: "t", Headers: map[string]string{"": "v"}}, "empty key"},
+		{"deadline before start", &Job{Type: "t", NotBefore: now.Add(time.Hour), Deadline: now}, "not after NotBefore"},
+		{"negative job limit", &Job{Type: "t", Policy: Policy{RetryLimit: Limit(-3)}}, "RetryLimit is -3"},
+	}
+	for _, c := range cases {
+		err := p.Enqueue(ctx, c.job)
+		if !errors.Is(err, ErrInvalidJob) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want ErrInvalidJob naming %q", c.name, err, c.want)
+		}
+	}
+	// A batch with one bad job stores none.
+	err := p.EnqueueBatch(ctx, []*Job{{Type: "t"}, {}})
+	if !errors.Is(err, ErrInvalidJob) {
+		t.Fatalf("bad batch: %v", err)
+	}
+	if st, _ := p.Stats(ctx, DefaultQueue); st.Ready != 0 {
+		t.Errorf("a refused batch stored %d jobs", st.Ready)
+	}
+}
+
+func TestEnvelopeRoundTrip(t *testing.T) {
+	j := &Job{
+		ID: "id", Type: "type", Payload: []byte{0, 1, 2, 0xff}, Headers: map[string]string{"k": "v"},
+		EnqueuedAt: time.Unix(0, 12345), NotBefore: time.Unix(5, 0), Deadline: time.Unix(10, 0),
+		Failures: 3, Crashes: 2, unhandled: 1, copyNo: 9, Errors: []string{"a", "b"},
+		Policy: Policy{RetryLimit: Limit(0), PoisonLimit: Limit(4), BackoffBase: time.Second, BackoffCap: time.Minute, Timeout: -1},
+	}
+	var got Job
+	if err := decodeJob(encodeJob(j), &got, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != j.ID || got.Type != j.Type || !bytes.Equal(got.Payload, j.Payload) || got.Headers["k"] != "v" ||
+		!got.EnqueuedAt.Equal(j.EnqueuedAt) || !got.NotBefore.Equal(j.NotBefore) || !got.Deadline.Equal(j.Deadline) ||
+		got.Failures != 3 || got.Crashes != 2 || got.unhandled != 1 || got.copyNo != 9 || len(got.Errors) != 2 ||
+		*got.Policy.RetryLimit != 0 || *got.Policy.PoisonLimit != 4 || got.Policy.Timeout != -1 || got.Policy.BackoffCap != time.Minute {
+		t.Errorf("round trip lost something:\n got %+v\nwant %+v", got, *j)
+	}
+	for n := range len(encodeJob(j)) { // every truncation is an error, never a panic
+		if err := decodeJob(encodeJob(j)[:n], &Job{}, nil); err == nil {
+			t.Errorf("truncated to %d bytes: no error", n)
+		}
+	}
+}
+
+func FuzzDecodeJob(f *testing.F) {
+	f.Add(encodeJob(&Job{ID: "x", Type: "t", Payload: []byte("p"), Headers: map[string]string{"a": "b"}}))
+	f.Add([]byte("not a job"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var j Job
+		if decodeJob(b, &j, nil) == nil {
+			again := encodeJob(&j)
+			var k Job
+			if err := decodeJob(again, &k, nil); err != nil {
+				t.Fatalf("re-encoding a decoded job fails to decode: %v", err)
+			}
+		}
+		var dl DeadLetter
+		_ = decodeDead(b, &dl)
+	})
+}
+
+func TestBackoffBounds(t *testing.T) {
+	r := Policy{BackoffBase: 10 * time.Millisecond, BackoffCap: 80 * time.Millisecond}.resolve()
+	for failures := 1; failures < 70; failures++ {
+		want := min(10*time.Millisecond<<min(failures-1, 20), 80*time.Millisecond)
+		for range 50 {
+			if d := backoff(r, failures); d < 0 || d > want {
+				t.Fatalf("failure %d: backoff %v outside [0, %v]", failures, d, want)
+			}
+		}
+	}
+}
+
+func TestPolicyPrecedence(t *testing.T) {
+	job := Policy{Timeout: time.Second}
+	typ := Policy{RetryLimit: Limit(2), Timeout: time.Hour}
+	queue := Policy{RetryLimit: Limit(3), PoisonLimit: Limit(1)}
+	platform := Policy{PoisonLimit: Limit(9), BackoffBase: time.Millisecond}
+	r := job.merge(typ).merge(queue).merge(platform).resolve()
+	if r.timeout != time.Second || r.retryLimit != 2 || r.poisonLimit != 1 || r.backoffBase != time.Millisecond || r.backoffCap != DefaultBackoffCap {
+		t.Errorf("resolved %+v", r)
+	}
+}
+
+// A failing health check stops the platform from taking jobs; they wait in
+// the broker and run once the check passes. A Reject re-runs the checks.
+func TestHealthPausesAndResumes(t *testing.T) {
+	var healthy atomic.Bool
+	var ran atomic.Int32
+	p, err := New(memory.New(), Config{
+		Logger:         quietLog,
+		HealthInterval: 20 * time.Millisecond,
+		HealthChecks: map[string]HealthCheck{"db": func(context.Context) error {
+			if healthy.Load() {
+				return nil
+			}
+			return errors.New("db down")
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Handle("t", func(context.Context, *Job) error { ran.Add(1); return nil })
+	ctx := context.Background()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Healthy() {
+		if time.Now().After(deadline) {
+			t.Fatal("never became unhealthy")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := p.Health()["db"]; got == nil || got.Error() != "db down" {
+		t.Errorf("Health()[db] = %v", got)
+	}
+	_ = p.Enqueue(ctx, &Job{Type: "t"})
+	time.Sleep(200 * time.Millisecond)
+	if n := ran.Load(); n != 0 {
+		t.Fatalf("an unhealthy platform ran %d jobs", n)
+	}
+	if st, _ := p.Stats(ctx, DefaultQueue); st.Ready != 1 {
+		t.Errorf("the job should wait in the broker: %+v", st)
+	}
+	healthy.Store(true)
+	for ran.Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("did not resume when healthy")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestMiddlewareAndHooks(t *testing.T) {
+	var order []string
+	mw := func(name string) Middleware {
+		return func(next Handler) Handler {
+			return func(ctx context.Context, j *Job) error {
+				order = append(order, name)
+				return next(ctx, j)
+			}
+		}
+	}
+	done := make(chan Attempt, 1)
+	p, _ := New(memory.New(), Config{
+		Logger:     quietLog,
+		Middleware: []Middleware{mw("outer"), mw("inner")},
+		EnqueueMiddleware: []EnqueueMiddleware{func(next EnqueueFunc) EnqueueFunc {
+			return func(ctx context.Context, jobs []*Job) error {
+				for _, j := range jobs {
+					j.Headers = map[string]string{"traceparent": "00-1-2-01"}
+				}
+				return next(ctx, jobs)
+			}
+		}},
+		Hooks: Hooks{AfterAttempt: func(_ context.Context, a Attempt) { done <- a }},
+	})
+	var header string
+	_ = p.Handle("t", func(_ context.Context, j *Job) error {
+		order = append(order, "handler")
+		header = j.Headers["traceparent"]
+		return nil
+	})
+	ctx := context.Background()
+	_ = p.Start(ctx)
+	defer p.Stop(ctx)
+	_ = p.Enqueue(ctx, &Job{Type: "t"})
+	a := <-done
+	if strings.Join(order, ",") != "outer,inner,handler" || header != "00-1-2-01" || a.Outcome != OutcomeSucceeded {
+		t.Errorf("order %v, header %q, outcome %q", order, header, a.Outcome)
+	}
+}
+
+func TestNewIDIsUUIDv7(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		id := newID(time.Now())
+		if len(id) != 36 || id[14] != '7' || seen[id] {
+			t.Fatalf("bad or repeated id %q", id)
+		}
+		seen[id] = true
+	}
+}
