@@ -175,6 +175,9 @@ type Backend interface {
 	//
 	// A delivery whose lease runs out (or whose connection closes) without a
 	// settle becomes deliverable again, and its next delivery counts one more.
+	// Messages the backend took from the broker but did not return (ctx
+	// ended first) must be put back without counting a delivery: they never
+	// reached the platform.
 	Receive(ctx context.Context, queue string, max int, lease time.Duration) ([]*Delivery, error)
 
 	// Ack removes the delivered message for good.
