@@ -125,35 +125,35 @@ type listed struct {
 	id   *string // from metadata, when present
 }
 
-// listPage lists up to max queues under prefix from marker, and returns the
-// record queues among them and the next marker ("" at the end).
-func (b *Backend) listPage(ctx context.Context, prefix, marker string, max int32, meta bool) ([]listed, string, error) {
-	opts := &azqueue.ListQueuesOptions{Prefix: &prefix, MaxResults: &max, Include: azqueue.ListQueuesInclude{Metadata: meta}}
-	if marker != "" {
-		opts.Marker = &marker
-	}
-	resp, err := b.svc.NewListQueuesPager(opts).NextPage(ctx)
-	if err != nil {
-		return nil, "", fmt.Errorf("azure: list dead-letter queues %s*: %w", prefix, err)
-	}
-	var out []listed
-	for _, q := range resp.Queues {
-		if q.Name == nil || !isRecordQueue(prefix, *q.Name) {
-			continue
+// eachRecord calls fn for the record queues under prefix whose names sort
+// after after ("" for all), in name order, until fn says stop. It does not
+// use the service's continuation marker as a cursor of its own: Azurite's
+// marker is an insertion index that skips names when insertion and name order
+// differ, so pages are walked from the start with names compared here.
+func (b *Backend) eachRecord(ctx context.Context, prefix, after string, meta bool, fn func(listed) (stop bool, err error)) error {
+	pager := b.svc.NewListQueuesPager(&azqueue.ListQueuesOptions{Prefix: &prefix, Include: azqueue.ListQueuesInclude{Metadata: meta}})
+	for pager.More() {
+		resp, err := pager.NextPage(ctx)
+		if err != nil {
+			return fmt.Errorf("azure: list dead-letter queues %s*: %w", prefix, err)
 		}
-		l := listed{name: *q.Name}
-		if v := q.Metadata[idMeta]; v != nil {
-			if id, err := base64.RawURLEncoding.DecodeString(*v); err == nil {
-				l.id = to.Ptr(string(id))
+		for _, q := range resp.Queues {
+			if q.Name == nil || !isRecordQueue(prefix, *q.Name) || *q.Name <= after {
+				continue
+			}
+			l := listed{name: *q.Name}
+			if v := q.Metadata[idMeta]; v != nil {
+				if id, err := base64.RawURLEncoding.DecodeString(*v); err == nil {
+					l.id = to.Ptr(string(id))
+				}
+			}
+			stop, err := fn(l)
+			if err != nil || stop {
+				return err
 			}
 		}
-		out = append(out, l)
 	}
-	next := ""
-	if resp.NextMarker != nil {
-		next = *resp.NextMarker
-	}
-	return out, next, nil
+	return nil
 }
 
 // readRecord assembles a record from its lock message text, peeking at the
@@ -199,26 +199,19 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	if err != nil {
 		return nil, err
 	}
-	marker := ""
-	for {
-		page, next, err := b.listPage(ctx, n.dead, marker, 32, false)
-		if err != nil {
-			return nil, err
-		}
-		for _, l := range page {
-			dd, err := b.tryHold(ctx, l.name)
-			if err != nil {
-				return nil, err
-			}
-			if dd != nil {
-				return dd, nil
-			}
-		}
-		if next == "" {
-			return nil, driver.ErrNoDeadLetters
-		}
-		marker = next
+	var dd *driver.DeadDelivery
+	err = b.eachRecord(ctx, n.dead, "", false, func(l listed) (bool, error) {
+		var err error
+		dd, err = b.tryHold(ctx, l.name)
+		return dd != nil, err
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case dd == nil:
+		return nil, driver.ErrNoDeadLetters
 	}
+	return dd, nil
 }
 
 // tryHold dequeues the lock message of one record; nil when someone else
@@ -279,9 +272,10 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 	return err
 }
 
-// ListDead implements driver.Backend by listing record queues (a marker-paged
-// listing in name order) and peeking at each; records held by a NextDead
-// caller are invisible to Peek and left out. It changes nothing.
+// ListDead implements driver.Backend by listing record queues in name order
+// and peeking at each; records held by a NextDead caller are invisible to
+// Peek and left out. The cursor is the last record queue's name. It changes
+// nothing.
 func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int) ([]driver.DeadMessage, string, error) {
 	if b.isClosed() {
 		return nil, "", driver.ErrClosed
@@ -293,28 +287,36 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 	if limit <= 0 {
 		return nil, "", fmt.Errorf("azure: list dead letters: limit %d: want a positive number", limit)
 	}
-	var recs []driver.DeadMessage
-	marker := cursor
-	for len(recs) < limit {
-		page, next, err := b.listPage(ctx, n.dead, marker, int32(min(limit-len(recs), 5000)), false)
-		if err != nil {
-			return nil, "", err
-		}
-		for _, l := range page {
-			rec, ok, err := b.peekRecord(ctx, l.name)
-			if err != nil {
-				return nil, "", err
-			}
-			if ok {
-				recs = append(recs, rec)
-			}
-		}
-		marker = next
-		if next == "" {
-			break
-		}
+	if cursor != "" && !isRecordQueue(n.dead, cursor) {
+		return nil, "", fmt.Errorf("azure: list dead letters: cursor %q is not one of queue %q's", cursor, queue)
 	}
-	return recs, marker, nil
+	var (
+		recs []driver.DeadMessage
+		last string
+		more bool
+	)
+	err = b.eachRecord(ctx, n.dead, cursor, false, func(l listed) (bool, error) {
+		if len(recs) == limit {
+			more = true
+			return true, nil
+		}
+		rec, ok, err := b.peekRecord(ctx, l.name)
+		if err != nil {
+			return true, err
+		}
+		if ok {
+			recs = append(recs, rec)
+		}
+		last = l.name
+		return false, nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	if !more {
+		last = ""
+	}
+	return recs, last, nil
 }
 
 func (b *Backend) peekRecord(ctx context.Context, record string) (driver.DeadMessage, bool, error) {
@@ -354,40 +356,25 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 		want[id] = true
 	}
 	count := 0
-	marker := ""
-	for {
-		page, next, err := b.listPage(ctx, n.dead, marker, 1000, true)
-		if err != nil {
-			return count, err
+	err = b.eachRecord(ctx, n.dead, "", true, func(l listed) (bool, error) {
+		id := l.id
+		if id == nil {
+			rec, ok, err := b.peekRecord(ctx, l.name)
+			if err != nil || !ok {
+				return false, err
+			}
+			id = &rec.ID
 		}
-		for _, l := range page {
-			id := l.id
-			if id == nil {
-				rec, ok, err := b.peekRecord(ctx, l.name)
-				if err != nil {
-					return count, err
-				}
-				if !ok {
-					continue
-				}
-				id = &rec.ID
-			}
-			if !want[*id] {
-				continue
-			}
-			deleted, err := b.removeRecord(ctx, l.name, true)
-			if err != nil {
-				return count, err
-			}
-			if deleted {
-				count++
-			}
+		if !want[*id] {
+			return false, nil
 		}
-		if next == "" {
-			return count, nil
+		deleted, err := b.removeRecord(ctx, l.name, true)
+		if deleted {
+			count++
 		}
-		marker = next
-	}
+		return false, err
+	})
+	return count, err
 }
 
 // PurgeDead implements driver.Backend.
@@ -440,16 +427,9 @@ func (b *Backend) purge(ctx context.Context, prefix string) (int, error) {
 // countDead counts the record queues under prefix.
 func (b *Backend) countDead(ctx context.Context, prefix string) (int64, error) {
 	var count int64
-	marker := ""
-	for {
-		page, next, err := b.listPage(ctx, prefix, marker, 5000, false)
-		if err != nil {
-			return 0, err
-		}
-		count += int64(len(page))
-		if next == "" {
-			return count, nil
-		}
-		marker = next
-	}
+	err := b.eachRecord(ctx, prefix, "", false, func(listed) (bool, error) {
+		count++
+		return false, nil
+	})
+	return count, err
 }

@@ -67,9 +67,17 @@
 //     stale receipt fails with ErrLeaseLost), then the record's queues.
 //     SettleDead(keep): make the lock message visible again. The record's
 //     place is its queue name, so the next NextDead sees the same record.
-//   - ListDead: the queue listing's marker is the cursor; each record is
-//     read with Peek, so nothing changes (records held by a NextDead caller
-//     are invisible to Peek and left out). It costs one request per record.
+//   - ListDead: the cursor is the name of the last record queue returned;
+//     each record is read with Peek, so nothing changes (records held by a
+//     NextDead caller are invisible to Peek and left out). It costs one
+//     request per record, plus the name listing.
+//
+// The service's own continuation marker is not used as a cursor: Azurite's
+// is an insertion index applied to a name-sorted listing, which skips names
+// whenever insertion order and name order differ (records written
+// concurrently). Listings are walked from the start (5,000 names per
+// request) and names compared here; past 5,000 record queues the SDK's
+// marker is still used, and on Azurite that paging may skip records.
 //   - DeleteDead matches IDs from the record queues' metadata ("apid").
 //
 // DeadLetter writes the overflow chunks (if any), creates the record queue
@@ -105,6 +113,11 @@
 //   - Dead-letter order is creation time on the writers' clocks; records
 //     written in the same millisecond by different processes may list in
 //     either order.
+//   - A deleted queue's name cannot be created again for about 30 seconds
+//     on Azure (QueueBeingDeleted); after DeleteQueue, Declare the same name
+//     later or use a new one.
+//   - Azure cannot signal new work: every idle queue costs a request per
+//     Config.PollInterval per worker.
 //   - Two backends sharing an account need prefixes of which neither is a
 //     prefix of the other.
 //   - Azurite keeps data in memory (the tests start it with

@@ -118,6 +118,8 @@ func setupAzurite() (stop func()) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	connString = fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;QueueEndpoint=http://%s/%s;", devAccount, devKey, addr, devAccount)
+	// Child processes (the crash tests' workers) use the same instance.
+	os.Setenv(EnvConnectionString, connString)
 	return stop
 }
 

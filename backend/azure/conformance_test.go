@@ -1,0 +1,25 @@
+package azure
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/conformance"
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+type harness struct{ cs string }
+
+func (h harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
+	return New(Config{ConnectionString: h.cs, DeadLease: 2 * time.Second})
+}
+
+func (harness) Close() {}
+
+func TestConformance(t *testing.T) {
+	cs := needAzurite(t)
+	conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
+		return harness{cs: cs}, nil
+	}, conformance.Options{Lease: 2 * time.Second, Wait: 40 * time.Second})
+}
