@@ -263,3 +263,16 @@ func TestNewIDIsUUIDv7(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+func TestOpen(t *testing.T) {
+	ctx := context.Background()
+	b, err := Open(ctx, "memory://open-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	_, err = Open(ctx, "nope://user:s3cret@host/")
+	if !errors.Is(err, ErrUnknownScheme) || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("unknown scheme: %v", err)
+	}
+}

@@ -1,0 +1,34 @@
+package memory
+
+import (
+	"context"
+	"net/url"
+	"sync"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// Brokers opened by URL live for the process, by host name: memory://a and
+// memory://a share one broker, memory://b is another. memory:// alone is
+// "default".
+var (
+	namedMu sync.Mutex
+	named   = map[string]*Broker{}
+)
+
+func init() {
+	driver.Register("memory", func(_ context.Context, u *url.URL) (driver.Backend, error) {
+		name := u.Host
+		if name == "" {
+			name = "default"
+		}
+		namedMu.Lock()
+		defer namedMu.Unlock()
+		br := named[name]
+		if br == nil {
+			br = NewBroker()
+			named[name] = br
+		}
+		return br.Connect(), nil
+	})
+}
