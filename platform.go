@@ -79,6 +79,16 @@ type Config struct {
 	// a run at once. Defaults to DefaultHealthInterval.
 	HealthInterval time.Duration
 
+	// WarnTries, when positive, logs a warning (with the job's ID, type and
+	// queue) each time a job is delivered for its WarnTries-th attempt or
+	// later: the "dequeued a significant number of times" alert. Defaults to
+	// 0: off.
+	WarnTries int
+
+	// WarnCrashes, when positive, logs a warning each time a job is delivered
+	// with WarnCrashes or more crashes behind it. Defaults to 0: off.
+	WarnCrashes int
+
 	// Middleware wraps every handler, the first element outermost. Defaults
 	// to none.
 	Middleware []Middleware
@@ -280,6 +290,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.UnhandledRetries = Limit(DefaultUnhandledRetries)
 	} else if *c.UnhandledRetries < 0 {
 		return c, fmt.Errorf("%w: UnhandledRetries is %d, it must be 0 or more", ErrInvalidConfig, *c.UnhandledRetries)
+	}
+	if c.WarnTries < 0 || c.WarnCrashes < 0 {
+		return c, fmt.Errorf("%w: WarnTries %d / WarnCrashes %d: thresholds must be 0 (off) or more", ErrInvalidConfig, c.WarnTries, c.WarnCrashes)
 	}
 	if c.ErrorHistory < 0 {
 		return c, fmt.Errorf("%w: ErrorHistory is %d, it must be 0 or more", ErrInvalidConfig, c.ErrorHistory)

@@ -276,3 +276,28 @@ func TestOpen(t *testing.T) {
 		t.Errorf("unknown scheme: %v", err)
 	}
 }
+
+func TestWarnThresholds(t *testing.T) {
+	var logs bytes.Buffer
+	done := make(chan struct{})
+	p, _ := New(memory.New(), Config{
+		Logger:    slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		WarnTries: 2,
+		Policy:    Policy{BackoffBase: time.Millisecond, BackoffCap: time.Millisecond},
+	})
+	_ = p.Handle("t", func(_ context.Context, j *Job) error {
+		if j.TryCount == 1 {
+			return errors.New("once")
+		}
+		close(done)
+		return nil
+	})
+	ctx := context.Background()
+	_ = p.Start(ctx)
+	_ = p.Enqueue(ctx, &Job{ID: "warn-me", Type: "t"})
+	<-done
+	_ = p.Stop(ctx)
+	if n := strings.Count(logs.String(), "significant number of times"); n != 1 || !strings.Contains(logs.String(), "id=warn-me") {
+		t.Errorf("want one warning naming the job, got:\n%s", logs.String())
+	}
+}

@@ -169,6 +169,10 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 	}
 	r := pol.merge(q.policy).merge(p.cfg.Policy).resolve()
 	now := time.Now()
+	if w := p.cfg.WarnTries; (w > 0 && j.TryCount+1 >= w) || (p.cfg.WarnCrashes > 0 && j.Crashes >= p.cfg.WarnCrashes) {
+		p.log.Warn("asyncplatform: job delivered a significant number of times",
+			"queue", j.Queue, "id", j.ID, "type", j.Type, "try", j.TryCount+1, "failures", j.Failures, "crashes", j.Crashes)
+	}
 
 	switch {
 	case !j.Deadline.IsZero() && !now.Before(j.Deadline):
