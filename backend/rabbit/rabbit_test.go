@@ -14,6 +14,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
@@ -272,5 +273,23 @@ func TestReceiveCancelHandsBack(t *testing.T) {
 	}
 	if err := b.Ack(ctx, held[0]); err != nil {
 		t.Fatalf("ack of the delivery held across the cancel: %v", err)
+	}
+}
+
+// TestOpenURL opens the backend through the platform's scheme registry.
+func TestOpenURL(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	be, err := asyncplatform.Open(ctx, testURL()+"?prefix=openurl&prefetch=7")
+	if err != nil {
+		testenv.Unreachable(t, "RabbitMQ at "+redact(testURL()), err)
+	}
+	defer be.Close()
+	b := be.(*Backend)
+	if b.cfg.Prefix != "openurl" || b.cfg.Prefetch != 7 {
+		t.Fatalf("Prefix %q Prefetch %d, want openurl 7", b.cfg.Prefix, b.cfg.Prefetch)
+	}
+	if _, err := asyncplatform.Open(ctx, "amqp://guest:secret@127.0.0.1:5672/?prefetch=x"); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("bad prefetch: %v", err)
 	}
 }
