@@ -56,6 +56,11 @@ type DeadLetter struct {
 	// Worker names the worker that dead-lettered it (Config.WorkerName).
 	Worker string
 
+	// PayloadRef is the PayloadStore reference of an offloaded payload (the
+	// store keeps it while the dead letter exists; NextDeadLetter fetches it
+	// into Job.Payload, a listing does not).
+	PayloadRef string
+
 	// Raw holds the message's bytes as found when it was not a job at all
 	// (Reason is ReasonInvalid); Job is then empty but for its ID, which
 	// the platform made up.
@@ -93,7 +98,15 @@ func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(con
 		}
 	}()
 	dl := decodeDeadRecord(queue, dd.DeadMessage)
+	if dl.PayloadRef != "" && p.cfg.PayloadStore != nil {
+		if b, gerr := p.cfg.PayloadStore.Get(ctx, dl.PayloadRef); gerr == nil {
+			dl.Job.Payload = b
+		}
+	}
 	pop, err = fn(ctx, dl)
+	if pop && err == nil && dl.PayloadRef != "" {
+		defer p.dropPayload(context.WithoutCancel(ctx), dl.PayloadRef) // runs after the settle above
+	}
 	return err
 }
 
@@ -197,13 +210,71 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 	return done, nil
 }
 
+// unreferenced returns the refs no dead letter of the queue points at.
+func (p *Platform) unreferenced(ctx context.Context, queue string, refs []string) []string {
+	still := map[string]bool{}
+	for cursor := ""; ; {
+		page, err := p.DeadLetters(ctx, queue, cursor, 1000)
+		if err != nil {
+			return nil // cannot tell: keep them all
+		}
+		for _, dl := range page.Letters {
+			still[dl.PayloadRef] = true
+		}
+		if cursor = page.Next; cursor == "" {
+			break
+		}
+	}
+	var out []string
+	for _, r := range refs {
+		if !still[r] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // PurgeDeadLetters deletes every dead letter of the queue and returns how
 // many it deleted.
 func (p *Platform) PurgeDeadLetters(ctx context.Context, queue string) (int, error) {
 	if err := validQueue(queue); err != nil {
 		return 0, err
 	}
+	removed := 0
+	if p.cfg.PayloadStore != nil {
+		// Delete record by record, then the payloads they pointed at, so a
+		// payload goes only once nothing points at it.
+		for {
+			page, err := p.DeadLetters(ctx, queue, "", 1000)
+			if err != nil {
+				return removed, err
+			}
+			var ids, refs []string
+			for _, dl := range page.Letters {
+				ids = append(ids, dl.Job.ID)
+				if dl.PayloadRef != "" {
+					refs = append(refs, dl.PayloadRef)
+				}
+			}
+			if len(ids) == 0 {
+				break
+			}
+			n, err := p.backend.DeleteDead(ctx, queue, ids)
+			removed += n
+			if err != nil {
+				return removed, fmt.Errorf("asyncplatform: purging dead letters of queue %q: %w", queue, err)
+			}
+			if n < len(ids) { // some were held: keep the payloads they still point at
+				refs = p.unreferenced(ctx, queue, refs)
+			}
+			p.dropPayloads(ctx, refs)
+			if n == 0 {
+				break // the rest are held by NextDeadLetter callers
+			}
+		}
+	}
 	n, err := p.backend.PurgeDead(ctx, queue)
+	n += removed
 	if err != nil {
 		return n, fmt.Errorf("asyncplatform: purging dead letters of queue %q: %w", queue, err)
 	}

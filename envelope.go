@@ -19,6 +19,8 @@ import (
 //	Policy: flags byte (1 retry limit set, 2 poison limit set), two uvarint
 //	        limits, BackoffBase, BackoffCap, Timeout as varint nanoseconds
 //	Errors: uvarint count, then strings
+//	payload reference: string (empty unless the payload was offloaded; the
+//	        Payload field is then empty)
 //
 // A dead-letter record has kind 'D': reason, error, worker, queue, dead-at,
 // a flag byte (1 = raw: the message was not a job), then the raw bytes or the
@@ -65,7 +67,11 @@ func appendJob(b []byte, j *Job) []byte {
 	b = append(b, envMagic, kindJob, envVersion)
 	b = appendString(b, j.ID)
 	b = appendString(b, j.Type)
-	b = appendBytes(b, j.Payload)
+	if j.payloadRef != "" {
+		b = appendBytes(b, nil) // the payload lives in the PayloadStore
+	} else {
+		b = appendBytes(b, j.Payload)
+	}
 	b = binary.AppendUvarint(b, uint64(len(j.Headers)))
 	for k, v := range j.Headers {
 		b = appendString(b, k)
@@ -98,7 +104,7 @@ func appendJob(b []byte, j *Job) []byte {
 	for _, e := range j.Errors {
 		b = appendString(b, e)
 	}
-	return b
+	return appendString(b, j.payloadRef)
 }
 
 func encodeJob(j *Job) []byte { return appendJob(make([]byte, 0, encodedSize(j)), j) }
@@ -245,6 +251,7 @@ func decodeJob(b []byte, j *Job, handlers map[string]*handlerEntry) error {
 			j.Errors[i] = r.string("error line")
 		}
 	}
+	j.payloadRef = r.string("payload reference")
 	if r.err == nil && len(r.b) != 0 {
 		r.fail("trailer")
 	}
@@ -288,5 +295,6 @@ func decodeDead(b []byte, d *DeadLetter) error {
 	}
 	d.Job.Queue = d.Queue
 	d.Job.TryCount = d.Job.Failures + d.Job.Crashes
+	d.PayloadRef = d.Job.payloadRef
 	return nil
 }

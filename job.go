@@ -71,6 +71,9 @@ type Job struct {
 	copyNo uint64
 	// unhandled counts requeues for want of a handler.
 	unhandled int
+	// payloadRef points at the payload in the PayloadStore when it was
+	// offloaded; the message then carries no payload.
+	payloadRef string
 }
 
 // Policy holds the failure-handling settings that can be given at four levels:

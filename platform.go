@@ -89,6 +89,16 @@ type Config struct {
 	// with WarnCrashes or more crashes behind it. Defaults to 0: off.
 	WarnCrashes int
 
+	// PayloadStore, when set, keeps payloads too large for the backend's
+	// messages (see PayloadStore and OffloadThreshold). Defaults to none:
+	// Enqueue then refuses them with ErrPayloadTooLarge.
+	PayloadStore PayloadStore
+
+	// OffloadThreshold is the payload size above which, with a
+	// PayloadStore, the payload is offloaded; it is lowered to what the
+	// backend can carry. Defaults to DefaultOffloadThreshold.
+	OffloadThreshold int
+
 	// Middleware wraps every handler, the first element outermost. Defaults
 	// to none.
 	Middleware []Middleware
@@ -291,6 +301,9 @@ func (c Config) withDefaults() (Config, error) {
 	} else if *c.UnhandledRetries < 0 {
 		return c, fmt.Errorf("%w: UnhandledRetries is %d, it must be 0 or more", ErrInvalidConfig, *c.UnhandledRetries)
 	}
+	if c.OffloadThreshold < 0 {
+		return c, fmt.Errorf("%w: OffloadThreshold is %d, it must be 0 (the default) or more", ErrInvalidConfig, c.OffloadThreshold)
+	}
 	if c.WarnTries < 0 || c.WarnCrashes < 0 {
 		return c, fmt.Errorf("%w: WarnTries %d / WarnCrashes %d: thresholds must be 0 (off) or more", ErrInvalidConfig, c.WarnTries, c.WarnCrashes)
 	}
@@ -452,15 +465,30 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 	if err := p.declare(ctx, queue); err != nil {
 		return err
 	}
+	var refs []string
 	msgs := make([]driver.Message, len(jobs))
 	for i, j := range jobs {
+		if check && p.cfg.PayloadStore != nil {
+			off, err := p.offload(ctx, j) // a copy: the caller's job keeps its payload
+			if err != nil {
+				p.dropPayloads(ctx, refs)
+				return err
+			}
+			if off != j {
+				refs = append(refs, off.payloadRef)
+				j = off
+			}
+		}
 		msgs[i] = p.message(j)
 		if check && p.caps.MaxBody > 0 && len(msgs[i].Body) > p.caps.MaxBody-envelopeHeadroom {
+			p.dropPayloads(ctx, refs)
 			return fmt.Errorf("%w: job %s of type %q has a %d-byte payload; this backend carries at most %d bytes for it (see MaxPayload)",
 				ErrPayloadTooLarge, j.ID, j.Type, len(j.Payload), p.MaxPayload(*j))
 		}
 	}
 	if err := p.backend.Enqueue(ctx, queue, msgs); err != nil {
+		// Some jobs may be stored and point at their payloads: keep them all
+		// (a leak in the store, never a lost payload).
 		if errors.Is(err, driver.ErrTooLarge) {
 			return fmt.Errorf("%w: queue %q: %w", ErrPayloadTooLarge, queue, err)
 		}

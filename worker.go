@@ -192,6 +192,10 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 		return
 	}
 
+	if j.payloadRef != "" && !p.fetchPayload(f, j) {
+		return
+	}
+
 	j.TryCount++ // this attempt
 	var ctx context.Context
 	var cancel context.CancelFunc
@@ -217,7 +221,9 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 	switch {
 	case herr == nil:
 		a.Outcome = OutcomeSucceeded
-		serr = p.settle(f, true, nil, nil)
+		if serr = p.settle(f, true, nil, nil); serr == nil {
+			p.dropPayload(context.Background(), j.payloadRef)
+		}
 	case p.workCtx.Err() != nil:
 		a.Outcome = OutcomeHandedBack
 		serr = p.handBack(f)
@@ -268,6 +274,31 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 	if hook := p.cfg.Hooks.AfterAttempt; hook != nil {
 		hook(context.Background(), a)
 	}
+}
+
+// fetchPayload loads an offloaded payload into j. When it cannot, it settles
+// the delivery itself (dead letter or uncounted requeue) and returns false.
+func (p *Platform) fetchPayload(f *inflight, j *Job) bool {
+	store := p.cfg.PayloadStore
+	if store == nil {
+		p.dead(f, j, ReasonPayloadMissing, fmt.Sprintf("the payload was offloaded (reference %q) but this worker has no PayloadStore configured", j.payloadRef), nil)
+		return false
+	}
+	ctx, cancel := context.WithTimeout(p.workCtx, p.cfg.Lease)
+	defer cancel()
+	b, err := store.Get(ctx, j.payloadRef)
+	switch {
+	case err == nil:
+		j.Payload = b
+		return true
+	case errors.Is(err, ErrPayloadNotFound):
+		p.dead(f, j, ReasonPayloadMissing, fmt.Sprintf("the offloaded payload is gone from the store (reference %q): %v", j.payloadRef, err), nil)
+	default: // the store is unreachable: not the job's fault
+		p.log.Warn("asyncplatform: fetching an offloaded payload failed; requeued uncounted", "queue", j.Queue, "id", j.ID, "ref", j.payloadRef, "error", err)
+		p.requeue(f, j, time.Now().Add(p.cfg.RejectDelay))
+		p.health.recheck()
+	}
+	return false
 }
 
 // call runs the handler, turning a panic into a *PanicError.

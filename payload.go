@@ -1,0 +1,189 @@
+package asyncplatform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ErrPayloadNotFound is returned by a PayloadStore's Get for a reference it
+// does not hold.
+var ErrPayloadNotFound = errors.New("payload not found in the store")
+
+// PayloadStore keeps payloads too large for the backend's messages: the
+// platform stores the payload, sends a reference with the job (a claim
+// check), and fetches the payload back before the handler runs. The handler
+// sees the same bytes either way.
+//
+// Implementations must be safe for concurrent use, and Put must be durable
+// before it returns (the job that points at it is acknowledged to the caller
+// of Enqueue right after).
+type PayloadStore interface {
+	// Put stores the payload of the job with the given ID and returns a
+	// reference to it.
+	Put(ctx context.Context, jobID string, payload []byte) (ref string, err error)
+
+	// Get returns the payload a reference points at, or an error wrapping
+	// ErrPayloadNotFound when it is gone.
+	Get(ctx context.Context, ref string) ([]byte, error)
+
+	// Delete removes a payload. Deleting one that is gone is not an error.
+	Delete(ctx context.Context, ref string) error
+}
+
+// DefaultOffloadThreshold is the largest payload kept in the message when a
+// PayloadStore is configured and the backend itself carries more.
+const DefaultOffloadThreshold = 16 << 20
+
+// offloadThreshold is the size above which j's payload goes to the store.
+func (p *Platform) offloadThreshold(j *Job) int {
+	t := DefaultOffloadThreshold
+	if p.cfg.OffloadThreshold > 0 {
+		t = p.cfg.OffloadThreshold
+	}
+	if m := p.MaxPayload(*j); m >= 0 && m < t {
+		t = m
+	}
+	return t
+}
+
+// offload returns j itself when its payload fits in the message, or else a
+// copy whose payload was moved to the store.
+func (p *Platform) offload(ctx context.Context, j *Job) (*Job, error) {
+	if p.cfg.PayloadStore == nil || j.payloadRef != "" || len(j.Payload) <= p.offloadThreshold(j) {
+		return j, nil
+	}
+	ref, err := p.cfg.PayloadStore.Put(ctx, j.ID, j.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("asyncplatform: offloading the %d-byte payload of job %s: %w", len(j.Payload), j.ID, err)
+	}
+	off := *j
+	off.payloadRef = ref
+	return &off, nil
+}
+
+// dropPayload deletes a payload nothing points at any more; a failure leaks
+// it, so it is logged.
+func (p *Platform) dropPayload(ctx context.Context, ref string) {
+	if ref == "" || p.cfg.PayloadStore == nil {
+		return
+	}
+	if err := p.cfg.PayloadStore.Delete(ctx, ref); err != nil {
+		p.log.WarnContext(ctx, "asyncplatform: deleting an offloaded payload failed; it stays in the store", "ref", ref, "error", err)
+	}
+}
+
+// DirStore is a PayloadStore keeping each payload in a file of a directory.
+// Writes go to a temporary file that is synced and renamed into place, so a
+// payload is either whole or absent.
+type DirStore struct {
+	dir string
+}
+
+var _ PayloadStore = (*DirStore)(nil)
+
+// NewDirStore returns a store in dir, creating the directory if needed.
+func NewDirStore(dir string) (*DirStore, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: NewDirStore: directory is empty", ErrInvalidConfig)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("asyncplatform: payload store directory: %w", err)
+	}
+	return &DirStore{dir: dir}, nil
+}
+
+// Put implements PayloadStore. The reference is the file's name.
+func (s *DirStore) Put(ctx context.Context, jobID string, payload []byte) (string, error) {
+	ref := safeName(jobID) + "-" + strconv.FormatUint(rand.Uint64(), 36) + ".payload"
+	f, err := os.CreateTemp(s.dir, ".tmp-*")
+	if err != nil {
+		return "", fmt.Errorf("asyncplatform: payload store: %w", err)
+	}
+	tmp := f.Name()
+	_, werr := f.Write(payload)
+	serr := f.Sync()
+	cerr := f.Close()
+	if err := errors.Join(werr, serr, cerr); err != nil {
+		_ = os.Remove(tmp)
+		return "", fmt.Errorf("asyncplatform: payload store: writing %s: %w", ref, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, ref)); err != nil {
+		_ = os.Remove(tmp)
+		return "", fmt.Errorf("asyncplatform: payload store: %w", err)
+	}
+	return ref, nil
+}
+
+// Get implements PayloadStore.
+func (s *DirStore) Get(ctx context.Context, ref string) ([]byte, error) {
+	path, err := s.path(ref)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrPayloadNotFound, ref)
+	}
+	return b, err
+}
+
+// Delete implements PayloadStore.
+func (s *DirStore) Delete(ctx context.Context, ref string) error {
+	path, err := s.path(ref)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Refs lists the references the store holds (for tests and audits).
+func (s *DirStore) Refs() ([]string, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	var refs []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".payload") {
+			refs = append(refs, e.Name())
+		}
+	}
+	return refs, nil
+}
+
+func (s *DirStore) path(ref string) (string, error) {
+	if ref == "" || ref != filepath.Base(ref) || strings.HasPrefix(ref, ".") {
+		return "", fmt.Errorf("asyncplatform: payload store: bad reference %q", ref)
+	}
+	return filepath.Join(s.dir, ref), nil
+}
+
+func safeName(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if b.Len() >= 64 {
+			break
+		}
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' {
+			b.WriteRune(c)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+func (p *Platform) dropPayloads(ctx context.Context, refs []string) {
+	for _, ref := range refs {
+		p.dropPayload(ctx, ref)
+	}
+}
