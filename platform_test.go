@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -301,3 +302,10 @@ func TestWarnThresholds(t *testing.T) {
 		t.Errorf("want one warning naming the job, got:\n%s", logs.String())
 	}
 }
+
+// tinyBackend is a memory backend that declares a 256-byte message limit.
+type tinyBackend struct{ *memoryBackend }
+
+type memoryBackend = memory.Backend
+
+func (tinyBackend) Capabilities() driver.Capabilities { return driver.Capabilities{MaxBody: 256} }
