@@ -23,9 +23,9 @@ var (
 	// counted.
 	ErrLeaseLost = driver.ErrLeaseLost
 
-	// ErrClosed is returned by methods called after Stop, and wraps the
-	// backend's own "closed" error.
-	ErrClosed = errors.New("platform closed")
+	// ErrClosed is returned when the backend was closed, and by Start after
+	// Stop.
+	ErrClosed = driver.ErrClosed
 
 	// ErrInvalidConfig is wrapped by every configuration error from New,
 	// Handle and Start.
