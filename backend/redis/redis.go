@@ -113,7 +113,11 @@ type Backend struct {
 
 	mu      sync.Mutex
 	waiters map[string]*waiter
-	holds   map[string]string // NextDead token -> queue, renewed by keepHolds
+	ackers  map[string]*acker
+
+	keyMu  sync.Mutex
+	keyset map[string][]string
+	holds  map[string]string // NextDead token -> queue, renewed by keepHolds
 }
 
 // handle is a Delivery's receipt: the stored copy's id and its lease token.
@@ -141,6 +145,8 @@ func New(cfg Config) (*Backend, error) {
 		ctx:     ctx,
 		cancel:  cancel,
 		waiters: make(map[string]*waiter),
+		ackers:  make(map[string]*acker),
+		keyset:  make(map[string][]string),
 		holds:   make(map[string]string),
 	}
 	b.wg.Add(1)
@@ -148,14 +154,22 @@ func New(cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// keys returns the keys of one queue, in the order the scripts expect.
+// keys returns the keys of one queue, in the order the scripts expect. The
+// slice is shared: never modify it.
 func (b *Backend) keys(queue string) []string {
+	b.keyMu.Lock()
+	defer b.keyMu.Unlock()
+	if k, ok := b.keyset[queue]; ok {
+		return k
+	}
 	tag := "{" + b.cfg.Prefix + ":" + queue + "}:"
-	return []string{
+	k := []string{
 		tag + "ready", tag + "sched", tag + "inflight", tag + "body",
 		tag + "count", tag + "lease", tag + "signal", tag + "seq",
 		tag + "dead", tag + "held", tag + "heldrec",
 	}
+	b.keyset[queue] = k
+	return k
 }
 
 const (
@@ -348,11 +362,6 @@ func (b *Backend) settle(ctx context.Context, what string, s *goredis.Script, d 
 		return fmt.Errorf("redis: %s on %q: %w", what, d.Queue, driver.ErrLeaseLost)
 	}
 	return nil
-}
-
-// Ack removes the delivered message.
-func (b *Backend) Ack(ctx context.Context, d *driver.Delivery) error {
-	return b.settle(ctx, "ack", ackScript, d)
 }
 
 // Extend renews the delivery's lease to lease from now (server time).

@@ -11,7 +11,8 @@ import goredis "github.com/redis/go-redis/v9"
 //	KEYS[1] ready     KEYS[2] sched    KEYS[3] inflight  KEYS[4] body
 //	KEYS[5] count     KEYS[6] lease    KEYS[7] signal    KEYS[8] seq
 //	KEYS[9] dead      KEYS[10] held    KEYS[11] heldrec
-const luaPrelude = `
+const (
+	luaNow = `
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -19,31 +20,38 @@ end
 local function ms(x)
   return string.format('%d', x)
 end
+`
+	luaWake = `
 local function wake()
   if redis.call('LLEN', KEYS[7]) == 0 then
     redis.call('LPUSH', KEYS[7], '1')
   end
 end
--- held checks that ARGV[1] (a job id) is leased under token ARGV[2] and the
--- lease has not run out.
-local function held(now)
-  if redis.call('HGET', KEYS[6], ARGV[1]) ~= ARGV[2] then
+`
+	// held checks that job id is leased under token tok and that the lease
+	// has not run out. forget removes every trace of job id but its place
+	// in a list.
+	luaHeld = `
+local function held(id, tok, now)
+  if redis.call('HGET', KEYS[6], id) ~= tok then
     return false
   end
-  local dl = redis.call('ZSCORE', KEYS[3], ARGV[1])
+  local dl = redis.call('ZSCORE', KEYS[3], id)
   if not dl or tonumber(dl) < now then
     return false
   end
   return true
 end
--- forget removes every trace of job ARGV[1] but its place in a list.
-local function forget()
-  redis.call('ZREM', KEYS[3], ARGV[1])
-  redis.call('HDEL', KEYS[4], ARGV[1])
-  redis.call('HDEL', KEYS[5], ARGV[1])
-  redis.call('HDEL', KEYS[6], ARGV[1])
+local function forget(id)
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id)
+  redis.call('HDEL', KEYS[5], id)
+  redis.call('HDEL', KEYS[6], id)
 end
--- store writes a new copy with body b, due at nb (ms; 0 or past means now).
+`
+	// store writes a new copy with body b, due at nb (ms; 0 or past means
+	// now).
+	luaStore = `
 local function store(now, nb, b)
   local id = redis.call('INCR', KEYS[8])
   redis.call('HSET', KEYS[4], id, b)
@@ -54,9 +62,10 @@ local function store(now, nb, b)
   end
 end
 `
+)
 
 // enqueueScript stores copies. ARGV: pairs of (not-before ms, body).
-var enqueueScript = goredis.NewScript(luaPrelude + `
+var enqueueScript = goredis.NewScript(luaNow + luaWake + luaStore + `
 local now = now_ms()
 for i = 1, #ARGV, 2 do
   store(now, tonumber(ARGV[i]), ARGV[i + 1])
@@ -70,7 +79,7 @@ return #ARGV / 2
 // ARGV[3]..n, counting each delivery. It returns {wait, id, count, token,
 // body, ...}; wait is, when nothing was claimed, the milliseconds until the
 // next scheduled job or lease deadline (-1: none), and 0 otherwise.
-var claimScript = goredis.NewScript(luaPrelude + `
+var claimScript = goredis.NewScript(luaNow + luaWake + `
 local now = now_ms()
 local moved = false
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms(now - 1), 'LIMIT', 0, 1000)
@@ -128,20 +137,28 @@ end
 return out
 `)
 
-// ackScript removes job ARGV[1] leased under token ARGV[2]. Returns 1, or 0
-// when the lease is lost.
-var ackScript = goredis.NewScript(luaPrelude + `
+// ackScript removes the jobs ARGV[1], ARGV[3], ... leased under tokens
+// ARGV[2], ARGV[4], ... It returns one number per job: 1, or 0 when its lease
+// is lost.
+var ackScript = goredis.NewScript(luaNow + luaHeld + `
 local now = now_ms()
-if not held(now) then return 0 end
-forget()
-return 1
+local out = {}
+for i = 1, #ARGV, 2 do
+  if held(ARGV[i], ARGV[i + 1], now) then
+    forget(ARGV[i])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
 `)
 
 // extendScript renews the lease of job ARGV[1] under token ARGV[2] to ARGV[3]
 // ms from now. Returns 1, or 0 when the lease is lost.
-var extendScript = goredis.NewScript(luaPrelude + `
+var extendScript = goredis.NewScript(luaNow + luaHeld + `
 local now = now_ms()
-if not held(now) then return 0 end
+if not held(ARGV[1], ARGV[2], now) then return 0 end
 redis.call('ZADD', KEYS[3], 'XX', ms(now + tonumber(ARGV[3])), ARGV[1])
 return 1
 `)
@@ -149,10 +166,10 @@ return 1
 // requeueScript replaces job ARGV[1] leased under token ARGV[2] with a new
 // copy: body ARGV[4], due at ARGV[3] ms, delivery count zero. Returns 1, or 0
 // when the lease is lost.
-var requeueScript = goredis.NewScript(luaPrelude + `
+var requeueScript = goredis.NewScript(luaNow + luaWake + luaHeld + luaStore + `
 local now = now_ms()
-if not held(now) then return 0 end
-forget()
+if not held(ARGV[1], ARGV[2], now) then return 0 end
+forget(ARGV[1])
 store(now, tonumber(ARGV[3]), ARGV[4])
 wake()
 return 1
@@ -160,10 +177,10 @@ return 1
 
 // deadLetterScript removes job ARGV[1] leased under token ARGV[2] and appends
 // record ARGV[3] to the dead list. Returns 1, or 0 when the lease is lost.
-var deadLetterScript = goredis.NewScript(luaPrelude + `
+var deadLetterScript = goredis.NewScript(luaNow + luaHeld + `
 local now = now_ms()
-if not held(now) then return 0 end
-forget()
+if not held(ARGV[1], ARGV[2], now) then return 0 end
+forget(ARGV[1])
 redis.call('RPUSH', KEYS[9], ARGV[3])
 return 1
 `)
@@ -184,7 +201,7 @@ end
 
 // nextDeadScript restores expired holds, then pops the oldest record and
 // holds it under token ARGV[1] for ARGV[2] ms. Returns the record or nil.
-var nextDeadScript = goredis.NewScript(luaPrelude + restoreHeld + `
+var nextDeadScript = goredis.NewScript(luaNow + restoreHeld + `
 local now = now_ms()
 restore(now)
 local rec = redis.call('LPOP', KEYS[9])
@@ -197,7 +214,7 @@ return rec
 // settleDeadScript releases the record held under token ARGV[1]: ARGV[2] "1"
 // drops it, "0" puts it back at the head. Returns 1, or 0 when the hold was
 // lost (an expired hold is put back).
-var settleDeadScript = goredis.NewScript(luaPrelude + restoreHeld + `
+var settleDeadScript = goredis.NewScript(luaNow + restoreHeld + `
 local now = now_ms()
 local rec = redis.call('HGET', KEYS[11], ARGV[1])
 local dl = redis.call('ZSCORE', KEYS[10], ARGV[1])
@@ -216,7 +233,7 @@ return 1
 
 // extendDeadScript renews the holds under tokens ARGV[2..] to ARGV[1] ms from
 // now, leaving holds that already ran out alone.
-var extendDeadScript = goredis.NewScript(luaPrelude + `
+var extendDeadScript = goredis.NewScript(luaNow + `
 local now = now_ms()
 local dl = ms(now + tonumber(ARGV[1]))
 for i = 2, #ARGV do
@@ -230,7 +247,7 @@ return 1
 
 // deleteDeadScript removes every unheld dead record whose job ID is among
 // ARGV and returns how many it removed.
-var deleteDeadScript = goredis.NewScript(luaPrelude + `
+var deleteDeadScript = goredis.NewScript(`
 local want = {}
 for i = 1, #ARGV do want[ARGV[i]] = true end
 local done = {}
@@ -250,7 +267,7 @@ return removed
 
 // purgeDeadScript removes every dead record, held ones included, and returns
 // how many it removed.
-var purgeDeadScript = goredis.NewScript(luaPrelude + `
+var purgeDeadScript = goredis.NewScript(`
 local n = redis.call('LLEN', KEYS[9]) + redis.call('ZCARD', KEYS[10])
 redis.call('DEL', KEYS[9], KEYS[10], KEYS[11])
 return n
@@ -258,7 +275,7 @@ return n
 
 // statsScript returns {ready, scheduled, inflight, dead}, counting expired
 // leases and due scheduled jobs as ready.
-var statsScript = goredis.NewScript(luaPrelude + `
+var statsScript = goredis.NewScript(luaNow + `
 local now = now_ms()
 local dueS = redis.call('ZCOUNT', KEYS[2], '-inf', ms(now))
 local lostF = redis.call('ZCOUNT', KEYS[3], '-inf', ms(now - 1))
