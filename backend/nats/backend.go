@@ -1,0 +1,638 @@
+package nats
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	gonats "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// Defaults of Config.
+const (
+	DefaultURL             = "nats://127.0.0.1:4222"
+	DefaultStream          = "ASYNCPLATFORM"
+	DefaultDeadLease       = 30 * time.Second
+	DefaultPollWait        = 10 * time.Second
+	DefaultDuplicateWindow = 2 * time.Minute
+	DefaultMoverAckWait    = 30 * time.Second
+	DefaultMoverBatch      = 256
+
+	// HeaderReserve is what Capabilities.MaxBody keeps free of the server's
+	// max_payload for the headers this backend adds (Nats-Msg-Id and the
+	// not-before time) and for the extra fields of a dead-letter record,
+	// which carries the whole job plus its reason and error history.
+	HeaderReserve = 16 << 10
+
+	// MaxIDLen is the longest Message.ID or DeadMessage.ID accepted.
+	MaxIDLen = 1024
+)
+
+// Header names this backend writes. Bodies are never touched.
+const (
+	hdrMsgID     = "Nats-Msg-Id"
+	hdrNotBefore = "Asyncplatform-Not-Before" // unix nanoseconds, delay stream only
+	hdrDeadID    = "Asyncplatform-Id"         // job ID, dead stream only
+)
+
+// Config configures a Backend.
+type Config struct {
+	// URL is the NATS server URL (a comma-separated list for a cluster).
+	// Ignored when Conn is set. Defaults to the ASYNCPLATFORM_NATS_URL
+	// environment variable, or DefaultURL when that is empty.
+	URL string
+
+	// Conn is an existing connection to use instead of dialling URL. The
+	// Backend does not close it. Defaults to nil (dial URL).
+	Conn *gonats.Conn
+
+	// Options are extra options for dialling URL, applied after the
+	// backend's own (unlimited reconnects, a name, logging handlers).
+	// Defaults to none.
+	Options []gonats.Option
+
+	// Stream is the name of the work stream, and the prefix of the delay
+	// stream (Stream+"_DELAY"), the dead-letter stream (Stream+"_DEAD") and
+	// of every subject. Platforms sharing a server need different names.
+	// Defaults to DefaultStream.
+	Stream string
+
+	// Storage is the storage of the three streams. Defaults to
+	// jetstream.FileStorage.
+	Storage jetstream.StorageType
+
+	// Replicas is the replica count of the three streams. Defaults to 1.
+	Replicas int
+
+	// MaxMsgs limits the number of messages in each of the three streams.
+	// Past it, publishes fail (discard policy "new"): nothing is ever dropped
+	// silently. Defaults to 0, no limit.
+	MaxMsgs int64
+
+	// MaxBytes limits the size of each of the three streams, as MaxMsgs.
+	// Defaults to 0, no limit.
+	MaxBytes int64
+
+	// DuplicateWindow is the streams' deduplication window for Nats-Msg-Id.
+	// Defaults to DefaultDuplicateWindow.
+	DuplicateWindow time.Duration
+
+	// DeadLease is how long a record handed out by NextDead stays hidden
+	// from other callers without a renewal. The backend renews it every
+	// DeadLease/3 until SettleDead, so it only bounds how long a record
+	// held by a vanished caller stays hidden. Defaults to DefaultDeadLease.
+	DeadLease time.Duration
+
+	// PollWait is how long one pull request waits on the server for a
+	// message before it is renewed. Defaults to DefaultPollWait.
+	PollWait time.Duration
+
+	// MoverAckWait is the AckWait of the delay stream's mover consumer: how
+	// long a delayed copy held by a mover that vanished stays hidden.
+	// Defaults to DefaultMoverAckWait.
+	MoverAckWait time.Duration
+
+	// Logger receives connection events and mover errors. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.URL == "" {
+		c.URL = getenv("ASYNCPLATFORM_NATS_URL", DefaultURL)
+	}
+	if c.Stream == "" {
+		c.Stream = DefaultStream
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if c.DeadLease == 0 {
+		c.DeadLease = DefaultDeadLease
+	}
+	if c.PollWait == 0 {
+		c.PollWait = DefaultPollWait
+	}
+	if c.MoverAckWait == 0 {
+		c.MoverAckWait = DefaultMoverAckWait
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case !validStreamName(c.Stream):
+		return fmt.Errorf("nats: Config.Stream %q: want letters, digits, '-' and '_' only", c.Stream)
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("nats: Config.Replicas %d: want 1 to 5", c.Replicas)
+	case c.Storage != jetstream.FileStorage && c.Storage != jetstream.MemoryStorage:
+		return fmt.Errorf("nats: Config.Storage %v: want jetstream.FileStorage or jetstream.MemoryStorage", c.Storage)
+	case c.MaxMsgs < 0:
+		return fmt.Errorf("nats: Config.MaxMsgs %d is negative", c.MaxMsgs)
+	case c.MaxBytes < 0:
+		return fmt.Errorf("nats: Config.MaxBytes %d is negative", c.MaxBytes)
+	case c.DuplicateWindow < 0:
+		return fmt.Errorf("nats: Config.DuplicateWindow %v is negative", c.DuplicateWindow)
+	case c.DeadLease < 100*time.Millisecond:
+		return fmt.Errorf("nats: Config.DeadLease %v: want at least 100ms", c.DeadLease)
+	case c.PollWait < 100*time.Millisecond:
+		return fmt.Errorf("nats: Config.PollWait %v: want at least 100ms", c.PollWait)
+	case c.MoverAckWait < time.Second:
+		return fmt.Errorf("nats: Config.MoverAckWait %v: want at least 1s", c.MoverAckWait)
+	}
+	return nil
+}
+
+func validStreamName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Backend is a driver.Backend on NATS JetStream. See the package
+// documentation for the layout. It is safe for concurrent use.
+type Backend struct {
+	cfg     Config
+	nc      *gonats.Conn
+	ownConn bool
+	js      jetstream.JetStream
+	log     *slog.Logger
+	maxBody int
+
+	work, delay, dead jetstream.Stream
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the mover and the dead-letter renewers
+	closed atomic.Bool
+	once   sync.Once
+
+	mu     sync.Mutex
+	queues map[string]*queueState
+}
+
+var (
+	_ driver.Backend      = (*Backend)(nil)
+	_ driver.QueueDeleter = (*Backend)(nil)
+	_ driver.Pinger       = (*Backend)(nil)
+)
+
+// queueState caches what has been made sure of for one queue.
+type queueState struct {
+	mu      sync.Mutex
+	ackWait time.Duration // AckWait of the work consumer; 0 until ensured
+	dead    bool          // the dead-letter consumer exists
+}
+
+// New connects to NATS, makes sure the work, delay and dead-letter streams
+// and the mover consumer exist, and starts the mover. An unreachable server
+// or a stream declared with other settings is an error naming the problem.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	b := &Backend{cfg: cfg, log: cfg.Logger, queues: make(map[string]*queueState)}
+	if cfg.Conn != nil {
+		b.nc = cfg.Conn
+	} else {
+		opts := []gonats.Option{
+			gonats.Name("asyncplatform"),
+			gonats.MaxReconnects(-1),
+			gonats.ReconnectWait(250 * time.Millisecond),
+			gonats.DisconnectErrHandler(func(_ *gonats.Conn, err error) {
+				if err != nil {
+					b.log.Warn("nats: disconnected", "err", err)
+				}
+			}),
+			gonats.ReconnectHandler(func(nc *gonats.Conn) {
+				b.log.Info("nats: reconnected", "url", nc.ConnectedUrlRedacted())
+			}),
+		}
+		nc, err := gonats.Connect(cfg.URL, append(opts, cfg.Options...)...)
+		if err != nil {
+			return nil, fmt.Errorf("nats: connect to %s: %w", cfg.URL, err)
+		}
+		b.nc, b.ownConn = nc, true
+	}
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		b.closeConn()
+		return nil, fmt.Errorf("nats: jetstream: %w", err)
+	}
+	b.js = js
+	b.maxBody = int(b.nc.MaxPayload()) - HeaderReserve
+	if err := b.setup(ctx); err != nil {
+		b.closeConn()
+		return nil, err
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.wg.Add(1)
+	go b.runMover()
+	return b, nil
+}
+
+func (b *Backend) closeConn() {
+	if b.ownConn {
+		b.nc.Close()
+	}
+}
+
+// Names.
+
+func (b *Backend) delayName() string { return b.cfg.Stream + "_DELAY" }
+func (b *Backend) deadName() string  { return b.cfg.Stream + "_DEAD" }
+
+func (b *Backend) workSubject(q string) string  { return b.cfg.Stream + ".q." + token(q) }
+func (b *Backend) delaySubject(q string) string { return b.cfg.Stream + ".delay." + token(q) }
+func (b *Backend) deadSubject(q string) string  { return b.cfg.Stream + ".dead." + token(q) }
+
+func workConsumer(q string) string { return "w_" + token(q) }
+func deadConsumer(q string) string { return "d_" + token(q) }
+
+const moverConsumer = "mover"
+
+// token escapes a queue name into one subject token that is also valid in a
+// consumer name: '_' becomes "__" and '.' becomes "_d". The mapping is
+// one-to-one, so distinct queues never share a subject.
+func token(q string) string {
+	if !strings.ContainsAny(q, "._") {
+		return q
+	}
+	var sb strings.Builder
+	for i := 0; i < len(q); i++ {
+		switch q[i] {
+		case '_':
+			sb.WriteString("__")
+		case '.':
+			sb.WriteString("_d")
+		default:
+			sb.WriteByte(q[i])
+		}
+	}
+	return sb.String()
+}
+
+// setup makes sure the three streams and the mover consumer exist.
+func (b *Backend) setup(ctx context.Context) error {
+	base := jetstream.StreamConfig{
+		Storage:    b.cfg.Storage,
+		Replicas:   b.cfg.Replicas,
+		Discard:    jetstream.DiscardNew,
+		MaxMsgs:    limit(b.cfg.MaxMsgs),
+		MaxBytes:   limit(b.cfg.MaxBytes),
+		Duplicates: b.cfg.DuplicateWindow,
+	}
+	work := base
+	work.Name, work.Subjects, work.Retention = b.cfg.Stream, []string{b.cfg.Stream + ".q.*"}, jetstream.WorkQueuePolicy
+	work.Description = "asyncplatform work queues"
+	delay := base
+	delay.Name, delay.Subjects, delay.Retention = b.delayName(), []string{b.cfg.Stream + ".delay.*"}, jetstream.WorkQueuePolicy
+	delay.Description = "asyncplatform delayed copies, moved to the work stream when due"
+	dead := base
+	dead.Name, dead.Subjects, dead.Retention = b.deadName(), []string{b.cfg.Stream + ".dead.*"}, jetstream.LimitsPolicy
+	dead.Description = "asyncplatform dead letters"
+	var err error
+	if b.work, err = b.ensureStream(ctx, work); err != nil {
+		return err
+	}
+	if b.delay, err = b.ensureStream(ctx, delay); err != nil {
+		return err
+	}
+	if b.dead, err = b.ensureStream(ctx, dead); err != nil {
+		return err
+	}
+	_, err = b.delay.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       moverConsumer,
+		Description:   "asyncplatform mover: publishes due delayed copies to the work stream",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       b.cfg.MoverAckWait,
+		MaxDeliver:    -1,
+		MaxAckPending: -1,
+	})
+	if err != nil {
+		return fmt.Errorf("nats: create mover consumer on stream %s: %w", b.delayName(), err)
+	}
+	return nil
+}
+
+func limit(n int64) int64 {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// ensureStream creates the stream, or checks that an existing one is
+// compatible (same retention, storage, replicas, and covering our subjects).
+func (b *Backend) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := b.js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = b.js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = b.js.Stream(ctx, cfg.Name) // created by someone else meanwhile
+		}
+	}
+	if err != nil {
+		if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, gonats.ErrNoResponders) {
+			return nil, fmt.Errorf("nats: stream %s: is JetStream enabled on the server? %w", cfg.Name, err)
+		}
+		return nil, fmt.Errorf("nats: stream %s: %w", cfg.Name, err)
+	}
+	got := s.CachedInfo().Config
+	switch {
+	case got.Retention != cfg.Retention:
+		return nil, fmt.Errorf("nats: stream %s exists with retention %v, want %v (Config.Stream names a stream of another use?)", cfg.Name, got.Retention, cfg.Retention)
+	case got.Storage != cfg.Storage:
+		return nil, fmt.Errorf("nats: stream %s exists with storage %v, but Config.Storage is %v", cfg.Name, got.Storage, cfg.Storage)
+	case got.Replicas != cfg.Replicas:
+		return nil, fmt.Errorf("nats: stream %s exists with %d replicas, but Config.Replicas is %d", cfg.Name, got.Replicas, cfg.Replicas)
+	case len(got.Subjects) != 1 || got.Subjects[0] != cfg.Subjects[0]:
+		return nil, fmt.Errorf("nats: stream %s exists with subjects %v, want [%s]", cfg.Name, got.Subjects, cfg.Subjects[0])
+	}
+	return s, nil
+}
+
+// Capabilities implements driver.Backend.
+func (b *Backend) Capabilities() driver.Capabilities {
+	return driver.Capabilities{
+		MaxBody:           b.maxBody,
+		MinLease:          100 * time.Millisecond,
+		RedeliversOnClose: false,
+	}
+}
+
+// Declare implements driver.Backend. The streams are made by New; the
+// consumers are made lazily (the work consumer by Receive, whose lease sets
+// its AckWait), so Declare only checks the name.
+func (b *Backend) Declare(ctx context.Context, queue string) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return err
+	}
+	return nil
+}
+
+func checkQueue(q string) error {
+	if q == "" || len(q) > 100 {
+		return fmt.Errorf("nats: queue name %q: want 1 to 100 bytes", q)
+	}
+	for i := 0; i < len(q); i++ {
+		c := q[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("nats: queue name %q: byte %q is not in [A-Za-z0-9._-]", q, c)
+		}
+	}
+	return nil
+}
+
+func (b *Backend) queue(q string) *queueState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	qs := b.queues[q]
+	if qs == nil {
+		qs = &queueState{}
+		b.queues[q] = qs
+	}
+	return qs
+}
+
+// Enqueue implements driver.Backend. Messages due now go to the work stream;
+// messages with a NotBefore in the future go to the delay stream, whence the
+// mover publishes them when due. Each publish waits for its ack.
+func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Message) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return err
+	}
+	out := make([]*gonats.Msg, 0, len(msgs))
+	for i := range msgs {
+		m, err := b.newMsg(queue, &msgs[i])
+		if err != nil {
+			return err
+		}
+		out = append(out, m)
+	}
+	return b.publish(ctx, out)
+}
+
+// newMsg builds the NATS message that stores msg on queue.
+func (b *Backend) newMsg(queue string, msg *driver.Message) (*gonats.Msg, error) {
+	if len(msg.Body) > b.maxBody {
+		return nil, fmt.Errorf("nats: message %q: body of %d bytes, limit %d: %w", msg.ID, len(msg.Body), b.maxBody, driver.ErrTooLarge)
+	}
+	if len(msg.ID) > MaxIDLen {
+		return nil, fmt.Errorf("nats: message ID of %d bytes, limit %d", len(msg.ID), MaxIDLen)
+	}
+	m := &gonats.Msg{Subject: b.workSubject(queue), Data: msg.Body, Header: gonats.Header{}}
+	if msg.ID != "" {
+		// Deduplication is stream-wide: scope the key to the queue.
+		m.Header.Set(hdrMsgID, token(queue)+"/"+msg.ID)
+	}
+	if !msg.NotBefore.IsZero() && time.Until(msg.NotBefore) > 0 {
+		m.Subject = b.delaySubject(queue)
+		m.Header.Set(hdrNotBefore, strconv.FormatInt(msg.NotBefore.UnixNano(), 10))
+	}
+	return m, nil
+}
+
+// publish stores msgs and waits for every publish ack.
+func (b *Backend) publish(ctx context.Context, msgs []*gonats.Msg) error {
+	if len(msgs) == 1 {
+		if _, err := b.js.PublishMsg(ctx, msgs[0]); err != nil {
+			return pubErr(msgs[0], err)
+		}
+		return nil
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		f, err := b.js.PublishMsgAsync(m)
+		if err != nil {
+			return pubErr(m, err)
+		}
+		futures = append(futures, f)
+	}
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return pubErr(msgs[i], err)
+		case <-ctx.Done():
+			return fmt.Errorf("nats: publish to %s: waiting for acks: %w", msgs[i].Subject, ctx.Err())
+		}
+	}
+	return nil
+}
+
+func pubErr(m *gonats.Msg, err error) error {
+	if errors.Is(err, gonats.ErrMaxPayload) {
+		err = fmt.Errorf("%w: %w", driver.ErrTooLarge, err)
+	}
+	return fmt.Errorf("nats: publish to %s: %w", m.Subject, err)
+}
+
+// Stats implements driver.Backend. Ready is the work consumer's NumPending
+// (or the subject's message count before the first Receive), InFlight its
+// NumAckPending (which includes deliveries whose lease ran out and that wait
+// for redelivery), Scheduled and Dead the subject counts of the delay and
+// dead-letter streams.
+func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error) {
+	if b.closed.Load() {
+		return driver.Stats{}, driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return driver.Stats{}, err
+	}
+	var st driver.Stats
+	var err error
+	if st.Scheduled, err = b.subjectCount(ctx, b.delay, b.delaySubject(queue)); err != nil {
+		return st, err
+	}
+	if st.Dead, err = b.subjectCount(ctx, b.dead, b.deadSubject(queue)); err != nil {
+		return st, err
+	}
+	ci, err := b.work.Consumer(ctx, workConsumer(queue))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		st.Ready, err = b.subjectCount(ctx, b.work, b.workSubject(queue))
+		return st, err
+	}
+	if err != nil {
+		return st, fmt.Errorf("nats: consumer info for queue %s: %w", queue, err)
+	}
+	info := ci.CachedInfo()
+	st.Ready, st.InFlight = int64(info.NumPending), int64(info.NumAckPending)
+	return st, nil
+}
+
+func (b *Backend) subjectCount(ctx context.Context, s jetstream.Stream, subj string) (int64, error) {
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return 0, fmt.Errorf("nats: stream info for %s: %w", subj, err)
+	}
+	return int64(info.State.Subjects[subj]), nil
+}
+
+// DeleteQueue implements driver.QueueDeleter: it deletes the queue's
+// consumers and purges its subjects from the three streams. The streams
+// themselves are shared by every queue and stay.
+func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	delete(b.queues, queue)
+	b.mu.Unlock()
+	if err := b.work.DeleteConsumer(ctx, workConsumer(queue)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("nats: delete consumer of queue %s: %w", queue, err)
+	}
+	if err := b.dead.DeleteConsumer(ctx, deadConsumer(queue)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("nats: delete dead-letter consumer of queue %s: %w", queue, err)
+	}
+	for _, p := range []struct {
+		stream, subj string
+	}{{b.cfg.Stream, b.workSubject(queue)}, {b.delayName(), b.delaySubject(queue)}, {b.deadName(), b.deadSubject(queue)}} {
+		if _, err := b.purge(ctx, p.stream, p.subj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// purge removes every message of subj from stream and returns how many.
+// jetstream.Stream.Purge does not report the count, so this is the raw API.
+func (b *Backend) purge(ctx context.Context, stream, subj string) (int, error) {
+	req, _ := json.Marshal(struct {
+		Filter string `json:"filter"`
+	}{subj})
+	var resp struct {
+		Success bool `json:"success"`
+		Purged  int  `json:"purged"`
+		Error   *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := b.apiRequest(ctx, "$JS.API.STREAM.PURGE."+stream, req, &resp); err != nil {
+		return 0, fmt.Errorf("nats: purge %s from stream %s: %w", subj, stream, err)
+	}
+	if resp.Error != nil {
+		return 0, fmt.Errorf("nats: purge %s from stream %s: %s (code %d)", subj, stream, resp.Error.Description, resp.Error.Code)
+	}
+	return resp.Purged, nil
+}
+
+func (b *Backend) apiRequest(ctx context.Context, subj string, req []byte, resp any) error {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	m, err := b.nc.RequestWithContext(ctx, subj, req)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(m.Data, resp)
+}
+
+// withDefaultTimeout bounds a request whose ctx has no deadline.
+func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, 10*time.Second)
+}
+
+// Ping implements driver.Pinger: it asks the server for the account's
+// JetStream info, which fails when the connection or JetStream is down.
+func (b *Backend) Ping(ctx context.Context) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	if _, err := b.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("nats: ping: %w", err)
+	}
+	return nil
+}
+
+// Close implements driver.Backend. It stops the mover, hands back the dead
+// letters held by NextDead callers, and closes the connection it dialled.
+// Unsettled deliveries are abandoned: the server redelivers them when their
+// AckWait runs out.
+func (b *Backend) Close() error {
+	b.once.Do(func() {
+		b.closed.Store(true)
+		b.cancel()
+		b.wg.Wait()
+		if b.ownConn {
+			_ = b.nc.FlushTimeout(time.Second)
+			b.nc.Close()
+		}
+	})
+	return nil
+}

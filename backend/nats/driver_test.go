@@ -1,0 +1,138 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// TestDriverSmoke walks the driver primitives once against the machine's
+// server (2.9): delayed enqueue through the mover, extension, requeue, and
+// the dead-letter half. The behaviour contract itself is checked by
+// TestConformance.
+func TestDriverSmoke(t *testing.T) {
+	url := realURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q := queueName(t)
+	b := newBackend(t, url, q)
+	lease := time.Second
+
+	// Delayed enqueue: not before NotBefore.
+	nb := time.Now().Add(700 * time.Millisecond)
+	if err := b.Enqueue(ctx, q, []driver.Message{{ID: q + "-d", Body: []byte("late"), NotBefore: nb}}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := b.Stats(ctx, q); st.Scheduled != 1 {
+		t.Errorf("stats after delayed enqueue: %+v", st)
+	}
+	ds, err := b.Receive(ctx, q, 5, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now := time.Now(); now.Before(nb) {
+		t.Fatalf("delayed message delivered %v early", nb.Sub(now))
+	}
+	t.Logf("delayed message delivered %v after NotBefore", time.Since(nb))
+	if string(ds[0].Body) != "late" || ds[0].Deliveries != 1 {
+		t.Fatalf("got %q with %d deliveries", ds[0].Body, ds[0].Deliveries)
+	}
+	if err := b.Extend(ctx, ds[0], lease); err != nil {
+		t.Fatalf("extend: %v", err)
+	}
+	// Requeue resets the count.
+	if err := b.Requeue(ctx, ds[0], driver.Message{ID: q + "-d.1", Body: []byte("again")}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err = b.Receive(ctx, q, 5, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(ds[0].Body) != "again" || ds[0].Deliveries != 1 {
+		t.Fatalf("got %q with %d deliveries", ds[0].Body, ds[0].Deliveries)
+	}
+	if err := b.DeadLetter(ctx, ds[0], driver.DeadMessage{ID: "j0", Body: []byte("rec0")}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 4; i++ {
+		if err := b.Enqueue(ctx, q, []driver.Message{{ID: fmt.Sprint(q, i), Body: []byte("x")}}); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := b.Receive(ctx, q, 1, lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.DeadLetter(ctx, ds[0], driver.DeadMessage{ID: fmt.Sprint("j", i), Body: []byte(fmt.Sprint("rec", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs, next, err := b.ListDead(ctx, q, "", 3)
+	if err != nil || len(recs) != 3 || next == "" || recs[0].ID != "j0" {
+		t.Fatalf("list: %v %q %v", recs, next, err)
+	}
+	recs, next, err = b.ListDead(ctx, q, next, 3)
+	if err != nil || len(recs) != 1 || next != "" || recs[0].ID != "j3" {
+		t.Fatalf("list page 2: %v %q %v", recs, next, err)
+	}
+
+	// Two holders get different records; keep puts the record back first.
+	d1, err := b.NextDead(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := b.NextDead(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d1.ID != "j0" || d2.ID != "j1" {
+		t.Fatalf("next dead: %s, %s", d1.ID, d2.ID)
+	}
+	if err := b.SettleDead(ctx, d1, false); err != nil {
+		t.Fatal(err)
+	}
+	d3, err := b.NextDead(ctx, q)
+	if err != nil || d3.ID != "j0" {
+		t.Fatalf("after keep: %v %v", d3, err)
+	}
+	if err := b.SettleDead(ctx, d3, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SettleDead(ctx, d3, true); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("second settle: %v", err)
+	}
+	if n, err := b.DeleteDead(ctx, q, []string{"j2"}); err != nil || n != 1 {
+		t.Fatalf("delete: %d %v", n, err)
+	}
+	// A holder that vanishes: its record comes back at once on Close.
+	b2, err := New(ctx, testConfig(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := b2.NextDead(ctx, q)
+	if err != nil || h.ID != "j3" {
+		t.Fatalf("b2 next dead: %v %v", h, err)
+	}
+	if _, err := b.NextDead(ctx, q); !errors.Is(err, driver.ErrNoDeadLetters) {
+		t.Fatalf("all held: %v", err)
+	}
+	b2.Close()
+	if d, err := b.NextDead(ctx, q); err != nil || d.ID != "j3" {
+		t.Fatalf("after the holder closed: %v %v", d, err)
+	}
+	if err := b.SettleDead(ctx, d2, false); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := b.Stats(ctx, q); st.Dead != 2 {
+		t.Errorf("stats: %+v", st)
+	}
+	if n, err := b.PurgeDead(ctx, q); err != nil || n != 2 {
+		t.Fatalf("purge: %d %v", n, err)
+	}
+	if _, err := b.NextDead(ctx, q); !errors.Is(err, driver.ErrNoDeadLetters) {
+		t.Fatalf("after purge: %v", err)
+	}
+}

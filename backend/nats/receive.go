@@ -1,0 +1,449 @@
+package nats
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	gonats "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+func getenv(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// errNoConsumer reports a pull request to a consumer that does not exist
+// (deleted by DeleteQueue in another process, or never made).
+var errNoConsumer = errors.New("consumer not found")
+
+// receipt is the Handle of a Delivery and a DeadDelivery.
+//
+// The server never checks which delivery an ack belongs to: an ack, a
+// progress update or a nak names the stream sequence only, so after a
+// redelivery the old delivery's reply subject acts on the new one (checked on
+// 2.9.10 and in the 2.15 source). The backend therefore keeps each
+// delivery's lease itself: deadline is a lower bound of the server's
+// redelivery time (the pull request's send time, or the send time of the
+// last confirmed progress update, plus AckWait), and nothing is sent for a
+// delivery once less than guard is left.
+type receipt struct {
+	mu       sync.Mutex
+	reply    string // the ack subject
+	seq      uint64 // stream sequence
+	ackWait  time.Duration
+	deadline time.Time
+	done     bool // settled, or its hold handed back by Close
+
+	stop    context.CancelFunc // dead letters: stops the renewer
+	stopped chan struct{}      // dead letters: closed when the renewer ends
+}
+
+// guard is the part of a lease in which nothing is sent any more, so that an
+// ack can't reach the server after the redelivery it can't tell apart.
+func guard(ackWait time.Duration) time.Duration {
+	return min(ackWait/10, time.Second)
+}
+
+// live reports whether the delivery may still be acted on. r.mu is held.
+func (r *receipt) live() bool {
+	return !r.done && time.Until(r.deadline) > guard(r.ackWait)
+}
+
+// Receive implements driver.Backend. It makes sure the queue's work
+// consumer exists with AckWait = lease (updating it when another lease is
+// asked; see the package documentation), then asks for up to max messages
+// without waiting and, when there are none, long-polls for one and takes
+// whatever else is ready with it.
+func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	if err := checkQueue(queue); err != nil {
+		return nil, err
+	}
+	if max < 1 {
+		return nil, fmt.Errorf("nats: receive from %s: max %d: want at least 1", queue, max)
+	}
+	if lease < 100*time.Millisecond {
+		return nil, fmt.Errorf("nats: receive from %s: lease %v: want at least 100ms", queue, lease)
+	}
+	qs := b.queue(queue)
+	for {
+		ackWait, err := b.ensureWork(ctx, qs, queue, lease)
+		if err != nil {
+			return nil, err
+		}
+		ds, err := b.receive(ctx, queue, max, ackWait)
+		if errors.Is(err, errNoConsumer) {
+			qs.mu.Lock()
+			qs.ackWait = 0 // make it again
+			qs.mu.Unlock()
+			if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		return ds, err
+	}
+}
+
+func (b *Backend) receive(ctx context.Context, queue string, max int, ackWait time.Duration) ([]*driver.Delivery, error) {
+	msgs, start, err := b.fetch(ctx, b.cfg.Stream, workConsumer(queue), max)
+	if len(msgs) > 0 {
+		return deliveries(queue, msgs, start, ackWait), nil
+	}
+	return nil, err
+}
+
+// fetch returns up to max messages from a consumer, blocking until there is
+// at least one, and the send time of its first pull request: a lower bound
+// of every returned message's delivery time. It asks without waiting first;
+// when nothing is ready it long-polls for one message and then takes without
+// waiting whatever else is ready.
+func (b *Backend) fetch(ctx context.Context, stream, consumer string, max int) ([]*gonats.Msg, time.Time, error) {
+	msgs, start, err := b.pull(ctx, stream, consumer, max, 0)
+	for len(msgs) == 0 && err == nil {
+		msgs, start, err = b.pull(ctx, stream, consumer, 1, b.cfg.PollWait)
+		if len(msgs) == 1 && max > 1 && err == nil {
+			more, _, _ := b.pull(ctx, stream, consumer, max-1, 0)
+			return append(msgs, more...), start, nil
+		}
+	}
+	if len(msgs) > 0 {
+		return msgs, start, nil
+	}
+	if ctx.Err() != nil {
+		return nil, start, ctx.Err()
+	}
+	return nil, start, err
+}
+
+func deliveries(queue string, msgs []*gonats.Msg, start time.Time, ackWait time.Duration) []*driver.Delivery {
+	ds := make([]*driver.Delivery, 0, len(msgs))
+	for _, m := range msgs {
+		md, err := parseAck(m.Reply)
+		if err != nil {
+			continue // not a JetStream delivery; can't happen on our inbox
+		}
+		ds = append(ds, &driver.Delivery{
+			Queue:      queue,
+			Body:       m.Data,
+			Deliveries: int(md.delivered),
+			Handle:     &receipt{reply: m.Reply, seq: md.seq, ackWait: ackWait, deadline: start.Add(ackWait)},
+		})
+	}
+	return ds
+}
+
+// ensureWork makes sure the work consumer of queue exists with the given
+// AckWait and returns it.
+func (b *Backend) ensureWork(ctx context.Context, qs *queueState, queue string, lease time.Duration) (time.Duration, error) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if qs.ackWait == lease {
+		return lease, nil
+	}
+	c, err := b.work.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       workConsumer(queue),
+		Description:   "asyncplatform queue " + queue,
+		FilterSubject: b.workSubject(queue),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       lease,
+		MaxDeliver:    -1,
+		MaxAckPending: -1,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("nats: consumer for queue %s with AckWait %v: %w", queue, lease, err)
+	}
+	qs.ackWait = c.CachedInfo().Config.AckWait
+	if qs.ackWait != lease {
+		return 0, fmt.Errorf("nats: consumer for queue %s has AckWait %v, asked %v", queue, qs.ackWait, lease)
+	}
+	return lease, nil
+}
+
+// pull sends one pull request for up to batch messages to a consumer and
+// returns what it delivered and when the request was sent (a lower bound of
+// every delivery's start). wait zero asks without waiting; otherwise the
+// server holds the request up to wait.
+//
+// jetstream's Fetch cannot be used here: when its caller gives up, the
+// request stays open on the server, which may then deliver a message to an
+// inbox nobody reads, counting a delivery that never reached anyone. Here, a
+// cancelled pull unsubscribes its inbox and flushes: the server stops
+// delivering to a request without interest, and whatever it delivered before
+// the unsubscribe has arrived by the time the flush returns, and is returned.
+func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, wait time.Duration) ([]*gonats.Msg, time.Time, error) {
+	ch := make(chan *gonats.Msg, batch+8)
+	inbox := b.nc.NewInbox()
+	sub, err := b.nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("nats: subscribe: %w", err)
+	}
+	req := pullRequest{Batch: batch, NoWait: wait == 0}
+	if wait > 0 {
+		req.Expires = wait
+	}
+	data, _ := json.Marshal(req)
+	start := time.Now()
+	if err := b.nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+stream+"."+consumer, inbox, data); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, start, fmt.Errorf("nats: pull from %s: %w", consumer, err)
+	}
+	timer := time.NewTimer(wait + 5*time.Second) // the server ends the request by then
+	defer timer.Stop()
+	var msgs []*gonats.Msg
+	for {
+		select {
+		case m := <-ch:
+			done, err := b.take(&msgs, m)
+			if done || len(msgs) == batch {
+				_ = sub.Unsubscribe()
+				return msgs, start, err
+			}
+		case <-ctx.Done():
+			return b.abandon(sub, ch, msgs, start, ctx.Err())
+		case <-b.ctx.Done():
+			return b.abandon(sub, ch, msgs, start, driver.ErrClosed)
+		case <-timer.C:
+			return b.abandon(sub, ch, msgs, start, fmt.Errorf("nats: pull from %s: no answer from the server", consumer))
+		}
+	}
+}
+
+type pullRequest struct {
+	Batch   int           `json:"batch"`
+	Expires time.Duration `json:"expires,omitempty"`
+	NoWait  bool          `json:"no_wait,omitempty"`
+}
+
+// take adds m to msgs when it is a message; for a status it reports whether
+// the request is over, and its error when it is not an ordinary end.
+func (b *Backend) take(msgs *[]*gonats.Msg, m *gonats.Msg) (bool, error) {
+	status := ""
+	if len(m.Data) == 0 && m.Header != nil {
+		status = m.Header.Get("Status")
+	}
+	switch status {
+	case "":
+		*msgs = append(*msgs, m)
+		return false, nil
+	case "100": // heartbeat or flow control
+		return false, nil
+	case "404", "408": // no messages, request expired
+		return true, nil
+	case "503":
+		return true, errNoConsumer
+	case "409":
+		desc := m.Header.Get("Description")
+		if strings.Contains(strings.ToLower(desc), "deleted") {
+			return true, errNoConsumer
+		}
+		return true, fmt.Errorf("nats: pull: %s", desc)
+	default:
+		return true, fmt.Errorf("nats: pull: status %s %s", status, m.Header.Get("Description"))
+	}
+}
+
+// abandon ends a pull early: unsubscribe, flush so that every message the
+// server sent before it saw the unsubscribe has arrived, then collect those.
+func (b *Backend) abandon(sub *gonats.Subscription, ch chan *gonats.Msg, msgs []*gonats.Msg, start time.Time, cause error) ([]*gonats.Msg, time.Time, error) {
+	_ = sub.Unsubscribe()
+	_ = b.nc.FlushTimeout(2 * time.Second)
+	for {
+		select {
+		case m := <-ch:
+			_, _ = b.take(&msgs, m)
+		default:
+			if len(msgs) > 0 {
+				return msgs, start, nil
+			}
+			return nil, start, cause
+		}
+	}
+}
+
+// ackMeta is what a JetStream ack subject tells.
+type ackMeta struct {
+	delivered uint64
+	seq       uint64
+}
+
+// parseAck reads $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>
+// and the newer form with a domain and account hash after $JS.ACK.
+func parseAck(reply string) (ackMeta, error) {
+	t := strings.Split(reply, ".")
+	if len(t) < 9 || t[0] != "$JS" || t[1] != "ACK" {
+		return ackMeta{}, fmt.Errorf("nats: %q is not a JetStream ack subject", reply)
+	}
+	i := 4 // old form: $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>...
+	if len(t) > 9 {
+		i = 6 // new form: $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>...
+		if len(t) < 11 {
+			return ackMeta{}, fmt.Errorf("nats: %q is not a JetStream ack subject", reply)
+		}
+	}
+	dc, err1 := strconv.ParseUint(t[i], 10, 64)
+	seq, err2 := strconv.ParseUint(t[i+1], 10, 64)
+	if err1 != nil || err2 != nil {
+		return ackMeta{}, fmt.Errorf("nats: %q: bad ack subject numbers", reply)
+	}
+	return ackMeta{delivered: dc, seq: seq}, nil
+}
+
+func handle(h any) (*receipt, error) {
+	r, ok := h.(*receipt)
+	if !ok || r == nil {
+		return nil, fmt.Errorf("nats: delivery handle %T is not from this backend", h)
+	}
+	return r, nil
+}
+
+// ackSync sends an ack-protocol body to the delivery and waits for the
+// server's confirmation. It refuses when the lease is (nearly) over.
+func (b *Backend) ackSync(ctx context.Context, r *receipt, body []byte) error {
+	if !r.live() {
+		return driver.ErrLeaseLost
+	}
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	if _, err := b.nc.RequestWithContext(ctx, r.reply, body); err != nil {
+		return fmt.Errorf("nats: %s seq %d: %w", strings.Fields(string(body))[0], r.seq, err)
+	}
+	return nil
+}
+
+var (
+	ackAck      = []byte("+ACK")
+	ackProgress = []byte("+WPI")
+	ackNak      = []byte("-NAK")
+)
+
+// Ack implements driver.Backend with a double ack (the server confirms).
+func (b *Backend) Ack(ctx context.Context, d *driver.Delivery) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	r, err := handle(d.Handle)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := b.ackSync(ctx, r, ackAck); err != nil {
+		return err
+	}
+	r.done = true
+	return nil
+}
+
+// Extend implements driver.Backend with InProgress (+WPI), sent as a
+// request so that the server confirms it. JetStream restarts the AckWait
+// the consumer was made with; a lease longer than that is capped to it, so
+// the caller must extend at least every AckWait (the platform does every
+// lease/3).
+func (b *Backend) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	r, err := handle(d.Handle)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return b.extend(ctx, r)
+}
+
+// extend renews r's lease. r.mu is held.
+func (b *Backend) extend(ctx context.Context, r *receipt) error {
+	sent := time.Now()
+	if err := b.ackSync(ctx, r, ackProgress); err != nil {
+		return err
+	}
+	if time.Now().After(r.deadline) {
+		// Confirmed too late to know it reached our delivery.
+		r.done = true
+		return driver.ErrLeaseLost
+	}
+	r.deadline = sent.Add(r.ackWait)
+	return nil
+}
+
+// Requeue implements driver.Backend: publish the new copy (to the delay
+// stream when msg.NotBefore is ahead), wait for its ack, then ack the
+// delivery. A lease lost in between leaves a duplicate, never a loss.
+func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Message) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	r, err := handle(d.Handle)
+	if err != nil {
+		return err
+	}
+	m, err := b.newMsg(d.Queue, &msg)
+	if err != nil {
+		return err
+	}
+	return b.replace(ctx, r, m)
+}
+
+// DeadLetter implements driver.Backend: publish the record to the dead
+// stream, wait for its ack, then ack the delivery. The record's Nats-Msg-Id
+// is derived from the delivery's stream sequence, so a retried DeadLetter of
+// the same message is stored once.
+func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	r, err := handle(d.Handle)
+	if err != nil {
+		return err
+	}
+	if len(rec.ID) > MaxIDLen {
+		return fmt.Errorf("nats: dead letter ID of %d bytes, limit %d", len(rec.ID), MaxIDLen)
+	}
+	m := &gonats.Msg{Subject: b.deadSubject(d.Queue), Data: rec.Body, Header: gonats.Header{}}
+	m.Header.Set(hdrDeadID, rec.ID)
+	m.Header.Set(hdrMsgID, "dead-"+strconv.FormatUint(r.seq, 10))
+	return b.replace(ctx, r, m)
+}
+
+func (b *Backend) replace(ctx context.Context, r *receipt, m *gonats.Msg) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.live() {
+		return driver.ErrLeaseLost
+	}
+	if err := b.publish(ctx, []*gonats.Msg{m}); err != nil {
+		return err
+	}
+	if err := b.ackSync(ctx, r, ackAck); err != nil {
+		return err
+	}
+	r.done = true
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
