@@ -1,6 +1,7 @@
 package rabbit
 
 import (
+	"encoding/binary"
 	"io"
 	"net"
 	"net/url"
@@ -9,15 +10,25 @@ import (
 )
 
 // proxy is a loopback TCP proxy to the broker whose connections a test can
-// cut, as a network failure would, while new connections keep working.
+// cut, as a network failure would, while new connections keep working. It
+// can also play a broker alarm: send connection.blocked to the client and
+// stop reading from it, as RabbitMQ does.
 type proxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	conns []net.Conn
-	cuts  int
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	pairs  []*pair
+	cuts   int
+	paused bool
+	resume chan struct{} // closed when a pause ends
+	wg     sync.WaitGroup
+}
+
+// pair is one proxied connection.
+type pair struct {
+	client, server net.Conn
+	wmu            sync.Mutex // serialises frames written to the client
 }
 
 func startProxy(t testing.TB, target string) *proxy {
@@ -26,7 +37,8 @@ func startProxy(t testing.TB, target string) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{ln: ln, target: target}
+	p := &proxy{ln: ln, target: target, resume: make(chan struct{})}
+	close(p.resume)
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -55,35 +67,129 @@ func (p *proxy) accept() {
 			c.Close()
 			continue
 		}
+		pr := &pair{client: c, server: s}
 		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
+		p.pairs = append(p.pairs, pr)
 		p.mu.Unlock()
 		p.wg.Add(2)
-		go p.pipe(c, s)
-		go p.pipe(s, c)
+		go p.upstream(pr)
+		go p.downstream(pr)
 	}
 }
 
-func (p *proxy) pipe(dst, src net.Conn) {
+// upstream copies client to server, holding back while paused.
+func (p *proxy) upstream(pr *pair) {
 	defer p.wg.Done()
-	io.Copy(dst, src)
-	dst.Close()
-	src.Close()
+	defer pr.client.Close()
+	defer pr.server.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := pr.client.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			resume := p.resume
+			p.mu.Unlock()
+			<-resume
+			if _, werr := pr.server.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// downstream copies server to client frame by frame (after the 8-byte
+// protocol header has gone up), so that frames can be injected between them.
+func (p *proxy) downstream(pr *pair) {
+	defer p.wg.Done()
+	defer pr.client.Close()
+	defer pr.server.Close()
+	hdr := make([]byte, 7)
+	for {
+		if _, err := io.ReadFull(pr.server, hdr); err != nil {
+			return
+		}
+		size := binary.BigEndian.Uint32(hdr[3:7])
+		frame := make([]byte, 7+int(size)+1)
+		copy(frame, hdr)
+		if _, err := io.ReadFull(pr.server, frame[7:]); err != nil {
+			return
+		}
+		pr.wmu.Lock()
+		_, err := pr.client.Write(frame)
+		pr.wmu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// methodFrame encodes a connection-class method frame on channel 0.
+func methodFrame(method uint16, args []byte) []byte {
+	payload := binary.BigEndian.AppendUint16(nil, 10) // class connection
+	payload = binary.BigEndian.AppendUint16(payload, method)
+	payload = append(payload, args...)
+	f := []byte{1, 0, 0}
+	f = binary.BigEndian.AppendUint32(f, uint32(len(payload)))
+	f = append(f, payload...)
+	return append(f, 0xCE)
+}
+
+func (p *proxy) inject(frame []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pr := range p.pairs {
+		pr.wmu.Lock()
+		pr.client.Write(frame)
+		pr.wmu.Unlock()
+	}
+}
+
+// block sends connection.blocked with reason to every client and stops
+// forwarding what they send.
+func (p *proxy) block(reason string) {
+	p.pause()
+	p.inject(methodFrame(60, append([]byte{byte(len(reason))}, reason...)))
+}
+
+// pause stops forwarding what clients send.
+func (p *proxy) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.paused {
+		p.paused = true
+		p.resume = make(chan struct{})
+	}
+}
+
+// unblock sends connection.unblocked and forwards again.
+func (p *proxy) unblock() {
+	p.inject(methodFrame(61, nil))
+	p.mu.Lock()
+	if p.paused {
+		p.paused = false
+		close(p.resume)
+	}
+	p.mu.Unlock()
 }
 
 // cut closes every connection through the proxy.
 func (p *proxy) cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.Close()
+	for _, pr := range p.pairs {
+		pr.client.Close()
+		pr.server.Close()
 	}
-	p.conns = nil
+	p.pairs = nil
 	p.cuts++
 }
 
 func (p *proxy) close() {
 	p.ln.Close()
+	p.unblock()
 	p.cut()
 	p.wg.Wait()
 }

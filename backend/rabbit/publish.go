@@ -170,11 +170,11 @@ func (b *Backend) publish(ctx context.Context, msgs ...outMsg) error {
 		if attempt > 0 {
 			b.log.Debug("publishing again after a lost channel", "messages", len(pending), "attempt", attempt)
 		}
-		p, err := b.publisher(ctx)
-		if err != nil {
+		if err := b.waitUnblocked(ctx); err != nil {
 			return err
 		}
-		if err := b.waitUnblocked(ctx); err != nil {
+		p, err := b.publisher(ctx)
+		if err != nil {
 			return err
 		}
 		type inflight struct {

@@ -293,3 +293,47 @@ func TestOpenURL(t *testing.T) {
 		t.Fatalf("bad prefetch: %v", err)
 	}
 }
+
+// TestBlockedConnection plays a broker alarm through the proxy
+// (connection.blocked, then no reading): Enqueue fails with ErrBlocked after
+// Config.BlockedTimeout instead of hanging, and works again once unblocked.
+func TestBlockedConnection(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := startProxy(t, u.Host)
+	b := newBackend(t, Config{URL: px.url(t, testURL()), BlockedTimeout: 200 * time.Millisecond})
+	ctx := testCtx(t)
+	q := queueName(t, b)
+	if err := b.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	px.block("low on memory (test)")
+	for d, _ := b.blockedFor(); d == 0; d, _ = b.blockedFor() {
+		time.Sleep(5 * time.Millisecond) // until the client has read the frame
+	}
+	err = b.Enqueue(ctx, q, []driver.Message{{ID: "b1", Body: []byte("x")}})
+	if !errors.Is(err, ErrBlocked) || !strings.Contains(err.Error(), "low on memory") {
+		t.Fatalf("Enqueue while blocked: %v, want ErrBlocked", err)
+	}
+	px.unblock()
+	if err := b.Enqueue(ctx, q, []driver.Message{{ID: "b2", Body: []byte("y")}}); err != nil {
+		t.Fatalf("Enqueue after unblock: %v", err)
+	}
+
+	// The alarm starts while a publish waits for its confirm.
+	px.pause()
+	errc := make(chan error, 1)
+	go func() { errc <- b.Enqueue(ctx, q, []driver.Message{{ID: "b3", Body: []byte("z")}}) }()
+	time.Sleep(50 * time.Millisecond)
+	px.block("disk alarm (test)")
+	if err := <-errc; !errors.Is(err, ErrBlocked) {
+		t.Fatalf("Enqueue blocked while waiting for its confirm: %v, want ErrBlocked", err)
+	}
+	px.unblock()
+	if err := b.Enqueue(ctx, q, []driver.Message{{ID: "b4", Body: []byte("w")}}); err != nil {
+		t.Fatalf("Enqueue after the second unblock: %v", err)
+	}
+}
