@@ -1,0 +1,125 @@
+// Package nats is an asyncplatform backend on NATS JetStream, written with
+// nats.go and its jetstream package. It works on nats-server 2.9 and later
+// (checked on 2.9.10 and, in process, 2.15).
+//
+// # Layout
+//
+// A platform (Config.Stream, "ASYNCPLATFORM" by default; S below) owns three
+// streams; a queue q appears in each as one subject token, q with '_'
+// written "__" and '.' written "_d":
+//
+//   - S, work-queue retention, subjects S.q.*: the jobs. Each queue has a
+//     durable pull consumer "w_<q>" filtered on S.q.<q>, explicit ack,
+//     MaxDeliver unlimited, AckWait = the lease Receive is given.
+//   - S_DELAY, work-queue retention, subjects S.delay.*: copies with a
+//     NotBefore ahead (scheduled jobs and retries in backoff), each with an
+//     Asyncplatform-Not-Before header. One durable consumer, "mover", shared
+//     by every Backend.
+//   - S_DEAD, limits retention with no limits, subjects S.dead.*: dead
+//     letters, each with an Asyncplatform-Id header (the job ID). Each queue
+//     has a durable pull consumer "d_<q>" used only to hand records out.
+//
+// Storage (file by default), replicas and the MaxMsgs/MaxBytes limits apply to
+// all three streams. Limits use the "new" discard policy: a full stream
+// refuses publishes with an error, and never drops a stored message.
+// Publishes carry Nats-Msg-Id = <q>/<Message.ID>, so a retried publish of
+// the same copy is stored once within Config.DuplicateWindow. Bodies are
+// stored untouched; everything of the backend's own is in headers.
+//
+// # Counting
+//
+// Delivery.Deliveries is the consumer's NumDelivered, read from the ack
+// subject. Every Requeue and DeadLetter writes a new message (a new stream
+// sequence), so no base counter is needed: a new copy starts at 1. Nak is
+// never used on the work stream.
+//
+// Requeue and DeadLetter publish the new copy, wait for its publish ack, and
+// only then ack the delivery: a crash in between leaves a duplicate, never a
+// loss.
+//
+// # Delays
+//
+// nats-server 2.9 has no delayed publish, and NakWithDelay cannot change a
+// message. A copy due later goes to S_DELAY. Every Backend runs a mover
+// goroutine (stopped by Close) that pulls from the mover consumer: a due copy
+// is published to S with its Nats-Msg-Id, and the delayed copy is acked
+// once that publish is acked; a copy not yet due is naked with its remaining
+// delay, so it returns to some mover when due and the mover never polls.
+// The mover consumer has MaxAckPending unlimited, so copies scheduled far
+// ahead never block due ones. A message is never moved before its
+// NotBefore by the mover's clock; it is usually moved within milliseconds
+// after. Clocks of the enqueuer and the mover should agree.
+//
+// # Leases and stale receipts
+//
+// The server does not check which delivery an ack belongs to: an ack, a
+// progress update or a term names only the stream sequence, so once a
+// message was redelivered the first delivery's ack subject acts on the new
+// delivery (TestRawAckIsNotChecked shows 2.9.10 acking it; in the 2.15 source
+// progress updates and terms, too, look at the stream sequence only). So the backend
+// keeps each delivery's lease itself, from below: the lease starts when the
+// pull request was sent (before the server could deliver), is restarted by
+// Extend only when the server confirmed the InProgress before the lease
+// ended, and nothing is sent for a delivery once less than a tenth of the
+// AckWait (at most 1s) is left: Ack, Extend, Requeue and DeadLetter return
+// driver.ErrLeaseLost instead. Acks are double acks (the server confirms).
+// A confirmation delayed longer than that margin could still reach a newer
+// delivery; that is the one window left, and it can only cause a
+// duplicate.
+//
+// The AckWait is per consumer, not per delivery. Receive creates the
+// consumer on first use and updates it when asked for another lease, so
+// with several processes asking for different leases on one queue the last
+// one wins, and a process that asked for a longer lease than the consumer
+// now has may ack after the server redelivered. Give every worker of a queue
+// the same lease. Extend restarts the AckWait; it cannot grant more than
+// the AckWait, so callers extend at least that often (the platform does so
+// every lease/3).
+//
+// Close abandons unsettled deliveries (they come back after AckWait, with
+// the crash counted): Capabilities.RedeliversOnClose is false.
+//
+// # Receiving
+//
+// Receive uses its own pull requests rather than jetstream's Fetch, whose
+// request stays open on the server after the caller gave up: the server
+// could then deliver a message nobody reads, counting a crash that did not
+// happen (for instance at every graceful Stop). Each Receive subscribes a
+// fresh inbox, asks for up to max messages without waiting and, if none are
+// ready, long-polls (Config.PollWait) for one and takes whatever else is
+// ready without waiting. A cancelled Receive unsubscribes and flushes; the
+// server drops a pull request whose inbox has no interest, and what it
+// delivered before is returned rather than lost.
+//
+// # Dead letters
+//
+// NextDead pulls one record from the queue's dead-letter consumer
+// (AckWait = Config.DeadLease). A delivered, unacked record is pending on
+// the consumer and not given to anyone else, so two callers never hold the
+// same record; the backend renews the hold with InProgress every
+// DeadLease/3 until SettleDead. SettleDead(remove) deletes the record from
+// the stream, then acks it; SettleDead(keep) naks it, which puts it first in
+// line again (redeliveries come before new records). A caller that dies
+// without settling releases it after DeadLease; a Backend that closes naks
+// its held records at once. ListDead walks the stream by subject (the
+// cursor is the next sequence to read) with the STREAM.MSG.GET next_by_subj
+// request; DeleteDead walks and deletes by sequence; PurgeDead is a purge
+// filtered on the queue's subject and returns the server's count.
+// Dead letters are kept until deleted; nothing expires them.
+//
+// # Limits
+//
+// The server's max_payload (1 MiB by default) bounds a message with its
+// headers. Capabilities.MaxBody is max_payload minus HeaderReserve (16 KiB),
+// which leaves room for the headers and for a dead-letter record, which
+// carries a job of up to MaxBody plus its reason and error history. IDs are
+// limited to MaxIDLen bytes.
+//
+// # Reconnects and restarts
+//
+// The connection reconnects forever (every 250ms). Deliveries survive a
+// reconnect and a server restart (JetStream keeps the consumer state), so
+// their receipts stay valid for as long as their lease lasts. The 2.9 file
+// store syncs every 60s: an OS crash can lose acknowledged writes, a process
+// kill cannot.
+package nats
