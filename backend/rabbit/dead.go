@@ -25,7 +25,7 @@ type deadReceipt struct {
 // caller until SettleDead, or until the channel or connection closes, which
 // puts it back where it was.
 func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDelivery, error) {
-	if err := validQueue(queue); err != nil {
+	if err := b.check(queue); err != nil {
 		return nil, err
 	}
 	if err := b.ensureQueue(ctx, queue); err != nil {
@@ -91,7 +91,7 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 // closes the channel, which returns every record to its place. The cursor is
 // the number of records to skip, so a page costs skip+limit round trips.
 func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int) ([]driver.DeadMessage, string, error) {
-	if err := validQueue(queue); err != nil {
+	if err := b.check(queue); err != nil {
 		return nil, "", err
 	}
 	if limit < 1 {
@@ -142,7 +142,7 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 // channel, acks the records whose ID is among ids, and closes the channel,
 // which returns the others to their place.
 func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (int, error) {
-	if err := validQueue(queue); err != nil {
+	if err := b.check(queue); err != nil {
 		return 0, err
 	}
 	if len(ids) == 0 {
@@ -185,7 +185,7 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 // PurgeDead purges the dead-letter queue (queue.purge): records held by a
 // NextDead caller are left alone.
 func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
-	if err := validQueue(queue); err != nil {
+	if err := b.check(queue); err != nil {
 		return 0, err
 	}
 	if err := b.ensureQueue(ctx, queue); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -154,8 +155,10 @@ type Backend struct {
 	cfg Config
 	log *slog.Logger
 
-	done chan struct{} // closed by Close
-	wg   sync.WaitGroup
+	closing context.Context    // cancelled by Close
+	stop    context.CancelFunc // cancels closing
+	done    <-chan struct{}    // closing.Done()
+	wg      sync.WaitGroup
 
 	mu       sync.Mutex
 	closed   bool
@@ -194,49 +197,63 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	b := &Backend{
 		cfg:      cfg,
 		log:      cfg.Logger.With("backend", "rabbit"),
-		done:     make(chan struct{}),
 		up:       make(chan struct{}),
 		declared: map[string]amqp.Table{},
 		cons:     map[string]*consumer{},
 		qch:      map[string]*qchan{},
 	}
+	b.closing, b.stop = context.WithCancel(context.Background())
+	b.done = b.closing.Done()
 	conn, err := b.dial(ctx)
 	if err != nil {
+		b.stop()
 		return nil, err
 	}
 	b.attach(conn)
 	return b, nil
 }
 
-// dial opens one connection, giving up when ctx ends.
+// dialTimeout bounds the TCP connect and the AMQP handshake of one dial.
+const dialTimeout = 30 * time.Second
+
+// dial opens one connection, giving up when ctx ends or Close is called.
 func (b *Backend) dial(ctx context.Context) (*amqp.Connection, error) {
-	type result struct {
-		c   *amqp.Connection
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		c, err := amqp.DialConfig(b.cfg.URL, amqp.Config{
-			Heartbeat:  b.cfg.Heartbeat,
-			Locale:     "en_US",
-			Properties: amqp.Table{"connection_name": "asyncplatform"},
-		})
-		ch <- result{c, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, fmt.Errorf("rabbit: dial %s: %w", redact(b.cfg.URL), r.err)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(b.closing, cancel)()
+	var stops []func() bool
+	defer func() {
+		for _, stop := range stops {
+			stop()
 		}
-		return r.c, nil
-	case <-ctx.Done():
-		go func() {
-			if r := <-ch; r.c != nil {
-				r.c.Close()
+	}()
+	c, err := amqp.DialConfig(b.cfg.URL, amqp.Config{
+		Heartbeat:  b.cfg.Heartbeat,
+		Locale:     "en_US",
+		Properties: amqp.Table{"connection_name": "asyncplatform"},
+		Dial: func(network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: dialTimeout}
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
 			}
-		}()
-		return nil, fmt.Errorf("rabbit: dial %s: %w", redact(b.cfg.URL), ctx.Err())
+			// The handshake runs under this deadline (the client clears it
+			// afterwards); ending ctx cuts it short.
+			conn.SetDeadline(time.Now().Add(dialTimeout))
+			stops = append(stops, context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) }))
+			return conn, nil
+		},
+	})
+	if err != nil {
+		if b.closing.Err() != nil {
+			return nil, driver.ErrClosed
+		}
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+		return nil, fmt.Errorf("rabbit: dial %s: %w", redact(b.cfg.URL), err)
 	}
+	return c, nil
 }
 
 func redact(u string) string {
@@ -420,6 +437,14 @@ func (b *Backend) withChannel(ctx context.Context, fn func(ch *amqp.Channel) err
 	return fn(ch)
 }
 
+// check returns ErrClosed after Close, or the problem with the queue name.
+func (b *Backend) check(queue string) error {
+	if b.isClosed() {
+		return driver.ErrClosed
+	}
+	return validQueue(queue)
+}
+
 func (b *Backend) isClosed() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -456,7 +481,7 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	conn := b.conn
-	close(b.done)
+	b.stop()
 	b.mu.Unlock()
 	var err error
 	if conn != nil {

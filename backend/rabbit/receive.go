@@ -185,7 +185,7 @@ func copyOf(d amqp.Delivery) amqp.Publishing {
 // other Receive reads the queue, the consumer is cancelled and the messages
 // it had buffered are handed back uncounted.
 func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
-	if err := validQueue(queue); err != nil {
+	if err := b.check(queue); err != nil {
 		return nil, err
 	}
 	if max < 1 {
@@ -437,10 +437,7 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 // Enqueue publishes msgs with confirms and returns once the broker has
 // confirmed every one.
 func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Message) error {
-	if b.isClosed() {
-		return driver.ErrClosed
-	}
-	if err := validQueue(queue); err != nil {
+	if err := b.check(queue); err != nil {
 		return err
 	}
 	for _, m := range msgs {

@@ -123,7 +123,7 @@ func (b *Backend) ensureQueue(ctx context.Context, queue string) error {
 // Declare declares the queue's quorum work queue and its classic dead-letter
 // queue. Delay queues are declared when first used.
 func (b *Backend) Declare(ctx context.Context, queue string) error {
-	if err := validQueue(queue); err != nil {
+	if err := b.check(queue); err != nil {
 		return err
 	}
 	if err := b.ensure(ctx, b.workName(queue), workArgs()); err != nil {
@@ -138,7 +138,7 @@ func (b *Backend) Declare(ctx context.Context, queue string) error {
 // DeleteQueue deletes the queue's work queue, its dead-letter queue and its
 // delay queues, with every message in them.
 func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
-	if err := validQueue(queue); err != nil {
+	if err := b.check(queue); err != nil {
 		return err
 	}
 	b.consMu.Lock()
@@ -198,7 +198,7 @@ func (b *Backend) inspect(ctx context.Context, ch **amqp.Channel, name string) (
 // queues) and Dead (ready records of the dead-letter queue). InFlight is -1:
 // AMQP does not tell unacknowledged counts without the management plugin.
 func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error) {
-	if err := validQueue(queue); err != nil {
+	if err := b.check(queue); err != nil {
 		return driver.Stats{}, err
 	}
 	st := driver.Stats{InFlight: -1}
