@@ -337,3 +337,79 @@ func TestBlockedConnection(t *testing.T) {
 		t.Fatalf("Enqueue after the second unblock: %v", err)
 	}
 }
+
+// TestDeadQueueOrder checks the broker facts the dead-letter queue rests
+// on: records read with basic.get on a channel that is then closed return to
+// their places (a listing changes nothing), and a nack-requeue keeps the
+// head at the head.
+func TestDeadQueueOrder(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	ctx := testCtx(t)
+	q := queueName(t, b)
+	if err := b.Enqueue(ctx, q, []driver.Message{{ID: "m"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		ds, err := b.Receive(ctx, q, 1, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.DeadLetter(ctx, ds[0], driver.DeadMessage{ID: fmt.Sprint(i), Body: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+		if i < 4 {
+			if err := b.Enqueue(ctx, q, []driver.Message{{ID: "m"}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	list := func() string {
+		var ids []string
+		for cursor := ""; ; {
+			recs, next, err := b.ListDead(ctx, q, cursor, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range recs {
+				ids = append(ids, r.ID)
+			}
+			if next == "" {
+				return strings.Join(ids, ",")
+			}
+			cursor = next
+		}
+	}
+	if got := list(); got != "0,1,2,3,4" {
+		t.Fatalf("listing: %s", got)
+	}
+	if got := list(); got != "0,1,2,3,4" {
+		t.Fatalf("second listing: %s", got)
+	}
+	dd, err := b.NextDead(ctx, q)
+	if err != nil || dd.ID != "0" {
+		t.Fatalf("NextDead: %v %v", dd, err)
+	}
+	if err := b.SettleDead(ctx, dd, false); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.DeleteDead(ctx, q, []string{"1", "3", "nope"}); err != nil || n != 2 {
+		t.Fatalf("DeleteDead: %d %v", n, err)
+	}
+	if got := list(); got != "0,2,4" {
+		t.Fatalf("listing after keep and delete: %s", got)
+	}
+	dd, err = b.NextDead(ctx, q)
+	if err != nil || dd.ID != "0" {
+		t.Fatalf("NextDead after keep: %v %v", dd, err)
+	}
+	if err := b.SettleDead(ctx, dd, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SettleDead(ctx, dd, true); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("second SettleDead: %v", err)
+	}
+	if got := list(); got != "2,4" {
+		t.Fatalf("listing after pop: %s", got)
+	}
+}
