@@ -1,0 +1,639 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// filter selects dead letters by the flags --type, --reason and --older-than.
+type filter struct {
+	typ       string
+	reason    string
+	olderThan time.Duration
+	ids       map[string]bool // when non-nil, only these IDs
+	now       time.Time
+}
+
+func (f *filter) flags(fs *flag.FlagSet) {
+	fs.StringVar(&f.typ, "type", "", "only dead letters of this job `TYPE`")
+	fs.StringVar(&f.reason, "reason", "", "only dead letters with this `REASON`: "+strings.Join(reasonNames(), ", "))
+	fs.DurationVar(&f.olderThan, "older-than", 0, "only dead letters dead for longer than `DURATION` (90m, 24h)")
+}
+
+func (f *filter) set() bool { return f.typ != "" || f.reason != "" || f.olderThan > 0 }
+
+func (f *filter) check() error {
+	if f.olderThan < 0 {
+		return usageErrorf("--older-than must not be negative")
+	}
+	if f.reason != "" && !knownReason(f.reason) {
+		return usageErrorf("--reason %q is not one of %s", f.reason, strings.Join(reasonNames(), ", "))
+	}
+	f.now = time.Now()
+	return nil
+}
+
+func (f *filter) match(dl ap.DeadLetter) bool {
+	return (f.typ == "" || dl.Job.Type == f.typ) &&
+		(f.reason == "" || string(dl.Reason) == f.reason) &&
+		(f.olderThan == 0 || f.now.Sub(dl.DeadAt) > f.olderThan) &&
+		(f.ids == nil || f.ids[dl.Job.ID])
+}
+
+var reasons = []ap.Reason{ap.ReasonRetriesExceeded, ap.ReasonInvalid, ap.ReasonPermanent, ap.ReasonPoisoned, ap.ReasonUnhandled, ap.ReasonExpired, ap.ReasonPayloadMissing}
+
+func reasonNames() []string {
+	out := make([]string, len(reasons))
+	for i, r := range reasons {
+		out[i] = string(r)
+	}
+	return out
+}
+
+func knownReason(s string) bool {
+	for _, r := range reasons {
+		if string(r) == s {
+			return true
+		}
+	}
+	return false
+}
+
+// listPage is how many records asyncctl reads from the backend at a time.
+const listPage = 100
+
+// The cursor asyncctl prints is the backend's cursor of a page and how many
+// records of that page were already shown, so that a filtered listing can
+// stop anywhere in a page and resume there.
+func encodeCursor(backend string, skip int) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(skip) + ":" + backend))
+}
+
+func decodeCursor(s string) (backend string, skip int, err error) {
+	if s == "" {
+		return "", 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		n, rest, ok := strings.Cut(string(b), ":")
+		if skip, err = strconv.Atoi(n); ok && err == nil && skip >= 0 {
+			return rest, skip, nil
+		}
+	}
+	return "", 0, usageErrorf("--cursor %q is not a cursor printed by dead list", s)
+}
+
+// collect returns up to limit (0: every) dead letters of the queue that
+// match f, starting at cursor, and the cursor of what follows ("" at the
+// end).
+func collect(ctx context.Context, p *ap.Platform, queue string, f *filter, cursor string, limit int) ([]ap.DeadLetter, string, error) {
+	bc, skip, err := decodeCursor(cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	var out []ap.DeadLetter
+	for {
+		page, err := p.DeadLetters(ctx, queue, bc, listPage)
+		if err != nil {
+			return nil, "", err
+		}
+		for i := skip; i < len(page.Letters); i++ {
+			if !f.match(page.Letters[i]) {
+				continue
+			}
+			if limit > 0 && len(out) == limit {
+				return out, encodeCursor(bc, i), nil
+			}
+			out = append(out, page.Letters[i])
+		}
+		if page.Next == "" {
+			return out, "", nil
+		}
+		bc, skip = page.Next, 0
+	}
+}
+
+func queueFlag(fs *flag.FlagSet, q *string) {
+	fs.StringVar(q, "queue", ap.DefaultQueue, "the `QUEUE` whose dead letters to work on")
+}
+
+func deadListCmd() *command {
+	return &command{
+		name:    "dead list",
+		args:    "",
+		summary: "list dead letters, oldest first, a page at a time",
+		help: `
+It changes nothing. A page shows --limit records; when more follow, it ends
+with the --cursor that shows the next page (on stderr in a table, as "next"
+in JSON). --all shows every record at once. Exit code 3 when no record
+matches.
+
+Examples:
+
+	asyncctl dead list --queue emails
+	asyncctl dead list --queue emails --reason poisoned --older-than 24h
+	asyncctl dead list --queue emails --type email.send --limit 20 --cursor MDo
+	asyncctl dead list --queue emails --all --json | jq -r '.dead_letters[].id'
+`,
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var (
+				queue, cursor string
+				limit         int
+				all           bool
+				f             filter
+			)
+			queueFlag(fs, &queue)
+			f.flags(fs)
+			fs.IntVar(&limit, "limit", 50, "show `N` records per page")
+			fs.StringVar(&cursor, "cursor", "", "start at this `CURSOR`, printed by the previous page")
+			fs.BoolVar(&all, "all", false, "list every record, in one page")
+			return func(ctx context.Context, c *cli, args []string) error {
+				if len(args) > 0 {
+					return usageErrorf("unexpected arguments %q", args)
+				}
+				if limit < 1 {
+					return usageErrorf("--limit must be 1 or more")
+				}
+				if all {
+					limit = 0
+				}
+				if err := f.check(); err != nil {
+					return err
+				}
+				return c.deadList(ctx, queue, &f, cursor, limit)
+			}
+		},
+	}
+}
+
+func (c *cli) deadList(ctx context.Context, queue string, f *filter, cursor string, limit int) error {
+	p, closeFn, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	dls, next, err := collect(ctx, p, queue, f, cursor, limit)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		page := struct {
+			Queue       string     `json:"queue"`
+			DeadLetters []deadJSON `json:"dead_letters"`
+			Next        string     `json:"next,omitempty"`
+		}{Queue: queue, DeadLetters: make([]deadJSON, len(dls)), Next: next}
+		for i, dl := range dls {
+			page.DeadLetters[i] = toJSON(dl)
+		}
+		if err := writeJSON(c.stdout, page); err != nil {
+			return err
+		}
+	} else if len(dls) > 0 {
+		if err := table(c.stdout, deadHeader, deadRows(time.Now(), dls)); err != nil {
+			return err
+		}
+		if next != "" {
+			fmt.Fprintf(c.stderr, "more: add --cursor %s\n", next)
+		}
+	}
+	if len(dls) == 0 {
+		return notFoundf("no dead letters in queue %q%s", queue, matching(f))
+	}
+	return nil
+}
+
+func matching(f *filter) string {
+	if f.set() {
+		return " match the filter"
+	}
+	return ""
+}
+
+func deadShowCmd() *command {
+	return &command{
+		name:    "dead show",
+		args:    "ID",
+		summary: "show one dead letter in full: payload, headers, error, history",
+		help: `
+A payload that is not text is shown as a hex dump, cut at 4 KiB; --json
+prints it all (base64, and as text in payload_text when it is text). Records
+sharing an ID (a rare duplicate) are all shown. Exit code 3 when there is
+none.
+
+Examples:
+
+	asyncctl dead show --queue emails 0193a3b2-7c1e-7d40-9a55-2f0c4e8b1a77
+	asyncctl dead show 0193a3b2-7c1e-7d40-9a55-2f0c4e8b1a77 --json | jq -r .payload_text
+`,
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var queue string
+			queueFlag(fs, &queue)
+			return func(ctx context.Context, c *cli, args []string) error {
+				if len(args) != 1 {
+					return usageErrorf("give one dead letter ID")
+				}
+				return c.deadShow(ctx, queue, args[0])
+			}
+		},
+	}
+}
+
+func (c *cli) deadShow(ctx context.Context, queue, id string) error {
+	p, closeFn, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	dls, _, err := collect(ctx, p, queue, &filter{ids: map[string]bool{id: true}}, "", 0)
+	if err != nil {
+		return err
+	}
+	if len(dls) == 0 {
+		return notFoundf("no dead letter %q in queue %q", id, queue)
+	}
+	for i, dl := range dls {
+		if c.json {
+			if err := writeJSON(c.stdout, toJSON(dl)); err != nil {
+				return err
+			}
+			continue
+		}
+		if i > 0 {
+			fmt.Fprintln(c.stdout)
+		}
+		printDead(c.stdout, time.Now(), dl)
+	}
+	return nil
+}
+
+func deadPopCmd() *command {
+	return &command{
+		name:    "dead pop",
+		args:    "",
+		summary: "work through dead letters one at a time: pop, keep or redrive each",
+		help: `
+It shows the oldest dead letter and asks on stderr, reading the answer from
+stdin:
+
+	p  pop: delete it and show the next one
+	r  redrive: move it back to its queue as a fresh job, and show the next one
+	k  keep: leave it where it is and stop (it stays the oldest, so it would come next again)
+	q  quit: the same as keep
+
+End of input is quit. While a record is shown no other "dead pop" gets it.
+With --yes it asks nothing and pops up to --max records (all with 0),
+printing each one: with --json, one JSON object per line, to save them
+before they go. Exit code 3 when the dead-letter queue is empty.
+
+Examples:
+
+	asyncctl dead pop --queue emails
+	asyncctl dead pop --queue emails --yes --max 100 --json >> popped.jsonl
+`,
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var (
+				queue string
+				yes   bool
+				maxN  int
+			)
+			queueFlag(fs, &queue)
+			fs.BoolVar(&yes, "yes", false, "pop without asking")
+			fs.IntVar(&maxN, "max", 0, "with --yes, pop at most `N` records; 0 for all")
+			return func(ctx context.Context, c *cli, args []string) error {
+				if len(args) > 0 {
+					return usageErrorf("unexpected arguments %q", args)
+				}
+				if maxN < 0 {
+					return usageErrorf("--max must be 0 or more")
+				}
+				return c.deadPop(ctx, queue, yes, maxN)
+			}
+		},
+	}
+}
+
+// popAction is what the user chose for the record shown.
+type popAction int
+
+const (
+	popIt popAction = iota
+	keepIt
+	redriveIt
+)
+
+func (c *cli) deadPop(ctx context.Context, queue string, yes bool, maxN int) error {
+	p, closeFn, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	seen, popped, redriven := 0, 0, 0
+	defer func() {
+		if !yes && seen > 0 {
+			fmt.Fprintf(c.stderr, "popped %d, redrove %d dead letters of queue %q\n", popped, redriven, queue)
+		}
+	}()
+	for !yes || maxN == 0 || popped < maxN {
+		var action popAction
+		var id string
+		err := p.NextDeadLetter(ctx, queue, func(ctx context.Context, dl ap.DeadLetter) (bool, error) {
+			seen++
+			id = dl.Job.ID
+			if yes {
+				return true, c.printPopped(dl)
+			}
+			if c.json {
+				if err := json1(c.stdout, toJSON(dl)); err != nil {
+					return false, err
+				}
+			} else {
+				printDead(c.stdout, time.Now(), dl)
+			}
+			var err error
+			action, err = c.ask()
+			return action == popIt, err
+		})
+		switch {
+		case errors.Is(err, ap.ErrNoDeadLetters):
+			if seen == 0 {
+				return notFoundf("no dead letters in queue %q", queue)
+			}
+			fmt.Fprintf(c.stderr, "the dead-letter queue %q is empty\n", queue)
+			return nil
+		case err != nil:
+			return err
+		}
+		switch action {
+		case popIt:
+			popped++
+		case keepIt:
+			return nil
+		case redriveIt:
+			n, err := p.Redrive(ctx, queue, id)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("dead letter %s was not redriven: it is no longer in queue %q", id, queue)
+			}
+			redriven++
+		}
+	}
+	return nil
+}
+
+// ask reads the user's choice for the record shown.
+func (c *cli) ask() (popAction, error) {
+	for {
+		fmt.Fprint(c.stderr, "pop, redrive, keep or quit? [p/r/k/q] ")
+		ans, err := c.line()
+		if errors.Is(err, io.EOF) {
+			fmt.Fprintln(c.stderr)
+			return keepIt, nil
+		}
+		if err != nil {
+			return keepIt, fmt.Errorf("reading the answer: %w", err)
+		}
+		switch strings.ToLower(ans) {
+		case "p", "pop":
+			return popIt, nil
+		case "r", "redrive":
+			return redriveIt, nil
+		case "k", "keep", "q", "quit":
+			return keepIt, nil
+		}
+	}
+}
+
+func (c *cli) printPopped(dl ap.DeadLetter) error {
+	if c.json {
+		return json1(c.stdout, toJSON(dl))
+	}
+	fmt.Fprintf(c.stdout, "popped %s %s %s: %s\n", dl.Job.ID, dl.Job.Type, dl.Reason, shorten(dl.Error, 60))
+	return nil
+}
+
+func deadRedriveCmd() *command {
+	return &command{
+		name:    "dead redrive",
+		args:    "[ID...] | --type/--reason/--older-than ... | --all",
+		summary: "move dead letters back to their queue as fresh jobs",
+		help: `
+Redrives the records named by ID, the records matching the filter flags, or
+every record with --all. A redriven job starts again with its counters at 0;
+its error history is kept. --rate throttles it, so a fixed dependency is not
+flooded at once. Records that were not jobs (raw bytes) cannot be redriven.
+Exit code 3 when nothing was redriven.
+
+Examples:
+
+	asyncctl dead redrive --queue emails 0193a3b2-7c1e-7d40-9a55-2f0c4e8b1a77
+	asyncctl dead redrive --queue emails --reason retries_exceeded --type email.send
+	asyncctl dead redrive --queue emails --all --rate 20
+`,
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var (
+				queue string
+				all   bool
+				rate  float64
+				f     filter
+			)
+			queueFlag(fs, &queue)
+			f.flags(fs)
+			fs.BoolVar(&all, "all", false, "redrive every dead letter of the queue")
+			fs.Float64Var(&rate, "rate", 0, "redrive at most `N` jobs a second; 0: no limit")
+			return func(ctx context.Context, c *cli, args []string) error {
+				modes := 0
+				for _, on := range []bool{len(args) > 0, f.set(), all} {
+					if on {
+						modes++
+					}
+				}
+				if modes != 1 {
+					return usageErrorf("give dead letter IDs, a filter (--type, --reason, --older-than) or --all: one of them")
+				}
+				if rate < 0 {
+					return usageErrorf("--rate must be 0 or more")
+				}
+				if err := f.check(); err != nil {
+					return err
+				}
+				if len(args) > 0 {
+					f.ids = map[string]bool{}
+					for _, id := range args {
+						f.ids[id] = true
+					}
+				}
+				return c.deadRedrive(ctx, queue, &f, all, rate)
+			}
+		},
+	}
+}
+
+func (c *cli) deadRedrive(ctx context.Context, queue string, f *filter, all bool, rate float64) error {
+	p, closeFn, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	var ids []string // nil: all of them, in one call
+	var missing []string
+	if !all || rate > 0 {
+		dls, _, err := collect(ctx, p, queue, f, "", 0)
+		if err != nil {
+			return err
+		}
+		found := map[string]bool{}
+		for _, dl := range dls {
+			if dl.Raw == nil && !found[dl.Job.ID] {
+				found[dl.Job.ID] = true
+				ids = append(ids, dl.Job.ID)
+			}
+		}
+		for id := range f.ids {
+			if !found[id] {
+				missing = append(missing, id)
+			}
+		}
+		if len(ids) == 0 {
+			return notFoundf("no dead letters to redrive in queue %q%s", queue, matching(f))
+		}
+	}
+	n, err := redrive(ctx, p, queue, ids, rate)
+	if err != nil {
+		return fmt.Errorf("after redriving %d: %w", n, err)
+	}
+	for _, id := range missing {
+		fmt.Fprintf(c.stderr, "no dead letter %q in queue %q\n", id, queue)
+	}
+	if c.json {
+		if err := writeJSON(c.stdout, struct {
+			Queue    string   `json:"queue"`
+			Redriven int      `json:"redriven"`
+			Missing  []string `json:"missing,omitempty"`
+		}{queue, n, missing}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(c.stdout, "redrove %d dead letters to queue %q\n", n, queue)
+	}
+	if n == 0 {
+		return notFoundf("nothing redriven")
+	}
+	return nil
+}
+
+// redrive redrives ids (every record with nil ids), at most rate a second
+// when rate > 0, and returns how many it redrove.
+func redrive(ctx context.Context, p *ap.Platform, queue string, ids []string, rate float64) (int, error) {
+	if rate <= 0 {
+		return p.Redrive(ctx, queue, ids...)
+	}
+	// Chunks of about a second's worth, each followed by its share of time.
+	chunk := max(1, int(rate))
+	pause := time.Duration(float64(chunk) / rate * float64(time.Second))
+	done := 0
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for i := 0; i < len(ids); i += chunk {
+		select {
+		case <-ctx.Done():
+			return done, ctx.Err()
+		case <-t.C:
+		}
+		t.Reset(pause)
+		n, err := p.Redrive(ctx, queue, ids[i:min(i+chunk, len(ids))]...)
+		done += n
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+func deadPurgeCmd() *command {
+	return &command{
+		name:    "dead purge",
+		args:    "",
+		summary: "delete every dead letter of a queue, for good",
+		help: `
+It asks first (on stderr, reading the answer from stdin) unless --yes is
+given. Consider "dead pop --yes --json > saved.jsonl" first to keep a copy.
+Exit code 3 when there was nothing to delete, 4 when the answer was no.
+
+Examples:
+
+	asyncctl dead purge --queue emails
+	asyncctl dead purge --queue emails --yes --json
+`,
+		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var (
+				queue string
+				yes   bool
+			)
+			queueFlag(fs, &queue)
+			fs.BoolVar(&yes, "yes", false, "do not ask")
+			return func(ctx context.Context, c *cli, args []string) error {
+				if len(args) > 0 {
+					return usageErrorf("unexpected arguments %q", args)
+				}
+				return c.deadPurge(ctx, queue, yes)
+			}
+		},
+	}
+}
+
+func (c *cli) deadPurge(ctx context.Context, queue string, yes bool) error {
+	p, closeFn, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	if !yes {
+		s, err := p.Stats(ctx, queue)
+		if err != nil {
+			return err
+		}
+		if s.Dead == 0 {
+			return notFoundf("no dead letters in queue %q", queue)
+		}
+		what := "every dead letter"
+		if s.Dead > 0 {
+			what = fmt.Sprintf("%d dead letters", s.Dead)
+		}
+		ok, err := c.confirm(fmt.Sprintf("Delete %s of queue %q for good?", what, queue))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return &exitErr{exitDeclined, errors.New("nothing deleted")}
+		}
+	}
+	n, err := p.PurgeDeadLetters(ctx, queue)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		if err := writeJSON(c.stdout, struct {
+			Queue  string `json:"queue"`
+			Purged int    `json:"purged"`
+		}{queue, n}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(c.stdout, "deleted %d dead letters of queue %q\n", n, queue)
+	}
+	if n == 0 {
+		return notFoundf("no dead letters in queue %q", queue)
+	}
+	return nil
+}

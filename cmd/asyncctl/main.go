@@ -1,0 +1,369 @@
+// Command asyncctl operates asyncplatform queues and dead letters on any
+// backend, opened from a URL: see queue depths, enqueue a job, and list, show,
+// pop, redrive or purge dead letters. Run "asyncctl help" for the commands,
+// their flags, examples and exit codes.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+
+	ap "github.com/asyncplatform/asyncplatform"
+
+	// Every backend, so that its scheme is registered with the driver.
+	_ "github.com/asyncplatform/asyncplatform/backend/azure"
+	_ "github.com/asyncplatform/asyncplatform/backend/memory"
+	_ "github.com/asyncplatform/asyncplatform/backend/nats"
+	_ "github.com/asyncplatform/asyncplatform/backend/rabbit"
+	_ "github.com/asyncplatform/asyncplatform/backend/redis"
+)
+
+// Exit codes, documented in the top-level help.
+const (
+	exitOK       = 0 // done
+	exitError    = 1 // the command failed
+	exitUsage    = 2 // bad command line
+	exitNotFound = 3 // nothing matched: no such dead letter, an empty dead-letter queue
+	exitDeclined = 4 // answered no at a confirmation prompt; nothing was changed
+)
+
+// urlEnv names the variable that gives the backend URL when --url is not set.
+const urlEnv = "ASYNCPLATFORM_URL"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// exitErr carries an exit code other than exitError.
+type exitErr struct {
+	code int
+	err  error
+}
+
+func (e *exitErr) Error() string { return e.err.Error() }
+func (e *exitErr) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return &exitErr{exitUsage, fmt.Errorf(format, args...)}
+}
+
+func notFoundf(format string, args ...any) error {
+	return &exitErr{exitNotFound, fmt.Errorf(format, args...)}
+}
+
+// cli is one run of the command: its streams and the flags every command
+// takes.
+type cli struct {
+	stdin          io.Reader
+	in             *bufio.Reader // stdin, buffered on first use
+	stdout, stderr io.Writer
+
+	url     string
+	json    bool
+	verbose bool
+}
+
+// command is one (sub)command.
+type command struct {
+	name    string // "queues", "dead list"
+	args    string // the synopsis after the flags
+	summary string // one line, for the command list
+	help    string // the rest of its --help: what it does, examples
+	// setup defines the command's own flags and returns its action.
+	setup func(fs *flag.FlagSet) func(ctx context.Context, c *cli, args []string) error
+}
+
+func commands() []*command {
+	return []*command{queuesCmd(), enqueueCmd(), deadListCmd(), deadShowCmd(), deadPopCmd(), deadRedriveCmd(), deadPurgeCmd()}
+}
+
+const mainHelp = `asyncctl operates asyncplatform queues and dead letters on any backend.
+
+Usage:
+
+	asyncctl [--url URL] [--json] [-v] COMMAND [flags] [args]
+
+Commands:
+
+%s
+Flags (every command takes them, before or after its name):
+
+	--url URL    the backend; defaults to $ASYNCPLATFORM_URL
+	--json       print JSON for scripts instead of tables for people
+	-v           log what the platform does to stderr
+
+Backend URLs (a backend's scheme is there when its package registers it):
+
+	memory://NAME                             in-process; gone when asyncctl exits (for trying it out)
+	redis://[:PASSWORD@]HOST:6379/DB
+	amqp://USER:PASSWORD@HOST:5672/VHOST      RabbitMQ
+	nats://HOST:4222
+	the Azure form registered by backend/azure (see its package doc)
+
+Registered schemes in this binary: %s.
+Credentials in the URL are never printed, in errors included.
+
+Exit codes:
+
+	0  done
+	1  the command failed (the broker is unreachable, say)
+	2  bad command line
+	3  nothing found: no such dead letter, an empty dead-letter queue
+	4  answered no at a confirmation prompt; nothing was changed
+
+Examples:
+
+	export ASYNCPLATFORM_URL=redis://127.0.0.1:6379/0
+	asyncctl queues emails billing
+	asyncctl dead list --queue emails --reason retries_exceeded
+	asyncctl dead redrive --queue emails --all --rate 50
+
+Run "asyncctl help COMMAND" (or "asyncctl COMMAND --help") for a command's flags and examples.
+`
+
+// run is the whole command, minus the process: it returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
+	cmds := commands()
+
+	global := flag.NewFlagSet("asyncctl", flag.ContinueOnError)
+	global.SetOutput(io.Discard)
+	c.commonFlags(global)
+	global.Usage = func() {}
+	if err := global.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printMain(stdout, cmds)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "asyncctl: %v\nRun \"asyncctl help\" for usage.\n", err)
+		return exitUsage
+	}
+	args = global.Args()
+	if len(args) == 0 {
+		printMain(stderr, cmds)
+		return exitUsage
+	}
+	if args[0] == "help" {
+		if len(args) == 1 {
+			printMain(stdout, cmds)
+			return exitOK
+		}
+		cmd, _ := find(cmds, args[1:])
+		if cmd == nil {
+			fmt.Fprintf(stderr, "asyncctl: no command %q\n", strings.Join(args[1:], " "))
+			return exitUsage
+		}
+		printHelp(stdout, cmd, c.newFlagSet(cmd))
+		return exitOK
+	}
+	cmd, rest := find(cmds, args)
+	if cmd == nil {
+		fmt.Fprintf(stderr, "asyncctl: unknown command %q\nRun \"asyncctl help\" for usage.\n", strings.Join(args, " "))
+		return exitUsage
+	}
+	fs := c.newFlagSet(cmd)
+	action := cmd.setup(fs)
+	pos, err := parseInterspersed(fs, rest)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printHelp(stdout, cmd, c.newFlagSet(cmd))
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "asyncctl %s: %v\nRun \"asyncctl %s --help\" for usage.\n", cmd.name, err, cmd.name)
+		return exitUsage
+	}
+	err = action(ctx, c, pos)
+	if err == nil {
+		return exitOK
+	}
+	code := exitError
+	var ee *exitErr
+	if errors.As(err, &ee) {
+		code = ee.code
+	}
+	fmt.Fprintf(stderr, "asyncctl %s: %s\n", cmd.name, c.redact(err.Error()))
+	if code == exitUsage {
+		fmt.Fprintf(stderr, "Run \"asyncctl %s --help\" for usage.\n", cmd.name)
+	}
+	return code
+}
+
+// find returns the command named by the first one or two words of args, and
+// the arguments after them.
+func find(cmds []*command, args []string) (*command, []string) {
+	for _, cmd := range cmds {
+		words := strings.Fields(cmd.name)
+		if len(args) >= len(words) && strings.Join(args[:len(words)], " ") == cmd.name {
+			return cmd, args[len(words):]
+		}
+	}
+	return nil, nil
+}
+
+func (c *cli) commonFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.url, "url", c.url, "the backend `URL`; defaults to $"+urlEnv)
+	fs.BoolVar(&c.json, "json", c.json, "print JSON instead of a table")
+	fs.BoolVar(&c.verbose, "v", c.verbose, "log what the platform does to stderr")
+}
+
+// newFlagSet returns a flag set for the command with the common flags,
+// their defaults taken from the global flags already parsed.
+func (c *cli) newFlagSet(cmd *command) *flag.FlagSet {
+	fs := flag.NewFlagSet("asyncctl "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // run prints errors and help itself
+	fs.Usage = func() {}
+	c.commonFlags(fs)
+	return fs
+}
+
+// parseInterspersed parses flags given before, between and after positional
+// arguments ("dead show ID --json"), and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func printMain(w io.Writer, cmds []*command) {
+	var list strings.Builder
+	for _, cmd := range cmds {
+		fmt.Fprintf(&list, "\t%-13s %s\n", cmd.name, cmd.summary)
+	}
+	fmt.Fprintf(w, mainHelp, list.String(), strings.Join(schemes(), ", "))
+}
+
+func printHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
+	cmd.setup(fs)
+	fmt.Fprintf(w, "Usage: asyncctl %s [flags] %s\n\n%s\n\n%s\nFlags:\n\n", cmd.name, cmd.args, cmd.summary, strings.TrimSpace(cmd.help)+"\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprintf(w, "\nExit codes: 0 done, 1 failed, 2 bad command line, 3 nothing found, 4 declined at a prompt.\n")
+}
+
+// open opens the backend and a platform over it. The caller calls close.
+func (c *cli) open(ctx context.Context) (p *ap.Platform, closeFn func(), err error) {
+	raw := c.url
+	if raw == "" {
+		raw = getenv(urlEnv)
+		c.url = raw
+	}
+	if raw == "" {
+		return nil, nil, usageErrorf("no backend URL: give --url or set %s (for example redis://127.0.0.1:6379/0)", urlEnv)
+	}
+	b, err := ap.Open(ctx, raw)
+	if err != nil {
+		if errors.Is(err, ap.ErrUnknownScheme) {
+			return nil, nil, &exitErr{exitUsage, err}
+		}
+		return nil, nil, err
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if c.verbose {
+		logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	p, err = ap.New(b, ap.Config{Logger: logger, WorkerName: "asyncctl"})
+	if err != nil {
+		b.Close()
+		return nil, nil, fmt.Errorf("opening %s: %w", redactURL(raw), err)
+	}
+	return p, func() { b.Close() }, nil
+}
+
+// getenv is os.Getenv; tests replace it.
+var getenv = os.Getenv
+
+// secretKey matches the names of URL query or connection-string parameters
+// whose values are secrets.
+var secretKey = regexp.MustCompile(`(?i)(password|passwd|secret|token|key|sig|signature)[^=;&]*=([^;&]+)`)
+
+// secrets returns the secret parts of a backend URL: the password and the
+// values of parameters named like keys, tokens or signatures.
+func secrets(raw string) []string {
+	var out []string
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok && pw != "" {
+			out = append(out, pw, url.QueryEscape(pw), url.PathEscape(pw))
+		}
+	}
+	for _, m := range secretKey.FindAllStringSubmatch(raw, -1) {
+		out = append(out, m[2])
+		if v, err := url.QueryUnescape(m[2]); err == nil {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// redact removes the URL's secrets from s.
+func (c *cli) redact(s string) string {
+	for _, sec := range secrets(c.url) {
+		if len(sec) >= 3 {
+			s = strings.ReplaceAll(s, sec, "xxxxx")
+		}
+	}
+	return s
+}
+
+// redactURL returns the URL fit to print: no password, no secret parameter.
+func redactURL(raw string) string {
+	s := raw
+	if u, err := url.Parse(raw); err == nil {
+		s = u.Redacted()
+	}
+	for _, sec := range secrets(raw) {
+		if len(sec) >= 3 {
+			s = strings.ReplaceAll(s, sec, "xxxxx")
+		}
+	}
+	return s
+}
+
+// line reads one line of stdin, trimmed; io.EOF when stdin is done.
+func (c *cli) line() (string, error) {
+	if c.in == nil {
+		c.in = bufio.NewReader(c.stdin)
+	}
+	s, err := c.in.ReadString('\n')
+	if err != nil && (s == "" || !errors.Is(err, io.EOF)) {
+		return "", err
+	}
+	return strings.TrimSpace(s), nil
+}
+
+// confirm asks a yes/no question on stderr; only "y" or "yes" is yes.
+func (c *cli) confirm(question string) (bool, error) {
+	fmt.Fprintf(c.stderr, "%s [y/N] ", question)
+	ans, err := c.line()
+	if errors.Is(err, io.EOF) {
+		fmt.Fprintln(c.stderr)
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the answer: %w", err)
+	}
+	ans = strings.ToLower(ans)
+	return ans == "y" || ans == "yes", nil
+}
