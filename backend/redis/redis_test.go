@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -74,6 +75,9 @@ func (h *harness) Close() {
 	h.opened = nil
 }
 
+// miniredisEnv passes the parent's miniredis address to a child process.
+const miniredisEnv = "ASYNCPLATFORM_REDIS_TEST_MINIREDIS"
+
 func TestConformance(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		addr := realRedis(t)
@@ -85,9 +89,18 @@ func TestConformance(t *testing.T) {
 		// miniredis answers TIME with the wall clock unless SetTime is
 		// called, and this backend keeps time only through TIME (no key
 		// TTLs), so its clock needs no driving.
-		m := miniredis.RunT(t)
+		//
+		// The ProcessKill case re-runs this test in a child process, which
+		// must reach the parent's miniredis: the address goes down in the
+		// environment.
+		addr := os.Getenv(miniredisEnv)
+		if addr == "" {
+			addr = miniredis.RunT(t).Addr()
+			os.Setenv(miniredisEnv, addr)
+			t.Cleanup(func() { os.Unsetenv(miniredisEnv) })
+		}
 		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
-			return &harness{addr: m.Addr(), prefix: "apt"}, nil
+			return &harness{addr: addr, prefix: "apt"}, nil
 		}, conformance.Options{})
 	})
 }
