@@ -16,10 +16,10 @@ const maxAckBatch = 256
 const ackFlushTimeout = 10 * time.Second
 
 // acker groups the concurrent Acks of one queue into one script call, as a
-// database groups commits: an Ack that finds no call in progress makes one at
-// once with whatever is pending (so a lone Ack waits for nobody), and the Acks
-// that arrive meanwhile ride on the next call. No goroutine of its own: the
-// caller that finds the acker idle does the flushing.
+// database groups commits: an Ack that finds no flusher running starts one,
+// which makes a call at once with whatever is pending (so a lone Ack waits for
+// nobody), and the Acks that arrive meanwhile ride on its next call. The
+// flusher goroutine belongs to the Backend and ends when nothing is pending.
 type acker struct {
 	mu       sync.Mutex
 	pending  []*ackReq
@@ -59,12 +59,15 @@ func (b *Backend) Ack(ctx context.Context, d *driver.Delivery) error {
 	r := &ackReq{h: h, done: make(chan error, 1)}
 	a.mu.Lock()
 	a.pending = append(a.pending, r)
-	flush := !a.flushing
-	a.flushing = flush || a.flushing
-	a.mu.Unlock()
-	if flush {
-		b.flushAcks(ctx, d.Queue, a)
+	if !a.flushing {
+		if !b.spawn(func() { b.flushAcks(d.Queue, a) }) {
+			a.pending = a.pending[:len(a.pending)-1]
+			a.mu.Unlock()
+			return driver.ErrClosed
+		}
+		a.flushing = true
 	}
+	a.mu.Unlock()
 	select {
 	case err := <-r.done:
 		if err != nil {
@@ -76,11 +79,10 @@ func (b *Backend) Ack(ctx context.Context, d *driver.Delivery) error {
 	}
 }
 
-// flushAcks runs batches until nothing is pending. The calls are not bound to
-// ctx alone, since they carry other callers' acks too.
-func (b *Backend) flushAcks(ctx context.Context, queue string, a *acker) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackFlushTimeout)
-	defer cancel()
+// flushAcks runs batches until nothing is pending. Each call is bound by
+// ackFlushTimeout and by Close, not by any one caller's context, since it
+// carries several callers' acks.
+func (b *Backend) flushAcks(queue string, a *acker) {
 	keys := b.keys(queue)
 	for {
 		a.mu.Lock()
@@ -100,7 +102,9 @@ func (b *Backend) flushAcks(ctx context.Context, queue string, a *acker) {
 		for _, r := range batch {
 			args = append(args, r.h.id, r.h.token)
 		}
+		ctx, cancel := context.WithTimeout(b.ctx, ackFlushTimeout)
 		res, err := ackScript.Run(ctx, b.rdb, keys, args...).Int64Slice()
+		cancel()
 		if err == nil && len(res) != len(batch) {
 			err = fmt.Errorf("unexpected reply of %d items for %d acks", len(res), len(batch))
 		}

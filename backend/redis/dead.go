@@ -106,7 +106,6 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 
 // keepHolds renews this Backend's dead-letter holds every DeadHold/3.
 func (b *Backend) keepHolds() {
-	defer b.wg.Done()
 	t := time.NewTicker(b.cfg.DeadHold / 3)
 	defer t.Stop()
 	for {

@@ -111,6 +111,9 @@ type Backend struct {
 	closed atomic.Bool
 	once   sync.Once
 
+	spawnMu sync.Mutex // orders spawn's wg.Add before Close's wg.Wait
+	stopped bool
+
 	mu      sync.Mutex
 	waiters map[string]*waiter
 	ackers  map[string]*acker
@@ -149,9 +152,24 @@ func New(cfg Config) (*Backend, error) {
 		keyset:  make(map[string][]string),
 		holds:   make(map[string]string),
 	}
-	b.wg.Add(1)
-	go b.keepHolds()
+	b.spawn(b.keepHolds)
 	return b, nil
+}
+
+// spawn runs fn in a goroutine that Close waits for, unless the Backend is
+// closing. It reports whether fn was started.
+func (b *Backend) spawn(fn func()) bool {
+	b.spawnMu.Lock()
+	defer b.spawnMu.Unlock()
+	if b.stopped {
+		return false
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		fn()
+	}()
+	return true
 }
 
 // keys returns the keys of one queue, in the order the scripts expect. The
@@ -424,6 +442,9 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 func (b *Backend) Close() error {
 	b.once.Do(func() {
 		b.closed.Store(true)
+		b.spawnMu.Lock()
+		b.stopped = true
+		b.spawnMu.Unlock()
 		b.cancel()
 		b.mu.Lock()
 		var signals []string

@@ -48,12 +48,10 @@ func (w *waiter) enter(b *Backend, signal string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.waiting++
-	if w.running || b.ctx.Err() != nil {
+	if w.running {
 		return
 	}
-	w.running = true
-	b.wg.Add(1)
-	go w.loop(b, signal)
+	w.running = b.spawn(func() { w.loop(b, signal) })
 }
 
 func (w *waiter) leave() {
@@ -76,7 +74,6 @@ const blockFor = time.Second
 
 // loop pops wake tokens until nobody waits or the Backend closes.
 func (w *waiter) loop(b *Backend, signal string) {
-	defer b.wg.Done()
 	backoff := 50 * time.Millisecond
 	for {
 		err := b.rdb.BLPop(b.ctx, blockFor, signal).Err()
