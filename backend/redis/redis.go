@@ -190,8 +190,11 @@ func (b *Backend) keys(queue string) []string {
 	return k
 }
 
+// Indexes into Backend.keys.
 const (
+	keyLease  = 5
 	keySignal = 6
+	keySeq    = 7
 	keyDead   = 8
 )
 
@@ -261,7 +264,7 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 		}
 		args = append(args, unixMs(msgs[i].NotBefore), msgs[i].Body)
 	}
-	if err := enqueueScript.Run(ctx, b.rdb, b.keys(queue), args...).Err(); err != nil {
+	if err := enqueueScript.Run(ctx, b.rdb, b.keys(queue)[:keySeq+1], args...).Err(); err != nil {
 		return fmt.Errorf("redis: enqueue to %q: %w", queue, err)
 	}
 	return nil
@@ -329,7 +332,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 }
 
 func (b *Backend) claim(ctx context.Context, queue string, keys []string, max int, lease time.Duration) ([]*driver.Delivery, time.Duration, error) {
-	res, err := claimScript.Run(ctx, b.rdb, keys, max, leaseMs(lease), b.token()).Slice()
+	res, err := claimScript.Run(ctx, b.rdb, keys[:keySignal+1], max, leaseMs(lease), b.token()).Slice()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, 0, ctx.Err()

@@ -6,7 +6,9 @@ import goredis "github.com/redis/go-redis/v9"
 // clock with TIME, so leases and schedules never depend on the clocks of the
 // worker machines. Times are Unix milliseconds.
 //
-// Key order, shared by all scripts that take the full set (see keys):
+// Key order, shared by all scripts (see Backend.keys); the hot ones (ack,
+// claim, enqueue) get only the leading keys they use, as Redis builds the
+// KEYS table afresh on every call:
 //
 //	KEYS[1] ready     KEYS[2] sched    KEYS[3] inflight  KEYS[4] body
 //	KEYS[5] count     KEYS[6] lease    KEYS[7] signal    KEYS[8] seq
