@@ -1,0 +1,430 @@
+package faults
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
+	goredis "github.com/redis/go-redis/v9"
+
+	gonats "github.com/nats-io/nats.go"
+
+	"github.com/asyncplatform/asyncplatform/backend/azure"
+	"github.com/asyncplatform/asyncplatform/backend/memory"
+	natsb "github.com/asyncplatform/asyncplatform/backend/nats"
+	"github.com/asyncplatform/asyncplatform/backend/rabbit"
+	"github.com/asyncplatform/asyncplatform/backend/redis"
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/testenv"
+)
+
+// TestFaults runs every scenario on every backend, the backends in parallel.
+func TestFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		target func(t *testing.T) Target
+	}{
+		{"memory", memoryTarget},
+		{"redis", redisTarget},
+		{"rabbit", rabbitTarget},
+		{"nats", natsTarget},
+		{"azure", azureTarget},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if os.Getenv(childEnv) == "" {
+				t.Parallel()
+			}
+			Run(t, tc.target(t))
+		})
+	}
+}
+
+// ---- memory ----
+
+var memBroker = memory.NewBroker()
+
+func memoryTarget(*testing.T) Target {
+	return Target{
+		Name:      "memory",
+		InProcess: "the memory broker lives in the test process: workers are goroutines, a crash is a closed connection",
+		Open: func(context.Context, string) (driver.Backend, error) {
+			return memBroker.Connect(), nil
+		},
+		Garbage: func(ctx context.Context, _, queue string, raw []byte) error {
+			b := memBroker.Connect() // the driver is the memory broker's own client
+			defer b.Close()
+			return b.Enqueue(ctx, queue, []driver.Message{{ID: "garbage", Body: raw}})
+		},
+	}
+}
+
+// ---- Redis ----
+
+const redisPrefix = "faults"
+
+// redisConn closes its client after the backend.
+type redisConn struct {
+	*redis.Backend
+	c *goredis.Client
+}
+
+func (b redisConn) Close() error {
+	err := b.Backend.Close()
+	b.c.Close()
+	return err
+}
+
+func redisTarget(t *testing.T) Target {
+	addr := testenv.Getenv("ASYNCPLATFORM_REDIS_ADDR", "127.0.0.1:6379")
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		testenv.Unreachable(t, "Redis at "+addr, err)
+	}
+	return Target{
+		Name: "redis",
+		Addr: addr,
+		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
+			c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
+			b, err := redis.New(redis.Config{Client: c, Prefix: redisPrefix, DeadHold: 2 * time.Second, IdleWait: 200 * time.Millisecond, Logger: quiet()})
+			if err != nil {
+				c.Close()
+				return nil, err
+			}
+			return redisConn{b, c}, nil
+		},
+		HostPort: func(addr string) string { return addr },
+		Via:      func(_, hostport string) string { return hostport },
+		Private:  privateRedis,
+		Garbage: func(ctx context.Context, addr, queue string, raw []byte) error {
+			c := goredis.NewClient(&goredis.Options{Addr: addr})
+			defer c.Close()
+			k := "{" + redisPrefix + ":" + queue + "}:"
+			id := "garbage-" + randHex()
+			_, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+				p.HSet(ctx, k+"body", id, raw)
+				p.LPush(ctx, k+"ready", id)
+				return nil
+			})
+			return err
+		},
+	}
+}
+
+// privateRedis runs a redis-server of the test's own with an append-only
+// file synced on every write; Restart kills it with SIGKILL.
+func privateRedis(t *testing.T) *Broker {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skipf("no redis-server binary for a broker of the test's own: %v", err)
+	}
+	dir, port := t.TempDir(), freePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	args := []string{"--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--dir", dir,
+		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--maxmemory-policy", "noeviction"}
+	p := startServer(t, bin, args, dir, addr)
+	return &Broker{Addr: addr, How: "SIGKILL (append-only file, fsync always)", Restart: p.restart}
+}
+
+// ---- RabbitMQ ----
+
+const rabbitPrefix = "faults"
+
+func rabbitTarget(t *testing.T) Target {
+	u := testenv.Getenv(rabbit.URLEnv, rabbit.DefaultURL)
+	conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
+	if err != nil {
+		testenv.Unreachable(t, "RabbitMQ", err)
+	}
+	conn.Close()
+	return Target{
+		Name: "rabbit",
+		Addr: u,
+		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
+			return rabbit.New(ctx, rabbit.Config{URL: addr, Prefix: rabbitPrefix, ReconnectMin: 20 * time.Millisecond,
+				ReconnectMax: 500 * time.Millisecond, PublishTimeout: 10 * time.Second, Logger: quiet()})
+		},
+		HostPort: func(addr string) string {
+			u, _ := url.Parse(addr)
+			return u.Host
+		},
+		Via: func(addr, hostport string) string {
+			u, _ := url.Parse(addr)
+			u.Host = hostport
+			return u.String()
+		},
+		Garbage: func(ctx context.Context, addr, queue string, raw []byte) error {
+			conn, err := amqp.Dial(addr)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			ch, err := conn.Channel()
+			if err != nil {
+				return err
+			}
+			if err := ch.Confirm(false); err != nil {
+				return err
+			}
+			c, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", rabbitPrefix+"."+queue, true, false,
+				amqp.Publishing{DeliveryMode: amqp.Persistent, Body: raw})
+			if err != nil {
+				return err
+			}
+			if ok, err := c.WaitContext(ctx); err != nil || !ok {
+				return fmt.Errorf("garbage publish not confirmed: %v", err)
+			}
+			return nil
+		},
+	}
+}
+
+// ---- NATS ----
+
+const natsStream = "FAULTS"
+
+func natsTarget(t *testing.T) Target {
+	u := testenv.Getenv("ASYNCPLATFORM_NATS_URL", natsb.DefaultURL)
+	nc, err := gonats.Connect(u, gonats.Timeout(2*time.Second))
+	if err != nil {
+		testenv.Unreachable(t, "NATS at "+u, err)
+	}
+	nc.Close()
+	return Target{
+		Name: "nats",
+		Addr: u,
+		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
+			return natsb.New(ctx, natsb.Config{URL: addr, Stream: natsStream, DeadLease: 2 * time.Second,
+				Options: []gonats.Option{gonats.ReconnectWait(100 * time.Millisecond)}, Logger: quiet()})
+		},
+		HostPort: func(addr string) string {
+			u, _ := url.Parse(addr)
+			return u.Host
+		},
+		Via: func(addr, hostport string) string {
+			u, _ := url.Parse(addr)
+			u.Host = hostport
+			return u.String()
+		},
+		Private: privateNATS,
+		Garbage: func(ctx context.Context, addr, queue string, raw []byte) error {
+			nc, err := gonats.Connect(addr)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			// The work subject of a queue name without '.' or '_'.
+			_, err = js.Publish(ctx, natsStream+".q."+queue, raw)
+			return err
+		},
+	}
+}
+
+// privateNATS runs a nats-server of the test's own with JetStream on file
+// storage; Restart kills it with SIGKILL.
+func privateNATS(t *testing.T) *Broker {
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		t.Skipf("no nats-server binary for a broker of the test's own: %v", err)
+	}
+	dir, port := t.TempDir(), freePort(t)
+	hostport := fmt.Sprintf("127.0.0.1:%d", port)
+	args := []string{"-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", dir}
+	p := startServer(t, bin, args, dir, hostport)
+	return &Broker{Addr: "nats://" + hostport, How: "SIGKILL (JetStream file storage)", Restart: p.restart}
+}
+
+// ---- Azure (Azurite) ----
+
+func azureTarget(t *testing.T) Target {
+	cs := os.Getenv(azureEnv)
+	if cs == "" && os.Getenv(childEnv) == "" { // a child is told its address
+		b := privateAzurite(t, false)
+		cs = b.Addr
+	}
+	return Target{
+		Name: "azure",
+		Addr: cs,
+		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
+			return azure.New(azure.Config{ConnectionString: addr, Prefix: "fl", DeadLease: 2 * time.Second,
+				PollInterval: 50 * time.Millisecond, Logger: quiet()})
+		},
+		HostPort: func(addr string) string { return endpoint.FindStringSubmatch(addr)[1] },
+		Via: func(addr, hostport string) string {
+			return endpoint.ReplaceAllString(addr, "QueueEndpoint=http://"+hostport+"/")
+		},
+		Private: func(t *testing.T) *Broker { return privateAzurite(t, true) },
+		Garbage: func(ctx context.Context, addr, queue string, raw []byte) error {
+			svc, err := azqueue.NewServiceClientFromConnectionString(addr, nil)
+			if err != nil {
+				return err
+			}
+			// The work queue of a lower-case queue name of at most 34 characters.
+			_, err = svc.NewQueueClient("flw"+queue).EnqueueMessage(ctx, base64.StdEncoding.EncodeToString(raw), nil)
+			return err
+		},
+	}
+}
+
+// azureEnv points the tests at a running Azurite (scripts/azurite.sh start);
+// when it is unset the test starts an Azurite of its own.
+const azureEnv = "ASYNCPLATFORM_AZURE_CONNECTION_STRING"
+
+var endpoint = regexp.MustCompile(`QueueEndpoint=http://([^/;]+)/`)
+
+const (
+	azuriteAccount = "devstoreaccount1"
+	azuriteKey     = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+// privateAzurite runs an Azurite of the test's own from .tools/azurite
+// (scripts/azurite.sh install). With disk true it keeps its data in a
+// directory, and Restart stops it with SIGTERM (Azurite writes its data to
+// disk every few seconds and on shutdown: a SIGKILL would test Azurite, not
+// us).
+func privateAzurite(t *testing.T, disk bool) *Broker {
+	bin, err := filepath.Abs("../../.tools/azurite/node_modules/.bin/azurite-queue")
+	if err == nil {
+		_, err = os.Stat(bin)
+	}
+	if err != nil {
+		testenv.Unreachable(t, "Azurite (run scripts/azurite.sh install, or set "+azureEnv+")", err)
+	}
+	dir, port := t.TempDir(), freePort(t)
+	args := []string{"--queueHost", "127.0.0.1", "--queuePort", fmt.Sprint(port), "--disableTelemetry",
+		"--skipApiVersionCheck", "--loose", "--silent"}
+	if disk {
+		args = append(args, "--location", dir)
+	} else {
+		args = append(args, "--inMemoryPersistence")
+	}
+	hostport := fmt.Sprintf("127.0.0.1:%d", port)
+	p := startServer(t, bin, args, dir, hostport, "AZURITE_ACCOUNTS="+azuriteAccount+":"+azuriteKey)
+	p.sig = syscall.SIGTERM
+	cs := fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;QueueEndpoint=http://%s/%s;",
+		azuriteAccount, azuriteKey, hostport, azuriteAccount)
+	return &Broker{Addr: cs, How: "SIGTERM (Azurite persists on shutdown)", Restart: p.restart}
+}
+
+// ---- servers of the test's own ----
+
+// server is a broker process of the test's own, on a fixed loopback port.
+type server struct {
+	t        *testing.T
+	bin      string
+	args     []string
+	dir      string
+	hostport string
+	env      []string
+	sig      syscall.Signal // how restart stops it
+	cmd      *exec.Cmd
+	done     chan struct{}
+}
+
+func startServer(t *testing.T, bin string, args []string, dir, hostport string, env ...string) *server {
+	s := &server{t: t, bin: bin, args: args, dir: dir, hostport: hostport, env: env, sig: syscall.SIGKILL}
+	if err := s.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	})
+	return s
+}
+
+func (s *server) start() error {
+	cmd := exec.Command(s.bin, s.args...)
+	cmd.Dir = s.dir
+	cmd.Env = append(os.Environ(), s.env...)
+	log, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		log.Close()
+		close(done)
+	}()
+	s.cmd, s.done = cmd, done
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", s.hostport, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		select {
+		case <-done:
+			b, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+			return fmt.Errorf("%s exited at start-up: %s", s.bin, b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not listening on %s after 30s: %w", s.bin, s.hostport, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// restart stops the server with its signal, waits for it, and starts it
+// again on the same port with the same data.
+func (s *server) restart() error {
+	_ = s.cmd.Process.Signal(s.sig)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	var err error
+	for range 20 { // the port may linger a moment
+		if err = s.start(); err == nil || !strings.Contains(err.Error(), "exited") {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return err
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func randHex() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,481 @@
+package faults
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// Target is one backend under test, and the means to hurt it.
+type Target struct {
+	// Name names the backend in reports.
+	Name string
+
+	// Addr is the address of the broker for the ordinary scenarios, in the
+	// form Open takes.
+	Addr string
+
+	// Open opens a new connection to the broker at addr, as a worker
+	// process would. It is called in child processes too, so it must
+	// depend on nothing but addr.
+	Open func(ctx context.Context, addr string) (driver.Backend, error)
+
+	// InProcess, when non-empty, says why the broker lives in the test
+	// process (the memory backend): workers are then goroutines, a crash is
+	// a closed connection, and the scenarios that need a network log the
+	// reason and skip.
+	InProcess string
+
+	// HostPort returns the TCP address in addr, and Via returns addr with
+	// that TCP address replaced by hostport (a proxy's). Nil when the
+	// backend has no network connection.
+	HostPort func(addr string) string
+	Via      func(addr, hostport string) string
+
+	// Private starts a broker instance of the test's own, stopped when the
+	// test ends, for the BrokerRestart scenario. Nil: that scenario
+	// restarts the broker as the worker sees it, through a proxy that cuts
+	// every connection and refuses new ones for a while (the shared broker
+	// itself is never touched).
+	Private func(t *testing.T) *Broker
+
+	// Garbage writes raw bytes straight to the queue with the broker's own
+	// client, as a foreign producer would.
+	Garbage func(ctx context.Context, addr, queue string, raw []byte) error
+
+	// Lease is the lease the scenarios' workers hold jobs under. Defaults
+	// to one second.
+	Lease time.Duration
+}
+
+// Broker is a broker instance of a test's own.
+type Broker struct {
+	// Addr is its address, in the form Target.Open takes.
+	Addr string
+	// How says how Restart stops it ("SIGKILL", "SIGTERM"), for the report.
+	How string
+	// Restart stops the broker and starts it again on the same port with
+	// the same data, returning when it accepts connections.
+	Restart func() error
+}
+
+// SoakEnv names the variable that turns on the soak mode: a Go duration
+// ("10m") for the random-fault run of each backend, or "1" for two minutes.
+// The scenarios then run with more jobs and more faults.
+const SoakEnv = "ASYNCPLATFORM_SOAK"
+
+// Soak returns the soak duration, zero when the soak mode is off.
+func Soak() time.Duration {
+	v := os.Getenv(SoakEnv)
+	if v == "" || v == "0" {
+		return 0
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return d
+	}
+	return 2 * time.Minute
+}
+
+// ReportEnv names a file to which every scenario appends its figures as a
+// Markdown table row (backend, scenario, figures, duration).
+const ReportEnv = "ASYNCPLATFORM_FAULTS_REPORT"
+
+// Run runs every fault scenario on the target, each as a named subtest.
+//
+// Scenarios that kill worker processes re-execute the test binary with
+// -test.run set to t.Name(): the child reaches Run again and becomes a
+// worker instead, so t.Name() must lead to this call with nothing else of
+// consequence on the way.
+func Run(t *testing.T, tg Target) {
+	if js := os.Getenv(childEnv); js != "" {
+		runChild(tg, js)
+	}
+	if tg.Lease == 0 {
+		tg.Lease = time.Second
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			start := time.Now()
+			r := newRun(t, tg, sc.name)
+			if rep := sc.run(t, r); rep != nil {
+				r.record(rep, time.Since(start))
+			}
+		})
+	}
+}
+
+// run is one scenario on one backend.
+type run struct {
+	t     *testing.T
+	tg    Target
+	name  string
+	path  string // the test to re-execute for a child worker
+	addr  string // where workers connect
+	home  string // where the admin platform connects (the broker itself)
+	queue string
+	dir   string
+	log   *Log // the parent's own events
+	admin *ap.Platform
+	lim   Limits
+
+	mu      sync.Mutex
+	n       int
+	workers []worker
+	garbage [][]byte
+	dead    []ap.DeadLetter // every dead letter found, once finish has run
+}
+
+func newRun(t *testing.T, tg Target, name string) *run {
+	var rnd [4]byte
+	_, _ = rand.Read(rnd[:])
+	r := &run{
+		t:     t,
+		tg:    tg,
+		name:  name,
+		path:  t.Name()[:strings.LastIndex(t.Name(), "/")],
+		addr:  tg.Addr,
+		home:  tg.Addr,
+		queue: "f-" + strings.ToLower(name) + "-" + hex.EncodeToString(rnd[:]),
+		dir:   t.TempDir(),
+		lim:   Limits{RetryLimit: 2, PoisonLimit: 3},
+	}
+	var err error
+	if r.log, err = OpenLog(filepath.Join(r.dir, "parent.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.log.Close() })
+	t.Cleanup(func() { r.stopAll() }) // runs before the queue is deleted
+	return r
+}
+
+// ad returns the admin platform (opening it on first use, on r.home): it
+// enqueues, drains dead letters and reads stats.
+func (r *run) ad() *ap.Platform {
+	r.t.Helper()
+	if r.admin == nil {
+		r.admin, _ = r.platform(r.home, true)
+	}
+	return r.admin
+}
+
+// platform opens a platform on addr that only enqueues and administers,
+// closed at the end of the test; the owner also deletes the run's queue.
+func (r *run) platform(addr string, owner bool) (*ap.Platform, driver.Backend) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := r.tg.Open(ctx, addr)
+	if err != nil {
+		r.t.Fatalf("opening %s: %v", r.tg.Name, err)
+	}
+	r.t.Cleanup(func() {
+		r.stopAll() // before the queue goes
+		if d, ok := b.(driver.QueueDeleter); ok && owner {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := d.DeleteQueue(ctx, r.queue); err != nil && !errors.Is(err, driver.ErrClosed) {
+				r.t.Logf("deleting queue %s: %v", r.queue, err)
+			}
+		}
+		b.Close()
+	})
+	p, err := ap.New(b, ap.Config{Logger: quiet(), Queues: map[string]ap.QueueConfig{r.queue: {}}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return p, b
+}
+
+// spec returns the default worker spec of the run, with a fresh name.
+func (r *run) spec() WorkerSpec {
+	r.mu.Lock()
+	r.n++
+	n := r.n
+	r.mu.Unlock()
+	name := fmt.Sprintf("w%d", n)
+	return WorkerSpec{
+		Name:        name,
+		Addr:        r.addr,
+		Queue:       r.queue,
+		Log:         filepath.Join(r.dir, name+".jsonl"),
+		Concurrency: 4,
+		Prefetch:    0,
+		Lease:       r.tg.Lease,
+		RetryLimit:  r.lim.RetryLimit,
+		PoisonLimit: r.lim.PoisonLimit,
+		RejectDelay: 20 * time.Millisecond,
+		StopTimeout: 2 * time.Second,
+	}
+}
+
+// start starts a worker: a child process when proc is true and the target
+// can, else a platform in this process.
+func (r *run) start(spec WorkerSpec, proc bool) worker {
+	r.t.Helper()
+	var w worker
+	if proc && r.tg.InProcess == "" {
+		c, err := startChild(r.path, spec, r.dir)
+		if err != nil {
+			r.t.Fatalf("starting worker %s: %v", spec.Name, err)
+		}
+		w = c
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		ip, err := startInproc(ctx, r.tg, spec)
+		if err != nil {
+			r.t.Fatalf("starting worker %s: %v", spec.Name, err)
+		}
+		w = ip
+	}
+	r.mu.Lock()
+	r.workers = append(r.workers, w)
+	r.mu.Unlock()
+	return w
+}
+
+// stopAll stops every worker still running, gracefully.
+func (r *run) stopAll() {
+	r.mu.Lock()
+	ws := r.workers
+	r.workers = nil
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.Term()
+		}()
+	}
+	wg.Wait()
+}
+
+// enqueue enqueues the jobs one batch at a time, recording each outcome.
+func (r *run) enqueue(ctx context.Context, jobs ...*ap.Job) error {
+	for _, j := range jobs {
+		j.Queue = r.queue
+	}
+	err := r.ad().EnqueueBatch(ctx, jobs)
+	k := KindEnqueue
+	if err != nil {
+		k = KindMaybe
+	}
+	for _, j := range jobs {
+		r.log.Add(Event{Kind: k, ID: j.ID})
+	}
+	return err
+}
+
+// mustEnqueue enqueues jobs, failing the test on error.
+func (r *run) mustEnqueue(jobs ...*ap.Job) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for len(jobs) > 0 {
+		n := min(len(jobs), 50)
+		if err := r.enqueue(ctx, jobs[:n]...); err != nil {
+			r.t.Fatalf("enqueue: %v", err)
+		}
+		jobs = jobs[n:]
+	}
+}
+
+// jobs makes n jobs with the plan, named from prefix.
+func jobs(prefix string, n int, p Plan) []*ap.Job {
+	out := make([]*ap.Job, n)
+	for i := range out {
+		out[i] = newJob(fmt.Sprintf("%s-%04d", prefix, i), p)
+	}
+	return out
+}
+
+// history loads the run's history.
+func (r *run) history() History {
+	r.t.Helper()
+	h, err := LoadHistory(r.dir)
+	if err != nil {
+		r.t.Fatalf("loading the history: %v", err)
+	}
+	return h
+}
+
+// resolved reports whether every acknowledged enqueue has completed or been
+// seen dead-lettered, and every garbage message dead-lettered, per history.
+func (r *run) resolved(h History) bool {
+	enq, ok, dead := h.count(KindEnqueue, ""), h.count(KindEnd, ResultOK), h.count(KindDead, "")
+	for id := range enq {
+		if ok[id] == 0 && dead[id] == 0 {
+			return false
+		}
+	}
+	foreign := 0
+	for id := range dead {
+		if enq[id] == 0 {
+			foreign++
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return foreign >= len(r.garbage)
+}
+
+// waitFor polls cond every 50ms until it holds or d passes; it reports
+// whether it held.
+func waitFor(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true
+}
+
+// waitResolved waits until the history shows every job resolved, or d.
+func (r *run) waitResolved(d time.Duration) {
+	r.t.Helper()
+	if !waitFor(d, func() bool { return r.resolved(r.history()) }) {
+		r.t.Logf("not every job resolved within %v; checking anyway", d)
+	}
+}
+
+// finish stops the workers, drains the dead letters, checks the history and
+// the queues' emptiness, and reports. extraDead are dead letters the
+// scenario popped itself. Duplicates fail the test unless allowDup.
+func (r *run) finish(extraDead []ap.DeadLetter, allowDup bool) *Report {
+	r.t.Helper()
+	r.stopAll()
+	dead := append(extraDead, r.drain()...)
+	r.dead = dead
+	r.mu.Lock()
+	garbage := r.garbage
+	r.mu.Unlock()
+	rep := Check(r.history(), dead, garbage, r.lim)
+	rep.Empty, rep.Leftover = r.empty()
+	return rep
+}
+
+// judge logs the report and fails the test on a bad figure.
+func (r *run) judge(rep *Report, allowDup bool) {
+	r.t.Helper()
+	r.t.Logf("%s %s: %s", r.tg.Name, r.name, rep)
+	bad := rep.Lost > 0 || rep.Unexpected > 0 || rep.WrongTries > 0 || !rep.Empty || (!allowDup && rep.Duplicated > 0)
+	for _, n := range rep.Notes {
+		if bad {
+			r.t.Errorf("  %s", n)
+		} else {
+			r.t.Logf("  %s", n)
+		}
+	}
+	if bad && len(rep.Notes) == 0 {
+		r.t.Errorf("bad figures: %s", rep)
+	}
+}
+
+// drain pops every dead letter of the queue.
+func (r *run) drain() []ap.DeadLetter {
+	r.t.Helper()
+	var out []ap.DeadLetter
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for range 100000 {
+		err := r.ad().NextDeadLetter(ctx, r.queue, func(_ context.Context, dl ap.DeadLetter) (bool, error) {
+			out = append(out, dl)
+			return true, nil
+		})
+		if errors.Is(err, driver.ErrNoDeadLetters) {
+			break
+		}
+		if err != nil {
+			r.t.Errorf("draining dead letters: %v", err)
+			break
+		}
+	}
+	return out
+}
+
+// empty reports whether the queue and its dead-letter queue are empty. Where
+// Stats cannot tell (-1), it tries to receive for a while.
+func (r *run) empty() (bool, string) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := r.ad().Stats(ctx, r.queue)
+	if err != nil {
+		return false, "stats: " + err.Error()
+	}
+	var left []string
+	unknown := false
+	for _, f := range []struct {
+		name string
+		n    int64
+	}{{"ready", st.Ready}, {"scheduled", st.Scheduled}, {"in flight", st.InFlight}, {"dead", st.Dead}} {
+		switch {
+		case f.n < 0:
+			unknown = true
+		case f.n > 0:
+			left = append(left, fmt.Sprintf("%d %s", f.n, f.name))
+		}
+	}
+	if unknown && len(left) == 0 {
+		if n := r.probe(); n > 0 {
+			left = append(left, fmt.Sprintf("%d received by a probe", n))
+		}
+	}
+	return len(left) == 0, strings.Join(left, ", ")
+}
+
+// probe receives from the queue for two leases (plus a second) and counts
+// what it got; every message is requeued as it was.
+func (r *run) probe() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := r.tg.Open(ctx, r.addr)
+	if err != nil {
+		r.t.Errorf("probe: %v", err)
+		return 0
+	}
+	defer b.Close()
+	n := 0
+	pctx, pcancel := context.WithTimeout(ctx, 2*r.tg.Lease+time.Second)
+	defer pcancel()
+	for pctx.Err() == nil {
+		ds, _ := b.Receive(pctx, r.queue, 10, r.tg.Lease)
+		n += len(ds)
+	}
+	return n
+}
+
+// record appends the figures to the report file, when one is named.
+func (r *run) record(rep *Report, took time.Duration) {
+	path := os.Getenv(ReportEnv)
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		r.t.Logf("report file: %v", err)
+		return
+	}
+	defer f.Close()
+	empty := "yes"
+	if !rep.Empty {
+		empty = "no"
+	}
+	fmt.Fprintf(f, "| %s | %s | %d | %d | %d | %d | %s | %d | %d | %d | %s |\n", r.tg.Name, r.name,
+		rep.Lost, rep.Duplicated, rep.Unexpected, rep.WrongTries, empty,
+		rep.Enqueued, rep.Completed, rep.DeadLettered, took.Round(100*time.Millisecond))
+}

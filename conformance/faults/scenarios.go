@@ -1,0 +1,628 @@
+package faults
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// patience bounds every wait for an outcome. Nothing is asserted on time:
+// past it the run is checked as it stands.
+const patience = 90 * time.Second
+
+type scenario struct {
+	name string
+	run  func(t *testing.T, r *run) *Report
+}
+
+var scenarios = []scenario{
+	{"KillMidJob", killMidJob},
+	{"PoisonJob", poisonJob},
+	{"BrokerRestart", brokerRestart},
+	{"ConnectionCut", connectionCut},
+	{"LeaseOutlived", leaseOutlived},
+	{"Garbage", garbage},
+	{"RejectStorm", rejectStorm},
+	{"DeadLetterCrash", deadLetterCrash},
+	{"DeadLetterConcurrent", deadLetterConcurrent},
+	{"SigtermMidJob", sigtermMidJob},
+	{"RandomFaults", randomFaults},
+}
+
+// scale multiplies a short-mode size for the soak mode.
+func scale(n int) int {
+	if Soak() > 0 {
+		return 5 * n
+	}
+	return n
+}
+
+// pause sleeps a random duration in [lo, hi).
+func pause(lo, hi time.Duration) { time.Sleep(lo + mrand.N(hi-lo)) }
+
+// startsBy counts the attempts a worker started, per history.
+func (r *run) startsBy(name string) int {
+	n := 0
+	for _, e := range r.history() {
+		if e.Kind == KindStart && e.Worker == name {
+			n++
+		}
+	}
+	return n
+}
+
+// KillMidJob: workers are killed with SIGKILL at random points while they
+// run jobs, and replaced. Every job completes; duplicates are allowed (a
+// kill between the handler's commit and its ack).
+func killMidJob(t *testing.T, r *run) *Report {
+	r.lim.PoisonLimit = 50 // the kills are not the jobs' fault
+	r.mustEnqueue(jobs("k", scale(60), Plan{SleepMin: 10, SleepMax: 80})...)
+	live := []worker{r.start(r.spec(), true), r.start(r.spec(), true)}
+	kills := 0
+	for range scale(4) {
+		i := mrand.IntN(len(live))
+		v := live[i]
+		if !waitFor(20*time.Second, func() bool { return r.startsBy(v.Name()) > 0 }) {
+			break // nothing left to run
+		}
+		pause(0, 150*time.Millisecond)
+		v.Kill()
+		kills++
+		live[i] = r.start(r.spec(), true)
+	}
+	t.Logf("%d workers killed mid-job", kills)
+	r.waitResolved(patience)
+	rep := r.finish(nil, true)
+	r.judge(rep, true)
+	return rep
+}
+
+// PoisonJob: one job kills its worker on every attempt. It is attempted
+// exactly PoisonLimit+1 times and dead-lettered poisoned; the jobs around it
+// (one job per worker at a time) never see a crash and complete once.
+func poisonJob(t *testing.T, r *run) *Report {
+	r.mustEnqueue(newJob("poison", Plan{Kill: true}))
+	r.mustEnqueue(jobs("n", scale(20), Plan{SleepMin: 5, SleepMax: 30})...)
+	spec := func() WorkerSpec {
+		s := r.spec()
+		s.Concurrency = 1
+		return s
+	}
+	live := []worker{r.start(spec(), true), r.start(spec(), true)}
+	restarts := 0
+	deadline := time.Now().Add(patience)
+	for !r.resolved(r.history()) && time.Now().Before(deadline) && restarts < 4*(r.lim.PoisonLimit+1) {
+		for i, w := range live {
+			select {
+			case <-w.Done():
+				live[i] = r.start(spec(), true)
+				restarts++
+			default:
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("workers restarted %d times", restarts)
+	rep := r.finish(nil, false)
+	h := r.history()
+	if n := h.count(KindStart, "")["poison"]; n != r.lim.PoisonLimit+1 {
+		rep.Wrong("poison", "attempted %d times, want exactly PoisonLimit+1 = %d", n, r.lim.PoisonLimit+1)
+	}
+	for _, dl := range r.dead {
+		if dl.Job.ID == "poison" && dl.Reason != ap.ReasonPoisoned {
+			rep.Wrong("poison", "dead-lettered %s, want poisoned", dl.Reason)
+		}
+		if dl.Job.ID != "poison" {
+			rep.Wrong(dl.Job.ID, "a neighbour of the poison job was dead-lettered %s", dl.Reason)
+		}
+	}
+	for _, e := range h {
+		if e.Kind == KindStart && e.ID != "poison" && e.Crashes > 0 {
+			rep.Wrong(e.ID, "a neighbour of the poison job saw %d crashes", e.Crashes)
+		}
+	}
+	r.judge(rep, false)
+	return rep
+}
+
+// BrokerRestart: the broker restarts while jobs are enqueued and worked.
+// Enqueues that fail during the outage are indeterminate; every
+// acknowledged one completes.
+func brokerRestart(t *testing.T, r *run) *Report {
+	if r.tg.InProcess != "" {
+		t.Skipf("no broker to restart: %s", r.tg.InProcess)
+	}
+	var restart func() error
+	if r.tg.Private != nil {
+		b := r.tg.Private(t)
+		r.addr, r.home = b.Addr, b.Addr
+		restart = b.Restart
+		t.Logf("restart: the test's own broker, stopped with %s", b.How)
+	} else {
+		px := startProxy(t, r.tg.HostPort(r.tg.Addr))
+		r.addr = r.tg.Via(r.tg.Addr, px.Addr())
+		r.home = r.addr
+		restart = func() error {
+			px.Outage(1500 * time.Millisecond)
+			time.Sleep(1500 * time.Millisecond)
+			return nil
+		}
+		t.Logf("restart: a proxy outage of 1.5s (every connection cut, new ones refused); the shared broker is not restarted")
+	}
+	r.lim.PoisonLimit = 50
+	r.ad()
+	r.start(r.spec(), false)
+	r.start(r.spec(), false)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < scale(100) && ctx.Err() == nil; i++ {
+			batch := jobs(fmt.Sprintf("r%03d", i), 5, Plan{SleepMin: 5, SleepMax: 40})
+			ectx, ecancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = r.enqueue(ectx, batch...) // a failure is recorded as indeterminate
+			ecancel()
+			time.Sleep(30 * time.Millisecond)
+		}
+	}()
+	for range scale(1) {
+		pause(500*time.Millisecond, time.Second)
+		if err := restart(); err != nil {
+			cancel()
+			<-done
+			t.Fatalf("restarting the broker: %v", err)
+		}
+	}
+	time.Sleep(time.Second) // load after the restart too
+	cancel()
+	<-done
+	r.waitResolved(patience)
+	rep := r.finish(nil, true)
+	r.judge(rep, true)
+	return rep
+}
+
+// ConnectionCut: a TCP proxy between the workers and the broker cuts every
+// connection a few times while jobs run.
+func connectionCut(t *testing.T, r *run) *Report {
+	if r.tg.InProcess != "" || r.tg.HostPort == nil {
+		t.Skipf("no connection to cut: %s", r.tg.InProcess)
+	}
+	px := startProxy(t, r.tg.HostPort(r.tg.Addr))
+	r.addr = r.tg.Via(r.tg.Addr, px.Addr())
+	r.lim.PoisonLimit = 50
+	r.mustEnqueue(jobs("c", scale(80), Plan{SleepMin: 10, SleepMax: 60})...)
+	a, b := r.start(r.spec(), false), r.start(r.spec(), false)
+	waitFor(20*time.Second, func() bool { return r.startsBy(a.Name())+r.startsBy(b.Name()) > 0 })
+	for range scale(3) {
+		pause(200*time.Millisecond, 600*time.Millisecond)
+		px.Cut()
+	}
+	r.waitResolved(patience)
+	rep := r.finish(nil, true)
+	r.judge(rep, true)
+	return rep
+}
+
+// LeaseOutlived: a worker with lease extension turned off (at the driver:
+// Extend does nothing) runs a job three leases long. If the backend hands
+// the job to a second worker meanwhile, the first worker's late ack must be
+// refused (lease_lost); if it does not (a lease tied to the connection), the
+// late ack must succeed. Either way exactly one ack succeeds.
+func leaseOutlived(t *testing.T, r *run) *Report {
+	sa := r.spec()
+	sa.Concurrency, sa.NoExtend = 1, true
+	a := r.start(sa, false)
+	r.mustEnqueue(newJob("late", Plan{SlowFirst: int(3 * r.tg.Lease / time.Millisecond)}))
+	if !waitFor(patience, func() bool { return r.startsBy(a.Name()) > 0 }) {
+		t.Fatal("the first worker never started the job")
+	}
+	sb := r.spec()
+	sb.Concurrency = 1
+	b := r.start(sb, false)
+	outcome := func(h History, w string) string {
+		for _, e := range h {
+			if e.Kind == KindAck && e.Worker == w && e.ID == "late" {
+				return e.Result
+			}
+		}
+		return ""
+	}
+	waitFor(patience, func() bool { return outcome(r.history(), a.Name()) != "" })
+	h := r.history()
+	oa, ob := outcome(h, a.Name()), outcome(h, b.Name())
+	rep := r.finish(nil, true)
+	switch {
+	case r.startsBy(b.Name()) > 0:
+		t.Logf("redelivered to the second worker while the first ran (second: %s); the first's late ack: %s", ob, oa)
+		if oa != string(ap.OutcomeLeaseLost) {
+			rep.Wrong("late", "the late ack after a redelivery was not refused: outcome %q, want lease_lost", oa)
+		}
+		if ob != string(ap.OutcomeSucceeded) {
+			rep.Wrong("late", "the redelivery's outcome is %q, want succeeded", ob)
+		}
+		for _, e := range h {
+			if e.Kind == KindStart && e.Worker == b.Name() && e.Crashes != 1 {
+				rep.Wrong("late", "the redelivery saw %d crashes, want 1 (the lost lease)", e.Crashes)
+			}
+		}
+	default:
+		t.Logf("not redelivered while the handler ran past its lease (the backend's lease outlives it); the late ack: %s", oa)
+		if oa != string(ap.OutcomeSucceeded) {
+			rep.Wrong("late", "the only attempt's outcome is %q, want succeeded", oa)
+		}
+	}
+	r.judge(rep, true)
+	return rep
+}
+
+// Garbage: foreign bytes written straight to the queue with the broker's own
+// client are each dead-lettered invalid with their bytes kept, and the jobs
+// around them complete.
+func garbage(t *testing.T, r *run) *Report {
+	r.start(r.spec(), false) // declares the queue
+	blobs := [][]byte{
+		[]byte("hello, I am not a job"),
+		{0xA5, 'J', 1},          // the envelope's header, then nothing
+		{0xA5, 'J', 9, 1, 2, 3}, // an envelope version from the future
+		[]byte(`{"id":"x","type":"fault","payload":"e30="}`),
+		{0xff, 0xfe, 0x00, 0x01},
+		{},
+	}
+	rnd := make([]byte, 200)
+	_, _ = rand.Read(rnd)
+	blobs = append(blobs, rnd)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range scale(1) {
+		for _, g := range blobs {
+			if err := r.tg.Garbage(ctx, r.home, r.queue, g); err != nil {
+				t.Logf("writing %d garbage bytes %.20q: %v (left out)", len(g), g, err)
+				continue
+			}
+			r.mu.Lock()
+			r.garbage = append(r.garbage, g)
+			r.mu.Unlock()
+		}
+	}
+	r.mustEnqueue(jobs("g", scale(10), Plan{SleepMax: 10})...)
+	r.waitResolved(patience)
+	rep := r.finish(nil, false)
+	r.judge(rep, false)
+	return rep
+}
+
+// RejectStorm: every job rejects (Reject: transient, uncounted) three times
+// out of four during its first second. Every job completes once and every
+// attempt sees TryCount 1.
+func rejectStorm(t *testing.T, r *run) *Report {
+	r.mustEnqueue(jobs("rj", scale(40), Plan{RejectFor: 1000, SleepMax: 10})...)
+	r.start(r.spec(), false)
+	r.start(r.spec(), false)
+	r.waitResolved(patience)
+	rep := r.finish(nil, false)
+	h := r.history()
+	rejects := 0
+	for _, e := range h {
+		if e.Kind == KindEnd && e.Result == ResultReject {
+			rejects++
+		}
+		if e.Kind == KindStart && e.Try != 1 {
+			rep.Wrong(e.ID, "an attempt after rejections saw TryCount %d (failures %d, crashes %d), want 1", e.Try, e.Failures, e.Crashes)
+		}
+	}
+	t.Logf("%d rejections in all", rejects)
+	r.judge(rep, false)
+	return rep
+}
+
+// deadIDs counts the distinct job IDs in the dead-letter listing.
+func (r *run) deadIDs() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ids := map[string]bool{}
+	for cursor := ""; ; {
+		page, err := r.ad().DeadLetters(ctx, r.queue, cursor, 1000)
+		if err != nil {
+			return len(ids)
+		}
+		for _, dl := range page.Letters {
+			ids[dl.Job.ID] = true
+		}
+		if cursor = page.Next; cursor == "" {
+			return len(ids)
+		}
+	}
+}
+
+// DeadLetterCrash: workers die inside DeadLetter: before the write, right
+// after it, and at a random instant during it. Every job ends in the
+// dead-letter queue at least once (a duplicate record is allowed, a loss is
+// not).
+func deadLetterCrash(t *testing.T, r *run) *Report {
+	n := scale(6)
+	r.mustEnqueue(jobs("dl", n, Plan{Permanent: true})...)
+	modes := []string{dieBefore, dieAfter, dieDuring, dieDuring, dieDuring}
+	for range scale(1) - 1 {
+		modes = append(modes, dieDuring, dieBefore, dieAfter)
+	}
+	for _, m := range modes {
+		s := r.spec()
+		s.Concurrency, s.DieInDeadLetter = 1, m
+		w := r.start(s, true)
+		select {
+		case <-w.Done():
+		case <-time.After(patience):
+			t.Fatalf("worker %s (dying %s DeadLetter) never died", w.Name(), m)
+		}
+	}
+	r.start(r.spec(), true)
+	if !waitFor(patience, func() bool { return r.deadIDs() >= n }) {
+		t.Logf("only %d of %d jobs in the dead-letter queue after %v", r.deadIDs(), n, patience)
+	}
+	rep := r.finish(nil, true)
+	for _, dl := range r.dead {
+		if dl.Reason != ap.ReasonPermanent {
+			rep.Wrong(dl.Job.ID, "dead-lettered %s, want permanent", dl.Reason)
+		}
+	}
+	r.judge(rep, true)
+	return rep
+}
+
+// DeadLetterConcurrent: four NextDeadLetter callers, on connections of their
+// own, drain a dead-letter queue at once; one always pops, one pops, one
+// declines half the time, one fails half the time and vanishes once (its
+// connection closes while it holds a record). No record is ever held by two
+// callers, each is popped exactly once, none is lost.
+func deadLetterConcurrent(t *testing.T, r *run) *Report {
+	n := scale(24)
+	r.mustEnqueue(jobs("dc", n, Plan{Permanent: true})...)
+	r.start(r.spec(), false)
+	r.waitResolved(patience)
+	r.stopAll()
+
+	var (
+		mu       sync.Mutex
+		held     = map[string]int{}
+		popped   []ap.DeadLetter
+		twice    []string
+		declined int
+		vanished bool
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 4 {
+		p, b := r.platform(r.home, false)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for iter := 0; iter < 10*n+500 && ctx.Err() == nil; iter++ {
+				mu.Lock()
+				all := len(popped) >= n
+				mu.Unlock()
+				if all {
+					return
+				}
+				var got *ap.DeadLetter
+				err := p.NextDeadLetter(ctx, r.queue, func(_ context.Context, dl ap.DeadLetter) (bool, error) {
+					id := dl.Job.ID
+					mu.Lock()
+					if held[id] > 0 {
+						twice = append(twice, id)
+					}
+					held[id]++
+					vanish := i == 3 && !vanished
+					vanished = vanished || vanish
+					mu.Unlock()
+					pause(0, 5*time.Millisecond)
+					pop, err := true, error(nil)
+					switch {
+					case vanish:
+						b.Close() // the caller's connection dies while it holds the record
+					case i == 2 && mrand.IntN(2) == 0:
+						pop = false
+					case i == 3 && mrand.IntN(2) == 0:
+						err = errors.New("the admin's own failure")
+					}
+					mu.Lock()
+					held[id]--
+					if !pop || err != nil {
+						declined++
+					}
+					mu.Unlock()
+					if pop && err == nil {
+						got = &dl
+					}
+					return pop, err
+				})
+				switch {
+				case err == nil && got != nil:
+					mu.Lock()
+					popped = append(popped, *got)
+					mu.Unlock()
+				case errors.Is(err, driver.ErrNoDeadLetters):
+					time.Sleep(20 * time.Millisecond) // the rest are held by others, or by the vanished caller
+				case errors.Is(err, driver.ErrClosed):
+					p, b = r.platform(r.home, false) // the vanished caller comes back
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d popped, %d declined or failed, a caller vanished: %v", len(popped), declined, vanished)
+	rep := r.finish(popped, false)
+	for _, id := range twice {
+		rep.Duplicated++
+		rep.note("duplicated: dead letter %s held by two callers at once", id)
+	}
+	r.judge(rep, false)
+	return rep
+}
+
+// SigtermMidJob: a worker gets SIGTERM while its handlers run; it calls Stop,
+// which hands their jobs back uncounted. Another worker completes them:
+// nothing lost, and no try spent (every attempt sees TryCount 1).
+func sigtermMidJob(t *testing.T, r *run) *Report {
+	n := scale(8)
+	r.mustEnqueue(jobs("st", n, Plan{SleepMin: 2500, SleepMax: 3500})...)
+	s := r.spec()
+	s.StopTimeout = 200 * time.Millisecond
+	w := r.start(s, true)
+	if !waitFor(patience, func() bool { return r.startsBy(w.Name()) >= s.Concurrency }) {
+		t.Logf("the worker started only %d jobs", r.startsBy(w.Name()))
+	}
+	pause(0, 300*time.Millisecond)
+	w.Term()
+	if c, ok := w.(*child); ok && c.err != nil {
+		t.Errorf("the worker did not exit cleanly on SIGTERM: %v", c.err)
+	}
+	s2 := r.spec()
+	s2.Concurrency = n
+	r.start(s2, true)
+	r.waitResolved(patience)
+	rep := r.finish(nil, false)
+	cancels := 0
+	for _, e := range r.history() {
+		if e.Kind == KindEnd && e.Result == ResultCancel {
+			cancels++
+		}
+		if e.Kind == KindStart && e.Try != 1 {
+			rep.Wrong(e.ID, "an attempt after the shutdown saw TryCount %d (failures %d, crashes %d), want 1: the shutdown spent a try", e.Try, e.Failures, e.Crashes)
+		}
+	}
+	t.Logf("%d running handlers cancelled by the shutdown", cancels)
+	r.judge(rep, false)
+	return rep
+}
+
+// RandomFaults (soak mode only): jobs of every kind are enqueued while
+// random faults hit the workers and the broker for the soak duration.
+func randomFaults(t *testing.T, r *run) *Report {
+	d := Soak()
+	if d == 0 {
+		t.Skipf("soak mode only (set %s)", SoakEnv)
+	}
+	var restart func() error
+	var cut func()
+	switch {
+	case r.tg.InProcess != "":
+	case r.tg.Private != nil:
+		b := r.tg.Private(t)
+		px := startProxy(t, r.tg.HostPort(b.Addr))
+		r.addr, r.home = r.tg.Via(b.Addr, px.Addr()), b.Addr
+		restart, cut = b.Restart, px.Cut
+	default:
+		px := startProxy(t, r.tg.HostPort(r.tg.Addr))
+		r.addr = r.tg.Via(r.tg.Addr, px.Addr())
+		restart = func() error { px.Outage(time.Second); time.Sleep(time.Second); return nil }
+		cut = px.Cut
+	}
+	r.lim.PoisonLimit = 50
+	r.ad()
+	live := []worker{r.start(r.spec(), true), r.start(r.spec(), true), r.start(r.spec(), true)}
+
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { // the producer
+		defer close(done)
+		for i := 0; ctx.Err() == nil; i++ {
+			var batch []*ap.Job
+			for k := range 5 {
+				var p Plan
+				var pol ap.Policy
+				switch x := mrand.IntN(100); {
+				case x < 65:
+					p = Plan{SleepMax: 50}
+				case x < 75:
+					p = Plan{Fail: 1, SleepMax: 20}
+				case x < 80:
+					p = Plan{Fail: 5} // past the retry limit
+				case x < 85:
+					p = Plan{Permanent: true}
+				case x < 97:
+					p = Plan{RejectFor: 500, SleepMax: 20}
+				default:
+					p, pol = Plan{Kill: true}, ap.Policy{PoisonLimit: ap.Limit(1)}
+				}
+				j := newJob(fmt.Sprintf("s%05d-%d", i, k), p)
+				j.Policy = pol
+				batch = append(batch, j)
+			}
+			ectx, ecancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = r.enqueue(ectx, batch...)
+			ecancel()
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	faults := map[string]int{}
+	lastRestart := time.Now()
+	for ctx.Err() == nil {
+		pause(300*time.Millisecond, 1500*time.Millisecond)
+		for i, w := range live { // poison jobs kill workers too
+			select {
+			case <-w.Done():
+				live[i] = r.start(r.spec(), true)
+			default:
+			}
+		}
+		i := mrand.IntN(len(live))
+		switch x := mrand.IntN(10); {
+		case x < 4:
+			live[i].Kill()
+			live[i] = r.start(r.spec(), true)
+			faults["kill"]++
+		case x < 6:
+			live[i].Term()
+			live[i] = r.start(r.spec(), true)
+			faults["sigterm"]++
+		case x < 8 && cut != nil:
+			cut()
+			faults["cut"]++
+		case x < 9 && restart != nil && time.Since(lastRestart) > 10*time.Second:
+			if err := restart(); err != nil {
+				t.Errorf("restarting the broker: %v", err)
+			}
+			lastRestart = time.Now()
+			faults["restart"]++
+		default:
+			g := make([]byte, 1+mrand.IntN(100))
+			_, _ = rand.Read(g)
+			gctx, gcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := r.tg.Garbage(gctx, r.home, r.queue, g); err == nil {
+				r.mu.Lock()
+				r.garbage = append(r.garbage, g)
+				r.mu.Unlock()
+				faults["garbage"]++
+			}
+			gcancel()
+		}
+	}
+	<-done
+	t.Logf("soak of %v: faults %v", d, faults)
+	deadline := time.Now().Add(2 * patience)
+	for !r.resolved(r.history()) && time.Now().Before(deadline) {
+		for i, w := range live {
+			select {
+			case <-w.Done():
+				live[i] = r.start(r.spec(), true)
+			default:
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rep := r.finish(nil, true)
+	r.judge(rep, true)
+	return rep
+}

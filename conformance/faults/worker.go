@@ -1,0 +1,350 @@
+package faults
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// childEnv carries a WorkerSpec, as JSON, to a child worker process.
+const childEnv = "ASYNCPLATFORM_FAULTS_CHILD"
+
+// The modes of WorkerSpec.DieInDeadLetter.
+const (
+	dieBefore = "before" // killed before the dead-letter write
+	dieAfter  = "after"  // killed after the write and the settle returned
+	dieDuring = "during" // killed at a random instant while the call runs
+)
+
+// WorkerSpec describes one worker: where it connects and how it works.
+type WorkerSpec struct {
+	Name        string
+	Addr        string
+	Queue       string
+	Log         string // the history file it appends to
+	Concurrency int
+	Prefetch    int
+	Lease       time.Duration
+	RetryLimit  int
+	PoisonLimit int
+	RejectDelay time.Duration
+
+	// NoExtend turns lease extension off: Extend reports success and does
+	// nothing.
+	NoExtend bool
+	// DieInDeadLetter kills the worker inside its first DeadLetter call
+	// (see the die* modes).
+	DieInDeadLetter string
+	// StopTimeout is how long Stop lets running handlers finish on SIGTERM.
+	StopTimeout time.Duration
+}
+
+// faulty wraps a backend to inject faults at the driver level.
+type faulty struct {
+	driver.Backend
+	noExtend bool
+	dieIn    string
+	crash    func()
+}
+
+func (b *faulty) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
+	if b.noExtend {
+		return nil
+	}
+	return b.Backend.Extend(ctx, d, lease)
+}
+
+func (b *faulty) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
+	switch b.dieIn {
+	case dieBefore:
+		b.crash()
+		return driver.ErrClosed
+	case dieAfter:
+		err := b.Backend.DeadLetter(ctx, d, rec)
+		b.crash()
+		return err
+	case dieDuring:
+		done := make(chan error, 1)
+		go func() { done <- b.Backend.DeadLetter(ctx, d, rec) }()
+		t := time.NewTimer(rand.N(3 * time.Millisecond))
+		defer t.Stop()
+		var err error
+		select {
+		case <-t.C:
+			err = driver.ErrClosed
+		case err = <-done:
+		}
+		b.crash()
+		return err
+	}
+	return b.Backend.DeadLetter(ctx, d, rec)
+}
+
+// quiet is the platform's logger: warnings and errors go to stderr only when
+// ASYNCPLATFORM_FAULTS_VERBOSE is set.
+func quiet() *slog.Logger {
+	if os.Getenv("ASYNCPLATFORM_FAULTS_VERBOSE") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// startPlatform starts a platform working spec's queue over b, recording
+// into log. crash kills the worker.
+func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *Log, crash func()) (*ap.Platform, error) {
+	if spec.NoExtend || spec.DieInDeadLetter != "" {
+		b = &faulty{Backend: b, noExtend: spec.NoExtend, dieIn: spec.DieInDeadLetter, crash: crash}
+	}
+	cfg := ap.Config{
+		Queues: map[string]ap.QueueConfig{spec.Queue: {Concurrency: spec.Concurrency, Prefetch: ap.Limit(spec.Prefetch)}},
+		Policy: ap.Policy{
+			RetryLimit:  ap.Limit(spec.RetryLimit),
+			PoisonLimit: ap.Limit(spec.PoisonLimit),
+			BackoffBase: 10 * time.Millisecond,
+			BackoffCap:  50 * time.Millisecond,
+			Timeout:     time.Minute,
+		},
+		Lease:            spec.Lease,
+		RejectDelay:      spec.RejectDelay,
+		UnhandledRetries: ap.Limit(0),
+		HealthInterval:   100 * time.Millisecond,
+		WorkerName:       spec.Name,
+		Logger:           quiet(),
+		Hooks: ap.Hooks{
+			OnDeadLetter: func(_ context.Context, dl ap.DeadLetter) {
+				log.Add(Event{Kind: KindDead, ID: dl.Job.ID, Worker: spec.Name, Result: string(dl.Reason)})
+			},
+			AfterAttempt: func(_ context.Context, a ap.Attempt) {
+				log.Add(Event{Kind: KindAck, ID: a.Job.ID, Worker: spec.Name, Result: string(a.Outcome),
+					Try: a.Job.TryCount, Failures: a.Job.Failures, Crashes: a.Job.Crashes})
+			},
+		},
+	}
+	p, err := ap.New(b, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Handle(jobType, handler(log, spec.Name, crash)); err != nil {
+		return nil, err
+	}
+	if err := p.Start(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// worker is one worker the parent controls: a child process, or a platform
+// in this process.
+type worker interface {
+	// Kill kills the worker abruptly (SIGKILL, or a closed connection).
+	Kill()
+	// Term stops it gracefully (SIGTERM: Stop with the spec's timeout) and
+	// waits until it is gone.
+	Term()
+	// Done is closed when the worker is gone.
+	Done() <-chan struct{}
+	// Name is the worker's name in the history.
+	Name() string
+}
+
+// ---- in-process workers ----
+
+type inproc struct {
+	name string
+	b    driver.Backend
+	p    *ap.Platform
+	log  *Log
+	stop time.Duration
+
+	once sync.Once
+	done chan struct{}
+}
+
+func startInproc(ctx context.Context, tg Target, spec WorkerSpec) (*inproc, error) {
+	b, err := tg.Open(ctx, spec.Addr)
+	if err != nil {
+		return nil, err
+	}
+	log, err := OpenLog(spec.Log)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	w := &inproc{name: spec.Name, b: b, log: log, stop: spec.StopTimeout, done: make(chan struct{})}
+	p, err := startPlatform(ctx, b, spec, log, func() { go w.Kill() })
+	if err != nil {
+		b.Close()
+		log.Close()
+		return nil, err
+	}
+	w.p = p
+	return w, nil
+}
+
+func (w *inproc) Name() string          { return w.name }
+func (w *inproc) Done() <-chan struct{} { return w.done }
+
+// Kill is an in-process crash: the history stops, the connection closes
+// (abandoning every unsettled delivery, as a dead process would), and the
+// platform's goroutines are wound down.
+func (w *inproc) Kill() {
+	w.once.Do(func() {
+		w.log.crash()
+		w.b.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		w.p.Stop(ctx)
+		w.log.Close()
+		close(w.done)
+	})
+}
+
+func (w *inproc) Term() {
+	w.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), w.stop)
+		defer cancel()
+		w.p.Stop(ctx)
+		w.b.Close()
+		w.log.Close()
+		close(w.done)
+	})
+}
+
+// ---- child processes ----
+
+type child struct {
+	name  string
+	cmd   *exec.Cmd
+	stdin io.Closer
+	done  chan struct{}
+	err   error // Wait's, once done is closed
+}
+
+// startChild re-executes the test binary, running only the test at path,
+// which calls Run and so becomes the worker described by spec.
+func startChild(path string, spec WorkerSpec, outDir string) (*child, error) {
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	var parts []string
+	for _, p := range strings.Split(path, "/") {
+		parts = append(parts, "^"+regexp.QuoteMeta(p)+"$")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1", "-test.timeout=10m")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(js))
+	out, err := os.Create(filepath.Join(outDir, spec.Name+".out"))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	stdin, err := cmd.StdinPipe() // closed by the parent, or by its death: the child then exits
+	if err != nil {
+		out.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		return nil, err
+	}
+	c := &child{name: spec.Name, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	go func() {
+		c.err = cmd.Wait()
+		out.Close()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+func (c *child) Name() string          { return c.name }
+func (c *child) Done() <-chan struct{} { return c.done }
+
+func (c *child) Kill() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+	c.stdin.Close()
+}
+
+func (c *child) Term() {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.done:
+	case <-time.After(30 * time.Second):
+		c.Kill()
+	}
+	c.stdin.Close()
+}
+
+// runChild is the body of a child worker process. It never returns.
+func runChild(tg Target, js string) {
+	var spec WorkerSpec
+	if err := json.Unmarshal([]byte(js), &spec); err != nil {
+		fmt.Fprintf(os.Stderr, "faults child: bad spec: %v\n", err)
+		os.Exit(2)
+	}
+	fail := func(what string, err error) {
+		fmt.Fprintf(os.Stderr, "faults child %s: %s: %v\n", spec.Name, what, err)
+		os.Exit(3)
+	}
+	log, err := OpenLog(spec.Log)
+	if err != nil {
+		fail("opening the history", err)
+	}
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	crash := func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
+
+	// The broker may be restarting: keep trying for a while.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	var p *ap.Platform
+	var b driver.Backend
+	for {
+		b, err = tg.Open(ctx, spec.Addr)
+		if err == nil {
+			if p, err = startPlatform(ctx, b, spec, log, crash); err == nil {
+				break
+			}
+			b.Close()
+		}
+		if ctx.Err() != nil {
+			fail("starting", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cancel()
+
+	orphaned := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin) // EOF: the parent closed it or died
+		close(orphaned)
+	}()
+	select {
+	case <-term:
+		ctx, cancel := context.WithTimeout(context.Background(), spec.StopTimeout)
+		p.Stop(ctx)
+		cancel()
+		b.Close()
+		log.Close()
+		os.Exit(0)
+	case <-orphaned:
+		os.Exit(4)
+	case <-time.After(5 * time.Minute):
+		fmt.Fprintf(os.Stderr, "faults child %s: lived 5 minutes; exiting\n", spec.Name)
+		os.Exit(5)
+	}
+}
