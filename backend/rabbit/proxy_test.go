@@ -33,16 +33,25 @@ type pair struct {
 
 func startProxy(t testing.TB, target string) *proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := newProxy(target)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	return p
+}
+
+// newProxy starts a proxy that the caller closes.
+func newProxy(target string) (*proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
 	}
 	p := &proxy{ln: ln, target: target, resume: make(chan struct{})}
 	close(p.resume)
 	p.wg.Add(1)
 	go p.accept()
-	t.Cleanup(p.close)
-	return p
+	return p, nil
 }
 
 // url rewrites an AMQP URL to go through the proxy.
@@ -51,8 +60,13 @@ func (p *proxy) url(t testing.TB, amqpURL string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Host = p.ln.Addr().String()
-	return u.String()
+	return p.rewrite(u)
+}
+
+func (p *proxy) rewrite(u *url.URL) string {
+	v := *u
+	v.Host = p.ln.Addr().String()
+	return v.String()
 }
 
 func (p *proxy) accept() {

@@ -163,11 +163,24 @@ func (b *Backend) blockedFor() (time.Duration, string) {
 // Config.PublishTimeout, when ctx ends, or when the broker keeps the
 // connection blocked for Config.BlockedTimeout.
 func (b *Backend) publish(ctx context.Context, msgs ...outMsg) error {
+	return b.publishFor(ctx, nil, msgs...)
+}
+
+// publishFor is publish on behalf of a delivery: before it publishes again
+// after a lost channel, it checks that the delivery is still held (held
+// returns nil), since a lost delivery comes back by itself and another copy
+// would only be a duplicate.
+func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...outMsg) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
 	defer cancel()
 	pending := msgs
 	for attempt := 0; len(pending) > 0; attempt++ {
 		if attempt > 0 {
+			if held != nil {
+				if err := held(); err != nil {
+					return err
+				}
+			}
 			b.log.Debug("publishing again after a lost channel", "messages", len(pending), "attempt", attempt)
 		}
 		if err := b.waitUnblocked(ctx); err != nil {

@@ -162,6 +162,7 @@ type Backend struct {
 
 	mu       sync.Mutex
 	closed   bool
+	shutting bool                  // Close has begun
 	conn     *amqp.Connection      // nil while reconnecting
 	up       chan struct{}         // closed while conn is set
 	pub      *publisher            // of conn, made lazily
@@ -475,10 +476,15 @@ func (b *Backend) Ping(ctx context.Context) error {
 // goroutines.
 func (b *Backend) Close() error {
 	b.mu.Lock()
-	if b.closed {
+	if b.shutting {
 		b.mu.Unlock()
 		return nil
 	}
+	b.shutting = true
+	b.mu.Unlock()
+	b.releaseAll()
+
+	b.mu.Lock()
 	b.closed = true
 	conn := b.conn
 	b.stop()

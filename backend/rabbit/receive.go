@@ -39,7 +39,8 @@ type consumer struct {
 	queue      string
 	tag        string
 	deliveries <-chan amqp.Delivery
-	receivers  int // Receive calls reading deliveries; guarded by Backend.mu
+	receivers  int         // Receive calls reading deliveries; guarded by Backend.mu
+	idle       *time.Timer // releases the consumer when no Receive comes; guarded by Backend.mu
 }
 
 // receipt is the Handle of a Delivery: the delivery tag on the channel that
@@ -61,6 +62,10 @@ func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*cons
 	c, qc := b.cons[queue], b.qch[queue]
 	if c != nil && !c.ch.IsClosed() {
 		c.receivers++
+		if c.idle != nil {
+			c.idle.Stop()
+			c.idle = nil
+		}
 		b.mu.Unlock()
 		return c, nil
 	}
@@ -105,15 +110,59 @@ func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*cons
 // leave ends one Receive on c. When the Receive was cancelled and was the
 // last one reading c, the consumer is cancelled and what it had buffered is
 // handed back uncounted, so a stopped worker holds nothing it was not given.
-func (b *Backend) leave(c *consumer, cancelled bool) {
+// When no Receive comes for a lease, the same happens: messages are never
+// kept unseen in the buffer for longer than a lease.
+func (b *Backend) leave(c *consumer, cancelled bool, lease time.Duration) {
 	b.mu.Lock()
 	c.receivers--
-	release := cancelled && c.receivers == 0 && b.cons[c.queue] == c
-	if release {
-		delete(b.cons, c.queue)
+	release := false
+	if c.receivers == 0 && b.cons[c.queue] == c {
+		if cancelled {
+			delete(b.cons, c.queue)
+			release = true
+		} else {
+			if lease <= 0 {
+				lease = time.Minute
+			}
+			c.idle = time.AfterFunc(lease, func() { b.idleRelease(c) })
+		}
 	}
 	b.mu.Unlock()
 	if release {
+		b.release(c)
+	}
+}
+
+// idleRelease releases c when still no Receive reads it.
+func (b *Backend) idleRelease(c *consumer) {
+	b.mu.Lock()
+	if b.closed || c.receivers > 0 || b.cons[c.queue] != c {
+		b.mu.Unlock()
+		return
+	}
+	delete(b.cons, c.queue)
+	c.idle = nil
+	b.wg.Add(1)
+	b.mu.Unlock()
+	defer b.wg.Done()
+	b.release(c)
+}
+
+// releaseAll releases every consumer, for Close: what they buffered goes
+// back uncounted, and only what was handed out is abandoned.
+func (b *Backend) releaseAll() {
+	b.mu.Lock()
+	cs := make([]*consumer, 0, len(b.cons))
+	for q, c := range b.cons {
+		if c.idle != nil {
+			c.idle.Stop()
+			c.idle = nil
+		}
+		cs = append(cs, c)
+		delete(b.cons, q)
+	}
+	b.mu.Unlock()
+	for _, c := range cs {
 		b.release(c)
 	}
 }
@@ -138,8 +187,13 @@ func (b *Backend) release(c *consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
 	defer cancel()
 	n := 0
+	failed := false
 	for d := range c.deliveries {
 		n++
+		if failed {
+			c.ch.Nack(d.DeliveryTag, false, true)
+			continue
+		}
 		pub := copyOf(d)
 		var m outMsg
 		var err error
@@ -155,8 +209,9 @@ func (b *Backend) release(c *consumer) {
 			err = b.publish(ctx, m)
 		}
 		if err != nil {
-			b.log.Warn("handing back a buffered message failed; it returns with one more delivery counted", "queue", c.queue, "id", d.MessageId, "err", err)
+			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "id", d.MessageId, "err", err)
 			c.ch.Nack(d.DeliveryTag, false, true)
+			failed = true
 			continue
 		}
 		c.ch.Ack(d.DeliveryTag, false)
@@ -197,7 +252,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 			return nil, err
 		}
 		if ctx.Err() != nil {
-			b.leave(c, true)
+			b.leave(c, true, lease)
 			return nil, ctx.Err()
 		}
 		batch := make([]amqp.Delivery, 0, max)
@@ -205,12 +260,12 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		case d, ok := <-c.deliveries:
 			if !ok {
 				b.ended(c)
-				b.leave(c, false)
+				b.leave(c, false, lease)
 				continue
 			}
 			batch = append(batch, d)
 		case <-ctx.Done():
-			b.leave(c, true)
+			b.leave(c, true, lease)
 			return nil, ctx.Err()
 		}
 	drain:
@@ -225,7 +280,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 				break drain
 			}
 		}
-		b.leave(c, false)
+		b.leave(c, false, lease)
 		out := make([]*driver.Delivery, 0, len(batch))
 		for _, d := range batch {
 			if rem := delayLeft(d.Headers); rem > 0 {
@@ -358,6 +413,14 @@ func (b *Backend) held(d *driver.Delivery) (*receipt, error) {
 	return r, nil
 }
 
+// check returns ErrLeaseLost when the delivering channel is gone.
+func (r *receipt) check() error {
+	if r.c.ch.IsClosed() {
+		return fmt.Errorf("rabbit: channel generation %d is closed: %w", r.c.gen, driver.ErrLeaseLost)
+	}
+	return nil
+}
+
 // settle acks the delivery once; a second settle, or one on a closed
 // channel, is lease-lost. The tag is acked on the channel that delivered it,
 // so a stale receipt can never ack another message.
@@ -406,7 +469,7 @@ func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Me
 	if err != nil {
 		return err
 	}
-	if err := b.publish(ctx, m); err != nil {
+	if err := b.publishFor(ctx, r.check, m); err != nil {
 		return err
 	}
 	return b.settle(r)
@@ -428,7 +491,7 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 		Timestamp:    time.Now(),
 		Body:         rec.Body,
 	}}
-	if err := b.publish(ctx, m); err != nil {
+	if err := b.publishFor(ctx, r.check, m); err != nil {
 		return err
 	}
 	return b.settle(r)
