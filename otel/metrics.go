@@ -1,0 +1,158 @@
+package otel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// Metrics records the platform's metrics; see the package documentation for
+// their names. Make one with NewMetrics (or Instrument), give its Hooks to
+// the platform's Config, and call ObserveQueues once the platform exists.
+type Metrics struct {
+	meter       metric.Meter
+	attempts    metric.Int64Counter
+	tries       metric.Int64Histogram
+	duration    metric.Float64Histogram
+	deadLetters metric.Int64Counter
+}
+
+// Histogram bucket boundaries.
+var (
+	triesBuckets    = []float64{1, 2, 3, 4, 5, 6, 8, 11, 16, 21, 51, 101}
+	durationBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600}
+)
+
+// ObserveTimeout bounds the broker calls of one collection of the observed
+// gauges, so that a scrape never hangs on an unreachable broker.
+const ObserveTimeout = 10 * time.Second
+
+// NewMetrics makes the instruments with c's meter provider.
+func NewMetrics(c Config) (*Metrics, error) {
+	c = c.withDefaults()
+	m := &Metrics{meter: c.MeterProvider.Meter(ScopeName)}
+	var err, e error
+	m.attempts, e = m.meter.Int64Counter("asyncplatform.attempts",
+		metric.WithDescription("Handler calls, by outcome."), metric.WithUnit("{attempt}"))
+	err = errors.Join(err, e)
+	m.tries, e = m.meter.Int64Histogram("asyncplatform.attempt.tries",
+		metric.WithDescription("The job's try count at each attempt: 1 on its first."), metric.WithUnit("{try}"),
+		metric.WithExplicitBucketBoundaries(triesBuckets...))
+	err = errors.Join(err, e)
+	m.duration, e = m.meter.Float64Histogram("asyncplatform.handler.duration",
+		metric.WithDescription("Time spent in the handler per attempt."), metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	err = errors.Join(err, e)
+	m.deadLetters, e = m.meter.Int64Counter("asyncplatform.dead_letters",
+		metric.WithDescription("Jobs dead-lettered, by reason."), metric.WithUnit("{job}"))
+	err = errors.Join(err, e)
+	if err != nil {
+		return nil, fmt.Errorf("asyncplatform/otel: making instruments: %w", err)
+	}
+	return m, nil
+}
+
+// Hooks returns hooks that record the attempt and dead-letter metrics and
+// then call next's hooks, if set.
+func (m *Metrics) Hooks(next ap.Hooks) ap.Hooks {
+	return ap.Hooks{
+		AfterAttempt: func(ctx context.Context, a ap.Attempt) {
+			m.AfterAttempt(ctx, a)
+			if next.AfterAttempt != nil {
+				next.AfterAttempt(ctx, a)
+			}
+		},
+		OnDeadLetter: func(ctx context.Context, dl ap.DeadLetter) {
+			m.OnDeadLetter(ctx, dl)
+			if next.OnDeadLetter != nil {
+				next.OnDeadLetter(ctx, dl)
+			}
+		},
+	}
+}
+
+// AfterAttempt records one attempt; it is a Hooks.AfterAttempt.
+func (m *Metrics) AfterAttempt(ctx context.Context, a ap.Attempt) {
+	attrs := []attribute.KeyValue{keyQueue.String(queueOf(a.Job.Queue)), keyType.String(a.Job.Type), keyOutcome.String(string(a.Outcome))}
+	set := metric.WithAttributeSet(attribute.NewSet(attrs...))
+	if a.Outcome == ap.OutcomeDeadLettered {
+		m.attempts.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(append(attrs, keyReason.String(string(a.Reason)))...)))
+	} else {
+		m.attempts.Add(ctx, 1, set)
+	}
+	m.tries.Record(ctx, int64(a.Job.TryCount), set)
+	m.duration.Record(ctx, a.Duration.Seconds(), set)
+}
+
+// OnDeadLetter counts one dead letter; it is a Hooks.OnDeadLetter.
+func (m *Metrics) OnDeadLetter(ctx context.Context, dl ap.DeadLetter) {
+	m.deadLetters.Add(ctx, 1, metric.WithAttributes(keyQueue.String(queueOf(dl.Queue)), keyType.String(dl.Job.Type), keyReason.String(string(dl.Reason))))
+}
+
+// ObserveQueues registers the queue gauges for the named queues of p: at
+// each collection it reads Platform.Stats and the oldest dead letter of
+// each queue (two broker calls per queue, bounded by ObserveTimeout). A
+// depth the backend cannot tell (-1) is not reported. Unregister the
+// returned registration to stop.
+func (m *Metrics) ObserveQueues(p *ap.Platform, queues ...string) (metric.Registration, error) {
+	if p == nil || len(queues) == 0 {
+		return nil, errors.New("asyncplatform/otel: ObserveQueues needs a platform and at least one queue")
+	}
+	depth, err1 := m.meter.Int64ObservableGauge("asyncplatform.queue.depth",
+		metric.WithDescription("Jobs in the queue, by state: ready, scheduled (delayed or in backoff), in_flight."), metric.WithUnit("{job}"))
+	dead, err2 := m.meter.Int64ObservableGauge("asyncplatform.queue.dead",
+		metric.WithDescription("Dead letters in the queue's dead-letter queue."), metric.WithUnit("{job}"))
+	oldest, err3 := m.meter.Float64ObservableGauge("asyncplatform.queue.dead.oldest_age",
+		metric.WithDescription("Time since the oldest dead letter of the queue died."), metric.WithUnit("s"))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, fmt.Errorf("asyncplatform/otel: making queue gauges: %w", err)
+	}
+	queues = append([]string(nil), queues...)
+	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, ObserveTimeout)
+		defer cancel()
+		var errs []error
+		for _, q := range queues {
+			qa := keyQueue.String(q)
+			s, err := p.Stats(ctx, q)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			for _, st := range []struct {
+				state string
+				n     int64
+			}{{"ready", s.Ready}, {"scheduled", s.Scheduled}, {"in_flight", s.InFlight}} {
+				if st.n >= 0 {
+					o.ObserveInt64(depth, st.n, metric.WithAttributes(qa, keyState.String(st.state)))
+				}
+			}
+			if s.Dead >= 0 {
+				o.ObserveInt64(dead, s.Dead, metric.WithAttributes(qa))
+			}
+			if s.Dead == 0 {
+				continue
+			}
+			page, err := p.DeadLetters(ctx, q, "", 1)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			if len(page.Letters) > 0 {
+				age := time.Since(page.Letters[0].DeadAt).Seconds()
+				o.ObserveFloat64(oldest, max(age, 0), metric.WithAttributes(qa))
+			}
+		}
+		return errors.Join(errs...)
+	}, depth, dead, oldest)
+	if err != nil {
+		return nil, fmt.Errorf("asyncplatform/otel: registering the queue gauges: %w", err)
+	}
+	return reg, nil
+}

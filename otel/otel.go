@@ -1,0 +1,118 @@
+// Package otel instruments an asyncplatform.Platform with OpenTelemetry:
+// traces that follow a job from Enqueue to its handler, and metrics of
+// attempts, tries, handler time, queue depths and dead letters. It is a
+// package of its own so that the core library does not depend on
+// OpenTelemetry. Import it under another name, since its name is the SDK's:
+//
+//	import apotel "github.com/asyncplatform/asyncplatform/otel"
+//
+//	cfg := asyncplatform.Config{...}
+//	m, err := apotel.Instrument(&cfg, apotel.Config{}) // the global providers
+//	p, err := asyncplatform.New(backend, cfg)
+//	reg, err := m.ObserveQueues(p, "emails", "billing")
+//	defer reg.Unregister()
+//
+// # Traces
+//
+// EnqueueMiddleware starts a producer span "send QUEUE" per job and injects
+// its context into the job's Headers with the W3C trace-context (and baggage)
+// propagator. Middleware extracts it when the job is delivered and runs the
+// handler in a consumer span "process QUEUE", a child of the producer span:
+// one trace from Enqueue to every attempt of the job, retries included (the
+// headers travel with the job). Spans carry messaging.system
+// ("asyncplatform"), messaging.destination.name (the queue),
+// messaging.message.id (the job ID), messaging.operation.type,
+// asyncplatform.job.type and, on process spans, asyncplatform.job.try_count.
+//
+// # Metrics
+//
+// Recorded from Config.Hooks (see Metrics.Hooks):
+//
+//	asyncplatform.attempts            counter    handler calls, by queue, job type, outcome (and reason when dead-lettered)
+//	asyncplatform.attempt.tries       histogram  the job's try count at each attempt, by queue, job type, outcome
+//	asyncplatform.handler.duration    histogram  seconds in the handler, by queue, job type, outcome
+//	asyncplatform.dead_letters        counter    jobs dead-lettered, by queue, job type, reason (poisoned, expired and unhandled jobs included)
+//
+// Observed from Platform.Stats and Platform.DeadLetters at each collection
+// (see Metrics.ObserveQueues):
+//
+//	asyncplatform.queue.depth             gauge  jobs by queue and state: ready, scheduled, in_flight
+//	asyncplatform.queue.dead              gauge  dead letters, by queue
+//	asyncplatform.queue.dead.oldest_age   gauge  seconds since the oldest dead letter died, by queue (absent when there is none)
+//
+// The attributes are asyncplatform.queue, asyncplatform.job.type,
+// asyncplatform.outcome, asyncplatform.reason and asyncplatform.state. A
+// Prometheus exporter shows them as asyncplatform_attempts_total{asyncplatform_queue="emails",...}.
+package otel
+
+import (
+	gotel "go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// ScopeName is the instrumentation scope of the tracer and the meter.
+const ScopeName = "github.com/asyncplatform/asyncplatform/otel"
+
+// Config chooses the OpenTelemetry providers. The zero value uses the
+// global ones.
+type Config struct {
+	// TracerProvider makes the tracer. Defaults to the global provider
+	// (go.opentelemetry.io/otel.GetTracerProvider).
+	TracerProvider trace.TracerProvider
+
+	// MeterProvider makes the meter. Defaults to the global provider
+	// (go.opentelemetry.io/otel.GetMeterProvider).
+	MeterProvider metric.MeterProvider
+
+	// Propagator carries the trace context in job headers. Defaults to the
+	// W3C trace context and baggage propagators.
+	Propagator propagation.TextMapPropagator
+}
+
+func (c Config) withDefaults() Config {
+	if c.TracerProvider == nil {
+		c.TracerProvider = gotel.GetTracerProvider()
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = gotel.GetMeterProvider()
+	}
+	if c.Propagator == nil {
+		c.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	}
+	return c
+}
+
+// Attribute keys.
+const (
+	keyQueue   = attribute.Key("asyncplatform.queue")
+	keyType    = attribute.Key("asyncplatform.job.type")
+	keyOutcome = attribute.Key("asyncplatform.outcome")
+	keyReason  = attribute.Key("asyncplatform.reason")
+	keyState   = attribute.Key("asyncplatform.state")
+	keyTry     = attribute.Key("asyncplatform.job.try_count")
+
+	keySystem    = attribute.Key("messaging.system")
+	keyDest      = attribute.Key("messaging.destination.name")
+	keyMessageID = attribute.Key("messaging.message.id")
+	keyOperation = attribute.Key("messaging.operation.type")
+)
+
+// Instrument adds tracing (EnqueueMiddleware first, Middleware first) and
+// the metrics' hooks (before hooks already set) to cfg, and returns the
+// Metrics so that the caller can observe queue depths once the platform
+// exists (Metrics.ObserveQueues).
+func Instrument(cfg *ap.Config, c Config) (*Metrics, error) {
+	m, err := NewMetrics(c)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Middleware = append([]ap.Middleware{Middleware(c)}, cfg.Middleware...)
+	cfg.EnqueueMiddleware = append([]ap.EnqueueMiddleware{EnqueueMiddleware(c)}, cfg.EnqueueMiddleware...)
+	cfg.Hooks = m.Hooks(cfg.Hooks)
+	return m, nil
+}
