@@ -2,7 +2,6 @@ package nats
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,9 +22,9 @@ const (
 	DefaultURL             = "nats://127.0.0.1:4222"
 	DefaultStream          = "ASYNCPLATFORM"
 	DefaultDeadLease       = 30 * time.Second
-	DefaultPollWait        = 10 * time.Second
+	DefaultPollWait        = 5 * time.Second
 	DefaultDuplicateWindow = 2 * time.Minute
-	DefaultMoverAckWait    = 30 * time.Second
+	DefaultMoverAckWait    = 5 * time.Second
 	DefaultMoverBatch      = 256
 
 	// HeaderReserve is what Capabilities.MaxBody keeps free of the server's
@@ -250,7 +249,10 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.wg.Add(1)
-	go b.runMover()
+	go func() {
+		defer b.wg.Done()
+		b.runMover()
+	}()
 	return b, nil
 }
 
@@ -558,46 +560,40 @@ func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 		return fmt.Errorf("nats: delete dead-letter consumer of queue %s: %w", queue, err)
 	}
 	for _, p := range []struct {
-		stream, subj string
-	}{{b.cfg.Stream, b.workSubject(queue)}, {b.delayName(), b.delaySubject(queue)}, {b.deadName(), b.deadSubject(queue)}} {
-		if _, err := b.purge(ctx, p.stream, p.subj); err != nil {
+		s    jetstream.Stream
+		subj string
+	}{{b.work, b.workSubject(queue)}, {b.delay, b.delaySubject(queue)}, {b.dead, b.deadSubject(queue)}} {
+		if _, err := b.deleteAll(ctx, p.s, p.subj); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// purge removes every message of subj from stream and returns how many.
-// jetstream.Stream.Purge does not report the count, so this is the raw API.
-func (b *Backend) purge(ctx context.Context, stream, subj string) (int, error) {
-	req, _ := json.Marshal(struct {
-		Filter string `json:"filter"`
-	}{subj})
-	var resp struct {
-		Success bool `json:"success"`
-		Purged  int  `json:"purged"`
-		Error   *struct {
-			Code        int    `json:"code"`
-			Description string `json:"description"`
-		} `json:"error"`
+// deleteAll deletes every message of subj from s, one by one, and returns
+// how many it deleted. It never purges: on nats-server 2.9.10 a purge
+// filtered on one subject moves every consumer of the stream past all its
+// messages, other subjects' included, which then stay in the stream and are
+// never delivered (TestFilteredPurgeFact).
+func (b *Backend) deleteAll(ctx context.Context, s jetstream.Stream, subj string) (int, error) {
+	n := 0
+	for seq := uint64(1); ; {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("nats: read %s at seq %d: %w", subj, seq, err)
+		}
+		switch err := s.DeleteMsg(ctx, m.Sequence); {
+		case err == nil:
+			n++
+		case errors.Is(err, jetstream.ErrMsgNotFound): // gone meanwhile
+		default:
+			return n, fmt.Errorf("nats: delete %s seq %d: %w", subj, m.Sequence, err)
+		}
+		seq = m.Sequence + 1
 	}
-	if err := b.apiRequest(ctx, "$JS.API.STREAM.PURGE."+stream, req, &resp); err != nil {
-		return 0, fmt.Errorf("nats: purge %s from stream %s: %w", subj, stream, err)
-	}
-	if resp.Error != nil {
-		return 0, fmt.Errorf("nats: purge %s from stream %s: %s (code %d)", subj, stream, resp.Error.Description, resp.Error.Code)
-	}
-	return resp.Purged, nil
-}
-
-func (b *Backend) apiRequest(ctx context.Context, subj string, req []byte, resp any) error {
-	ctx, cancel := withDefaultTimeout(ctx)
-	defer cancel()
-	m, err := b.nc.RequestWithContext(ctx, subj, req)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(m.Data, resp)
 }
 
 // withDefaultTimeout bounds a request whose ctx has no deadline.
@@ -626,7 +622,9 @@ func (b *Backend) Ping(ctx context.Context) error {
 // AckWait runs out.
 func (b *Backend) Close() error {
 	b.once.Do(func() {
-		b.closed.Store(true)
+		b.mu.Lock()
+		b.closed.Store(true) // under mu: spawn adds no goroutine after this
+		b.mu.Unlock()
 		b.cancel()
 		b.wg.Wait()
 		if b.ownConn {

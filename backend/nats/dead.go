@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	gonats "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/asyncplatform/asyncplatform/driver"
@@ -30,7 +31,7 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 		if err := b.ensureDead(ctx, qs, queue); err != nil {
 			return nil, err
 		}
-		msgs, start, err := b.pull(ctx, b.deadName(), deadConsumer(queue), 1, 0)
+		msgs, start, err := b.pull(ctx, b.deadName(), deadConsumer(queue), 1, 0, b.release)
 		if errors.Is(err, errNoConsumer) && attempt == 0 {
 			qs.mu.Lock()
 			qs.dead = false
@@ -51,8 +52,10 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 		r := &receipt{reply: m.Reply, seq: md.seq, ackWait: b.cfg.DeadLease, deadline: start.Add(b.cfg.DeadLease), stopped: make(chan struct{})}
 		var rctx context.Context
 		rctx, r.stop = context.WithCancel(b.ctx)
-		b.wg.Add(1)
-		go b.renew(rctx, r)
+		if !b.spawn(func() { b.renew(rctx, r) }) {
+			b.release(m)
+			return nil, driver.ErrClosed
+		}
 		return &driver.DeadDelivery{
 			DeadMessage: driver.DeadMessage{ID: m.Header.Get(hdrDeadID), Body: m.Data},
 			Handle:      r,
@@ -63,7 +66,6 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 // renew keeps a held dead letter hidden until it is settled; when the
 // Backend closes first, it hands the record back at once.
 func (b *Backend) renew(ctx context.Context, r *receipt) {
-	defer b.wg.Done()
 	defer close(r.stopped)
 	t := time.NewTicker(r.ackWait / 3)
 	defer t.Stop()
@@ -95,6 +97,11 @@ func (b *Backend) renew(ctx context.Context, r *receipt) {
 			}
 		}
 	}
+}
+
+// release hands a dead letter back at once.
+func (b *Backend) release(m *gonats.Msg) {
+	_ = b.nc.Publish(m.Reply, ackNak)
 }
 
 func (b *Backend) ensureDead(ctx context.Context, qs *queueState, queue string) error {
@@ -246,8 +253,8 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	return n, nil
 }
 
-// PurgeDead implements driver.Backend with a stream purge filtered on the
-// queue's subject.
+// PurgeDead implements driver.Backend by deleting the queue's records one
+// by one (see deleteAll for why not a purge).
 func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	if b.closed.Load() {
 		return 0, driver.ErrClosed
@@ -255,5 +262,5 @@ func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	if err := checkQueue(queue); err != nil {
 		return 0, err
 	}
-	return b.purge(ctx, b.deadName(), b.deadSubject(queue))
+	return b.deleteAll(ctx, b.dead, b.deadSubject(queue))
 }

@@ -57,8 +57,9 @@
 // message was redelivered the first delivery's ack subject acts on the new
 // delivery (TestRawAckIsNotChecked shows 2.9.10 acking it; in the 2.15 source
 // progress updates and terms, too, look at the stream sequence only). So the backend
-// keeps each delivery's lease itself, from below: the lease starts when the
-// pull request was sent (before the server could deliver), is restarted by
+// keeps each delivery's lease itself, from below: the lease starts when a
+// no-wait pull request was sent (before the server could deliver) or when a
+// long-polled message arrived (one transit after the server sent it), is restarted by
 // Extend only when the server confirmed the InProgress before the lease
 // ended, and nothing is sent for a delivery once less than a tenth of the
 // AckWait (at most 1s) is left: Ack, Extend, Requeue and DeadLetter return

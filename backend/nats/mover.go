@@ -17,10 +17,9 @@ import (
 // retention and its single durable consumer give each delayed copy to one
 // mover at a time.
 func (b *Backend) runMover() {
-	defer b.wg.Done()
 	backoff := 100 * time.Millisecond
 	for b.ctx.Err() == nil {
-		msgs, _, err := b.fetch(b.ctx, b.delayName(), moverConsumer, DefaultMoverBatch)
+		msgs, _, err := b.fetch(b.ctx, b.delayName(), moverConsumer, DefaultMoverBatch, b.moveOne)
 		if err != nil {
 			if b.ctx.Err() != nil {
 				return
@@ -46,6 +45,8 @@ func (b *Backend) recreateMover() {
 	}
 }
 
+func (b *Backend) moveOne(m *gonats.Msg) { b.move([]*gonats.Msg{m}) }
+
 // move publishes the due messages to the work stream, waits for their acks,
 // then acks them; it naks the others with their remaining delay, so they
 // come back to a mover when due and never before. A publish that fails is
@@ -56,9 +57,11 @@ func (b *Backend) move(msgs []*gonats.Msg) {
 	var futures []jetstream.PubAckFuture
 	for _, m := range msgs {
 		if nb, ok := notBefore(m); ok && now.Before(nb) {
+			b.log.Debug("nats: mover: not due", "subject", m.Subject, "reply", m.Reply, "in", nb.Sub(now))
 			b.nak(m, nb.Sub(now)+time.Millisecond)
 			continue
 		}
+		b.log.Debug("nats: mover: due", "subject", m.Subject, "reply", m.Reply)
 		f, err := b.js.PublishMsgAsync(b.workCopy(m))
 		if err != nil {
 			b.log.Warn("nats: mover: publish", "subject", m.Subject, "err", err)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +62,11 @@ func startServer(t testing.TB, dir string, port int) *natsserver.Server {
 }
 
 func testConfig(url string) Config {
-	return Config{URL: url, Stream: testStream, DeadLease: 2 * time.Second, PollWait: 2 * time.Second}
+	cfg := Config{URL: url, Stream: testStream, DeadLease: 2 * time.Second, PollWait: 2 * time.Second}
+	if os.Getenv("NATS_TEST_DEBUG") != "" {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return cfg
 }
 
 type harness struct{ url string }
@@ -71,6 +77,10 @@ func (h harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
 
 func (harness) Close() {}
 
+// inprocessEnv carries the in-process server's URL to the suite's child
+// processes.
+const inprocessEnv = "ASYNCPLATFORM_NATS_TEST_INPROCESS_URL"
+
 func TestConformance(t *testing.T) {
 	t.Run("server", func(t *testing.T) {
 		url := realURL(t)
@@ -79,9 +89,16 @@ func TestConformance(t *testing.T) {
 		}, conformance.Options{})
 	})
 	t.Run("inprocess", func(t *testing.T) {
-		s := startServer(t, t.TempDir(), 0)
+		// The suite's ProcessKill case re-runs this test in a child process,
+		// which must reach the parent's server: pass its URL down.
+		url := os.Getenv(inprocessEnv)
+		if url == "" {
+			url = startServer(t, t.TempDir(), 0).ClientURL()
+			os.Setenv(inprocessEnv, url)
+			t.Cleanup(func() { os.Unsetenv(inprocessEnv) })
+		}
 		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
-			return harness{url: s.ClientURL()}, nil
+			return harness{url: url}, nil
 		}, conformance.Options{})
 	})
 }

@@ -34,10 +34,11 @@ var errNoConsumer = errors.New("consumer not found")
 // progress update or a nak names the stream sequence only, so after a
 // redelivery the old delivery's reply subject acts on the new one (checked on
 // 2.9.10 and in the 2.15 source). The backend therefore keeps each
-// delivery's lease itself: deadline is a lower bound of the server's
-// redelivery time (the pull request's send time, or the send time of the
-// last confirmed progress update, plus AckWait), and nothing is sent for a
-// delivery once less than guard is left.
+// delivery's lease itself: deadline estimates the server's redelivery time
+// from below (AckWait after the no-wait pull request was sent, or after a
+// long-polled message arrived, or after the last confirmed progress update
+// was sent), and nothing is sent for a delivery once less than guard is
+// left, which covers a message's transit both ways.
 type receipt struct {
 	mu       sync.Mutex
 	reply    string // the ack subject
@@ -100,7 +101,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 }
 
 func (b *Backend) receive(ctx context.Context, queue string, max int, ackWait time.Duration) ([]*driver.Delivery, error) {
-	msgs, start, err := b.fetch(ctx, b.cfg.Stream, workConsumer(queue), max)
+	msgs, start, err := b.fetch(ctx, b.cfg.Stream, workConsumer(queue), max, b.handBack)
 	if len(msgs) > 0 {
 		return deliveries(queue, msgs, start, ackWait), nil
 	}
@@ -112,12 +113,12 @@ func (b *Backend) receive(ctx context.Context, queue string, max int, ackWait ti
 // of every returned message's delivery time. It asks without waiting first;
 // when nothing is ready it long-polls for one message and then takes without
 // waiting whatever else is ready.
-func (b *Backend) fetch(ctx context.Context, stream, consumer string, max int) ([]*gonats.Msg, time.Time, error) {
-	msgs, start, err := b.pull(ctx, stream, consumer, max, 0)
+func (b *Backend) fetch(ctx context.Context, stream, consumer string, max int, late func(*gonats.Msg)) ([]*gonats.Msg, time.Time, error) {
+	msgs, start, err := b.pull(ctx, stream, consumer, max, 0, late)
 	for len(msgs) == 0 && err == nil {
-		msgs, start, err = b.pull(ctx, stream, consumer, 1, b.cfg.PollWait)
+		msgs, start, err = b.pull(ctx, stream, consumer, 1, b.cfg.PollWait, late)
 		if len(msgs) == 1 && max > 1 && err == nil {
-			more, _, _ := b.pull(ctx, stream, consumer, max-1, 0)
+			more, _, _ := b.pull(ctx, stream, consumer, max-1, 0, late)
 			return append(msgs, more...), start, nil
 		}
 	}
@@ -175,17 +176,21 @@ func (b *Backend) ensureWork(ctx context.Context, qs *queueState, queue string, 
 }
 
 // pull sends one pull request for up to batch messages to a consumer and
-// returns what it delivered and when the request was sent (a lower bound of
-// every delivery's start). wait zero asks without waiting; otherwise the
-// server holds the request up to wait.
+// returns what it delivered and when their leases start. wait zero asks
+// without waiting, and the start is when the request was sent: a lower
+// bound of the server's delivery time. Otherwise the server holds the
+// request up to wait, and the start is the first message's arrival: the
+// server delivered it one transit earlier, which the guard at the end of
+// every lease (see receipt) covers.
 //
-// jetstream's Fetch cannot be used here: when its caller gives up, the
-// request stays open on the server, which may then deliver a message to an
-// inbox nobody reads, counting a delivery that never reached anyone. Here, a
-// cancelled pull unsubscribes its inbox and flushes: the server stops
-// delivering to a request without interest, and whatever it delivered before
-// the unsubscribe has arrived by the time the flush returns, and is returned.
-func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, wait time.Duration) ([]*gonats.Msg, time.Time, error) {
+// A pull request cannot be withdrawn: unsubscribing its inbox stops the
+// server from choosing it for new deliveries, but a message the server
+// chose just before still arrives, to nobody, and counts as a delivery. So
+// when ctx ends first, pull returns at once and leaves the request to
+// drain, which waits for its end and gives each message that still comes to
+// late. When the Backend closes, the request is abandoned instead, which is
+// the crash that Close stands for.
+func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, wait time.Duration, late func(*gonats.Msg)) ([]*gonats.Msg, time.Time, error) {
 	ch := make(chan *gonats.Msg, batch+8)
 	inbox := b.nc.NewInbox()
 	sub, err := b.nc.ChanSubscribe(inbox, ch)
@@ -202,24 +207,107 @@ func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, 
 		_ = sub.Unsubscribe()
 		return nil, start, fmt.Errorf("nats: pull from %s: %w", consumer, err)
 	}
-	timer := time.NewTimer(wait + 5*time.Second) // the server ends the request by then
+	end := start.Add(wait + 5*time.Second) // the server ends the request by then
+	timer := time.NewTimer(time.Until(end))
 	defer timer.Stop()
 	var msgs []*gonats.Msg
 	for {
 		select {
 		case m := <-ch:
 			done, err := b.take(&msgs, m)
+			if wait > 0 && len(msgs) > 0 {
+				// A long poll's message was delivered at some time after
+				// the request: count its lease from its arrival.
+				start = time.Now()
+			}
 			if done || len(msgs) == batch {
 				_ = sub.Unsubscribe()
 				return msgs, start, err
 			}
 		case <-ctx.Done():
-			return b.abandon(sub, ch, msgs, start, ctx.Err())
+			if !b.spawn(func() { b.drain(sub, ch, end, late, stream == b.cfg.Stream) }) {
+				return b.abandon(sub, ch, msgs, start, wait > 0, driver.ErrClosed)
+			}
+			if len(msgs) > 0 {
+				return msgs, start, nil
+			}
+			return nil, start, ctx.Err()
 		case <-b.ctx.Done():
-			return b.abandon(sub, ch, msgs, start, driver.ErrClosed)
+			return b.abandon(sub, ch, msgs, start, wait > 0, driver.ErrClosed)
 		case <-timer.C:
-			return b.abandon(sub, ch, msgs, start, fmt.Errorf("nats: pull from %s: no answer from the server", consumer))
+			return b.abandon(sub, ch, msgs, start, wait > 0, fmt.Errorf("nats: pull from %s: no answer from the server", consumer))
 		}
+	}
+}
+
+// drain waits for the end of a pull request whose caller left, and hands
+// each message that still arrives to late. On the work stream it keeps
+// waiting when the Backend closes (Close waits for it, at most PollWait), so
+// that the usual shutdown, the platform's Stop and then Close, counts no
+// crash; elsewhere it abandons the request at Close.
+func (b *Backend) drain(sub *gonats.Subscription, ch chan *gonats.Msg, end time.Time, late func(*gonats.Msg), work bool) {
+	timer := time.NewTimer(time.Until(end))
+	defer timer.Stop()
+	closing := b.ctx.Done()
+	if work {
+		closing = nil
+	}
+	for {
+		var msgs []*gonats.Msg
+		var done bool
+		select {
+		case m := <-ch:
+			done, _ = b.take(&msgs, m)
+		case <-timer.C:
+			done = true
+		case <-closing:
+			msgs, _, _ = b.abandon(sub, ch, nil, time.Time{}, false, nil)
+			done = true
+		}
+		for _, m := range msgs {
+			late(m)
+		}
+		if done {
+			_ = sub.Unsubscribe()
+			return
+		}
+	}
+}
+
+// spawn runs fn in a goroutine that Close waits for, unless the Backend is
+// closing.
+func (b *Backend) spawn(fn func()) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return false
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+// handBack returns a work message that reached no caller to its queue
+// uncounted: a new copy is published (so its count starts again), then the
+// delivery is acked.
+func (b *Backend) handBack(m *gonats.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	md, err := parseAck(m.Reply)
+	if err != nil {
+		return
+	}
+	cp := &gonats.Msg{Subject: m.Subject, Data: m.Data, Header: gonats.Header{}}
+	cp.Header.Set(hdrMsgID, m.Header.Get(hdrMsgID)+"~"+strconv.FormatUint(md.seq, 10))
+	if _, err := b.js.PublishMsg(ctx, cp); err != nil {
+		b.log.Warn("nats: hand back a late delivery; it comes back after its lease", "subject", m.Subject, "err", err)
+		return
+	}
+	if _, err := b.nc.RequestWithContext(ctx, m.Reply, ackAck); err != nil {
+		b.log.Warn("nats: ack a handed-back delivery; it may come twice", "subject", m.Subject, "err", err)
 	}
 }
 
@@ -259,13 +347,16 @@ func (b *Backend) take(msgs *[]*gonats.Msg, m *gonats.Msg) (bool, error) {
 
 // abandon ends a pull early: unsubscribe, flush so that every message the
 // server sent before it saw the unsubscribe has arrived, then collect those.
-func (b *Backend) abandon(sub *gonats.Subscription, ch chan *gonats.Msg, msgs []*gonats.Msg, start time.Time, cause error) ([]*gonats.Msg, time.Time, error) {
+func (b *Backend) abandon(sub *gonats.Subscription, ch chan *gonats.Msg, msgs []*gonats.Msg, start time.Time, long bool, cause error) ([]*gonats.Msg, time.Time, error) {
 	_ = sub.Unsubscribe()
 	_ = b.nc.FlushTimeout(2 * time.Second)
 	for {
 		select {
 		case m := <-ch:
 			_, _ = b.take(&msgs, m)
+			if long && len(msgs) > 0 {
+				start = time.Now()
+			}
 		default:
 			if len(msgs) > 0 {
 				return msgs, start, nil
