@@ -83,7 +83,7 @@ func (b *Backend) Ack(ctx context.Context, d *driver.Delivery) error {
 // ackFlushTimeout and by Close, not by any one caller's context, since it
 // carries several callers' acks.
 func (b *Backend) flushAcks(queue string, a *acker) {
-	keys := b.keys(queue)[:keyLease+1]
+	keys := b.keys(queue)[:keyJobs+1]
 	for {
 		a.mu.Lock()
 		batch := a.pending

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,9 +40,57 @@ func benchClient(b *testing.B, poolSize int) *goredis.Client {
 	return c
 }
 
-func reportRate(b *testing.B, n int, d time.Duration) {
+// cpuMeter reads the CPU time spent by the Redis server (INFO cpu) and by
+// this process (getrusage), so a benchmark can say where the time goes even
+// when the machine is busy with other work.
+type cpuMeter struct {
+	rdb            *goredis.Client
+	server, client time.Duration
+	serverErr      error
+}
+
+func redisCPU(rdb *goredis.Client) (time.Duration, error) {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, err
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func startCPU(rdb *goredis.Client) *cpuMeter {
+	m := &cpuMeter{rdb: rdb}
+	m.server, m.serverErr = redisCPU(rdb)
+	m.client = selfCPU()
+	return m
+}
+
+// report adds the rate and the CPU time per job on each side.
+func (m *cpuMeter) report(b *testing.B, n int, d time.Duration) {
+	server, err := redisCPU(m.rdb)
+	client := selfCPU()
 	b.ReportMetric(float64(n)/d.Seconds(), "jobs/s")
 	b.ReportMetric(0, "ns/op")
+	if err == nil && m.serverErr == nil {
+		b.ReportMetric(float64((server-m.server).Microseconds())/float64(n), "redis-cpu-µs/job")
+	}
+	b.ReportMetric(float64((client-m.client).Microseconds())/float64(n), "client-cpu-µs/job")
 }
 
 func BenchmarkFacade(b *testing.B) {
@@ -82,6 +133,7 @@ func BenchmarkFacade(b *testing.B) {
 				}
 			}
 			b.ResetTimer()
+			cpu := startCPU(rdb)
 			start := time.Now()
 			if err := p.Start(ctx); err != nil {
 				b.Fatal(err)
@@ -93,7 +145,7 @@ func BenchmarkFacade(b *testing.B) {
 			}
 			elapsed := time.Since(start)
 			b.StopTimer()
-			reportRate(b, b.N, elapsed)
+			cpu.report(b, b.N, elapsed)
 			if err := p.Stop(ctx); err != nil {
 				b.Fatal(err)
 			}
@@ -134,6 +186,7 @@ func BenchmarkRaw(b *testing.B) {
 				b.Cleanup(func() { rdb.Del(ctx, src, proc) })
 				fillRaw(b, rdb, src, b.N)
 				b.ResetTimer()
+				cpu := startCPU(rdb)
 				start := time.Now()
 				var wg sync.WaitGroup
 				errs := make(chan error, c)
@@ -157,7 +210,7 @@ func BenchmarkRaw(b *testing.B) {
 				for err := range errs {
 					b.Fatal(err)
 				}
-				reportRate(b, b.N, elapsed)
+				cpu.report(b, b.N, elapsed)
 			})
 		}
 	}

@@ -25,6 +25,10 @@ const (
 	DefaultIdleWait = time.Second
 )
 
+// maxClaim bounds the messages one Receive hands out, so a claim script's
+// commands stay small.
+const maxClaim = 1000
+
 // MinLease is the shortest lease the backend honours (Capabilities.MinLease).
 const MinLease = 50 * time.Millisecond
 
@@ -182,9 +186,8 @@ func (b *Backend) keys(queue string) []string {
 	}
 	tag := "{" + b.cfg.Prefix + ":" + queue + "}:"
 	k := []string{
-		tag + "ready", tag + "sched", tag + "inflight", tag + "body",
-		tag + "count", tag + "lease", tag + "signal", tag + "seq",
-		tag + "dead", tag + "held", tag + "heldrec",
+		tag + "ready", tag + "sched", tag + "inflight", tag + "jobs",
+		tag + "signal", tag + "seq", tag + "dead", tag + "held", tag + "heldrec",
 	}
 	b.keyset[queue] = k
 	return k
@@ -192,10 +195,10 @@ func (b *Backend) keys(queue string) []string {
 
 // Indexes into Backend.keys.
 const (
-	keyLease  = 5
-	keySignal = 6
-	keySeq    = 7
-	keyDead   = 8
+	keyJobs   = 3
+	keySignal = 4
+	keySeq    = 5
+	keyDead   = 6
 )
 
 func (b *Backend) token() string {
@@ -298,6 +301,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 	if lease <= 0 {
 		return nil, fmt.Errorf("redis: receive from %q: lease %v must be positive", queue, lease)
 	}
+	max = min(max, maxClaim)
 	w := b.waiter(queue)
 	keys := b.keys(queue)
 	for {

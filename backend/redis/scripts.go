@@ -4,15 +4,23 @@ import goredis "github.com/redis/go-redis/v9"
 
 // Every state change is one of these scripts. Each one reads the server's
 // clock with TIME, so leases and schedules never depend on the clocks of the
-// worker machines. Times are Unix milliseconds.
+// worker machines. Times are Unix milliseconds. The scripts batch their
+// commands (one RPOP, HMGET, HSET, ZADD per claim; one HMGET, ZREM, HDEL per
+// batch of acks), since each redis.call costs about a microsecond of the
+// server's single thread.
 //
-// Key order, shared by all scripts (see Backend.keys); the hot ones (ack,
-// claim, enqueue) get only the leading keys they use, as Redis builds the
-// KEYS table afresh on every call:
+// Key order, shared by all scripts (see Backend.keys); the hot ones get only
+// the leading keys they use, as Redis builds the KEYS table on every call:
 //
-//	KEYS[1] ready     KEYS[2] sched    KEYS[3] inflight  KEYS[4] body
-//	KEYS[5] count     KEYS[6] lease    KEYS[7] signal    KEYS[8] seq
-//	KEYS[9] dead      KEYS[10] held    KEYS[11] heldrec
+//	KEYS[1] ready   KEYS[2] sched   KEYS[3] inflight  KEYS[4] jobs
+//	KEYS[5] signal  KEYS[6] seq     KEYS[7] dead      KEYS[8] held
+//	KEYS[9] heldrec
+//
+// The jobs hash holds, for copy id, the field id (the body) and the field
+// "m:"..id (the lease meta "<deliveries>:<deadline ms>:<token>", absent
+// until the first claim). The meta decides whether a receipt still holds its
+// lease: its token must match and its deadline must not have passed. The
+// inflight zset holds the same deadline, for the reaper.
 const (
 	luaNow = `
 local function now_ms()
@@ -25,37 +33,32 @@ end
 `
 	luaWake = `
 local function wake()
-  if redis.call('LLEN', KEYS[7]) == 0 then
-    redis.call('LPUSH', KEYS[7], '1')
+  if redis.call('LLEN', KEYS[5]) == 0 then
+    redis.call('LPUSH', KEYS[5], '1')
   end
 end
 `
-	// held checks that job id is leased under token tok and that the lease
-	// has not run out. forget removes every trace of job id but its place
-	// in a list.
+	// held returns the delivery count of copy id when it is leased under
+	// token tok and the lease has not run out, else nil. forget removes
+	// every trace of copy id but its place in a list.
 	luaHeld = `
 local function held(id, tok, now)
-  if redis.call('HGET', KEYS[6], id) ~= tok then
-    return false
-  end
-  local dl = redis.call('ZSCORE', KEYS[3], id)
-  if not dl or tonumber(dl) < now then
-    return false
-  end
-  return true
+  local m = redis.call('HGET', KEYS[4], 'm:' .. id)
+  if not m then return nil end
+  local c, dl, t = string.match(m, '^(%d+):(%d+):(.*)$')
+  if t ~= tok or tonumber(dl) < now then return nil end
+  return c
 end
 local function forget(id)
   redis.call('ZREM', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id)
-  redis.call('HDEL', KEYS[5], id)
-  redis.call('HDEL', KEYS[6], id)
+  redis.call('HDEL', KEYS[4], id, 'm:' .. id)
 end
 `
 	// store writes a new copy with body b, due at nb (ms; 0 or past means
 	// now).
 	luaStore = `
 local function store(now, nb, b)
-  local id = redis.call('INCR', KEYS[8])
+  local id = redis.call('INCR', KEYS[6])
   redis.call('HSET', KEYS[4], id, b)
   if nb > now then
     redis.call('ZADD', KEYS[2], ms(nb), id)
@@ -76,51 +79,64 @@ wake()
 return #ARGV / 2
 `)
 
-// claimScript returns expired leases to ready, promotes due scheduled jobs,
-// then hands out up to ARGV[1] jobs under a lease of ARGV[2] ms with tokens
-// ARGV[3]..n, counting each delivery. It returns {wait, id, count, token,
-// body, ...}; wait is, when nothing was claimed, the milliseconds until the
-// next scheduled job or lease deadline (-1: none), and 0 otherwise.
+// claimScript returns expired leases to ready (the reaper), promotes due
+// scheduled jobs, then hands out up to ARGV[1] jobs under a lease of ARGV[2]
+// ms with tokens ARGV[3]..n, counting each delivery. It returns {wait, id,
+// count, token, body, ...}; wait is, when nothing was claimed, the
+// milliseconds until the next scheduled job or lease deadline (-1: none).
 var claimScript = goredis.NewScript(luaNow + luaWake + `
 local now = now_ms()
 local moved = false
 local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms(now - 1), 'LIMIT', 0, 1000)
-for _, id in ipairs(expired) do
-  redis.call('ZREM', KEYS[3], id)
-  redis.call('HDEL', KEYS[6], id)
-  redis.call('LPUSH', KEYS[1], id)
+if #expired > 0 then
+  redis.call('ZREM', KEYS[3], unpack(expired))
+  redis.call('LPUSH', KEYS[1], unpack(expired))
   moved = true
 end
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ms(now), 'LIMIT', 0, 1000)
-for _, id in ipairs(due) do
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('LPUSH', KEYS[1], id)
+if #due > 0 then
+  redis.call('ZREM', KEYS[2], unpack(due))
+  redis.call('LPUSH', KEYS[1], unpack(due))
   moved = true
 end
 local out = {0}
 local n = 0
-local max = tonumber(ARGV[1])
-local deadline = ms(now + tonumber(ARGV[2]))
-while n < max do
-  local id = redis.call('RPOP', KEYS[1])
-  if not id then break end
-  local body = redis.call('HGET', KEYS[4], id)
-  if body then
-    n = n + 1
-    local c = redis.call('HINCRBY', KEYS[5], id, 1)
-    local tok = ARGV[3] .. n
-    redis.call('HSET', KEYS[6], id, tok)
-    redis.call('ZADD', KEYS[3], deadline, id)
-    out[#out + 1] = id
-    out[#out + 1] = c
-    out[#out + 1] = tok
-    out[#out + 1] = body
+local ids = redis.call('RPOP', KEYS[1], tonumber(ARGV[1]))
+if ids then
+  local fields = {}
+  for i, id in ipairs(ids) do
+    fields[2 * i - 1] = id
+    fields[2 * i] = 'm:' .. id
+  end
+  local vals = redis.call('HMGET', KEYS[4], unpack(fields))
+  local dl = ms(now + tonumber(ARGV[2]))
+  local metas, zs = {}, {}
+  for i, id in ipairs(ids) do
+    local body = vals[2 * i - 1]
+    if body then
+      local c = 1
+      if vals[2 * i] then
+        c = tonumber(string.match(vals[2 * i], '^(%d+):')) + 1
+      end
+      n = n + 1
+      local tok = ARGV[3] .. n
+      metas[#metas + 1] = fields[2 * i]
+      metas[#metas + 1] = ms(c) .. ':' .. dl .. ':' .. tok
+      zs[#zs + 1] = dl
+      zs[#zs + 1] = id
+      out[#out + 1] = id
+      out[#out + 1] = c
+      out[#out + 1] = tok
+      out[#out + 1] = body
+    end
+  end
+  if n > 0 then
+    redis.call('HSET', KEYS[4], unpack(metas))
+    redis.call('ZADD', KEYS[3], unpack(zs))
   end
 end
-if n > 0 or moved then
-  if redis.call('LLEN', KEYS[1]) > 0 then
-    wake()
-  end
+if (n > 0 or moved) and redis.call('LLEN', KEYS[1]) > 0 then
+  wake()
 end
 if n == 0 then
   local nextAt = -1
@@ -139,33 +155,48 @@ end
 return out
 `)
 
-// ackScript removes the jobs ARGV[1], ARGV[3], ... leased under tokens
-// ARGV[2], ARGV[4], ... It returns one number per job: 1, or 0 when its lease
-// is lost.
-var ackScript = goredis.NewScript(luaNow + luaHeld + `
+// ackScript removes the copies ARGV[1], ARGV[3], ... leased under tokens
+// ARGV[2], ARGV[4], ... It returns one number per copy: 1, or 0 when its
+// lease is lost.
+var ackScript = goredis.NewScript(luaNow + `
 local now = now_ms()
-local out = {}
-for i = 1, #ARGV, 2 do
-  if held(ARGV[i], ARGV[i + 1], now) then
-    forget(ARGV[i])
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
+local n = #ARGV / 2
+local fields = {}
+for i = 1, n do fields[i] = 'm:' .. ARGV[2 * i - 1] end
+local metas = redis.call('HMGET', KEYS[4], unpack(fields))
+local out, zrem, hdel = {}, {}, {}
+for i = 1, n do
+  out[i] = 0
+  if metas[i] then
+    local dl, t = string.match(metas[i], '^%d+:(%d+):(.*)$')
+    if t == ARGV[2 * i] and tonumber(dl) >= now then
+      out[i] = 1
+      zrem[#zrem + 1] = ARGV[2 * i - 1]
+      hdel[#hdel + 1] = ARGV[2 * i - 1]
+      hdel[#hdel + 1] = fields[i]
+    end
   end
+end
+if #zrem > 0 then
+  redis.call('ZREM', KEYS[3], unpack(zrem))
+  redis.call('HDEL', KEYS[4], unpack(hdel))
 end
 return out
 `)
 
-// extendScript renews the lease of job ARGV[1] under token ARGV[2] to ARGV[3]
-// ms from now. Returns 1, or 0 when the lease is lost.
+// extendScript renews the lease of copy ARGV[1] under token ARGV[2] to
+// ARGV[3] ms from now. Returns 1, or 0 when the lease is lost.
 var extendScript = goredis.NewScript(luaNow + luaHeld + `
 local now = now_ms()
-if not held(ARGV[1], ARGV[2], now) then return 0 end
-redis.call('ZADD', KEYS[3], 'XX', ms(now + tonumber(ARGV[3])), ARGV[1])
+local c = held(ARGV[1], ARGV[2], now)
+if not c then return 0 end
+local dl = ms(now + tonumber(ARGV[3]))
+redis.call('HSET', KEYS[4], 'm:' .. ARGV[1], c .. ':' .. dl .. ':' .. ARGV[2])
+redis.call('ZADD', KEYS[3], 'XX', dl, ARGV[1])
 return 1
 `)
 
-// requeueScript replaces job ARGV[1] leased under token ARGV[2] with a new
+// requeueScript replaces copy ARGV[1] leased under token ARGV[2] with a new
 // copy: body ARGV[4], due at ARGV[3] ms, delivery count zero. Returns 1, or 0
 // when the lease is lost.
 var requeueScript = goredis.NewScript(luaNow + luaWake + luaHeld + luaStore + `
@@ -177,13 +208,14 @@ wake()
 return 1
 `)
 
-// deadLetterScript removes job ARGV[1] leased under token ARGV[2] and appends
-// record ARGV[3] to the dead list. Returns 1, or 0 when the lease is lost.
+// deadLetterScript removes copy ARGV[1] leased under token ARGV[2] and
+// appends record ARGV[3] to the dead list. Returns 1, or 0 when the lease is
+// lost.
 var deadLetterScript = goredis.NewScript(luaNow + luaHeld + `
 local now = now_ms()
 if not held(ARGV[1], ARGV[2], now) then return 0 end
 forget(ARGV[1])
-redis.call('RPUSH', KEYS[9], ARGV[3])
+redis.call('RPUSH', KEYS[7], ARGV[3])
 return 1
 `)
 
@@ -191,12 +223,12 @@ return 1
 // holder vanished back at the head of the dead list.
 const restoreHeld = `
 local function restore(now)
-  local ex = redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', ms(now - 1))
+  local ex = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', ms(now - 1))
   for i = #ex, 1, -1 do
-    local rec = redis.call('HGET', KEYS[11], ex[i])
-    redis.call('ZREM', KEYS[10], ex[i])
-    redis.call('HDEL', KEYS[11], ex[i])
-    if rec then redis.call('LPUSH', KEYS[9], rec) end
+    local rec = redis.call('HGET', KEYS[9], ex[i])
+    redis.call('ZREM', KEYS[8], ex[i])
+    redis.call('HDEL', KEYS[9], ex[i])
+    if rec then redis.call('LPUSH', KEYS[7], rec) end
   end
 end
 `
@@ -206,29 +238,29 @@ end
 var nextDeadScript = goredis.NewScript(luaNow + restoreHeld + `
 local now = now_ms()
 restore(now)
-local rec = redis.call('LPOP', KEYS[9])
+local rec = redis.call('LPOP', KEYS[7])
 if not rec then return false end
-redis.call('HSET', KEYS[11], ARGV[1], rec)
-redis.call('ZADD', KEYS[10], ms(now + tonumber(ARGV[2])), ARGV[1])
+redis.call('HSET', KEYS[9], ARGV[1], rec)
+redis.call('ZADD', KEYS[8], ms(now + tonumber(ARGV[2])), ARGV[1])
 return rec
 `)
 
 // settleDeadScript releases the record held under token ARGV[1]: ARGV[2] "1"
 // drops it, "0" puts it back at the head. Returns 1, or 0 when the hold was
 // lost (an expired hold is put back).
-var settleDeadScript = goredis.NewScript(luaNow + restoreHeld + `
+var settleDeadScript = goredis.NewScript(luaNow + `
 local now = now_ms()
-local rec = redis.call('HGET', KEYS[11], ARGV[1])
-local dl = redis.call('ZSCORE', KEYS[10], ARGV[1])
+local rec = redis.call('HGET', KEYS[9], ARGV[1])
+local dl = redis.call('ZSCORE', KEYS[8], ARGV[1])
 if not rec or not dl then return 0 end
-redis.call('ZREM', KEYS[10], ARGV[1])
-redis.call('HDEL', KEYS[11], ARGV[1])
+redis.call('ZREM', KEYS[8], ARGV[1])
+redis.call('HDEL', KEYS[9], ARGV[1])
 if tonumber(dl) < now then
-  redis.call('LPUSH', KEYS[9], rec)
+  redis.call('LPUSH', KEYS[7], rec)
   return 0
 end
 if ARGV[2] == '0' then
-  redis.call('LPUSH', KEYS[9], rec)
+  redis.call('LPUSH', KEYS[7], rec)
 end
 return 1
 `)
@@ -239,9 +271,9 @@ var extendDeadScript = goredis.NewScript(luaNow + `
 local now = now_ms()
 local dl = ms(now + tonumber(ARGV[1]))
 for i = 2, #ARGV do
-  local s = redis.call('ZSCORE', KEYS[10], ARGV[i])
+  local s = redis.call('ZSCORE', KEYS[8], ARGV[i])
   if s and tonumber(s) >= now then
-    redis.call('ZADD', KEYS[10], 'XX', dl, ARGV[i])
+    redis.call('ZADD', KEYS[8], 'XX', dl, ARGV[i])
   end
 end
 return 1
@@ -254,13 +286,13 @@ local want = {}
 for i = 1, #ARGV do want[ARGV[i]] = true end
 local done = {}
 local removed = 0
-for _, rec in ipairs(redis.call('LRANGE', KEYS[9], 0, -1)) do
+for _, rec in ipairs(redis.call('LRANGE', KEYS[7], 0, -1)) do
   local c = string.find(rec, ':', 1, true)
   if c then
     local n = tonumber(string.sub(rec, 1, c - 1))
     if n and want[string.sub(rec, c + 1, c + n)] and not done[rec] then
       done[rec] = true
-      removed = removed + redis.call('LREM', KEYS[9], 0, rec)
+      removed = removed + redis.call('LREM', KEYS[7], 0, rec)
     end
   end
 end
@@ -270,8 +302,8 @@ return removed
 // purgeDeadScript removes every dead record, held ones included, and returns
 // how many it removed.
 var purgeDeadScript = goredis.NewScript(`
-local n = redis.call('LLEN', KEYS[9]) + redis.call('ZCARD', KEYS[10])
-redis.call('DEL', KEYS[9], KEYS[10], KEYS[11])
+local n = redis.call('LLEN', KEYS[7]) + redis.call('ZCARD', KEYS[8])
+redis.call('DEL', KEYS[7], KEYS[8], KEYS[9])
 return n
 `)
 
@@ -285,6 +317,6 @@ return {
   redis.call('LLEN', KEYS[1]) + dueS + lostF,
   redis.call('ZCARD', KEYS[2]) - dueS,
   redis.call('ZCARD', KEYS[3]) - lostF,
-  redis.call('LLEN', KEYS[9]) + redis.call('ZCARD', KEYS[10]),
+  redis.call('LLEN', KEYS[7]) + redis.call('ZCARD', KEYS[8]),
 }
 `)
