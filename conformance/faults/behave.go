@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
@@ -43,9 +44,12 @@ func newJob(id string, p Plan) *ap.Job {
 }
 
 // handler runs plans, writing a start event before the work and an end event
-// just before it returns. crash kills the worker.
-func handler(log *Log, worker string, crash func()) ap.Handler {
+// just before it returns. crash kills the worker; running counts the
+// handlers running.
+func handler(log *Log, worker string, crash func(), running *sync.WaitGroup) ap.Handler {
 	return func(ctx context.Context, j *ap.Job) error {
+		running.Add(1)
+		defer running.Done()
 		var p Plan
 		if err := json.Unmarshal(j.Payload, &p); err != nil {
 			return ap.Invalid(err)

@@ -191,6 +191,10 @@ func checkStarts(r *Report, id string, h History) {
 			if e.Result == ResultFail {
 				fails++
 			}
+		case KindAck:
+			if i, ok := open[attemptKey(e)]; ok && e.Result == string(ap.OutcomeHandedBack) {
+				endOf[i] = ResultCancel // handed back at shutdown: uncounted
+			}
 		}
 	}
 }

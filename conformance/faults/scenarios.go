@@ -359,9 +359,15 @@ func deadLetterCrash(t *testing.T, r *run) *Report {
 		s := r.spec()
 		s.Concurrency, s.DieInDeadLetter = 1, m
 		w := r.start(s, true)
-		select {
-		case <-w.Done():
-		case <-time.After(patience):
+		died := waitFor(patience, func() bool {
+			select {
+			case <-w.Done():
+				return true
+			default:
+				return r.deadIDs() >= n // nothing left to die on
+			}
+		})
+		if !died {
 			t.Fatalf("worker %s (dying %s DeadLetter) never died", w.Name(), m)
 		}
 	}

@@ -105,8 +105,8 @@ func quiet() *slog.Logger {
 }
 
 // startPlatform starts a platform working spec's queue over b, recording
-// into log. crash kills the worker.
-func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *Log, crash func()) (*ap.Platform, error) {
+// into log. crash kills the worker; running counts the handlers running.
+func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *Log, crash func(), running *sync.WaitGroup) (*ap.Platform, error) {
 	if spec.NoExtend || spec.DieInDeadLetter != "" {
 		b = &faulty{Backend: b, noExtend: spec.NoExtend, dieIn: spec.DieInDeadLetter, crash: crash}
 	}
@@ -139,7 +139,7 @@ func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *
 	if err != nil {
 		return nil, err
 	}
-	if err := p.Handle(jobType, handler(log, spec.Name, crash)); err != nil {
+	if err := p.Handle(jobType, handler(log, spec.Name, crash, running)); err != nil {
 		return nil, err
 	}
 	if err := p.Start(ctx); err != nil {
@@ -165,11 +165,12 @@ type worker interface {
 // ---- in-process workers ----
 
 type inproc struct {
-	name string
-	b    driver.Backend
-	p    *ap.Platform
-	log  *Log
-	stop time.Duration
+	name    string
+	b       driver.Backend
+	p       *ap.Platform
+	log     *Log
+	stop    time.Duration
+	running sync.WaitGroup
 
 	once sync.Once
 	done chan struct{}
@@ -186,7 +187,7 @@ func startInproc(ctx context.Context, tg Target, spec WorkerSpec) (*inproc, erro
 		return nil, err
 	}
 	w := &inproc{name: spec.Name, b: b, log: log, stop: spec.StopTimeout, done: make(chan struct{})}
-	p, err := startPlatform(ctx, b, spec, log, func() { go w.Kill() })
+	p, err := startPlatform(ctx, b, spec, log, w.crash, &w.running)
 	if err != nil {
 		b.Close()
 		log.Close()
@@ -199,9 +200,17 @@ func startInproc(ctx context.Context, tg Target, spec WorkerSpec) (*inproc, erro
 func (w *inproc) Name() string          { return w.name }
 func (w *inproc) Done() <-chan struct{} { return w.done }
 
-// Kill is an in-process crash: the history stops, the connection closes
-// (abandoning every unsettled delivery, as a dead process would), and the
-// platform's goroutines are wound down.
+// crash is an in-process crash, callable from the worker's own goroutines:
+// the history stops and the connection closes at once (abandoning every
+// unsettled delivery, as a dead process would); the platform's goroutines
+// are wound down in the background.
+func (w *inproc) crash() {
+	w.log.crash()
+	w.b.Close()
+	go w.Kill()
+}
+
+// Kill crashes the worker and waits until its goroutines are gone.
 func (w *inproc) Kill() {
 	w.once.Do(func() {
 		w.log.crash()
@@ -209,9 +218,11 @@ func (w *inproc) Kill() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 		defer cancel()
 		w.p.Stop(ctx)
+		waitGroup(&w.running, 5*time.Second)
 		w.log.Close()
 		close(w.done)
 	})
+	<-w.done
 }
 
 func (w *inproc) Term() {
@@ -219,10 +230,25 @@ func (w *inproc) Term() {
 		ctx, cancel := context.WithTimeout(context.Background(), w.stop)
 		defer cancel()
 		w.p.Stop(ctx)
+		waitGroup(&w.running, 5*time.Second) // the cancelled handlers write their ends
 		w.b.Close()
 		w.log.Close()
 		close(w.done)
 	})
+	<-w.done
+}
+
+// waitGroup waits for wg, at most d.
+func waitGroup(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
 }
 
 // ---- child processes ----
@@ -313,10 +339,11 @@ func runChild(tg Target, js string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	var p *ap.Platform
 	var b driver.Backend
+	var running sync.WaitGroup
 	for {
 		b, err = tg.Open(ctx, spec.Addr)
 		if err == nil {
-			if p, err = startPlatform(ctx, b, spec, log, crash); err == nil {
+			if p, err = startPlatform(ctx, b, spec, log, crash, &running); err == nil {
 				break
 			}
 			b.Close()
@@ -338,6 +365,7 @@ func runChild(tg Target, js string) {
 		ctx, cancel := context.WithTimeout(context.Background(), spec.StopTimeout)
 		p.Stop(ctx)
 		cancel()
+		waitGroup(&running, 5*time.Second) // the cancelled handlers write their ends
 		b.Close()
 		log.Close()
 		os.Exit(0)
