@@ -37,6 +37,11 @@ const (
 
 // DeadLetter is a job that will not be attempted again, with why.
 type DeadLetter struct {
+	// ID identifies this record (the job's ID, with a copy number when the
+	// job was retried or redriven before): a job dead-lettered again after a
+	// redrive makes a new record.
+	ID string
+
 	// Job is the job as last attempted: ID, type, payload, headers, its
 	// counters (TryCount = Failures + Crashes) and its error history.
 	Job Job
@@ -88,32 +93,40 @@ func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(con
 		return fmt.Errorf("asyncplatform: next dead letter of queue %q: %w", queue, err)
 	}
 	pop := false
+	var dl DeadLetter
 	defer func() {
 		// Settle on every path, panics included, with a context that
 		// outlives a cancelled ctx: the record must not stay hidden.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if serr := p.backend.SettleDead(sctx, dd, pop && err == nil); serr != nil && err == nil {
+		remove := pop && err == nil
+		serr := p.backend.SettleDead(sctx, dd, remove)
+		switch {
+		case serr != nil && err == nil:
 			err = fmt.Errorf("asyncplatform: settling dead letter %s of queue %q: %w", dd.ID, queue, serr)
+		case serr == nil && remove:
+			p.dropPayload(sctx, dl.PayloadRef) // nothing points at it any more
 		}
 	}()
-	dl := decodeDeadRecord(queue, dd.DeadMessage)
+	dl = decodeDeadRecord(queue, dd.DeadMessage)
 	if dl.PayloadRef != "" && p.cfg.PayloadStore != nil {
-		if b, gerr := p.cfg.PayloadStore.Get(ctx, dl.PayloadRef); gerr == nil {
+		b, gerr := p.cfg.PayloadStore.Get(ctx, dl.PayloadRef)
+		switch {
+		case gerr == nil:
 			dl.Job.Payload = b
+		case !errors.Is(gerr, ErrPayloadNotFound): // the record stays; try again later
+			return fmt.Errorf("asyncplatform: fetching the offloaded payload of dead letter %s: %w", dd.ID, gerr)
 		}
 	}
 	pop, err = fn(ctx, dl)
-	if pop && err == nil && dl.PayloadRef != "" {
-		defer p.dropPayload(context.WithoutCancel(ctx), dl.PayloadRef) // runs after the settle above
-	}
 	return err
 }
 
 func decodeDeadRecord(queue string, m driver.DeadMessage) DeadLetter {
-	var dl DeadLetter
+	dl := DeadLetter{ID: m.ID}
 	if err := decodeDead(m.Body, &dl); err != nil {
 		return DeadLetter{
+			ID:     m.ID,
 			Job:    Job{ID: m.ID, Queue: queue},
 			Queue:  queue,
 			Reason: ReasonInvalid,
@@ -157,13 +170,15 @@ func (p *Platform) DeadLetters(ctx context.Context, queue, cursor string, limit 
 }
 
 // Redrive moves dead letters back to their queue as fresh jobs: the counters
-// are reset to 0, the error history is kept. With no ids it redrives every
-// dead letter of the queue. It returns how many jobs it enqueued.
+// are reset to 0, the error history is kept, and a Deadline that has passed is
+// cleared (the operator asked for the job to run). With no ids it redrives
+// every dead letter of the queue; ids are job IDs or record IDs. It returns
+// how many jobs it enqueued.
 //
-// Each job is enqueued before its dead letter is deleted, so a crash in
-// between leaves a duplicate, never a loss. Records that were not jobs
-// (Raw) cannot be redriven and stay where they are; ids not found are
-// ignored.
+// Each job is enqueued before its record is deleted, so a crash in between
+// leaves a duplicate, never a loss. A record held by a NextDeadLetter caller at
+// that moment stays too (a duplicate, reported in the log). Records that were
+// not jobs (Raw) cannot be redriven and stay; ids not found are ignored.
 func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (int, error) {
 	if err := validQueue(queue); err != nil {
 		return 0, err
@@ -181,10 +196,10 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 			return 0, err
 		}
 		for _, dl := range page.Letters {
-			if dl.Raw != nil || seen[dl.Job.ID] || (len(ids) > 0 && !want[dl.Job.ID]) {
+			if dl.Raw != nil || seen[dl.ID] || (len(ids) > 0 && !want[dl.Job.ID] && !want[dl.ID]) {
 				continue
 			}
-			seen[dl.Job.ID] = true
+			seen[dl.ID] = true
 			picked = append(picked, dl)
 		}
 		if cursor = page.Next; cursor == "" {
@@ -193,21 +208,51 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 	}
 	done := 0
 	for _, dl := range picked {
-		j := dl.Job
-		j.Queue = queue
-		j.Failures, j.Crashes, j.TryCount, j.unhandled = 0, 0, 0, 0
-		j.NotBefore = time.Time{}
-		j.copyNo++
-		if err := p.put(ctx, queue, []*Job{&j}, false); err != nil {
-			return done, fmt.Errorf("asyncplatform: redriving job %s of queue %q: %w", j.ID, queue, err)
-		}
-		if _, err := p.backend.DeleteDead(ctx, queue, []string{j.ID}); err != nil {
-			return done, fmt.Errorf("asyncplatform: deleting redriven dead letter %s of queue %q (the job is enqueued; the record stays): %w", j.ID, queue, err)
+		if err := p.redriveOne(ctx, queue, dl); err != nil {
+			return done, err
 		}
 		done++
 	}
 	p.log.InfoContext(ctx, "asyncplatform: redrove dead letters", "queue", queue, "count", done)
 	return done, nil
+}
+
+func (p *Platform) redriveOne(ctx context.Context, queue string, dl DeadLetter) error {
+	j := dl.Job
+	j.Queue = queue
+	j.Failures, j.Crashes, j.TryCount, j.unhandled = 0, 0, 0, 0
+	j.NotBefore = time.Time{}
+	if !j.Deadline.IsZero() && !time.Now().Before(j.Deadline) {
+		j.Deadline = time.Time{}
+	}
+	j.copyNo++
+	// The job gets a payload reference of its own, so the record and the
+	// job never share one: whichever goes first cannot take the other's.
+	if dl.PayloadRef != "" && p.cfg.PayloadStore != nil {
+		b, err := p.cfg.PayloadStore.Get(ctx, dl.PayloadRef)
+		if err != nil {
+			return fmt.Errorf("asyncplatform: redriving job %s: fetching its offloaded payload: %w", j.ID, err)
+		}
+		ref, err := p.cfg.PayloadStore.Put(ctx, j.ID, b)
+		if err != nil {
+			return fmt.Errorf("asyncplatform: redriving job %s: storing its payload: %w", j.ID, err)
+		}
+		j.payloadRef = ref
+	}
+	if err := p.put(ctx, queue, []*Job{&j}, false); err != nil {
+		p.dropPayload(ctx, j.payloadRef)
+		return fmt.Errorf("asyncplatform: redriving job %s of queue %q: %w", j.ID, queue, err)
+	}
+	n, err := p.backend.DeleteDead(ctx, queue, []string{dl.ID})
+	switch {
+	case err != nil:
+		return fmt.Errorf("asyncplatform: deleting redriven dead letter %s of queue %q (the job is enqueued; the record stays): %w", dl.ID, queue, err)
+	case n == 0:
+		p.log.WarnContext(ctx, "asyncplatform: redriven dead letter was held or popped meanwhile; the job is enqueued and the record, if held, stays", "queue", queue, "record", dl.ID)
+	default:
+		p.dropPayload(ctx, dl.PayloadRef)
+	}
+	return nil
 }
 
 // unreferenced returns the refs no dead letter of the queue points at.
@@ -251,7 +296,7 @@ func (p *Platform) PurgeDeadLetters(ctx context.Context, queue string) (int, err
 			}
 			var ids, refs []string
 			for _, dl := range page.Letters {
-				ids = append(ids, dl.Job.ID)
+				ids = append(ids, dl.ID)
 				if dl.PayloadRef != "" {
 					refs = append(refs, dl.PayloadRef)
 				}

@@ -1,6 +1,7 @@
 package asyncplatform
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -293,6 +294,7 @@ func decodeDead(b []byte, d *DeadLetter) error {
 	if err := decodeJob(body, &d.Job, nil); err != nil {
 		return err
 	}
+	d.Job.Payload = bytes.Clone(d.Job.Payload) // the caller may keep or change it
 	d.Job.Queue = d.Queue
 	d.Job.TryCount = d.Job.Failures + d.Job.Crashes
 	d.PayloadRef = d.Job.payloadRef

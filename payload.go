@@ -162,7 +162,8 @@ func (s *DirStore) Refs() ([]string, error) {
 
 func (s *DirStore) path(ref string) (string, error) {
 	if ref == "" || ref != filepath.Base(ref) || strings.HasPrefix(ref, ".") {
-		return "", fmt.Errorf("asyncplatform: payload store: bad reference %q", ref)
+		// Not one of ours: to the job it is as gone as a deleted payload.
+		return "", fmt.Errorf("%w: %q is not a reference this store made", ErrPayloadNotFound, ref)
 	}
 	return filepath.Join(s.dir, ref), nil
 }

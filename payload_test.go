@@ -35,8 +35,8 @@ func TestDirStore(t *testing.T) {
 		t.Errorf("Get after Delete: %v", err)
 	}
 	for _, bad := range []string{"", "../x.payload", "a/b", ".tmp-1"} {
-		if _, err := s.Get(ctx, bad); err == nil || errors.Is(err, ErrPayloadNotFound) {
-			t.Errorf("Get(%q): %v, want a bad-reference error", bad, err)
+		if _, err := s.Get(ctx, bad); !errors.Is(err, ErrPayloadNotFound) {
+			t.Errorf("Get(%q): %v, want ErrPayloadNotFound (not a reference it made)", bad, err)
 		}
 	}
 	if _, err := NewDirStore(""); !errors.Is(err, ErrInvalidConfig) {

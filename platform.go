@@ -456,6 +456,13 @@ func (p *Platform) prepare(j *Job, now time.Time) error {
 		j.EnqueuedAt = now
 	}
 	j.TryCount, j.Failures, j.Crashes = 0, 0, 0
+	// A job re-enqueued from a dead letter or a handler starts afresh: its
+	// payload is offloaded again from Payload, and a new copy number keeps
+	// its message ID apart from the old copies' on deduplicating backends.
+	j.payloadRef, j.unhandled = "", 0
+	if j.copyNo > 0 {
+		j.copyNo++
+	}
 	return nil
 }
 
@@ -501,16 +508,21 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 // that outgrew the backend's limit (its error history grows with each retry)
 // loses its oldest error lines until it fits.
 func (p *Platform) message(j *Job) driver.Message {
-	id := j.ID
-	if j.copyNo > 0 {
-		id = j.ID + "." + strconv.FormatUint(j.copyNo, 10)
-	}
+	id := messageID(j)
 	body := encodeJob(j)
 	for p.caps.MaxBody > 0 && len(body) > p.caps.MaxBody && len(j.Errors) > 0 {
 		j.Errors = j.Errors[1:]
 		body = encodeJob(j)
 	}
 	return driver.Message{ID: id, Body: body, NotBefore: j.NotBefore}
+}
+
+// messageID names the current copy of j: its ID, then ID.N for the N-th copy.
+func messageID(j *Job) string {
+	if j.copyNo == 0 {
+		return j.ID
+	}
+	return j.ID + "." + strconv.FormatUint(j.copyNo, 10)
 }
 
 // envelopeHeadroom is kept free below the backend's limit by MaxPayload, for
@@ -589,6 +601,9 @@ func (p *Platform) Start(ctx context.Context) error {
 	fetchCtx, fetchCancel := context.WithCancel(context.Background())
 	p.fetchCancel = fetchCancel
 	p.health.start(fetchCtx)
+	hctx, hcancel := context.WithTimeout(ctx, p.cfg.HealthInterval)
+	p.health.run(hctx, p.log) // no job is taken before the checks have passed once
+	hcancel()
 	p.workCtx, p.workCancel = context.WithCancelCause(context.Background())
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	p.bgCancel = bgCancel
@@ -647,6 +662,9 @@ func (p *Platform) Stop(ctx context.Context) error {
 	p.stopping.Store(true)
 	p.fetchCancel()
 	p.fetchers.Wait() // each fetcher closes its work channel on return
+	for _, q := range p.queues {
+		q.handBackQueued()
+	}
 	var err error
 	select {
 	case <-p.stopDone:

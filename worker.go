@@ -1,10 +1,12 @@
 package asyncplatform
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"runtime/debug"
 	"strings"
@@ -30,7 +32,8 @@ type queueRunner struct {
 
 // inflight is one delivery held by this platform.
 type inflight struct {
-	d *driver.Delivery
+	d   *driver.Delivery
+	job Job // the worker's decoded job; the handler gets &job
 
 	mu      sync.Mutex // serialises backend calls on d
 	renewed time.Time  // when the lease was last started or extended
@@ -117,11 +120,57 @@ func (q *queueRunner) fetch(ctx context.Context) {
 
 func (q *queueRunner) work() {
 	for f := range q.jobs {
-		q.p.process(q, f)
-		q.mu.Lock()
-		delete(q.held, f)
-		q.mu.Unlock()
-		q.slots <- struct{}{}
+		q.runOne(f)
+	}
+}
+
+// runOne processes one delivery. A panic outside the handler (a hook, or a
+// bug here) is logged and the worker goes on; a handler that calls
+// runtime.Goexit ends this goroutine, so a replacement is started. Either
+// way the delivery is let go unsettled: its lease lapses and it comes back
+// with a crash counted, so a job that does this every time ends poisoned.
+func (q *queueRunner) runOne(f *inflight) {
+	normal := false
+	defer func() {
+		v := recover()
+		if v != nil {
+			q.p.log.Error("asyncplatform: panic while processing a job; it comes back after its lease", "queue", q.name, "panic", v, "stack", string(debug.Stack()))
+		}
+		q.release(f)
+		if v == nil && !normal { // runtime.Goexit
+			q.p.log.Error("asyncplatform: a handler called runtime.Goexit; its job comes back after its lease", "queue", q.name)
+			q.p.workers.Add(1)
+			go func() {
+				defer q.p.workers.Done()
+				q.work()
+			}()
+		}
+	}()
+	q.p.process(q, f)
+	normal = true
+}
+
+// release forgets a delivery and frees its claim slot.
+func (q *queueRunner) release(f *inflight) {
+	q.mu.Lock()
+	delete(q.held, f)
+	q.mu.Unlock()
+	q.slots <- struct{}{}
+}
+
+// handBackQueued hands back, at once, the jobs claimed ahead and not started.
+func (q *queueRunner) handBackQueued() {
+	for {
+		select {
+		case f, ok := <-q.jobs:
+			if !ok {
+				return
+			}
+			q.p.handBack(f)
+			q.release(f)
+		default:
+			return
+		}
 	}
 }
 
@@ -138,13 +187,15 @@ func (q *queueRunner) snapshot() []*inflight {
 // decodeDelivery decodes a delivery's job and adds the crashes its earlier
 // deliveries imply (see driver: every outcome but Ack writes a new copy, so
 // each earlier delivery of this copy ended with no outcome).
-func decodeDelivery(d *driver.Delivery, j *Job, types map[string]*handlerEntry) error {
+// Each of those crashes gets a line in the error history.
+func (p *Platform) decodeDelivery(d *driver.Delivery, j *Job, types map[string]*handlerEntry) error {
 	if err := decodeJob(d.Body, j, types); err != nil {
 		return err
 	}
 	j.Queue = d.Queue
-	if d.Deliveries > 1 {
-		j.Crashes += d.Deliveries - 1
+	for range d.Deliveries - 1 {
+		j.Crashes++
+		j.Errors = appendHistory(j.Errors, fmt.Sprintf("try %d: no outcome (the worker died or lost its lease)", j.Failures+j.Crashes), p.cfg.ErrorHistory)
 	}
 	j.TryCount = j.Failures + j.Crashes
 	return nil
@@ -153,12 +204,12 @@ func decodeDelivery(d *driver.Delivery, j *Job, types map[string]*handlerEntry) 
 // process decides and reports the outcome of one delivery.
 func (p *Platform) process(q *queueRunner, f *inflight) {
 	handlers := *p.handlers.Load()
-	j := new(Job)
-	if err := decodeDelivery(f.d, j, handlers); err != nil {
+	j := &f.job
+	if err := p.decodeDelivery(f.d, j, handlers); err != nil {
 		p.deadRaw(f, err)
 		return
 	}
-	if p.stopping.Load() {
+	if p.stopping.Load() || !p.health.ok() { // claimed ahead, before the stop or the failed check
 		p.handBack(f)
 		return
 	}
@@ -192,8 +243,14 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 		return
 	}
 
-	if j.payloadRef != "" && !p.fetchPayload(f, j) {
-		return
+	if j.payloadRef != "" {
+		if !p.fetchPayload(f, j) {
+			return
+		}
+	} else if len(j.Payload) > 0 {
+		// The payload aliases the delivered bytes, which must stay as they
+		// were (a retry, a hand-back or a redelivery is built from them).
+		j.Payload = bytes.Clone(j.Payload)
 	}
 
 	j.TryCount++ // this attempt
@@ -206,7 +263,12 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 	}
 	f.mu.Lock()
 	f.cancel = cancel
+	lost := f.lost
 	f.mu.Unlock()
+	if lost { // its lease lapsed while it waited: another worker has it now
+		cancel()
+		return
+	}
 	if p.log.Enabled(ctx, slog.LevelDebug) {
 		p.log.Debug("asyncplatform: attempt", "queue", j.Queue, "id", j.ID, "type", j.Type, "try", j.TryCount)
 	}
@@ -216,6 +278,13 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 	timedOut := herr != nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
 	cancel()
 
+	// Retries and dead letters are built from the job as delivered, not
+	// from whatever the handler did to *Job.
+	var next Job
+	if herr != nil {
+		_ = p.decodeDelivery(f.d, &next, handlers) // it decoded once already
+		next.TryCount = j.TryCount
+	}
 	var rej *RejectError
 	var serr error
 	switch {
@@ -233,15 +302,15 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 			delay = p.cfg.RejectDelay
 		}
 		a.Outcome, a.RetryAt = OutcomeRejected, time.Now().Add(delay)
-		serr = p.requeue(f, j, a.RetryAt)
+		serr = p.requeue(f, &next, a.RetryAt)
 		p.health.recheck()
 	default:
 		text := herr.Error()
 		if timedOut {
 			text = fmt.Sprintf("timed out after %v: %s", r.timeout, text)
 		}
-		j.Failures++
-		j.Errors = appendHistory(j.Errors, fmt.Sprintf("try %d at %s: %s", j.TryCount, start.UTC().Format(time.RFC3339), firstLine(text)), p.cfg.ErrorHistory)
+		next.Failures++
+		next.Errors = appendHistory(next.Errors, fmt.Sprintf("try %d at %s: %s", next.TryCount, start.UTC().Format(time.RFC3339), firstLine(text)), p.cfg.ErrorHistory)
 		var pe *PanicError
 		if errors.As(herr, &pe) {
 			text += "\n" + string(pe.Stack)
@@ -253,15 +322,15 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 			a.Reason = ReasonInvalid
 		case errors.As(herr, &perm):
 			a.Reason = ReasonPermanent
-		case j.Failures > r.retryLimit:
+		case next.Failures > r.retryLimit:
 			a.Reason = ReasonRetriesExceeded
 		default:
-			a.Outcome, a.RetryAt = OutcomeRetried, time.Now().Add(backoff(r, j.Failures))
-			serr = p.requeue(f, j, a.RetryAt)
+			a.Outcome, a.RetryAt = OutcomeRetried, time.Now().Add(backoff(r, next.Failures))
+			serr = p.requeue(f, &next, a.RetryAt)
 		}
 		if a.Reason != "" {
 			a.Outcome = OutcomeDeadLettered
-			serr = p.dead(f, j, a.Reason, text, nil)
+			serr = p.dead(f, &next, a.Reason, text, nil)
 		}
 	}
 	switch {
@@ -361,7 +430,7 @@ func (p *Platform) requeue(f *inflight, j *Job, at time.Time) error {
 // handBack returns a delivery uncounted, for shutdown.
 func (p *Platform) handBack(f *inflight) error {
 	var j Job
-	if err := decodeDelivery(f.d, &j, nil); err != nil {
+	if err := p.decodeDelivery(f.d, &j, nil); err != nil {
 		return err // not a job: it comes back after its lease and is dead-lettered then
 	}
 	err := p.requeue(f, &j, time.Time{})
@@ -375,7 +444,8 @@ func (p *Platform) handBack(f *inflight) error {
 func (p *Platform) dead(f *inflight, j *Job, reason Reason, text string, raw []byte) error {
 	j.TryCount = j.Failures + j.Crashes
 	dl := DeadLetter{Job: *j, Queue: f.d.Queue, Reason: reason, Error: text, DeadAt: time.Now(), Worker: p.cfg.WorkerName, Raw: raw}
-	rec := driver.DeadMessage{ID: j.ID, Body: encodeDead(&dl)}
+	dl.ID = messageID(j)
+	rec := driver.DeadMessage{ID: dl.ID, Body: encodeDead(&dl)}
 	err := p.settle(f, false, nil, &rec)
 	if err != nil {
 		return err
@@ -415,7 +485,9 @@ func (p *Platform) keepLeases(ctx context.Context) {
 }
 
 func (p *Platform) extend(f *inflight, now time.Time, every time.Duration) {
-	f.mu.Lock()
+	if !f.mu.TryLock() {
+		return // busy settling; never let one slow call hold up every lease
+	}
 	defer f.mu.Unlock()
 	if f.done || f.lost || now.Sub(f.renewed) < every {
 		return
@@ -432,6 +504,13 @@ func (p *Platform) extend(f *inflight, now time.Time, every time.Duration) {
 			f.cancel()
 		}
 		p.log.Warn("asyncplatform: lease lost; the handler is cancelled and the job will be delivered again", "queue", f.d.Queue, "error", err)
+	case now.Sub(f.renewed) >= p.cfg.Lease:
+		// The lease has certainly lapsed: the job may be running elsewhere.
+		f.lost = true
+		if f.cancel != nil {
+			f.cancel()
+		}
+		p.log.Warn("asyncplatform: could not extend a lease before it lapsed; the handler is cancelled and the job will be delivered again", "queue", f.d.Queue, "error", err)
 	default:
 		p.log.Warn("asyncplatform: extending a lease failed; will retry", "queue", f.d.Queue, "error", err)
 	}
@@ -439,15 +518,18 @@ func (p *Platform) extend(f *inflight, now time.Time, every time.Duration) {
 
 // backoff is exponential with full jitter: uniform in [0, min(cap, base·2^(n-1))].
 func backoff(r resolved, failures int) time.Duration {
-	d := r.backoffBase
+	d := min(r.backoffBase, r.backoffCap)
 	for i := 1; i < failures && d < r.backoffCap; i++ {
+		if d > r.backoffCap/2 {
+			d = r.backoffCap
+			break
+		}
 		d *= 2
 	}
-	d = min(d, r.backoffCap)
 	if d <= 0 {
 		return 0
 	}
-	return rand.N(d + 1)
+	return rand.N(min(d, math.MaxInt64-1) + 1)
 }
 
 func appendHistory(h []string, line string, limit int) []string {

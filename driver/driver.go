@@ -105,8 +105,10 @@ type Delivery struct {
 
 // DeadMessage is a dead-letter record to store.
 type DeadMessage struct {
-	// ID is the ID of the job the record is about. Several records may share
-	// an ID (a crash between the dead-letter write and the settle leaves a
+	// ID identifies the record: the Message.ID of the copy that was
+	// dead-lettered, so a job dead-lettered again after a redrive gets a new
+	// one. Several records may share an ID only as duplicates of one another
+	// (a crash between the dead-letter write and the settle leaves a
 	// duplicate, never a loss).
 	ID string
 
@@ -218,7 +220,7 @@ type Backend interface {
 
 	// DeleteDead removes every record of the queue's dead-letter queue whose
 	// ID is among ids, and returns how many it removed. Records held by a
-	// NextDead caller may be left alone.
+	// NextDead caller must be left alone (and not counted).
 	DeleteDead(ctx context.Context, queue string, ids []string) (int, error)
 
 	// PurgeDead removes every record of the queue's dead-letter queue and
