@@ -369,6 +369,8 @@ func (c *cli) deadPop(ctx context.Context, queue string, yes bool, maxN int) err
 			}
 			fmt.Fprintf(c.stderr, "the dead-letter queue %q is empty\n", queue)
 			return nil
+		case errors.Is(err, ap.ErrLeaseLost):
+			return fmt.Errorf("%w (the backend released the record while it was shown, so another caller may have it; nothing was popped)", err)
 		case err != nil:
 			return err
 		}

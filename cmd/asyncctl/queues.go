@@ -110,7 +110,7 @@ Examples:
 			fs.StringVar(&e.file, "file", "", "read the payload from `PATH` (- for stdin)")
 			fs.StringVar(&e.id, "id", "", "the job `ID`; generated when empty")
 			fs.DurationVar(&e.delay, "delay", 0, "do not run the job before this `DURATION` has passed")
-			fs.DurationVar(&e.deadline, "deadline", 0, "dead-letter the job as expired if it cannot start within this `DURATION`")
+			fs.DurationVar(&e.deadline, "deadline", 0, "dead-letter the job as expired if it cannot start within this `DURATION` (counted after --delay)")
 			fs.IntVar(&e.retryLimit, "retry-limit", -1, "failures allowed before the job is dead-lettered (`N`); -1: the worker's policy")
 			fs.IntVar(&e.poisonLimit, "poison-limit", -1, "crashes allowed before the job is dead-lettered as poison (`N`); -1: the worker's policy")
 			fs.Var(&headers, "header", "a `KEY=VALUE` header (repeatable)")
