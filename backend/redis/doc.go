@@ -14,19 +14,22 @@
 // default prefix "asyncplatform" and queue "mail":
 //
 //	{asyncplatform:mail}:seq       string  counter that names stored copies (1, 2, ...)
-//	{asyncplatform:mail}:body      hash    copy id -> message body
+//	{asyncplatform:mail}:jobs      hash    id -> body; "m:"+id -> lease meta "<deliveries>:<deadline ms>:<token>"
 //	{asyncplatform:mail}:ready     list    ids deliverable now (LPUSH in, RPOP out)
 //	{asyncplatform:mail}:sched     zset    ids waiting for NotBefore, scored by due time (ms)
 //	{asyncplatform:mail}:inflight  zset    ids handed out, scored by lease deadline (ms)
-//	{asyncplatform:mail}:lease     hash    copy id -> token of its current lease
-//	{asyncplatform:mail}:count     hash    copy id -> deliveries of this copy so far
 //	{asyncplatform:mail}:signal    list    wake tokens for idle receivers (at most a few)
 //	{asyncplatform:mail}:dead      list    dead-letter records, oldest first (RPUSH in)
 //	{asyncplatform:mail}:held      zset    hold token -> hold deadline (ms), records out with NextDead
 //	{asyncplatform:mail}:heldrec   hash    hold token -> the held record
 //
-// A dead-letter record is stored as "<len(id)>:<id><body>" so scripts can
-// match it by job ID without decoding the body.
+// A copy is one stored version of a job's message: Enqueue writes one, and
+// Requeue replaces one with a new copy under a new id, so a copy's delivery
+// count starts at zero. The lease meta of a copy is absent until its first
+// claim and stays (with a stale token) when an expired lease is reaped, so
+// the next claim counts on from it. A dead-letter record is stored as
+// "<len(id)>:<id><body>" so scripts can match it by job ID without decoding
+// the body.
 //
 // # How state changes and counts are kept
 //
@@ -36,15 +39,20 @@
 //   - Enqueue writes each body under a fresh id and pushes the id to ready,
 //     or to sched when NotBefore is in the future.
 //   - Receive's claim script first returns expired leases to ready and
-//     promotes due scheduled ids, then pops up to max ids, increments each
-//     one's delivery count (HINCRBY) and writes its lease (a token unique to
-//     this delivery, and the deadline in inflight) in the same step. A
-//     delivery that is never settled is therefore already counted, and its
-//     next delivery counts one more: that is how crashes are counted.
-//   - Ack, Extend, Requeue and DeadLetter check that the copy is still leased
-//     under the delivery's token and that the lease has not run out;
-//     otherwise they change nothing and return driver.ErrLeaseLost, so a
-//     stale receipt never touches a newer delivery.
+//     promotes due scheduled ids, then pops up to max ids (at most 1000),
+//     and for each increments its delivery count and writes its lease (a
+//     token unique to this delivery, built from a random per-Backend prefix
+//     and counters, and the deadline, in the meta and in inflight) in the
+//     same step. A delivery that is never settled is therefore already
+//     counted, and its next delivery counts one more: that is how crashes
+//     are counted.
+//   - Ack, Extend, Requeue and DeadLetter check that the copy's meta still
+//     carries the delivery's token and a deadline not yet passed; otherwise
+//     they change nothing and return driver.ErrLeaseLost, so a stale receipt
+//     never touches a newer delivery. Concurrent Acks on one queue share a
+//     script call (group commit: a call goes out at once when none is in
+//     progress, and the Acks arriving meanwhile ride on the next one); each
+//     is still checked against its own token.
 //   - Requeue removes the copy and stores the new body under a new id (count
 //     zero) in ready or sched, in one script. DeadLetter removes the copy and
 //     appends the record to the dead list, in one script.

@@ -462,13 +462,18 @@ func (b *Backend) Close() error {
 		}
 		b.mu.Unlock()
 		// Wake our own blocked BLPOPs (another process may take the
-		// token instead; then ours ends within IdleWait).
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		// token instead; then ours ends within a second), and take back
+		// the tokens nobody took, so a deleted queue stays deleted.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		tok := "close:" + b.tokens
 		for _, s := range signals {
-			_ = b.rdb.LPush(ctx, s, "1").Err()
+			_ = b.rdb.LPush(ctx, s, tok).Err()
 		}
-		cancel()
 		b.wg.Wait()
+		for _, s := range signals {
+			_ = b.rdb.LRem(ctx, s, 0, tok).Err()
+		}
 	})
 	return nil
 }
