@@ -359,7 +359,7 @@ func (c *cli) deadPop(ctx context.Context, queue string, yes bool, maxN int) err
 				printDead(c.stdout, time.Now(), dl)
 			}
 			var err error
-			action, err = c.ask()
+			action, err = c.ask(ctx)
 			return action == popIt, err
 		})
 		switch {
@@ -394,10 +394,10 @@ func (c *cli) deadPop(ctx context.Context, queue string, yes bool, maxN int) err
 }
 
 // ask reads the user's choice for the record shown.
-func (c *cli) ask() (popAction, error) {
+func (c *cli) ask(ctx context.Context) (popAction, error) {
 	for {
 		fmt.Fprint(c.stderr, "pop, redrive, keep or quit? [p/r/k/q] ")
-		ans, err := c.line()
+		ans, err := c.line(ctx)
 		if errors.Is(err, io.EOF) {
 			fmt.Fprintln(c.stderr)
 			return keepIt, nil
@@ -612,7 +612,7 @@ func (c *cli) deadPurge(ctx context.Context, queue string, yes bool) error {
 		if s.Dead > 0 {
 			what = fmt.Sprintf("%d dead letters", s.Dead)
 		}
-		ok, err := c.confirm(fmt.Sprintf("Delete %s of queue %q for good?", what, queue))
+		ok, err := c.confirm(ctx, fmt.Sprintf("Delete %s of queue %q for good?", what, queue))
 		if err != nil {
 			return err
 		}

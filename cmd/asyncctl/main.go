@@ -171,6 +171,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitOK
 	}
 	cmd, rest := find(cmds, args)
+	if cmd == nil && args[0] == "dead" {
+		fmt.Fprintf(stderr, "asyncctl: dead needs a subcommand: list, show, pop, redrive or purge\nRun \"asyncctl help\" for usage.\n")
+		return exitUsage
+	}
 	if cmd == nil {
 		fmt.Fprintf(stderr, "asyncctl: unknown command %q\nRun \"asyncctl help\" for usage.\n", strings.Join(args, " "))
 		return exitUsage
@@ -341,22 +345,37 @@ func redactURL(raw string) string {
 	return s
 }
 
-// line reads one line of stdin, trimmed; io.EOF when stdin is done.
-func (c *cli) line() (string, error) {
+// line reads one line of stdin, trimmed; io.EOF when stdin is done. It
+// returns ctx.Err() when ctx ends first (Ctrl-C at a prompt); the read
+// itself ends with the process.
+func (c *cli) line(ctx context.Context) (string, error) {
 	if c.in == nil {
 		c.in = bufio.NewReader(c.stdin)
 	}
-	s, err := c.in.ReadString('\n')
-	if err != nil && (s == "" || !errors.Is(err, io.EOF)) {
-		return "", err
+	type result struct {
+		s   string
+		err error
 	}
-	return strings.TrimSpace(s), nil
+	ch := make(chan result, 1)
+	go func() {
+		s, err := c.in.ReadString('\n')
+		ch <- result{s, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil && (r.s == "" || !errors.Is(r.err, io.EOF)) {
+			return "", r.err
+		}
+		return strings.TrimSpace(r.s), nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
 }
 
 // confirm asks a yes/no question on stderr; only "y" or "yes" is yes.
-func (c *cli) confirm(question string) (bool, error) {
+func (c *cli) confirm(ctx context.Context, question string) (bool, error) {
 	fmt.Fprintf(c.stderr, "%s [y/N] ", question)
-	ans, err := c.line()
+	ans, err := c.line(ctx)
 	if errors.Is(err, io.EOF) {
 		fmt.Fprintln(c.stderr)
 		return false, nil

@@ -176,7 +176,8 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, "Usage:"},
 		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
-		{[]string{"dead"}, `unknown command "dead"`},
+		{[]string{"dead"}, "dead needs a subcommand: list, show, pop, redrive or purge"},
+		{[]string{"dead", "drop"}, "dead needs a subcommand"},
 		{[]string{"help", "nope"}, `no command "nope"`},
 		{[]string{"queues", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"queues"}, "no backend URL: give --url or set ASYNCPLATFORM_URL"},
