@@ -48,7 +48,9 @@
 // The mover consumer has MaxAckPending unlimited, so copies scheduled far
 // ahead never block due ones. A message is never moved before its
 // NotBefore by the mover's clock; it is usually moved within milliseconds
-// after. Clocks of the enqueuer and the mover should agree.
+// after. Clocks of the enqueuer and the mover should agree. A delayed copy
+// held by a mover that closed or died comes back after Config.MoverAckWait
+// (5s), so it can be that late.
 //
 // # Leases and stale receipts
 //
@@ -82,15 +84,22 @@
 //
 // # Receiving
 //
-// Receive uses its own pull requests rather than jetstream's Fetch, whose
-// request stays open on the server after the caller gave up: the server
-// could then deliver a message nobody reads, counting a crash that did not
-// happen (for instance at every graceful Stop). Each Receive subscribes a
-// fresh inbox, asks for up to max messages without waiting and, if none are
-// ready, long-polls (Config.PollWait) for one and takes whatever else is
-// ready without waiting. A cancelled Receive unsubscribes and flushes; the
-// server drops a pull request whose inbox has no interest, and what it
-// delivered before is returned rather than lost.
+// Receive uses its own pull requests rather than jetstream's Fetch. Each
+// Receive subscribes a fresh inbox, asks for up to max messages without
+// waiting and, if none are ready, long-polls (Config.PollWait) for one and
+// takes whatever else is ready without waiting.
+//
+// A pull request cannot be withdrawn. Unsubscribing its inbox makes the
+// server skip it for new deliveries (it checks interest first), but a
+// message it chose just before still arrives, to nobody, and comes back
+// after its AckWait counted as a crash: at every graceful Stop this would
+// now and then spend a try of an innocent job. So a Receive whose ctx ends
+// returns at once and leaves its request to a drain goroutine, which keeps
+// the inbox until the server ends the request (at most PollWait) and hands
+// back whatever still arrives uncounted: a new copy is published, then the
+// delivery is acked. Close waits for these drains, so the usual shutdown
+// (the platform's Stop, then Close) counts no crash; a Receive still
+// running at Close is abandoned, the crash Close stands for.
 //
 // # Dead letters
 //
@@ -104,9 +113,16 @@
 // without settling releases it after DeadLease; a Backend that closes naks
 // its held records at once. ListDead walks the stream by subject (the
 // cursor is the next sequence to read) with the STREAM.MSG.GET next_by_subj
-// request; DeleteDead walks and deletes by sequence; PurgeDead is a purge
-// filtered on the queue's subject and returns the server's count.
+// request; DeleteDead and PurgeDead walk and delete by sequence.
 // Dead letters are kept until deleted; nothing expires them.
+//
+// # No purges
+//
+// The backend never purges a stream. On nats-server 2.9.10 a purge filtered
+// on one subject moves every consumer of the stream past all its messages,
+// those of other subjects included: they stay in the stream and are never
+// delivered (TestFilteredPurgeFact shows it; 2.15 is fine). PurgeDead and
+// DeleteQueue therefore delete message by message, two round trips each.
 //
 // # Limits
 //

@@ -45,13 +45,11 @@ func TestFilteredPurgeFact(t *testing.T) {
 			}
 			get := func(ack bool) jetstream.Msg {
 				b, _ := c.Fetch(1, jetstream.FetchMaxWait(1500*time.Millisecond))
-				for m := range b.Messages() {
-					if ack {
-						_ = m.Ack()
-					}
-					return m
+				m, ok := <-b.Messages()
+				if ok && ack {
+					_ = m.Ack()
 				}
-				return nil
+				return m
 			}
 			_ = get(false).NakWithDelay(100 * time.Millisecond) // pending, as the mover's are
 			if err := s.Purge(ctx, jetstream.WithPurgeSubject(stream+".y")); err != nil {
