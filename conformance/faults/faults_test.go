@@ -116,10 +116,12 @@ func redisTarget(t *testing.T) Target {
 		Garbage: func(ctx context.Context, addr, queue string, raw []byte) error {
 			c := goredis.NewClient(&goredis.Options{Addr: addr})
 			defer c.Close()
+			// The layout of backend/redis/scripts.go: the body is the
+			// field <id> of the jobs hash, and the id goes on the ready list.
 			k := "{" + redisPrefix + ":" + queue + "}:"
 			id := "garbage-" + randHex()
 			_, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-				p.HSet(ctx, k+"body", id, raw)
+				p.HSet(ctx, k+"jobs", id, raw)
 				p.LPush(ctx, k+"ready", id)
 				return nil
 			})
