@@ -29,8 +29,10 @@ const (
 // qchan is the channel a queue's consumers run on. gen numbers it: receipts
 // carry it, and a receipt whose channel is gone is stale.
 type qchan struct {
-	ch  *amqp.Channel
-	gen uint64
+	ch       *amqp.Channel
+	gen      uint64
+	prefetch int
+	held     atomic.Int64 // deliveries handed out and not yet settled
 }
 
 // consumer is one basic.consume on a work queue.
@@ -90,7 +92,7 @@ func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*cons
 			ch.Close()
 			return nil, fmt.Errorf("rabbit: set prefetch %d: %w", prefetch, err)
 		}
-		qc = &qchan{ch: ch, gen: b.chanGen.Add(1)}
+		qc = &qchan{ch: ch, gen: b.chanGen.Add(1), prefetch: prefetch}
 	}
 	tag := fmt.Sprintf("asyncplatform-%d-%d", os.Getpid(), consumerSeq.Add(1))
 	dl, err := qc.ch.Consume(b.workName(queue), tag, false, false, false, false, nil)
@@ -177,48 +179,84 @@ func (b *Backend) ended(c *consumer) {
 	b.mu.Unlock()
 }
 
+// quietRound is how long release waits for more deliveries before it takes
+// the broker's pipeline as quiet (two rounds in a row).
+const quietRound = 20 * time.Millisecond
+
 // release cancels the consumer and hands back each message it buffered: a
 // copy that keeps the original's delivery count in baseHeader, confirmed,
 // then the original acked.
+//
+// A quorum queue can deliver to a consumer after its basic.cancel-ok (a
+// settle just before the cancel opened the prefetch window), and the client
+// drops such deliveries, which would then come back counted when the
+// channel closes. So release first collects deliveries, acking nothing (the
+// window can only shrink), until the window is full or the pipeline has been
+// quiet for two rounds; then it cancels, collects what is left, and only
+// then acks the originals of the copies.
 func (b *Backend) release(c *consumer) {
-	if err := c.ch.Cancel(c.tag, false); err != nil {
-		return // the channel is gone, and its messages with it
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
 	defer cancel()
-	n := 0
+	var tags []uint64 // originals whose copy is stored
 	failed := false
-	for d := range c.deliveries {
-		n++
+	take := func(d amqp.Delivery) {
 		if failed {
 			c.ch.Nack(d.DeliveryTag, false, true)
-			continue
+			return
 		}
-		pub := copyOf(d)
-		var m outMsg
-		var err error
-		if rem := delayLeft(d.Headers); rem > 0 {
-			m, err = b.delayed(ctx, c.queue, pub, rem)
-		} else {
-			if base := baseOf(d.Headers) + deliveryCount(d.Headers); base > 0 {
-				pub.Headers = amqp.Table{baseHeader: int64(base)}
-			}
-			m = outMsg{key: b.workName(c.queue), pub: pub}
-		}
-		if err == nil {
-			err = b.publish(ctx, m)
-		}
-		if err != nil {
+		if err := b.handBack(ctx, c.queue, d); err != nil {
 			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "id", d.MessageId, "err", err)
 			c.ch.Nack(d.DeliveryTag, false, true)
 			failed = true
-			continue
+			return
 		}
-		c.ch.Ack(d.DeliveryTag, false)
+		tags = append(tags, d.DeliveryTag)
 	}
-	if n > 0 {
-		b.log.Debug("handed back buffered messages", "queue", c.queue, "messages", n)
+	t := time.NewTimer(quietRound)
+	defer t.Stop()
+collect:
+	for quiet := 0; quiet < 2 && int(c.held.Load())+len(tags) < c.prefetch; {
+		select {
+		case d, ok := <-c.deliveries:
+			if !ok {
+				break collect
+			}
+			take(d)
+			quiet = 0
+		case <-t.C:
+			quiet++
+			t.Reset(quietRound)
+		}
 	}
+	if err := c.ch.Cancel(c.tag, false); err == nil {
+		for d := range c.deliveries {
+			take(d)
+		}
+	}
+	for _, tag := range tags {
+		c.ch.Ack(tag, false)
+	}
+	if len(tags) > 0 {
+		b.log.Debug("handed back buffered messages", "queue", c.queue, "messages", len(tags))
+	}
+}
+
+// handBack stores an uncounted copy of a delivery that was never handed
+// out: to the work queue with its count kept in baseHeader, or on to its
+// next delay queue when it still has delay left.
+func (b *Backend) handBack(ctx context.Context, queue string, d amqp.Delivery) error {
+	pub := copyOf(d)
+	if rem := delayLeft(d.Headers); rem > 0 {
+		m, err := b.delayed(ctx, queue, pub, rem)
+		if err != nil {
+			return err
+		}
+		return b.publish(ctx, m)
+	}
+	if base := baseOf(d.Headers) + deliveryCount(d.Headers); base > 0 {
+		pub.Headers = amqp.Table{baseHeader: int64(base)}
+	}
+	return b.publish(ctx, outMsg{key: b.workName(queue), pub: pub})
 }
 
 // copyOf returns the publish of a copy of d, without its headers.
@@ -287,6 +325,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 				b.hop(ctx, c, d, rem)
 				continue
 			}
+			c.held.Add(1)
 			out = append(out, &driver.Delivery{
 				Queue:      queue,
 				Body:       d.Body,
@@ -428,6 +467,7 @@ func (b *Backend) settle(r *receipt) error {
 	if !r.settled.CompareAndSwap(false, true) {
 		return fmt.Errorf("rabbit: delivery tag %d already settled: %w", r.tag, driver.ErrLeaseLost)
 	}
+	r.c.held.Add(-1)
 	if r.c.ch.IsClosed() {
 		return fmt.Errorf("rabbit: channel generation %d is closed: %w", r.c.gen, driver.ErrLeaseLost)
 	}
