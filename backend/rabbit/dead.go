@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -87,9 +89,72 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 	return nil
 }
 
-// ListDead reads the dead-letter queue with basic.get on a side channel and
-// closes the channel, which returns every record to its place. The cursor is
-// the number of records to skip, so a page costs skip+limit round trips.
+// scanIdle bounds the wait for the next record of a scan: records counted
+// at its start may since have been taken by a NextDead caller.
+const scanIdle = 500 * time.Millisecond
+
+// scanDead reads up to want records from the head of the dead-letter queue
+// on ch, in order, calling fn for each until it returns false. It streams
+// them with a consumer whose prefetch is the number wanted (up to AMQP's
+// 65535, then basic.get one by one), and acks nothing itself: when the
+// caller closes ch, every record not acked goes back to its place (a
+// classic queue requeues in place).
+func scanDead(ctx context.Context, ch *amqp.Channel, name string, want int, fn func(amqp.Delivery) bool) error {
+	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("rabbit: inspect %q: %w", name, err)
+	}
+	n := min(want, q.Messages)
+	if n == 0 {
+		return nil
+	}
+	window := min(n, 65535)
+	if err := ch.Qos(window, 0, false); err != nil {
+		return fmt.Errorf("rabbit: set prefetch %d: %w", window, err)
+	}
+	dl, err := ch.Consume(name, "", false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("rabbit: consume %q: %w", name, err)
+	}
+	idle := time.NewTimer(scanIdle)
+	defer idle.Stop()
+	seen := 0
+	for seen < window {
+		select {
+		case d, ok := <-dl:
+			if !ok {
+				return fmt.Errorf("rabbit: reading %q: channel closed", name)
+			}
+			seen++
+			if !fn(d) {
+				return nil
+			}
+			idle.Reset(scanIdle)
+		case <-idle.C:
+			return nil // fewer records than counted: others hold them
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for ; seen < n; seen++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		d, ok, err := ch.Get(name, false)
+		if err != nil {
+			return fmt.Errorf("rabbit: get from %q: %w", name, err)
+		}
+		if !ok || !fn(d) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// ListDead reads skip+limit+1 records from the head of the dead-letter
+// queue on a side channel (see scanDead) and closes the channel, which
+// returns every record to its place. The cursor is the number of records to
+// skip, so a page costs skip+limit records streamed.
 func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int) ([]driver.DeadMessage, string, error) {
 	if err := b.check(queue); err != nil {
 		return nil, "", err
@@ -111,26 +176,18 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 	var recs []driver.DeadMessage
 	next := ""
 	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
-		for i := 0; i < skip+limit; i++ {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			d, ok, err := ch.Get(b.deadName(queue), false)
-			if err != nil {
-				return fmt.Errorf("rabbit: get from %q: %w", b.deadName(queue), err)
-			}
-			if !ok {
-				return nil
-			}
-			if i >= skip {
+		i := 0
+		return scanDead(ctx, ch, b.deadName(queue), skip+limit+1, func(d amqp.Delivery) bool {
+			switch {
+			case i == skip+limit:
+				next = strconv.Itoa(skip + limit)
+				return false
+			case i >= skip:
 				recs = append(recs, driver.DeadMessage{ID: d.MessageId, Body: d.Body})
 			}
-			if d.MessageCount == 0 {
-				return nil
-			}
-		}
-		next = strconv.Itoa(skip + limit)
-		return nil
+			i++
+			return true
+		})
 	})
 	if err != nil {
 		return nil, "", err
@@ -138,8 +195,8 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 	return recs, next, nil
 }
 
-// DeleteDead reads the whole dead-letter queue with basic.get on a side
-// channel, acks the records whose ID is among ids, and closes the channel,
+// DeleteDead reads the whole dead-letter queue on a side channel (see
+// scanDead), acks the records whose ID is among ids, and closes the channel,
 // which returns the others to their place.
 func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (int, error) {
 	if err := b.check(queue); err != nil {
@@ -157,27 +214,25 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	}
 	n := 0
 	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
-		for {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			d, ok, err := ch.Get(b.deadName(queue), false)
-			if err != nil {
-				return fmt.Errorf("rabbit: get from %q: %w", b.deadName(queue), err)
-			}
-			if !ok {
-				return nil
-			}
+		// Ack after the scan: an ack during it would open the consumer's
+		// window to records past it, which basic.get then cannot see.
+		var tags []uint64
+		err := scanDead(ctx, ch, b.deadName(queue), math.MaxInt, func(d amqp.Delivery) bool {
 			if want[d.MessageId] {
-				if err := ch.Ack(d.DeliveryTag, false); err != nil {
-					return fmt.Errorf("rabbit: ack dead letter %q: %w", d.MessageId, err)
-				}
-				n++
+				tags = append(tags, d.DeliveryTag)
 			}
-			if d.MessageCount == 0 {
-				return nil
-			}
+			return true
+		})
+		if err != nil {
+			return err
 		}
+		for _, tag := range tags {
+			if err := ch.Ack(tag, false); err != nil {
+				return fmt.Errorf("rabbit: ack dead letter: %w", err)
+			}
+			n++
+		}
+		return nil
 	})
 	return n, err
 }
