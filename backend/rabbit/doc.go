@@ -1,6 +1,8 @@
 // Package rabbit is the RabbitMQ backend of asyncplatform, on
 // github.com/rabbitmq/amqp091-go. It needs RabbitMQ 3.10 or later and no
-// plugin.
+// plugin. Importing it registers the amqp:// and amqps:// schemes for
+// asyncplatform.Open (query parameters prefix and prefetch set Config.Prefix
+// and Config.Prefetch).
 //
 // # Broker layout
 //
@@ -12,16 +14,19 @@
 //     published to it by the backend (no broker dead-lettering); the AMQP
 //     message-id is the job ID.
 //   - p.q.delay.<ms>: the delay queues, one per step of a fixed ladder
-//     (50ms, 100ms, 200ms, … doubling up to 104857600ms, about 29h; 22 steps).
-//     Each is a durable classic queue with a queue-level x-message-ttl of
-//     its step and a dead-letter route (x-dead-letter-exchange "",
-//     x-dead-letter-routing-key p.q) back to the work queue. They are
-//     declared the first time a delay needs them, and belong to their queue
-//     (DeleteQueue removes them with it).
+//     (50ms, 100ms, 200ms, … doubling up to 104857600ms, about 29h; 22
+//     steps). Each is a durable classic queue with a queue-level
+//     x-message-ttl of its step and a dead-letter route
+//     (x-dead-letter-exchange "", x-dead-letter-routing-key p.q) back to
+//     the work queue. They are declared the first time a delay needs them
+//     and belong to their queue: DeleteQueue removes them with it. (Sharing
+//     them between queues would need the route back in each message, which a
+//     queue-level dead-letter route cannot carry.)
 //
 // Every publish is persistent, mandatory, and waits for its publisher
 // confirm; a returned (unroutable) publish fails with ErrUnroutable and a
-// nack with ErrNacked.
+// nack with ErrNacked. A publish not confirmed when its channel closed is
+// sent again, with the same message-id, on the next channel.
 //
 // # Delays
 //
@@ -31,25 +36,31 @@
 // the largest step not longer than d (the smallest when d is shorter than
 // it), with what is left of d in the header x-asyncplatform-delay-ms. When it
 // comes back to the work queue with time left, Receive does not hand it out:
-// it publishes it on to the next step (largest first) and acks it, so an
-// arbitrary delay takes a few hops and is never delivered early; it is late
-// by at most one smallest step plus the broker's expiry latency. Delayed
-// messages wait for a consumer of their queue to move them: with no worker
-// running, a message between hops sits in the work queue (counted in Stats as
-// Ready) until one starts. Dead-lettering out of the classic delay queues is
-// at-most-once inside the broker; on a single node it only fails when the
-// work queue is gone.
+// it publishes it on to the next step (largest first), confirms, and acks
+// it, so an arbitrary delay takes a few hops and is never delivered early;
+// it is late by at most one smallest step plus the broker's expiry latency.
+// Delayed messages wait for a consumer of their queue to move them on: with
+// no worker running, a message between hops sits in the work queue (counted
+// in Stats as Ready) until one starts. Dead-lettering out of the classic
+// delay queues is at-most-once inside the broker; on a single node it only
+// fails when the work queue is gone.
 //
 // # Counts
 //
-// Delivery.Deliveries is the quorum queue's x-delivery-count plus one: the
-// header is absent on a message's first delivery and rises on every
-// nack-with-requeue and every delivery returned by a closed channel or
-// connection. Requeue and DeadLetter publish a new copy (confirm, then ack
-// the original), so a copy's count starts at zero by itself; a crash between
-// the confirm and the ack leaves a duplicate, never a loss. A closed
-// connection returns every unacked prefetched message with one more count,
-// so prefetch is kept at the queue's concurrency.
+// Delivery.Deliveries is the quorum queue's x-delivery-count plus one (plus
+// x-asyncplatform-base, below): x-delivery-count is absent on a message's
+// first delivery and rises on every nack-with-requeue and every delivery
+// returned by a closed channel or connection. Requeue and DeadLetter publish
+// a new copy (confirm, then ack the original), so a copy's count starts at
+// zero by itself; a crash between the confirm and the ack leaves a
+// duplicate, never a loss. A consumer's prefetch is the platform's own
+// window (its concurrency plus its prefetch), so the broker never pushes
+// more than the platform asked for; still, messages can sit in the client's
+// buffer without having been handed out (after a settle opened the window).
+// Those are handed back uncounted, as a copy carrying the original's count in
+// x-asyncplatform-base, when Receive is cancelled, when no Receive comes for
+// a lease, and on Close. A killed process cannot do that: its buffered
+// messages come back with one more delivery counted, like the ones it held.
 //
 // # Leases and consumer_timeout
 //
@@ -57,24 +68,26 @@
 // lives; Extend is a no-op that only reports whether the channel is still
 // there. RabbitMQ 3.10 closes a channel whose delivery stays unacked longer
 // than consumer_timeout (30 minutes by default, a global setting in
-// rabbitmq.conf; per-queue values came later): a handler running longer
-// loses its lease (its settle returns driver.ErrLeaseLost) and the job is
-// redelivered with a crash counted. Raise consumer_timeout for longer jobs.
+// rabbitmq.conf; per-queue values came in later versions): a handler running
+// longer loses its lease (its settle returns driver.ErrLeaseLost) and the
+// job is redelivered with a crash counted. Raise consumer_timeout for longer
+// jobs.
 //
 // # Connections
 //
 // A Backend holds one connection: one confirm-mode channel for publishing,
-// one channel per consumed queue (prefetch Config.Prefetch, or the max of the
-// first Receive), and short-lived channels for topology and dead letters. A
-// supervisor redials a lost connection with capped, fully jittered backoff,
-// declares every known queue again, and consumers start again on the next
-// Receive. Every delivery carries the channel it came from (its generation):
-// a settle on a channel that has closed returns driver.ErrLeaseLost and can
-// never ack another message, even though the new channel reuses the same
-// delivery tags. Publishes not confirmed when their channel closed are sent
-// again with the same message ID. While the broker blocks the connection
+// one channel per consumed queue, and short-lived channels for topology and
+// dead letters. A supervisor redials a lost connection with capped, fully
+// jittered backoff (Config.ReconnectMin to ReconnectMax), declares every
+// known queue again, and consumers start again on the next Receive. Every
+// delivery carries the channel it came from (its generation): a settle on a
+// channel that has closed returns driver.ErrLeaseLost and can never ack
+// another message, even though the new channel reuses the same delivery
+// tags; Requeue and DeadLetter do not publish again for a delivery whose
+// channel closed meanwhile. While the broker blocks the connection
 // (connection.blocked: a memory or disk alarm), publishing methods wait up to
-// Config.BlockedTimeout and then fail with ErrBlocked.
+// Config.BlockedTimeout and then fail with ErrBlocked; a publish already
+// sent may still be stored once the alarm clears.
 //
 // # Dead letters
 //
@@ -82,21 +95,28 @@
 // auto-ack) on a channel of its own, which hides it from every other caller;
 // SettleDead acks it (remove) or nacks it with requeue, which puts it back at
 // the head of the classic queue. A holder that vanishes closes its channel
-// and the record returns to its place. ListDead is basic.get of skip+limit
-// records on a side channel that is then closed (AMQP has no browse); the
-// cursor is the number of records to skip, so paging the whole queue is
-// quadratic in round trips, and records held by NextDead callers are not
-// seen. DeleteDead reads the whole dead-letter queue the same way and acks
-// the matching records. PurgeDead is queue.purge.
+// and the record returns to its place. AMQP has no browse: ListDead and
+// DeleteDead stream records from the head with a consumer on a side channel
+// (prefetch = records wanted), ack what is to be deleted, and close the
+// channel, which returns the rest in place. ListDead's cursor is the number
+// of records to skip, so each page streams skip+limit records, and
+// DeleteDead streams the whole queue (about 80µs a record here); records
+// held by NextDead callers are not seen. PurgeDead is queue.purge.
 //
 // # Limits and caveats
 //
 //   - MaxBody defaults to 16 MiB (the broker's max_message_size is 128 MiB).
-//   - Stats.InFlight is -1: AMQP does not report unacknowledged counts
-//     without the management plugin.
+//   - Stats.Ready is the work queue's ready count; Stats.InFlight is -1 (AMQP
+//     does not report unacknowledged counts without the management plugin).
 //   - A queue that already exists with other arguments (a classic p.q, say)
 //     makes Declare fail with ErrIncompatibleQueue, naming the queue and the
 //     argument.
-//   - Returns are matched to publishes by message ID; two concurrent
-//     publishes of the same ID to a missing queue may both see the return.
+//   - Returns are matched to publishes by message-id; two concurrent
+//     publishes of the same id to a missing queue may both see the return.
+//   - A message published while a consumer is being released can be
+//     delivered to it after basic.cancel-ok (quorum queues do that, and the
+//     client drops the delivery); it then comes back with one more delivery
+//     counted when the channel closes. Release waits for the prefetch window
+//     to fill or the broker to go quiet before it cancels, which closes the
+//     window for settles but not for a publish landing at that instant.
 package rabbit
