@@ -308,6 +308,9 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		// Take the wake channel before claiming, so a signal that arrives
 		// between an empty claim and the wait is not missed.
 		wake := w.current()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		ds, wait, err := b.claim(ctx, queue, keys, max, lease)
 		if err != nil || len(ds) > 0 {
 			return ds, err
@@ -335,12 +338,13 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 	}
 }
 
+// claim runs the claim script once. Once started, it is not cancelled with
+// ctx: a claim cut off after the script ran would leave its jobs leased to
+// nobody, to come back only after the lease with a crash counted. Redis
+// client timeouts still bound it.
 func (b *Backend) claim(ctx context.Context, queue string, keys []string, max int, lease time.Duration) ([]*driver.Delivery, time.Duration, error) {
-	res, err := claimScript.Run(ctx, b.rdb, keys[:keySignal+1], max, leaseMs(lease), b.token()).Slice()
+	res, err := claimScript.Run(context.WithoutCancel(ctx), b.rdb, keys[:keySignal+1], max, leaseMs(lease), b.token()).Slice()
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, 0, ctx.Err()
-		}
 		return nil, 0, fmt.Errorf("redis: receive from %q: %w", queue, err)
 	}
 	if len(res) < 1 || (len(res)-1)%4 != 0 {
