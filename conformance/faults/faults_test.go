@@ -142,7 +142,7 @@ func privateRedis(t *testing.T) *Broker {
 	args := []string{"--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--dir", dir,
 		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--maxmemory-policy", "noeviction"}
 	p := startServer(t, bin, args, dir, addr)
-	return &Broker{Addr: addr, How: "SIGKILL (append-only file, fsync always)", Restart: p.restart}
+	return &Broker{Addr: addr, Restart: p.restart}
 }
 
 // ---- RabbitMQ ----
@@ -254,7 +254,8 @@ func privateNATS(t *testing.T) *Broker {
 	hostport := fmt.Sprintf("127.0.0.1:%d", port)
 	args := []string{"-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", dir}
 	p := startServer(t, bin, args, dir, hostport)
-	return &Broker{Addr: "nats://" + hostport, How: "SIGKILL (JetStream file storage)", Restart: p.restart}
+	return &Broker{Addr: "nats://" + hostport, Restart: p.restart,
+		KillLoses: "nats-server 2.9's file store buffers consumer state and removals in the process: a SIGKILL can roll back acks (acked jobs come back) and delivery counts (they come back as first deliveries)"}
 }
 
 // ---- Azure (Azurite) ----
@@ -323,10 +324,10 @@ func privateAzurite(t *testing.T, disk bool) *Broker {
 	}
 	hostport := fmt.Sprintf("127.0.0.1:%d", port)
 	p := startServer(t, bin, args, dir, hostport, "AZURITE_ACCOUNTS="+azuriteAccount+":"+azuriteKey)
-	p.sig = syscall.SIGTERM
 	cs := fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;QueueEndpoint=http://%s/%s;",
 		azuriteAccount, azuriteKey, hostport, azuriteAccount)
-	return &Broker{Addr: cs, How: "SIGTERM (Azurite persists on shutdown)", Restart: p.restart}
+	return &Broker{Addr: cs, Restart: p.restart,
+		NoKill: "Azurite persists to disk every few seconds, so a SIGKILL tests Azurite, not the backend"}
 }
 
 // ---- servers of the test's own ----
@@ -339,13 +340,12 @@ type server struct {
 	dir      string
 	hostport string
 	env      []string
-	sig      syscall.Signal // how restart stops it
 	cmd      *exec.Cmd
 	done     chan struct{}
 }
 
 func startServer(t *testing.T, bin string, args []string, dir, hostport string, env ...string) *server {
-	s := &server{t: t, bin: bin, args: args, dir: dir, hostport: hostport, env: env, sig: syscall.SIGKILL}
+	s := &server{t: t, bin: bin, args: args, dir: dir, hostport: hostport, env: env}
 	if err := s.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -396,10 +396,14 @@ func (s *server) start() error {
 	}
 }
 
-// restart stops the server with its signal, waits for it, and starts it
-// again on the same port with the same data.
-func (s *server) restart() error {
-	_ = s.cmd.Process.Signal(s.sig)
+// restart stops the server (SIGKILL when kill, else SIGTERM), waits for it,
+// and starts it again on the same port with the same data.
+func (s *server) restart(kill bool) error {
+	sig := syscall.SIGTERM
+	if kill {
+		sig = syscall.SIGKILL
+	}
+	_ = s.cmd.Process.Signal(sig)
 	select {
 	case <-s.done:
 	case <-time.After(30 * time.Second):

@@ -63,11 +63,19 @@ type Target struct {
 type Broker struct {
 	// Addr is its address, in the form Target.Open takes.
 	Addr string
-	// How says how Restart stops it ("SIGKILL", "SIGTERM"), for the report.
-	How string
-	// Restart stops the broker and starts it again on the same port with
-	// the same data, returning when it accepts connections.
-	Restart func() error
+	// Restart stops the broker, abruptly (SIGKILL) when kill is true and
+	// gracefully (SIGTERM) otherwise, and starts it again on the same port
+	// with the same data, returning when it accepts connections.
+	Restart func(kill bool) error
+	// NoKill, when non-empty, says why killing this broker tells nothing
+	// about the backend (an emulator that persists every few seconds): the
+	// BrokerKill scenario then logs it and skips.
+	NoKill string
+	// KillLoses, when non-empty, says what a SIGKILL of this broker is
+	// known to lose (acknowledgements, delivery counts): BrokerKill then
+	// reports duplicates and wrong try counts without failing on them.
+	// Lost jobs, unexpected jobs and leftovers still fail.
+	KillLoses string
 }
 
 // SoakEnv names the variable that turns on the soak mode: a Go duration
@@ -365,7 +373,27 @@ func (r *run) finish(extraDead []ap.DeadLetter, allowDup bool) *Report {
 	r.mu.Unlock()
 	rep := Check(r.history(), dead, garbage, r.lim)
 	rep.Empty, rep.Leftover = r.empty()
+	if !rep.Empty {
+		r.explainLeftover()
+	}
 	return rep
+}
+
+// explainLeftover runs a worker on what was left in the queue and logs what
+// it got, to tell what the leftover messages were.
+func (r *run) explainLeftover() {
+	r.t.Helper()
+	s := r.spec()
+	s.Name, s.Log = "leftover", filepath.Join(r.dir, "leftover.jsonl")
+	w := r.start(s, false)
+	time.Sleep(2*r.tg.Lease + time.Second)
+	w.Term()
+	for _, e := range r.history() {
+		if e.Worker == "leftover" && e.Kind == KindStart {
+			r.t.Logf("left in the queue: job %s (try %d, failures %d, crashes %d); its history: %s",
+				e.ID, e.Try, e.Failures, e.Crashes, r.history().of(e.ID).brief())
+		}
+	}
 }
 
 // judge logs the report and fails the test on a bad figure.

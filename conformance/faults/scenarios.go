@@ -26,7 +26,8 @@ type scenario struct {
 var scenarios = []scenario{
 	{"KillMidJob", killMidJob},
 	{"PoisonJob", poisonJob},
-	{"BrokerRestart", brokerRestart},
+	{"BrokerRestart", func(t *testing.T, r *run) *Report { return brokerRestart(t, r, false) }},
+	{"BrokerKill", func(t *testing.T, r *run) *Report { return brokerRestart(t, r, true) }},
 	{"ConnectionCut", connectionCut},
 	{"LeaseOutlived", leaseOutlived},
 	{"Garbage", garbage},
@@ -133,19 +134,28 @@ func poisonJob(t *testing.T, r *run) *Report {
 	return rep
 }
 
-// BrokerRestart: the broker restarts while jobs are enqueued and worked.
-// Enqueues that fail during the outage are indeterminate; every
-// acknowledged one completes.
-func brokerRestart(t *testing.T, r *run) *Report {
+// BrokerRestart and BrokerKill: the broker restarts (stopped gracefully, or
+// killed with SIGKILL) while jobs are enqueued and worked. Enqueues that fail
+// during the outage are indeterminate; every acknowledged one completes.
+func brokerRestart(t *testing.T, r *run, kill bool) *Report {
 	if r.tg.InProcess != "" {
 		t.Skipf("no broker to restart: %s", r.tg.InProcess)
 	}
 	var restart func() error
+	tolerant := ""
 	if r.tg.Private != nil {
 		b := r.tg.Private(t)
+		if kill && b.NoKill != "" {
+			t.Skipf("not killed: %s", b.NoKill)
+		}
+		if kill {
+			tolerant = b.KillLoses
+		}
 		r.addr, r.home = b.Addr, b.Addr
-		restart = b.Restart
-		t.Logf("restart: the test's own broker, stopped with %s", b.How)
+		restart = func() error { return b.Restart(kill) }
+		t.Logf("restart: the test's own broker, stopped (kill=%v) and started again", kill)
+	} else if kill {
+		t.Skip("no broker of the test's own to kill (BrokerRestart cuts the connections through a proxy instead; the shared broker is never touched)")
 	} else {
 		px := startProxy(t, r.tg.HostPort(r.tg.Addr))
 		r.addr = r.tg.Via(r.tg.Addr, px.Addr())
@@ -187,6 +197,14 @@ func brokerRestart(t *testing.T, r *run) *Report {
 	<-done
 	r.waitResolved(patience)
 	rep := r.finish(nil, true)
+	if tolerant != "" && rep.WrongTries > 0 {
+		t.Logf("known broker limitation, not failed on: %s", tolerant)
+		t.Logf("%s %s: %s", r.tg.Name, r.name, rep)
+		for _, n := range rep.Notes {
+			t.Logf("  %s", n)
+		}
+		rep.WrongTries, rep.Notes = 0, nil
+	}
 	r.judge(rep, true)
 	return rep
 }
@@ -530,7 +548,8 @@ func randomFaults(t *testing.T, r *run) *Report {
 		b := r.tg.Private(t)
 		px := startProxy(t, r.tg.HostPort(b.Addr))
 		r.addr, r.home = r.tg.Via(b.Addr, px.Addr()), b.Addr
-		restart, cut = b.Restart, px.Cut
+		restart = func() error { return b.Restart(b.NoKill == "" && b.KillLoses == "" && mrand.IntN(2) == 0) }
+		cut = px.Cut
 	default:
 		px := startProxy(t, r.tg.HostPort(r.tg.Addr))
 		r.addr = r.tg.Via(r.tg.Addr, px.Addr())
