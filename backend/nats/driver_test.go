@@ -136,3 +136,47 @@ func TestDriverSmoke(t *testing.T) {
 		t.Fatalf("after purge: %v", err)
 	}
 }
+
+// TestConnectionCut cuts a worker's connection on the server side while it
+// holds a delivery: the connection comes back by itself, the delivery's
+// lease survives it (JetStream leases are not tied to a connection), and
+// receiving goes on.
+func TestConnectionCut(t *testing.T) {
+	srv := startServer(t, t.TempDir(), 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q := queueName(t)
+	b := newBackend(t, srv.ClientURL(), q)
+	msgs := []driver.Message{{ID: q + "-1", Body: []byte("1")}, {ID: q + "-2", Body: []byte("2")}}
+	if err := b.Enqueue(ctx, q, msgs); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.Receive(ctx, q, 1, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := b.nc.GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.DisconnectClientByID(id); err != nil {
+		t.Fatal(err)
+	}
+	// Receive rides out the reconnect.
+	ds2, err := b.Receive(ctx, q, 1, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ack(ctx, ds[0]); err != nil {
+		t.Fatalf("ack after the reconnect: %v", err)
+	}
+	if err := b.Ack(ctx, ds2[0]); err != nil {
+		t.Fatal(err)
+	}
+	if ds[0].Deliveries != 1 || ds2[0].Deliveries != 1 {
+		t.Errorf("deliveries %d and %d, want 1 and 1", ds[0].Deliveries, ds2[0].Deliveries)
+	}
+	if st, err := b.Stats(ctx, q); err != nil || st.Ready != 0 || st.InFlight != 0 {
+		t.Errorf("stats %+v %v: want an empty queue", st, err)
+	}
+}

@@ -43,6 +43,7 @@ type receipt struct {
 	mu       sync.Mutex
 	reply    string // the ack subject
 	seq      uint64 // stream sequence
+	msgID    string // the message's Nats-Msg-Id, if any
 	ackWait  time.Duration
 	deadline time.Time
 	done     bool // settled, or its hold handed back by Close
@@ -142,7 +143,7 @@ func deliveries(queue string, msgs []*gonats.Msg, start time.Time, ackWait time.
 			Queue:      queue,
 			Body:       m.Data,
 			Deliveries: int(md.delivered),
-			Handle:     &receipt{reply: m.Reply, seq: md.seq, ackWait: ackWait, deadline: start.Add(ackWait)},
+			Handle:     &receipt{reply: m.Reply, seq: md.seq, msgID: m.Header.Get(hdrMsgID), ackWait: ackWait, deadline: start.Add(ackWait)},
 		})
 	}
 	return ds
@@ -301,6 +302,11 @@ func (b *Backend) handBack(m *gonats.Msg) {
 		return
 	}
 	cp := &gonats.Msg{Subject: m.Subject, Data: m.Data, Header: gonats.Header{}}
+	for k, v := range m.Header {
+		if !strings.HasPrefix(k, "Nats-") {
+			cp.Header[k] = v
+		}
+	}
 	cp.Header.Set(hdrMsgID, m.Header.Get(hdrMsgID)+"~"+strconv.FormatUint(md.seq, 10))
 	if _, err := b.js.PublishMsg(ctx, cp); err != nil {
 		b.log.Warn("nats: hand back a late delivery; it comes back after its lease", "subject", m.Subject, "err", err)
@@ -493,8 +499,8 @@ func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Me
 
 // DeadLetter implements driver.Backend: publish the record to the dead
 // stream, wait for its ack, then ack the delivery. The record's Nats-Msg-Id
-// is derived from the delivery's stream sequence, so a retried DeadLetter of
-// the same message is stored once.
+// is derived from the delivered message's own ID and stream sequence, so a
+// retried DeadLetter of the same message is stored once.
 func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
@@ -508,7 +514,7 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 	}
 	m := &gonats.Msg{Subject: b.deadSubject(d.Queue), Data: rec.Body, Header: gonats.Header{}}
 	m.Header.Set(hdrDeadID, rec.ID)
-	m.Header.Set(hdrMsgID, "dead-"+strconv.FormatUint(r.seq, 10))
+	m.Header.Set(hdrMsgID, "dead/"+r.msgID+"/"+strconv.FormatUint(r.seq, 10))
 	return b.replace(ctx, r, m)
 }
 
