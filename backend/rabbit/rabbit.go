@@ -169,6 +169,7 @@ type Backend struct {
 	declared map[string]amqp.Table // broker queue name → arguments, declared by this backend
 	cons     map[string]*consumer  // the live consumer of each queue
 	qch      map[string]*qchan     // the consumer channel of each queue
+	window   map[string]int        // the largest Receive max of each queue: its prefetch
 	blocked  *blockState           // non-nil while the broker blocks conn
 
 	consMu  sync.Mutex // serialises consumer creation
@@ -202,6 +203,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		declared: map[string]amqp.Table{},
 		cons:     map[string]*consumer{},
 		qch:      map[string]*qchan{},
+		window:   map[string]int{},
 	}
 	b.closing, b.stop = context.WithCancel(context.Background())
 	b.done = b.closing.Done()

@@ -28,11 +28,27 @@ const (
 
 // qchan is the channel a queue's consumers run on. gen numbers it: receipts
 // carry it, and a receipt whose channel is gone is stale.
+//
+// A released consumer retires its channel: the next consumer of the queue
+// opens a new one, and the retired channel is closed once every delivery it
+// handed out is settled. A delivery the broker sent after basic.cancel-ok
+// (the client drops those) so comes back when that channel closes, instead
+// of staying stuck on it.
 type qchan struct {
 	ch       *amqp.Channel
 	gen      uint64
 	prefetch int
 	held     atomic.Int64 // deliveries handed out and not yet settled
+	retired  atomic.Bool
+}
+
+// retire marks the channel retired and closes it when nothing it handed out
+// is still held. settle closes it otherwise, after the last settle.
+func (q *qchan) retire() {
+	q.retired.Store(true)
+	if q.held.Load() == 0 {
+		q.ch.Close()
+	}
 }
 
 // consumer is one basic.consume on a work queue.
@@ -75,7 +91,7 @@ func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*cons
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return nil, err
 	}
-	if qc == nil || qc.ch.IsClosed() {
+	if qc == nil || qc.ch.IsClosed() || qc.retired.Load() {
 		conn, err := b.connection(ctx)
 		if err != nil {
 			return nil, err
@@ -86,7 +102,12 @@ func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*cons
 		}
 		prefetch := b.cfg.Prefetch
 		if prefetch == 0 {
-			prefetch = min(max, 65535)
+			b.mu.Lock()
+			if max > b.window[queue] {
+				b.window[queue] = min(max, 65535)
+			}
+			prefetch = b.window[queue]
+			b.mu.Unlock()
 		}
 		if err := ch.Qos(prefetch, 0, false); err != nil {
 			ch.Close()
@@ -239,6 +260,12 @@ collect:
 	if len(tags) > 0 {
 		b.log.Debug("handed back buffered messages", "queue", c.queue, "messages", len(tags))
 	}
+	b.mu.Lock()
+	if b.qch[c.queue] == c.qchan {
+		delete(b.qch, c.queue)
+	}
+	b.mu.Unlock()
+	c.retire()
 }
 
 // handBack stores an uncounted copy of a delivery that was never handed
@@ -467,7 +494,11 @@ func (b *Backend) settle(r *receipt) error {
 	if !r.settled.CompareAndSwap(false, true) {
 		return fmt.Errorf("rabbit: delivery tag %d already settled: %w", r.tag, driver.ErrLeaseLost)
 	}
-	r.c.held.Add(-1)
+	defer func() {
+		if r.c.held.Add(-1) == 0 && r.c.retired.Load() {
+			r.c.ch.Close()
+		}
+	}()
 	if r.c.ch.IsClosed() {
 		return fmt.Errorf("rabbit: channel generation %d is closed: %w", r.c.gen, driver.ErrLeaseLost)
 	}
