@@ -25,7 +25,8 @@ const (
 	luaNow = `
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local us = tonumber(t[2])
+  return tonumber(t[1]) * 1000 + math.floor(us / 1000), us
 end
 local function ms(x)
   return string.format('%d', x)
@@ -79,30 +80,43 @@ wake()
 return #ARGV / 2
 `)
 
-// claimScript returns expired leases to ready (the reaper), promotes due
-// scheduled jobs, then hands out up to ARGV[1] jobs under a lease of ARGV[2]
-// ms with tokens ARGV[3]..n, counting each delivery. It returns {wait, id,
-// count, token, body, ...}; wait is, when nothing was claimed, the
-// milliseconds until the next scheduled job or lease deadline (-1: none).
+// claimScript hands out up to ARGV[1] jobs under a lease of ARGV[2] ms with
+// tokens ARGV[3]..n, counting each delivery, and sweeps: it returns expired
+// leases to ready (the reaper) and promotes due scheduled jobs. It sweeps
+// whenever ready alone cannot fill the claim, and otherwise on one claim in
+// eight (by the server clock's microseconds), so a busy queue saves the
+// sweep's commands while a due job still moves within a few claims. It
+// returns {wait, id, count, token, body, ...}; wait is, when nothing was
+// claimed, the milliseconds until the next scheduled job or lease deadline
+// (-1: none).
 var claimScript = goredis.NewScript(luaNow + luaWake + `
-local now = now_ms()
-local moved = false
-local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms(now - 1), 'LIMIT', 0, 1000)
-if #expired > 0 then
-  redis.call('ZREM', KEYS[3], unpack(expired))
-  redis.call('LPUSH', KEYS[1], unpack(expired))
-  moved = true
-end
-local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ms(now), 'LIMIT', 0, 1000)
-if #due > 0 then
-  redis.call('ZREM', KEYS[2], unpack(due))
-  redis.call('LPUSH', KEYS[1], unpack(due))
-  moved = true
+local now, us = now_ms()
+local max = tonumber(ARGV[1])
+local ids = redis.call('RPOP', KEYS[1], max) or {}
+if #ids < max or us % 8 == 0 then
+  local moved = false
+  local expired = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ms(now - 1), 'LIMIT', 0, 1000)
+  if #expired > 0 then
+    redis.call('ZREM', KEYS[3], unpack(expired))
+    redis.call('LPUSH', KEYS[1], unpack(expired))
+    moved = true
+  end
+  local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ms(now), 'LIMIT', 0, 1000)
+  if #due > 0 then
+    redis.call('ZREM', KEYS[2], unpack(due))
+    redis.call('LPUSH', KEYS[1], unpack(due))
+    moved = true
+  end
+  if moved and #ids < max then
+    local more = redis.call('RPOP', KEYS[1], max - #ids)
+    if more then
+      for _, id in ipairs(more) do ids[#ids + 1] = id end
+    end
+  end
 end
 local out = {0}
 local n = 0
-local ids = redis.call('RPOP', KEYS[1], tonumber(ARGV[1]))
-if ids then
+if #ids > 0 then
   local fields = {}
   for i, id in ipairs(ids) do
     fields[2 * i - 1] = id
@@ -121,7 +135,7 @@ if ids then
       n = n + 1
       local tok = ARGV[3] .. n
       metas[#metas + 1] = fields[2 * i]
-      metas[#metas + 1] = ms(c) .. ':' .. dl .. ':' .. tok
+      metas[#metas + 1] = c .. ':' .. dl .. ':' .. tok
       zs[#zs + 1] = dl
       zs[#zs + 1] = id
       out[#out + 1] = id
@@ -135,7 +149,9 @@ if ids then
     redis.call('ZADD', KEYS[3], unpack(zs))
   end
 end
-if (n > 0 or moved) and redis.call('LLEN', KEYS[1]) > 0 then
+-- A full claim may have left work behind: tell an idle receiver. (A claim
+-- short of max emptied ready.)
+if #ids == max then
   wake()
 end
 if n == 0 then
