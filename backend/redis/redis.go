@@ -40,7 +40,7 @@ var _ driver.Pinger = (*Backend)(nil)
 type Config struct {
 	// Client is the connection to Redis: a *goredis.Client, a failover
 	// (Sentinel) client or a *goredis.ClusterClient. The Backend never closes
-	// it. Required; there is no default.
+	// it. Required: defaults to nil, which New rejects.
 	Client goredis.UniversalClient
 
 	// Prefix starts every key the backend writes, so several platforms can
