@@ -365,6 +365,7 @@ func (r *run) waitResolved(d time.Duration) {
 // scenario popped itself. Duplicates fail the test unless allowDup.
 func (r *run) finish(extraDead []ap.DeadLetter, allowDup bool) *Report {
 	r.t.Helper()
+	r.quiesce()
 	r.stopAll()
 	dead := append(extraDead, r.drain()...)
 	r.dead = dead
@@ -383,6 +384,16 @@ func (r *run) finish(extraDead []ap.DeadLetter, allowDup bool) *Report {
 // it got, to tell what the leftover messages were.
 func (r *run) explainLeftover() {
 	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if page, err := r.ad().DeadLetters(ctx, r.queue, "", 100); err == nil {
+		r.t.Logf("left: %d dead letters listed", len(page.Letters))
+		for _, dl := range page.Letters {
+			r.t.Logf("left in the dead-letter queue: %s %s (%d tries)", dl.Job.ID, dl.Reason, dl.Job.TryCount)
+		}
+	}
+	err := r.ad().NextDeadLetter(ctx, r.queue, func(context.Context, ap.DeadLetter) (bool, error) { return false, nil })
+	r.t.Logf("left: NextDeadLetter says %v", err)
 	s := r.spec()
 	s.Name, s.Log = "leftover", filepath.Join(r.dir, "leftover.jsonl")
 	w := r.start(s, false)
@@ -393,6 +404,35 @@ func (r *run) explainLeftover() {
 			r.t.Logf("left in the queue: job %s (try %d, failures %d, crashes %d); its history: %s",
 				e.ID, e.Try, e.Failures, e.Crashes, r.history().of(e.ID).brief())
 		}
+	}
+}
+
+// quiesce lets deliveries abandoned by dead workers come back and be worked
+// (a pending duplicate is not a leftover): it waits until the queue shows
+// nothing ready, scheduled or in flight twice in a row. Where the backend
+// cannot tell what is in flight, it first waits out one lease.
+func (r *run) quiesce() {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	idle := func() (bool, bool) {
+		st, err := r.ad().Stats(ctx, r.queue)
+		if err != nil {
+			return false, false
+		}
+		return st.Ready <= 0 && st.Scheduled <= 0 && st.InFlight <= 0, st.Ready < 0 || st.Scheduled < 0 || st.InFlight < 0
+	}
+	if _, unknown := idle(); unknown {
+		time.Sleep(r.tg.Lease + 500*time.Millisecond)
+	}
+	quiet := 0
+	for quiet < 2 && ctx.Err() == nil {
+		if ok, _ := idle(); ok {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
