@@ -147,16 +147,6 @@ func (b *Backend) waitUnblocked(ctx context.Context) error {
 	}
 }
 
-// blockedFor returns how long the connection has been blocked, 0 if not.
-func (b *Backend) blockedFor() (time.Duration, string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.blocked == nil {
-		return 0, ""
-	}
-	return time.Since(b.blocked.since), b.blocked.reason
-}
-
 // publish stores msgs durably: it publishes them with mandatory set, waits
 // for every confirm, and publishes again, with the same message IDs, those
 // whose channel closed before they were confirmed. It gives up after
@@ -233,23 +223,35 @@ func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...out
 }
 
 // waitConfirm waits for one confirm (or the channel's close), failing with
-// ErrBlocked when the broker blocks the connection for too long meanwhile.
+// ErrBlocked when the broker blocks the connection for longer than
+// Config.BlockedTimeout meanwhile.
 func (b *Backend) waitConfirm(ctx context.Context, dc *amqp.DeferredConfirmation) error {
-	t := time.NewTicker(min(b.cfg.BlockedTimeout, time.Second))
-	defer t.Stop()
 	for {
+		b.mu.Lock()
+		sig, bs := b.blockSig, b.blocked
+		b.mu.Unlock()
+		if bs == nil {
+			select {
+			case <-dc.Done():
+				return nil
+			case <-ctx.Done():
+				return fmt.Errorf("waiting for the confirm: %w", ctx.Err())
+			case <-sig:
+				continue // blocked: wait with a bound
+			}
+		}
+		t := time.NewTimer(b.cfg.BlockedTimeout - time.Since(bs.since))
 		select {
 		case <-dc.Done():
+			t.Stop()
 			return nil
 		case <-ctx.Done():
-			if d, reason := b.blockedFor(); d > 0 {
-				return fmt.Errorf("%w: %s: %w", ErrBlocked, reason, ctx.Err())
-			}
-			return fmt.Errorf("waiting for the confirm: %w", ctx.Err())
+			t.Stop()
+			return fmt.Errorf("%w: %s: %w", ErrBlocked, bs.reason, ctx.Err())
+		case <-bs.lifted:
+			t.Stop()
 		case <-t.C:
-			if d, reason := b.blockedFor(); d >= b.cfg.BlockedTimeout {
-				return fmt.Errorf("%w for more than %v: %s", ErrBlocked, b.cfg.BlockedTimeout, reason)
-			}
+			return fmt.Errorf("%w for more than %v: %s", ErrBlocked, b.cfg.BlockedTimeout, bs.reason)
 		}
 	}
 }
@@ -259,5 +261,6 @@ func (b *Backend) waitConfirm(ctx context.Context, dc *amqp.DeferredConfirmation
 func (b *Backend) forget(name string) {
 	b.mu.Lock()
 	delete(b.declared, name)
+	clear(b.known)
 	b.mu.Unlock()
 }

@@ -171,6 +171,8 @@ type Backend struct {
 	qch      map[string]*qchan     // the consumer channel of each queue
 	window   map[string]int        // the largest Receive max of each queue: its prefetch
 	blocked  *blockState           // non-nil while the broker blocks conn
+	blockSig chan struct{}         // closed when a block begins; renewed when it lifts
+	known    map[string]bool       // queues whose work and dead queues are declared
 
 	consMu  sync.Mutex // serialises consumer creation
 	pubMu   sync.Mutex // serialises publisher creation
@@ -204,6 +206,8 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		cons:     map[string]*consumer{},
 		qch:      map[string]*qchan{},
 		window:   map[string]int{},
+		blockSig: make(chan struct{}),
+		known:    map[string]bool{},
 	}
 	b.closing, b.stop = context.WithCancel(context.Background())
 	b.done = b.closing.Done()
@@ -297,10 +301,12 @@ func (b *Backend) watchBlocked(ch <-chan amqp.Blocking) {
 		b.mu.Lock()
 		if bl.Active && b.blocked == nil {
 			b.blocked = &blockState{reason: bl.Reason, since: time.Now(), lifted: make(chan struct{})}
+			close(b.blockSig)
 			b.log.Warn("connection blocked by the broker", "reason", bl.Reason)
 		} else if !bl.Active && b.blocked != nil {
 			close(b.blocked.lifted)
 			b.blocked = nil
+			b.blockSig = make(chan struct{})
 			b.log.Info("connection unblocked")
 		}
 		b.mu.Unlock()
@@ -309,6 +315,7 @@ func (b *Backend) watchBlocked(ch <-chan amqp.Blocking) {
 	if b.blocked != nil {
 		close(b.blocked.lifted)
 		b.blocked = nil
+		b.blockSig = make(chan struct{})
 	}
 	b.mu.Unlock()
 }

@@ -311,7 +311,7 @@ func TestBlockedConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	px.block("low on memory (test)")
-	for d, _ := b.blockedFor(); d == 0; d, _ = b.blockedFor() {
+	for !b.isBlocked() {
 		time.Sleep(5 * time.Millisecond) // until the client has read the frame
 	}
 	err = b.Enqueue(ctx, q, []driver.Message{{ID: "b1", Body: []byte("x")}})
@@ -412,4 +412,10 @@ func TestDeadQueueOrder(t *testing.T) {
 	if got := list(); got != "2,4" {
 		t.Fatalf("listing after pop: %s", got)
 	}
+}
+
+func (b *Backend) isBlocked() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.blocked != nil
 }

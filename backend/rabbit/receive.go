@@ -320,7 +320,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 			b.leave(c, true, lease)
 			return nil, ctx.Err()
 		}
-		batch := make([]amqp.Delivery, 0, max)
+		var first amqp.Delivery
 		select {
 		case d, ok := <-c.deliveries:
 			if !ok {
@@ -328,29 +328,16 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 				b.leave(c, false, lease)
 				continue
 			}
-			batch = append(batch, d)
+			first = d
 		case <-ctx.Done():
 			b.leave(c, true, lease)
 			return nil, ctx.Err()
 		}
-	drain:
-		for len(batch) < max {
-			select {
-			case d, ok := <-c.deliveries:
-				if !ok {
-					break drain
-				}
-				batch = append(batch, d)
-			default:
-				break drain
-			}
-		}
-		b.leave(c, false, lease)
-		out := make([]*driver.Delivery, 0, len(batch))
-		for _, d := range batch {
+		var out []*driver.Delivery
+		take := func(d amqp.Delivery) {
 			if rem := delayLeft(d.Headers); rem > 0 {
 				b.hop(ctx, c, d, rem)
-				continue
+				return
 			}
 			c.held.Add(1)
 			out = append(out, &driver.Delivery{
@@ -360,6 +347,20 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 				Handle:     &receipt{c: c.qchan, tag: d.DeliveryTag},
 			})
 		}
+		take(first)
+	drain:
+		for len(out) < max {
+			select {
+			case d, ok := <-c.deliveries:
+				if !ok {
+					break drain
+				}
+				take(d)
+			default:
+				break drain
+			}
+		}
+		b.leave(c, false, lease)
 		if len(out) > 0 {
 			return out, nil
 		}

@@ -111,10 +111,9 @@ func (b *Backend) ensure(ctx context.Context, name string, args amqp.Table) erro
 // backend already did.
 func (b *Backend) ensureQueue(ctx context.Context, queue string) error {
 	b.mu.Lock()
-	_, w := b.declared[b.workName(queue)]
-	_, d := b.declared[b.deadName(queue)]
+	ok := b.known[queue]
 	b.mu.Unlock()
-	if w && d {
+	if ok {
 		return nil
 	}
 	return b.Declare(ctx, queue)
@@ -132,6 +131,9 @@ func (b *Backend) Declare(ctx context.Context, queue string) error {
 	if err := b.ensure(ctx, b.deadName(queue), deadArgs()); err != nil {
 		return fmt.Errorf("rabbit: declare dead-letter queue of %q: %w", queue, err)
 	}
+	b.mu.Lock()
+	b.known[queue] = true
+	b.mu.Unlock()
 	return nil
 }
 
@@ -159,6 +161,7 @@ func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 	for _, n := range names {
 		delete(b.declared, n)
 	}
+	delete(b.known, queue)
 	b.mu.Unlock()
 	return b.withChannel(ctx, func(ch *amqp.Channel) error {
 		for _, n := range names {
