@@ -299,23 +299,7 @@ func token(q string) string {
 
 // setup makes sure the three streams and the mover consumer exist.
 func (b *Backend) setup(ctx context.Context) error {
-	base := jetstream.StreamConfig{
-		Storage:    b.cfg.Storage,
-		Replicas:   b.cfg.Replicas,
-		Discard:    jetstream.DiscardNew,
-		MaxMsgs:    limit(b.cfg.MaxMsgs),
-		MaxBytes:   limit(b.cfg.MaxBytes),
-		Duplicates: b.cfg.DuplicateWindow,
-	}
-	work := base
-	work.Name, work.Subjects, work.Retention = b.cfg.Stream, []string{b.cfg.Stream + ".q.*"}, jetstream.WorkQueuePolicy
-	work.Description = "asyncplatform work queues"
-	delay := base
-	delay.Name, delay.Subjects, delay.Retention = b.delayName(), []string{b.cfg.Stream + ".delay.*"}, jetstream.WorkQueuePolicy
-	delay.Description = "asyncplatform delayed copies, moved to the work stream when due"
-	dead := base
-	dead.Name, dead.Subjects, dead.Retention = b.deadName(), []string{b.cfg.Stream + ".dead.*"}, jetstream.LimitsPolicy
-	dead.Description = "asyncplatform dead letters"
+	work, delay, dead := b.streamConfigs()
 	var err error
 	if b.work, err = b.ensureStream(ctx, work); err != nil {
 		return err
@@ -326,7 +310,33 @@ func (b *Backend) setup(ctx context.Context) error {
 	if b.dead, err = b.ensureStream(ctx, dead); err != nil {
 		return err
 	}
-	_, err = b.delay.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+	return b.ensureMover(ctx)
+}
+
+// streamConfigs returns the configurations of the work, delay and dead
+// streams.
+func (b *Backend) streamConfigs() (work, delay, dead jetstream.StreamConfig) {
+	base := jetstream.StreamConfig{
+		Storage:    b.cfg.Storage,
+		Replicas:   b.cfg.Replicas,
+		Discard:    jetstream.DiscardNew,
+		MaxMsgs:    limit(b.cfg.MaxMsgs),
+		MaxBytes:   limit(b.cfg.MaxBytes),
+		Duplicates: b.cfg.DuplicateWindow,
+	}
+	work, delay, dead = base, base, base
+	work.Name, work.Subjects, work.Retention = b.cfg.Stream, []string{b.cfg.Stream + ".q.*"}, jetstream.WorkQueuePolicy
+	work.Description = "asyncplatform work queues"
+	delay.Name, delay.Subjects, delay.Retention = b.delayName(), []string{b.cfg.Stream + ".delay.*"}, jetstream.WorkQueuePolicy
+	delay.Description = "asyncplatform delayed copies, moved to the work stream when due"
+	dead.Name, dead.Subjects, dead.Retention = b.deadName(), []string{b.cfg.Stream + ".dead.*"}, jetstream.LimitsPolicy
+	dead.Description = "asyncplatform dead letters"
+	return work, delay, dead
+}
+
+// ensureMover makes sure the delay stream's mover consumer exists.
+func (b *Backend) ensureMover(ctx context.Context) error {
+	_, err := b.delay.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       moverConsumer,
 		Description:   "asyncplatform mover: publishes due delayed copies to the work stream",
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -472,6 +482,18 @@ func (b *Backend) publish(ctx context.Context, msgs []*gonats.Msg) error {
 		}
 		return nil
 	}
+	const window = 1000 // below the client's limit of outstanding async publishes
+	for len(msgs) > 0 {
+		n := min(len(msgs), window)
+		if err := b.publishAsync(ctx, msgs[:n]); err != nil {
+			return err
+		}
+		msgs = msgs[n:]
+	}
+	return nil
+}
+
+func (b *Backend) publishAsync(ctx context.Context, msgs []*gonats.Msg) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
 		f, err := b.js.PublishMsgAsync(m)

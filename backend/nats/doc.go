@@ -63,8 +63,8 @@
 // no-wait pull request was sent (before the server could deliver) or when a
 // long-polled message arrived (one transit after the server sent it), is restarted by
 // Extend only when the server confirmed the InProgress before the lease
-// ended, and nothing is sent for a delivery once less than a tenth of the
-// AckWait (at most 1s) is left: Ack, Extend, Requeue and DeadLetter return
+// ended, and nothing is sent for a delivery once less than a fifth of the
+// AckWait (at most 2s) is left: Ack, Extend, Requeue and DeadLetter return
 // driver.ErrLeaseLost instead. Acks are double acks (the server confirms).
 // A confirmation delayed longer than that margin could still reach a newer
 // delivery; that is the one window left, and it can only cause a

@@ -40,8 +40,13 @@ func (b *Backend) runMover() {
 func (b *Backend) recreateMover() {
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 	defer cancel()
-	if err := b.setup(ctx); err != nil {
-		b.log.Warn("nats: mover: recreate streams and consumer", "err", err)
+	_, delay, _ := b.streamConfigs()
+	if _, err := b.ensureStream(ctx, delay); err != nil {
+		b.log.Warn("nats: mover: recreate the delay stream", "err", err)
+		return
+	}
+	if err := b.ensureMover(ctx); err != nil {
+		b.log.Warn("nats: mover: recreate the mover consumer", "err", err)
 	}
 }
 

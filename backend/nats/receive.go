@@ -55,7 +55,7 @@ type receipt struct {
 // guard is the part of a lease in which nothing is sent any more, so that an
 // ack can't reach the server after the redelivery it can't tell apart.
 func guard(ackWait time.Duration) time.Duration {
-	return min(ackWait/10, time.Second)
+	return min(ackWait/5, 2*time.Second)
 }
 
 // live reports whether the delivery may still be acted on. r.mu is held.
@@ -110,8 +110,8 @@ func (b *Backend) receive(ctx context.Context, queue string, max int, ackWait ti
 }
 
 // fetch returns up to max messages from a consumer, blocking until there is
-// at least one, and the send time of its first pull request: a lower bound
-// of every returned message's delivery time. It asks without waiting first;
+// at least one, and when their leases start (see pull). It asks without
+// waiting first;
 // when nothing is ready it long-polls for one message and then takes without
 // waiting whatever else is ready.
 func (b *Backend) fetch(ctx context.Context, stream, consumer string, max int, late func(*gonats.Msg)) ([]*gonats.Msg, time.Time, error) {
