@@ -396,15 +396,33 @@ func (b *Backend) Capabilities() driver.Capabilities {
 	}
 }
 
-// Declare implements driver.Backend. The streams are made by New; the
-// consumers are made lazily (the work consumer by Receive, whose lease sets
-// its AckWait), so Declare only checks the name.
+// Declare implements driver.Backend. The streams are made by New and the
+// consumers lazily (the work consumer by Receive, whose lease sets its
+// AckWait), so Declare checks the name and that a work consumer of that name,
+// if one exists, is ours: a pull consumer with explicit acks on the queue's
+// subject.
 func (b *Backend) Declare(ctx context.Context, queue string) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
 	}
 	if err := checkQueue(queue); err != nil {
 		return err
+	}
+	c, err := b.work.Consumer(ctx, workConsumer(queue))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("nats: declare queue %s: consumer %s: %w", queue, workConsumer(queue), err)
+	}
+	got := c.CachedInfo().Config
+	switch {
+	case got.FilterSubject != b.workSubject(queue):
+		return fmt.Errorf("nats: declare queue %s: consumer %s on stream %s filters %q, want %q", queue, workConsumer(queue), b.cfg.Stream, got.FilterSubject, b.workSubject(queue))
+	case got.AckPolicy != jetstream.AckExplicitPolicy:
+		return fmt.Errorf("nats: declare queue %s: consumer %s has ack policy %v, want explicit", queue, workConsumer(queue), got.AckPolicy)
+	case got.DeliverSubject != "":
+		return fmt.Errorf("nats: declare queue %s: consumer %s is a push consumer, want pull", queue, workConsumer(queue))
 	}
 	return nil
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/asyncplatform/asyncplatform/driver"
 )
@@ -183,5 +186,29 @@ func TestConnectionCut(t *testing.T) {
 	}
 	if st, err := b.Stats(ctx, q); err != nil || st.Ready != 0 || st.InFlight != 0 {
 		t.Errorf("stats %+v %v: want an empty queue", st, err)
+	}
+}
+
+// TestDeclareForeignConsumer: a consumer in the queue's name that is not
+// ours is an error naming the setting, not a silent misuse.
+func TestDeclareForeignConsumer(t *testing.T) {
+	url := realURL(t)
+	ctx := context.Background()
+	q := queueName(t)
+	b := newBackend(t, url, q)
+	if err := b.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.work.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: workConsumer(q), FilterSubject: b.workSubject(q) + "x", AckPolicy: jetstream.AckExplicitPolicy,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err := b.Declare(ctx, q)
+	if err == nil || !strings.Contains(err.Error(), "filters") {
+		t.Fatalf("Declare over a foreign consumer: %v, want an error naming its filter", err)
+	}
+	if err := b.Declare(ctx, "bad/name"); err == nil || !strings.Contains(err.Error(), "queue name") {
+		t.Fatalf("Declare of a bad name: %v", err)
 	}
 }
