@@ -56,19 +56,21 @@
 //
 // The server does not check which delivery an ack belongs to: an ack, a
 // progress update or a term names only the stream sequence, so once a
-// message was redelivered the first delivery's ack subject acts on the new
-// delivery (TestRawAckIsNotChecked shows 2.9.10 acking it; in the 2.15 source
-// progress updates and terms, too, look at the stream sequence only). So the backend
-// keeps each delivery's lease itself, from below: the lease starts when a
-// no-wait pull request was sent (before the server could deliver) or when a
-// long-polled message arrived (one transit after the server sent it), is restarted by
-// Extend only when the server confirmed the InProgress before the lease
-// ended, and nothing is sent for a delivery once less than a fifth of the
-// AckWait (at most 2s) is left: Ack, Extend, Requeue and DeadLetter return
-// driver.ErrLeaseLost instead. Acks are double acks (the server confirms).
-// A confirmation delayed longer than that margin could still reach a newer
-// delivery; that is the one window left, and it can only cause a
-// duplicate.
+// message was redelivered, the first delivery's ack subject acts on the new
+// delivery (TestRawAckIsNotChecked shows 2.9.10 acking it; in the 2.15
+// source progress updates and terms, too, look at the stream sequence
+// only). So the backend keeps each delivery's lease itself, from below. The
+// lease starts when a no-wait pull request was sent (before the server could
+// deliver), or when a long-polled message was read (the server sent it
+// earlier, by one transit plus however long this process took to read it).
+// Extend restarts it only when the server confirmed the InProgress before
+// the lease ended. Nothing is sent for a delivery once less than a fifth of
+// the AckWait (at most 2s) is left: Ack, Extend, Requeue and DeadLetter
+// return driver.ErrLeaseLost instead. Acks are double acks (the server
+// confirms). What that margin does not cover (an ack in transit longer than
+// it, or a process that stalls longer than it between the socket and the
+// read of a long-polled message) can still act on a newer delivery, which
+// only ever causes a duplicate.
 //
 // The AckWait is per consumer, not per delivery. Receive creates the
 // consumer on first use and updates it when asked for another lease, so
