@@ -110,6 +110,9 @@ func benchRaw(b *testing.B, url string, conc, batch int) {
 		if _, err := js.PublishAsync(name+".q", benchPayload); err != nil {
 			b.Fatal(err)
 		}
+		if i%1000 == 999 {
+			<-js.PublishAsyncComplete()
+		}
 	}
 	<-js.PublishAsyncComplete()
 	b.ResetTimer()
