@@ -85,25 +85,41 @@ func TestServerRestartUnderLoad(t *testing.T) {
 		mu.Unlock()
 		_ = srv2
 	}()
-	for i := range total {
-		if i == total/3 {
-			close(third)
-		}
-		id := fmt.Sprintf("%s-%05d", q, i)
-		for {
-			ectx, ecancel := context.WithTimeout(ctx, 2*time.Second)
-			err := producer.Enqueue(ectx, &ap.Job{ID: id, Type: "load", Queue: q, Payload: []byte(id)})
-			ecancel()
-			if err == nil {
-				acked[id] = true
-				break
+	const producers = 4
+	var sent sync.WaitGroup
+	var closeThird sync.Once
+	for p := range producers {
+		sent.Add(1)
+		go func() {
+			defer sent.Done()
+			for i := p; i < total; i += producers {
+				if i >= total/3 {
+					closeThird.Do(func() { close(third) })
+				}
+				id := fmt.Sprintf("%s-%05d", q, i)
+				for {
+					ectx, ecancel := context.WithTimeout(ctx, 2*time.Second)
+					err := producer.Enqueue(ectx, &ap.Job{ID: id, Type: "load", Queue: q, Payload: []byte(id)})
+					ecancel()
+					mu.Lock()
+					if err == nil {
+						acked[id] = true
+					} else {
+						failedTries++
+					}
+					mu.Unlock()
+					if err == nil {
+						break
+					}
+					if ctx.Err() != nil {
+						t.Errorf("enqueue %s: %v", id, err)
+						return
+					}
+				}
 			}
-			failedTries++
-			if ctx.Err() != nil {
-				t.Fatalf("enqueue %s: %v", id, err)
-			}
-		}
+		}()
 	}
+	sent.Wait()
 	enqueuedAt := time.Now()
 	<-restartDone
 
