@@ -61,6 +61,7 @@ var memBroker = memory.NewBroker()
 func memoryTarget(*testing.T) Target {
 	return Target{
 		Name:      "memory",
+		Lease:     500 * time.Millisecond,
 		InProcess: "the memory broker lives in the test process: workers are goroutines, a crash is a closed connection",
 		Open: func(context.Context, string) (driver.Backend, error) {
 			return memBroker.Connect(), nil
@@ -99,8 +100,9 @@ func redisTarget(t *testing.T) Target {
 		testenv.Unreachable(t, "Redis at "+addr, err)
 	}
 	return Target{
-		Name: "redis",
-		Addr: addr,
+		Name:  "redis",
+		Lease: 500 * time.Millisecond,
+		Addr:  addr,
 		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
 			c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
 			b, err := redis.New(redis.Config{Client: c, Prefix: redisPrefix, DeadHold: 2 * time.Second, IdleWait: 200 * time.Millisecond, Logger: quiet()})
@@ -210,10 +212,11 @@ func natsTarget(t *testing.T) Target {
 	}
 	nc.Close()
 	return Target{
-		Name: "nats",
-		Addr: u,
+		Name:  "nats",
+		Lease: 500 * time.Millisecond,
+		Addr:  u,
 		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
-			return natsb.New(ctx, natsb.Config{URL: addr, Stream: natsStream, DeadLease: 2 * time.Second,
+			return natsb.New(ctx, natsb.Config{URL: addr, Stream: natsStream, DeadLease: 2 * time.Second, PollWait: 500 * time.Millisecond,
 				Options: []gonats.Option{gonats.ReconnectWait(100 * time.Millisecond)}, Logger: quiet()})
 		},
 		HostPort: func(addr string) string {

@@ -135,6 +135,7 @@ type run struct {
 	dir   string
 	log   *Log // the parent's own events
 	admin *ap.Platform
+	caps  driver.Capabilities
 	lim   Limits
 
 	mu      sync.Mutex
@@ -172,7 +173,9 @@ func newRun(t *testing.T, tg Target, name string) *run {
 func (r *run) ad() *ap.Platform {
 	r.t.Helper()
 	if r.admin == nil {
-		r.admin, _ = r.platform(r.home, true)
+		var b driver.Backend
+		r.admin, b = r.platform(r.home, true)
+		r.caps = b.Capabilities()
 	}
 	return r.admin
 }
@@ -422,7 +425,7 @@ func (r *run) quiesce() {
 		}
 		return st.Ready <= 0 && st.Scheduled <= 0 && st.InFlight <= 0, st.Ready < 0 || st.Scheduled < 0 || st.InFlight < 0
 	}
-	if _, unknown := idle(); unknown {
+	if _, unknown := idle(); unknown && !r.caps.RedeliversOnClose {
 		time.Sleep(r.tg.Lease + 500*time.Millisecond)
 	}
 	quiet := 0
@@ -475,8 +478,10 @@ func (r *run) drain() []ap.DeadLetter {
 	return out
 }
 
-// empty reports whether the queue and its dead-letter queue are empty. Where
-// Stats cannot tell (-1), it tries to receive for a while.
+// empty reports whether the queue and its dead-letter queue are empty, once
+// every worker is gone. Where Stats cannot tell how many are ready (-1), it
+// tries to receive for a while; what is in flight or scheduled is not looked
+// for when Stats cannot tell (quiesce has let it come back).
 func (r *run) empty() (bool, string) {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -486,15 +491,12 @@ func (r *run) empty() (bool, string) {
 		return false, "stats: " + err.Error()
 	}
 	var left []string
-	unknown := false
+	unknown := st.Ready < 0
 	for _, f := range []struct {
 		name string
 		n    int64
 	}{{"ready", st.Ready}, {"scheduled", st.Scheduled}, {"in flight", st.InFlight}, {"dead", st.Dead}} {
-		switch {
-		case f.n < 0:
-			unknown = true
-		case f.n > 0:
+		if f.n > 0 {
 			left = append(left, fmt.Sprintf("%d %s", f.n, f.name))
 		}
 	}

@@ -502,7 +502,7 @@ func deadLetterConcurrent(t *testing.T, r *run) *Report {
 // nothing lost, and no try spent (every attempt sees TryCount 1).
 func sigtermMidJob(t *testing.T, r *run) *Report {
 	n := scale(8)
-	r.mustEnqueue(jobs("st", n, Plan{SleepMin: 2500, SleepMax: 3500})...)
+	r.mustEnqueue(jobs("st", n, Plan{SleepMin: 1500, SleepMax: 2000})...)
 	s := r.spec()
 	s.StopTimeout = 200 * time.Millisecond
 	w := r.start(s, true)

@@ -171,6 +171,7 @@ type inproc struct {
 	log     *Log
 	stop    time.Duration
 	running sync.WaitGroup
+	started chan struct{} // closed once p is set (a job may crash the worker during Start)
 
 	once sync.Once
 	done chan struct{}
@@ -186,14 +187,15 @@ func startInproc(ctx context.Context, tg Target, spec WorkerSpec) (*inproc, erro
 		b.Close()
 		return nil, err
 	}
-	w := &inproc{name: spec.Name, b: b, log: log, stop: spec.StopTimeout, done: make(chan struct{})}
+	w := &inproc{name: spec.Name, b: b, log: log, stop: spec.StopTimeout, done: make(chan struct{}), started: make(chan struct{})}
 	p, err := startPlatform(ctx, b, spec, log, w.crash, &w.running)
+	w.p = p
+	close(w.started)
 	if err != nil {
 		b.Close()
 		log.Close()
 		return nil, err
 	}
-	w.p = p
 	return w, nil
 }
 
@@ -215,9 +217,12 @@ func (w *inproc) Kill() {
 	w.once.Do(func() {
 		w.log.crash()
 		w.b.Close()
+		<-w.started
 		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 		defer cancel()
-		w.p.Stop(ctx)
+		if w.p != nil {
+			w.p.Stop(ctx)
+		}
 		waitGroup(&w.running, 5*time.Second)
 		w.log.Close()
 		close(w.done)
