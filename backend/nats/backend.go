@@ -667,8 +667,8 @@ func (b *Backend) Close() error {
 		b.mu.Unlock()
 		b.cancel()
 		b.wg.Wait()
+		_ = b.nc.FlushTimeout(time.Second) // the mover's and Close's fire-and-forget acks and naks
 		if b.ownConn {
-			_ = b.nc.FlushTimeout(time.Second)
 			b.nc.Close()
 		}
 	})

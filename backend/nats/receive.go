@@ -243,7 +243,8 @@ func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, 
 
 // drain waits for the end of a pull request whose caller left, and hands
 // each message that still arrives to late. On the work stream it keeps
-// waiting when the Backend closes (Close waits for it, at most PollWait), so
+// waiting when the Backend closes (Close waits for it: PollWait at most,
+// unless the server is unreachable, then 5s more), so
 // that the usual shutdown, the platform's Stop and then Close, counts no
 // crash; elsewhere it abandons the request at Close.
 func (b *Backend) drain(sub *gonats.Subscription, ch chan *gonats.Msg, end time.Time, late func(*gonats.Msg), work bool) {
