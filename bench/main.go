@@ -1,0 +1,345 @@
+// Command bench measures every asyncplatform backend against its broker's
+// raw-client ceiling and against peer libraries, and writes the results as
+// a Markdown table and a PNG chart.
+//
+// Run it from this directory (it is a module of its own, so the main module
+// never depends on the peers):
+//
+//	go run .                       # everything, N = 10,000 jobs per phase, ~15 min on 2 cores
+//	go run . -quick                # a smoke test: N = 1,000, short phases
+//	go run . -backends redis,nats  # some backends only
+//
+// Flags:
+//
+//	-backends  comma-separated backends (memory, redis, rabbit, nats, azure)
+//	-n         jobs per phase (Azure uses -azure-n: Azurite is slow)
+//	-quick     small N and short phases, for trying the tool
+//	-out       where benchmarks.md and benchmarks.png go (default ../docs)
+//	-peers, -scale, -depth  turn those parts off with =false
+//
+// The brokers are the machine's: Redis 127.0.0.1:6379, RabbitMQ
+// 127.0.0.1:5672 (guest/guest), NATS 127.0.0.1:4222 with JetStream. For
+// Azure it uses ASYNCPLATFORM_AZURE_CONNECTION_STRING when set, and
+// otherwise starts an Azurite of its own (installed by
+// ../scripts/azurite.sh install) and stops it at the end. Every queue,
+// stream or key it makes is named bench-… (Azure: prefix "bench") and
+// removed after use.
+//
+// Each system (our facade, a raw loop, a peer) runs in a child process of
+// its own (this binary, re-executed), so allocations and peak RSS are its
+// alone; the scaling test re-executes it as worker processes too.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// options are the command's flags.
+type options struct {
+	Backends   []string
+	N, AzureN  int
+	Quick      bool
+	Out        string
+	Peers      bool
+	Scale      bool
+	Depth      bool
+	BigDepth   int
+	Rate       int
+	LatencyDur time.Duration
+	Srv        servers
+}
+
+func main() {
+	log.SetFlags(log.Ltime)
+	log.SetPrefix("bench: ")
+	var (
+		o        options
+		backends string
+		child    string
+		worker   string
+	)
+	flag.StringVar(&backends, "backends", "memory,redis,rabbit,nats,azure", "comma-separated backends to measure")
+	flag.IntVar(&o.N, "n", 10000, "jobs per phase")
+	flag.IntVar(&o.AzureN, "azure-n", 2000, "jobs per phase on Azure (Azurite is slow)")
+	flag.BoolVar(&o.Quick, "quick", false, "small N and short phases, to try the tool")
+	flag.StringVar(&o.Out, "out", "../docs", "directory for benchmarks.md and benchmarks.png")
+	flag.BoolVar(&o.Peers, "peers", true, "measure the peer libraries")
+	flag.BoolVar(&o.Scale, "scale", true, "measure 1, 2 and 4 worker processes")
+	flag.BoolVar(&o.Depth, "depth", true, "measure costs at small and large queue depth")
+	flag.IntVar(&o.BigDepth, "big-depth", 1000000, "the large queue depth on memory and Redis")
+	flag.IntVar(&o.Rate, "rate", 1000, "offered jobs/s in the latency phase")
+	flag.DurationVar(&o.LatencyDur, "latency", 5*time.Second, "length of the latency phase")
+	flag.StringVar(&o.Srv.Redis, "redis", "127.0.0.1:6379", "Redis address")
+	flag.StringVar(&o.Srv.AMQP, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
+	flag.StringVar(&o.Srv.NATS, "nats", "nats://127.0.0.1:4222", "NATS URL")
+	flag.StringVar(&child, "child", "", "internal: run one system (JSON spec) and print its result")
+	flag.StringVar(&worker, "worker", "", "internal: run as a worker process (JSON spec)")
+	flag.Parse()
+	o.Backends = strings.Split(backends, ",")
+	o.Srv.Azure = os.Getenv("ASYNCPLATFORM_AZURE_CONNECTION_STRING")
+
+	switch {
+	case child != "":
+		runChild(child)
+		return
+	case worker != "":
+		runWorker(worker)
+		return
+	}
+	if o.Quick {
+		o.N, o.AzureN, o.LatencyDur, o.BigDepth = 1000, 300, time.Second, 10000
+	}
+	if err := run(o); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// childSpec tells a child process what to measure.
+type childSpec struct {
+	Backend, System string
+	Plan            plan
+	Srv             servers
+}
+
+// run measures everything o asks for and writes the report.
+func run(o options) error {
+	start := time.Now()
+	rep := &report{Options: o, Start: start.UTC()}
+	rep.Machine = describeMachine(o.Srv)
+	if contains(o.Backends, "azure") && o.Srv.Azure == "" {
+		stop, conn, err := startAzurite()
+		if err != nil {
+			log.Printf("azure: %v", err)
+			rep.Notes = append(rep.Notes, fmt.Sprintf("Azure skipped: %v", err))
+		} else {
+			defer stop()
+			o.Srv.Azure = conn
+			rep.Options.Srv.Azure = conn
+		}
+	}
+	rep.LoadBefore = loadAvg()
+	for _, b := range o.Backends {
+		n := o.N
+		if b == "azure" {
+			n = o.AzureN
+		}
+		p := plan{
+			N: n, Concs: []int{10, 50}, Rate: o.Rate, LatencyDur: o.LatencyDur,
+			Producers: 10, PhaseLimit: 3 * time.Minute,
+		}
+		if o.Quick {
+			p.PhaseLimit = time.Minute
+		}
+		systems := []string{"ours", "raw1", "rawbatch"}
+		if o.Peers {
+			for _, pr := range peers {
+				if pr.backend == b {
+					systems = append(systems, pr.name)
+				}
+			}
+		}
+		for _, s := range systems {
+			r := runSystem(childSpec{Backend: b, System: s, Plan: p, Srv: o.Srv}, 4*p.PhaseLimit+time.Minute)
+			log.Printf("%s/%s: %s", b, s, r.summary())
+			rep.Results = append(rep.Results, r)
+		}
+	}
+	if o.Scale {
+		for _, b := range o.Backends {
+			if b == "memory" || (b == "azure" && o.Srv.Azure == "") {
+				continue
+			}
+			n := o.N
+			if b == "azure" {
+				n = o.AzureN
+			}
+			s := measureScale(b, n, o.Srv)
+			log.Printf("%s scaling: %s", b, s.summary())
+			rep.Scale = append(rep.Scale, s)
+		}
+	}
+	if o.Depth {
+		for _, b := range o.Backends {
+			if b == "azure" && o.Srv.Azure == "" {
+				continue
+			}
+			for _, d := range depthsFor(b, o) {
+				dr := measureDepth(b, d, o.Srv)
+				log.Printf("%s depth %d/%d: %s", b, d.Work, d.Dead, dr.summary())
+				rep.Depth = append(rep.Depth, dr)
+			}
+		}
+	}
+	rep.LoadAfter = loadAvg()
+	rep.Elapsed = time.Since(start)
+	return rep.write(o.Out)
+}
+
+// runSystem runs one system in a child process and returns its result.
+func runSystem(spec childSpec, limit time.Duration) result {
+	r := result{Backend: spec.Backend, System: spec.System}
+	js, _ := json.Marshal(spec)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	self, err := os.Executable()
+	if err != nil {
+		r.Err = err.Error()
+		return r
+	}
+	cmd := exec.CommandContext(ctx, self, "-child", string(js))
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	err = cmd.Run()
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if jerr := json.Unmarshal([]byte(lines[len(lines)-1]), &r); jerr != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 300 {
+			msg = msg[len(msg)-300:]
+		}
+		r.Err = fmt.Sprintf("child failed: %v %s", err, msg)
+	}
+	return r
+}
+
+// runChild measures one system and prints its result as JSON.
+func runChild(js string) {
+	var spec childSpec
+	if err := json.Unmarshal([]byte(js), &spec); err != nil {
+		log.Fatal(err)
+	}
+	start := time.Now()
+	r := result{Backend: spec.Backend, System: spec.System}
+	ctx := context.Background()
+	s, note, err := openSystem(ctx, spec)
+	r.Note = note
+	if err != nil {
+		r.Err = err.Error()
+	} else {
+		measure(ctx, s, spec.Plan, &r)
+		if err := s.close(); err != nil && r.Err == "" {
+			r.Err = "cleanup: " + err.Error()
+		}
+	}
+	r.RSSMiB = peakRSS()
+	r.Seconds = time.Since(start).Seconds()
+	out, _ := json.Marshal(r)
+	fmt.Println(string(out))
+}
+
+// openSystem opens the system a spec names, on queues named after it and
+// this process.
+func openSystem(ctx context.Context, spec childSpec) (system, string, error) {
+	tag := fmt.Sprintf("%s-%d", spec.System, os.Getpid())
+	switch spec.System {
+	case "ours":
+		s, err := newFacade(ctx, spec.Backend, tag, spec.Srv)
+		return s, "", err
+	case "raw1":
+		s, err := newRaw(ctx, spec.Backend, tag, 1, spec.Srv)
+		return s, rawNotes[spec.Backend][0], err
+	case "rawbatch":
+		s, err := newRaw(ctx, spec.Backend, tag, rawBatch[spec.Backend], spec.Srv)
+		return s, rawNotes[spec.Backend][1], err
+	}
+	for _, p := range peers {
+		if p.name == spec.System && p.backend == spec.Backend {
+			s, err := p.open(ctx, tag, spec.Srv)
+			return s, p.note, err
+		}
+	}
+	return nil, "", fmt.Errorf("unknown system %q on %s", spec.System, spec.Backend)
+}
+
+// rawBatch is the batch size of each batched raw loop.
+var rawBatch = map[string]int{"memory": 32, "redis": 10, "rabbit": 10, "nats": 64, "azure": 32}
+
+// rawNotes say what each raw loop does (one per round trip, batched).
+var rawNotes = map[string][2]string{
+	"memory": {"the memory driver without the platform: Receive(1), Ack", "Receive(32), Ack each"},
+	"redis":  {"go-redis: LPUSH; BLMOVE to a processing list, LREM to ack", "LPUSH of 100; pipelined LMOVE ×10, pipelined LREM"},
+	"rabbit": {"amqp091-go: quorum queue, persistent, confirm per publish; prefetch 2c, ack each", "100 publishes then their confirms; ack multiple every c"},
+	"nats":   {"nats.go jetstream: work-queue stream on file; sync publish; Fetch(1), double ack", "100 async publishes; Fetch(64), double ack each"},
+	"azure":  {"azqueue: base64 text, TTL -1; dequeue 1, delete", "dequeue 32, delete each (no batch send in Azure)"},
+}
+
+// startAzurite starts an Azurite of our own on a free port; stop ends it.
+func startAzurite() (stop func(), conn string, err error) {
+	install := exec.Command("../scripts/azurite.sh", "install")
+	install.Stderr = os.Stderr
+	if err := install.Run(); err != nil {
+		return nil, "", fmt.Errorf("installing Azurite: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
+	const account = "devstoreaccount1"
+	const key = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+	cmd := exec.Command("../.tools/azurite/node_modules/.bin/azurite-queue",
+		"--queueHost", "127.0.0.1", "--queuePort", fmt.Sprint(port),
+		"--inMemoryPersistence", "--disableTelemetry", "--skipApiVersionCheck", "--loose", "--silent")
+	cmd.Env = append(os.Environ(), "AZURITE_ACCOUNTS="+account+":"+key)
+	if err := cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("starting Azurite: %w", err)
+	}
+	stop = func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for i := 0; ; i++ {
+		if dialOK(addr) {
+			break
+		}
+		if i == 100 {
+			stop()
+			return nil, "", errors.New("Azurite did not listen within 10s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	conn = fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;QueueEndpoint=http://%s/%s;", account, key, addr, account)
+	return stop, conn, nil
+}
+
+// loadAvg returns the 1-minute load average.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	var l float64
+	fmt.Sscan(string(b), &l)
+	return l
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// readLines sends each line of r to the returned channel.
+func readLines(sc *bufio.Scanner) <-chan string {
+	ch := make(chan string)
+	go func() {
+		defer close(ch)
+		for sc.Scan() {
+			ch <- sc.Text()
+		}
+	}()
+	return ch
+}

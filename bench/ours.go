@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/backend/azure"
+	"github.com/asyncplatform/asyncplatform/backend/memory"
+	apnats "github.com/asyncplatform/asyncplatform/backend/nats"
+	"github.com/asyncplatform/asyncplatform/backend/rabbit"
+	apredis "github.com/asyncplatform/asyncplatform/backend/redis"
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// quiet discards the logs of the systems under test.
+var quiet = slog.New(slog.DiscardHandler)
+
+// servers are the addresses of the brokers.
+type servers struct {
+	Redis string // host:port
+	AMQP  string // amqp:// URL
+	NATS  string // nats:// URL
+	Azure string // connection string
+}
+
+// openBackend opens our backend for name; cleanup removes the streams or
+// keys it made beyond the queue itself.
+func openBackend(ctx context.Context, name, tag string, srv servers) (be driver.Backend, cleanup func(), err error) {
+	cleanup = func() {}
+	switch name {
+	case "memory":
+		return memory.New(), cleanup, nil
+	case "redis":
+		rdb := goredis.NewClient(&goredis.Options{Addr: srv.Redis, PoolSize: 100})
+		b, err := apredis.New(apredis.Config{Client: rdb, Prefix: "bench", Logger: quiet})
+		if err != nil {
+			rdb.Close()
+			return nil, nil, err
+		}
+		return b, func() { rdb.Close() }, nil
+	case "rabbit":
+		b, err := rabbit.New(ctx, rabbit.Config{URL: srv.AMQP, Prefix: "bench", Logger: quiet})
+		return b, cleanup, err
+	case "nats":
+		stream := "bench-" + tag
+		b, err := apnats.New(ctx, apnats.Config{URL: srv.NATS, Stream: stream, Logger: quiet})
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, func() { deleteStreams(srv.NATS, stream, stream+"_DELAY", stream+"_DEAD") }, nil
+	case "azure":
+		if srv.Azure == "" {
+			return nil, nil, fmt.Errorf("%w: no Azurite connection string", errUnavailable)
+		}
+		b, err := azure.New(azure.Config{ConnectionString: srv.Azure, Prefix: "bench", Logger: quiet})
+		return b, cleanup, err
+	}
+	return nil, nil, fmt.Errorf("unknown backend %q", name)
+}
+
+// facade is our platform over one backend. Enqueues go through one platform
+// that never starts; each consume starts a platform of its own.
+type facade struct {
+	be      driver.Backend
+	queue   string
+	enq     *ap.Platform
+	cleanup func()
+}
+
+func newFacade(ctx context.Context, backend, tag string, srv servers) (*facade, error) {
+	be, cleanup, err := openBackend(ctx, backend, tag, srv)
+	if err != nil {
+		return nil, err
+	}
+	f := &facade{be: be, queue: "bench-" + tag, cleanup: cleanup}
+	f.enq, err = ap.New(be, ap.Config{Queues: map[string]ap.QueueConfig{f.queue: {}}, Logger: quiet})
+	if err != nil {
+		f.close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *facade) enqueue(ctx context.Context, payload []byte) error {
+	return f.enq.Enqueue(ctx, &ap.Job{Type: "bench", Queue: f.queue, Payload: payload})
+}
+
+func (f *facade) enqueueBatch(ctx context.Context, payloads [][]byte) error {
+	jobs := make([]*ap.Job, len(payloads))
+	for i, p := range payloads {
+		jobs[i] = &ap.Job{Type: "bench", Queue: f.queue, Payload: p}
+	}
+	return f.enq.EnqueueBatch(ctx, jobs)
+}
+
+func (f *facade) consume(ctx context.Context, c int, handle func([]byte)) (func(), error) {
+	p, err := ap.New(f.be, ap.Config{Queues: map[string]ap.QueueConfig{f.queue: {Concurrency: c}}, Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Handle("bench", func(_ context.Context, j *ap.Job) error {
+		handle(j.Payload)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := p.Start(ctx); err != nil {
+		return nil, err
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = p.Stop(sctx)
+	}, nil
+}
+
+func (f *facade) close() error {
+	var err error
+	if d, ok := f.be.(driver.QueueDeleter); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		err = d.DeleteQueue(ctx, f.queue)
+		cancel()
+	}
+	err = errors.Join(err, f.be.Close())
+	f.cleanup()
+	return err
+}

@@ -1,0 +1,389 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// scaleResult is the processing rate of one queue worked by 1, 2 and 4
+// worker processes of our facade.
+type scaleResult struct {
+	Backend string
+	Conc    int             // handlers per process
+	N       int             // jobs drained in each round
+	Rate    map[int]float64 // by process count
+	Err     string
+}
+
+func (s scaleResult) summary() string {
+	if s.Err != "" {
+		return "error: " + s.Err
+	}
+	return fmt.Sprintf("1: %.0f/s, 2: %.0f/s, 4: %.0f/s", s.Rate[1], s.Rate[2], s.Rate[4])
+}
+
+// workerSpec tells a worker process what to work.
+type workerSpec struct {
+	Backend, Queue, Tag string
+	Conc                int
+	Srv                 servers
+}
+
+// measureScale preloads n jobs, then drains them with k worker processes
+// for k = 1, 2, 4, timing from the moment all are told to start.
+func measureScale(backend string, n int, srv servers) scaleResult {
+	res := scaleResult{Backend: backend, Conc: 10, N: n, Rate: map[int]float64{}}
+	ctx := context.Background()
+	tag := fmt.Sprintf("scale-%d", os.Getpid())
+	f, err := newFacade(ctx, backend, tag, srv)
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	defer f.close()
+	for _, k := range []int{1, 2, 4} {
+		var r result
+		if err := preload(ctx, f, n, 10, &r); err != nil {
+			res.Err = fmt.Sprintf("preload: %v", err)
+			return res
+		}
+		d, err := drainWithWorkers(workerSpec{Backend: backend, Queue: f.queue, Tag: tag, Conc: res.Conc, Srv: srv}, k, n)
+		if err != nil {
+			res.Err = fmt.Sprintf("%d processes: %v", k, err)
+			return res
+		}
+		res.Rate[k] = rate(n, d)
+	}
+	return res
+}
+
+// drainWithWorkers starts k worker processes, waits until each is ready,
+// tells them all to go, and returns the time until they handled n jobs in
+// all. Each worker prints its running count; closing its stdin stops it.
+func drainWithWorkers(spec workerSpec, k, n int) (time.Duration, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	js, _ := json.Marshal(spec)
+	type proc struct {
+		cmd   *exec.Cmd
+		in    io.WriteCloser
+		lines <-chan string
+	}
+	var procs []proc
+	defer func() {
+		for _, p := range procs {
+			p.in.Close()
+			done := make(chan struct{})
+			go func() { p.cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				p.cmd.Process.Kill()
+				<-done
+			}
+		}
+	}()
+	for range k {
+		cmd := exec.Command(self, "-worker", string(js))
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return 0, err
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return 0, err
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		procs = append(procs, proc{cmd, in, readLines(bufio.NewScanner(out))})
+	}
+	for _, p := range procs {
+		select {
+		case l := <-p.lines:
+			if l != "ready" {
+				return 0, fmt.Errorf("worker said %q", l)
+			}
+		case <-time.After(time.Minute):
+			return 0, errors.New("a worker was not ready within a minute")
+		}
+	}
+	start := time.Now()
+	for _, p := range procs {
+		fmt.Fprintln(p.in, "go")
+	}
+	counts := make([]int, k)
+	deadline := time.After(3 * time.Minute)
+	for {
+		total := 0
+		for i, p := range procs {
+		drain:
+			for {
+				select {
+				case l, ok := <-p.lines:
+					if !ok {
+						return 0, errors.New("a worker exited early")
+					}
+					counts[i], _ = strconv.Atoi(l)
+				default:
+					break drain
+				}
+			}
+			total += counts[i]
+		}
+		if total >= n {
+			return time.Since(start), nil
+		}
+		select {
+		case <-deadline:
+			return 0, fmt.Errorf("handled %d of %d jobs in 3 minutes", total, n)
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// runWorker is a worker process: it opens the backend, says "ready", starts
+// on "go", prints its handled count every 5ms, and stops when stdin closes.
+func runWorker(js string) {
+	var spec workerSpec
+	if err := json.Unmarshal([]byte(js), &spec); err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	be, cleanup, err := openBackend(ctx, spec.Backend, spec.Tag, spec.Srv)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cleanup()
+	defer be.Close()
+	p, err := ap.New(be, ap.Config{Queues: map[string]ap.QueueConfig{spec.Queue: {Concurrency: spec.Conc}}, Logger: quiet})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var count atomic.Int64
+	p.Handle("bench", func(context.Context, *ap.Job) error {
+		count.Add(1)
+		return nil
+	})
+	in := bufio.NewScanner(os.Stdin)
+	fmt.Println("ready")
+	if !in.Scan() {
+		return
+	}
+	if err := p.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	stop := make(chan struct{})
+	go func() {
+		for in.Scan() {
+		}
+		close(stop)
+	}()
+	last := int64(-1)
+	for {
+		select {
+		case <-stop:
+			sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			p.Stop(sctx)
+			cancel()
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+		if c := count.Load(); c != last {
+			fmt.Println(c)
+			last = c
+		}
+	}
+}
+
+// depth is one queue-depth point: jobs waiting in the work queue and
+// records in its dead-letter queue.
+type depth struct{ Work, Dead int }
+
+// depthsFor returns the small and large depth points for a backend.
+func depthsFor(backend string, o options) []depth {
+	small := depth{1000, 1000}
+	switch backend {
+	case "memory":
+		return []depth{small, {o.BigDepth, o.BigDepth}}
+	case "redis":
+		return []depth{small, {o.BigDepth, min(o.BigDepth, 100000)}}
+	case "azure":
+		return []depth{{100, 100}, {1000, 1000}}
+	}
+	return []depth{small, {10 * small.Work, 10 * small.Dead}}
+}
+
+// depthResult is the median cost of one call at one depth.
+type depthResult struct {
+	Backend                  string
+	Depth                    depth
+	Enqueue, Claim, NextDead time.Duration
+	Fill                     time.Duration // time to build the depth
+	Err                      string
+}
+
+func (d depthResult) summary() string {
+	if d.Err != "" {
+		return "error: " + d.Err
+	}
+	return fmt.Sprintf("enqueue %v, claim %v, NextDeadLetter %v (fill %v)", d.Enqueue, d.Claim, d.NextDead, d.Fill.Round(time.Second))
+}
+
+// depthSamples is how many calls each median is taken over.
+const depthSamples = 200
+
+// measureDepth fills a queue with d.Dead dead letters (through handlers that
+// fail permanently) and d.Work waiting jobs, then times Enqueue, a claim
+// (the backend's Receive of one job; its Ack is not timed) and
+// NextDeadLetter (pop), each the median of depthSamples calls.
+func measureDepth(backend string, d depth, srv servers) depthResult {
+	res := depthResult{Backend: backend, Depth: d}
+	ctx := context.Background()
+	tag := fmt.Sprintf("depth-%d-%d", d.Work, os.Getpid())
+	f, err := newFacade(ctx, backend, tag, srv)
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	defer f.close()
+	start := time.Now()
+	fail := func(what string, err error) depthResult {
+		res.Err = fmt.Sprintf("%s: %v", what, err)
+		return res
+	}
+	if err := fill(ctx, f, d.Dead); err != nil {
+		return fail("filling", err)
+	}
+	if err := dead(ctx, f, d.Dead); err != nil {
+		return fail("dead-lettering", err)
+	}
+	if err := fill(ctx, f, d.Work); err != nil {
+		return fail("filling", err)
+	}
+	res.Fill = time.Since(start)
+
+	res.Enqueue, err = median(func() error { return f.enqueue(ctx, newPayload(time.Now())) })
+	if err != nil {
+		return fail("enqueue", err)
+	}
+	// Waiting jobs are claimed by the backend directly: the platform has no
+	// call for one claim.
+	res.Claim, err = median(func() error {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		t := time.Now()
+		ds, err := f.be.Receive(rctx, f.queue, 1, time.Minute)
+		el := time.Since(t)
+		for _, dl := range ds {
+			_ = f.be.Ack(ctx, dl)
+		}
+		if err == nil && len(ds) == 0 {
+			err = errors.New("no job claimed")
+		}
+		return timedErr{el, err}
+	})
+	if err != nil {
+		return fail("claim", err)
+	}
+	res.NextDead, err = median(func() error {
+		return f.enq.NextDeadLetter(ctx, f.queue, func(context.Context, ap.DeadLetter) (bool, error) { return true, nil })
+	})
+	if err != nil {
+		return fail("NextDeadLetter", err)
+	}
+	return res
+}
+
+// timedErr lets a sampled call report its own duration.
+type timedErr struct {
+	d   time.Duration
+	err error
+}
+
+func (t timedErr) Error() string { return fmt.Sprint(t.err) }
+
+// median calls fn depthSamples times and returns the median duration. fn
+// may return a timedErr to report the part it timed itself.
+func median(fn func() error) (time.Duration, error) {
+	ds := make([]time.Duration, 0, depthSamples)
+	for range depthSamples {
+		t := time.Now()
+		err := fn()
+		d := time.Since(t)
+		var te timedErr
+		if errors.As(err, &te) {
+			d, err = te.d, te.err
+		}
+		if err != nil {
+			return 0, err
+		}
+		ds = append(ds, d)
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2], nil
+}
+
+// fill enqueues n jobs in batches of 1,000.
+func fill(ctx context.Context, f *facade, n int) error {
+	for i := 0; i < n; i += 1000 {
+		batch := make([][]byte, min(1000, n-i))
+		for j := range batch {
+			batch[j] = newPayload(time.Now())
+		}
+		if err := f.enqueueBatch(ctx, batch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dead runs handlers that fail permanently until n jobs are dead-lettered.
+func dead(ctx context.Context, f *facade, n int) error {
+	if n == 0 {
+		return nil
+	}
+	p, err := ap.New(f.be, ap.Config{Queues: map[string]ap.QueueConfig{f.queue: {Concurrency: 50}}, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	var count atomic.Int64
+	all := make(chan struct{})
+	p.Handle("bench", func(context.Context, *ap.Job) error {
+		if count.Add(1) == int64(n) {
+			close(all)
+		}
+		return ap.Permanent(errors.New("bench"))
+	})
+	if err := p.Start(ctx); err != nil {
+		return err
+	}
+	var timeout error
+	select {
+	case <-all:
+	case <-time.After(10 * time.Minute):
+		timeout = fmt.Errorf("%d of %d dead-lettered", count.Load(), n)
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return errors.Join(timeout, p.Stop(sctx))
+}
+
+
+
