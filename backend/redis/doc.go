@@ -58,9 +58,13 @@
 //     appends the record to the dead list, in one script.
 //
 // The reaper is part of the claim script: there is no background sweeper.
-// An idle receiver still runs the claim at the earliest lease deadline or
-// due time it was told about, so expired leases and due jobs move on their
-// own while anyone receives from the queue.
+// A claim sweeps (returns expired leases to ready, promotes due scheduled
+// jobs, at most 1000 of each) whenever ready alone cannot fill it, and
+// otherwise on about one claim in eight, so a busy queue spends fewer
+// commands while a due job still moves within a few claims. An idle receiver
+// runs the claim at the earliest lease deadline or due time it was told
+// about, so expired leases and due jobs move on their own while anyone
+// receives from the queue.
 //
 // # Waking receivers without polling
 //
@@ -98,8 +102,8 @@
 //     maxmemory-policy noeviction, or Redis may evict queue keys.
 //   - ListDead's index cursor shifts when records are popped or deleted
 //     between pages, so a page may then repeat or skip a record.
-//   - DeleteDead and a claim of a long-expired backlog scan in one script,
-//     blocking Redis for as long as they run (the reaper moves at most 1000
-//     ids per claim).
+//   - DeleteDead scans the whole dead list in one script, blocking Redis
+//     for as long as it runs.
+//   - Receive hands out at most 1000 messages per call, whatever its max.
 //   - Stats counts expired leases and due scheduled jobs as ready.
 package redis
