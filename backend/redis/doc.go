@@ -68,7 +68,8 @@
 //
 // # Waking receivers without polling
 //
-// Enqueue, Requeue and a claim that leaves work behind push a wake token to
+// Enqueue, Requeue and a claim that took all it asked for (so work may
+// remain) push a wake token to
 // the queue's signal list (only when it is empty, so it never grows). An idle
 // Receive waits for the first of: a token, the next due time or lease
 // deadline the claim script reported, Config.IdleWait, or its context. Per
@@ -84,7 +85,8 @@
 // token. The Backend renews its holds every DeadHold/3; SettleDead removes the
 // record or pushes it back at the head of the list. A hold that runs out
 // (its Backend closed or its process died) is pushed back at the head by the
-// next NextDead or SettleDead on the queue. ListDead pages with LRANGE, the
+// next NextDead on the queue, or by the late holder's own SettleDead, which
+// then returns driver.ErrLeaseLost. ListDead pages with LRANGE, the
 // cursor being the index of the next record; held records are not listed.
 // DeleteDead scans the list in one script and leaves held records alone.
 // PurgeDead removes held records too and counts them. Nothing is ever trimmed.
