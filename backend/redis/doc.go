@@ -69,8 +69,8 @@
 // # Waking receivers without polling
 //
 // Enqueue, Requeue and a claim that took all it asked for (so work may
-// remain) push a wake token to
-// the queue's signal list (only when it is empty, so it never grows). An idle
+// remain) push a wake token to the queue's signal list (only when it is
+// empty, so it never grows). An idle
 // Receive waits for the first of: a token, the next due time or lease
 // deadline the claim script reported, Config.IdleWait, or its context. Per
 // Backend and queue one goroutine blocks in BLPOP on the signal list while
