@@ -70,14 +70,15 @@
 //
 // Enqueue, Requeue and a claim that took all it asked for (so work may
 // remain) push a wake token to the queue's signal list (only when it is
-// empty, so it never grows). An idle
-// Receive waits for the first of: a token, the next due time or lease
-// deadline the claim script reported, Config.IdleWait, or its context. Per
-// Backend and queue one goroutine blocks in BLPOP on the signal list while
-// anyone waits, and broadcasts each token to every idle Receive of that
-// Backend, so many idle receivers cost one pooled connection per queue, not
-// one each. Size the client's pool for one blocked connection per queue
-// being received from, plus the working traffic.
+// empty, so it never grows). An idle Receive waits for the first of: a
+// token, the next due time or lease deadline the claim script reported,
+// Config.IdleWait, or its context. Per Backend and queue one goroutine
+// blocks in BLPOP on the signal list while anyone waits, and broadcasts each
+// token to every idle Receive of that Backend, so many idle receivers cost
+// one pooled connection per queue, not one each. Size the client's pool for
+// one blocked connection per queue being received from, plus the working
+// traffic. Close wakes its own BLPOPs with a token and takes back the ones
+// nobody popped.
 //
 // # Dead letters
 //
