@@ -84,7 +84,11 @@ func declareQueue(ch *amqp.Channel, name string, args amqp.Table) error {
 		if m := inequivalentArg.FindStringSubmatch(aerr.Reason); m != nil {
 			arg = m[1]
 		}
-		return fmt.Errorf("%w: queue %q exists with another value of argument %s (want %v): %w", ErrIncompatibleQueue, name, arg, args[arg], err)
+		want := "none"
+		if v, ok := args[arg]; ok {
+			want = fmt.Sprint(v)
+		}
+		return fmt.Errorf("%w: queue %q has another %s than this backend declares (%s); delete it or use another Config.Prefix: %w", ErrIncompatibleQueue, name, arg, want, err)
 	}
 	return fmt.Errorf("rabbit: declare queue %q: %w", name, err)
 }
