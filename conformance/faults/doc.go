@@ -1,0 +1,47 @@
+// Package faults is the fault-injection suite: it proves "nothing lost" on a
+// backend under crashes, restarts and cuts, and counts what at-least-once
+// delivery costs in duplicates.
+//
+// Each scenario runs jobs through real asyncplatform.Platform workers, in
+// this process or in child processes (the test binary re-executed, see Run),
+// while it hurts them: SIGKILL mid-job, a job that kills its worker every
+// time, a broker restart (graceful and SIGKILL, on a broker of the test's
+// own), connection cuts through a TCP proxy, a handler that outlives its
+// lease with extension turned off, foreign bytes written straight to the
+// queue, a storm of transient rejections, a crash inside DeadLetter, four
+// concurrent NextDeadLetter callers, and SIGTERM mid-job.
+//
+// Every worker appends its events to a history (one JSON line per write, so
+// a SIGKILL loses nothing already written): the parent's acknowledged and
+// indeterminate enqueues, and each attempt's start (with the counters the
+// handler saw) and end (ok, fail, reject, cancel). A handler writes its end
+// just before it returns, so "ok" is the commit point of the job's work. At
+// the end the dead letters are drained, and Check reports the figures of
+// RabbitMQ's Jepsen checker:
+//
+//   - lost: an acknowledged enqueue (or a foreign message) that neither
+//     completed nor reached the dead-letter queue;
+//   - duplicated: completed more than once, or completed and dead-lettered,
+//     or dead-lettered twice (allowed where a fault explains it);
+//   - unexpected: completed or dead-lettered but never enqueued;
+//   - wrong try count: an attempt that was not counted (a later attempt saw
+//     the same failures and crashes, and the earlier one was not a Reject
+//     nor a shutdown hand-back), TryCount ≠ failures + crashes + 1, a
+//     failure counted that did not happen, dead-letter counters that do not
+//     match the limit, or a scenario's own expectation (no try spent by
+//     Reject or SIGTERM, exactly PoisonLimit+1 attempts of a poison job);
+//   - empty: nothing ready, scheduled, in flight or dead at the end.
+//
+// The short mode is part of the ordinary test run (seconds per backend).
+// ASYNCPLATFORM_SOAK=10m (see Soak) runs every scenario with five times the
+// jobs and faults, plus RandomFaults: minutes of random kills, SIGTERMs,
+// cuts, broker restarts and garbage under a mixed load. Set
+// ASYNCPLATFORM_FAULTS_REPORT to a file to collect each scenario's figures
+// as Markdown table rows, and ASYNCPLATFORM_FAULTS_VERBOSE=1 for the
+// platforms' warnings.
+//
+// Everything is loopback-only and bounded: every wait is capped (patience),
+// nothing is asserted on time, and the machine's shared brokers are never
+// stopped: a restart uses a broker of the test's own on another port, or a
+// proxy outage.
+package faults
