@@ -29,9 +29,10 @@ type servers struct {
 	Azure string // connection string
 }
 
-// openBackend opens our backend for name; cleanup removes the streams or
-// keys it made beyond the queue itself.
-func openBackend(ctx context.Context, name, tag string, srv servers) (be driver.Backend, cleanup func(), err error) {
+// openBackend opens our backend for name; cleanup closes what it opened
+// besides the backend, and, when owner is set, removes the streams it made
+// beyond the queue itself.
+func openBackend(ctx context.Context, name, tag string, owner bool, srv servers) (be driver.Backend, cleanup func(), err error) {
 	cleanup = func() {}
 	switch name {
 	case "memory":
@@ -52,6 +53,9 @@ func openBackend(ctx context.Context, name, tag string, srv servers) (be driver.
 		b, err := apnats.New(ctx, apnats.Config{URL: srv.NATS, Stream: stream, Logger: quiet})
 		if err != nil {
 			return nil, nil, err
+		}
+		if !owner {
+			return b, cleanup, nil
 		}
 		return b, func() { deleteStreams(srv.NATS, stream, stream+"_DELAY", stream+"_DEAD") }, nil
 	case "azure":
@@ -74,7 +78,7 @@ type facade struct {
 }
 
 func newFacade(ctx context.Context, backend, tag string, srv servers) (*facade, error) {
-	be, cleanup, err := openBackend(ctx, backend, tag, srv)
+	be, cleanup, err := openBackend(ctx, backend, tag, true, srv)
 	if err != nil {
 		return nil, err
 	}

@@ -108,8 +108,10 @@ func (nopLogger) Fatal(...any) {}
 type wmSys struct {
 	pub     message.Publisher
 	topic   string
-	newSub  func(i int) (message.Subscriber, error)
+	newSub  func(phase, i int) (message.Subscriber, error)
+	endSubs func(phase int) // after a consume's subscribers closed; may be nil
 	cleanup func()
+	phase   int
 }
 
 func (w *wmSys) enqueue(_ context.Context, p []byte) error {
@@ -120,15 +122,20 @@ func (w *wmSys) consume(ctx context.Context, c int, handle func([]byte)) (func()
 	ctx, cancel := context.WithCancel(ctx)
 	var subs []message.Subscriber
 	var wg sync.WaitGroup
+	w.phase++
+	phase := w.phase
 	stop := func() {
 		cancel()
 		for _, s := range subs {
 			_ = s.Close()
 		}
 		wg.Wait()
+		if w.endSubs != nil {
+			w.endSubs(phase)
+		}
 	}
 	for i := range c {
-		s, err := w.newSub(i)
+		s, err := w.newSub(phase, i)
 		if err != nil {
 			stop()
 			return nil, err
@@ -166,9 +173,11 @@ func openWatermillRedis(_ context.Context, tag string, srv servers) (system, err
 	return &wmSys{
 		pub:   pub,
 		topic: topic,
-		newSub: func(i int) (message.Subscriber, error) {
+		// Closing a subscriber closes its client: each gets its own.
+		newSub: func(_, i int) (message.Subscriber, error) {
 			return redisstream.NewSubscriber(redisstream.SubscriberConfig{
-				Client: rdb, Consumer: fmt.Sprintf("c%d", i), ConsumerGroup: "bench",
+				Client:   goredis.NewClient(&goredis.Options{Addr: srv.Redis, PoolSize: 4}),
+				Consumer: fmt.Sprintf("c%d", i), ConsumerGroup: "bench",
 			}, watermill.NopLogger{})
 		},
 		cleanup: func() {
@@ -184,6 +193,17 @@ func openWatermillAMQP(_ context.Context, tag string, srv servers) (system, erro
 	cfg.Queue.Arguments = amqp.Table{"x-queue-type": "quorum"}
 	cfg.Publish.ConfirmDelivery = true
 	cfg.Publish.ChannelPoolSize = 10
+	// The publisher does not declare the queue: a publish before any
+	// subscriber declared it would be dropped.
+	sub, err := wamqp.NewSubscriber(cfg, watermill.NopLogger{})
+	if err != nil {
+		return nil, err
+	}
+	err = sub.SubscribeInitialize(topic)
+	sub.Close()
+	if err != nil {
+		return nil, err
+	}
 	pub, err := wamqp.NewPublisher(cfg, watermill.NopLogger{})
 	if err != nil {
 		return nil, err
@@ -191,7 +211,7 @@ func openWatermillAMQP(_ context.Context, tag string, srv servers) (system, erro
 	return &wmSys{
 		pub:   pub,
 		topic: topic,
-		newSub: func(int) (message.Subscriber, error) {
+		newSub: func(int, int) (message.Subscriber, error) {
 			return wamqp.NewSubscriber(cfg, watermill.NopLogger{})
 		},
 		cleanup: func() { deleteAMQPQueues(srv.AMQP, topic) },
@@ -211,11 +231,17 @@ func openWatermillNATS(ctx context.Context, tag string, srv servers) (system, er
 	return &wmSys{
 		pub:   pub,
 		topic: topic,
-		newSub: func(int) (message.Subscriber, error) {
+		// Each consume gets a durable consumer of its own, deleted after:
+		// a closed subscription's pull requests outlive it on the server,
+		// and messages sent to them would wait out the 30s AckWait.
+		newSub: func(phase, _ int) (message.Subscriber, error) {
 			return wnats.NewSubscriber(wnats.SubscriberConfig{
 				URL: srv.NATS, Logger: watermill.NopLogger{},
-				ResourceInitializer: wnats.GroupedConsumer("bench"),
+				ResourceInitializer: wnats.GroupedConsumer(fmt.Sprintf("bench%d", phase)),
 			})
+		},
+		endSubs: func(phase int) {
+			deleteConsumer(srv.NATS, topic, fmt.Sprintf("watermill__bench%d__%s", phase, topic))
 		},
 		cleanup: func() { deleteStreams(srv.NATS, topic) },
 	}, nil
@@ -237,6 +263,22 @@ func createWorkStream(ctx context.Context, url, topic string) error {
 		Name: topic, Subjects: []string{topic}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage,
 	})
 	return err
+}
+
+// deleteConsumer removes a JetStream consumer, ignoring errors.
+func deleteConsumer(url, stream, name string) {
+	nc, err := gonats.Connect(url)
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = js.DeleteConsumer(ctx, stream, name)
 }
 
 // deleteAMQPQueues deletes queues (and exchanges of the same names),
@@ -261,9 +303,12 @@ func deleteAMQPQueues(url string, names ...string) {
 
 // ---- machinery ----
 
+// machinerySys enqueues through one server; each consume makes a server of
+// its own, as stopping a worker closes its broker's connection.
 type machinerySys struct {
-	server  *machinery.Server
-	cleanup func()
+	server    *machinery.Server
+	newServer func() *machinery.Server
+	cleanup   func()
 }
 
 func init() {
@@ -281,8 +326,10 @@ func openMachineryAMQP(_ context.Context, tag string, srv servers) (system, erro
 			Exchange: q, ExchangeType: "direct", BindingKey: q, PrefetchCount: 10,
 		},
 	}
-	s := machinery.NewServer(cnf, mamqp.New(cnf), nullbackend.New(), eagerlock.New())
-	return &machinerySys{server: s, cleanup: func() { deleteAMQPQueues(srv.AMQP, q) }}, nil
+	newServer := func() *machinery.Server {
+		return machinery.NewServer(cnf, mamqp.New(cnf), nullbackend.New(), eagerlock.New())
+	}
+	return &machinerySys{server: newServer(), newServer: newServer, cleanup: func() { deleteAMQPQueues(srv.AMQP, q) }}, nil
 }
 
 func openMachineryRedis(_ context.Context, tag string, srv servers) (system, error) {
@@ -293,8 +340,10 @@ func openMachineryRedis(_ context.Context, tag string, srv servers) (system, err
 		NoUnixSignals: true,
 		Redis:         &mconfig.RedisConfig{MaxActive: 100, NormalTasksPollPeriod: 1000, DelayedTasksPollPeriod: 500},
 	}
-	s := machinery.NewServer(cnf, mredis.NewGR(cnf, []string{srv.Redis}, 0), nullbackend.New(), eagerlock.New())
-	return &machinerySys{server: s, cleanup: func() {
+	newServer := func() *machinery.Server {
+		return machinery.NewServer(cnf, mredis.NewGR(cnf, []string{srv.Redis}, 0), nullbackend.New(), eagerlock.New())
+	}
+	return &machinerySys{server: newServer(), newServer: newServer, cleanup: func() {
 		rdb := goredis.NewClient(&goredis.Options{Addr: srv.Redis})
 		rdb.Del(context.Background(), q)
 		rdb.Close()
@@ -310,14 +359,15 @@ func (m *machinerySys) enqueue(ctx context.Context, p []byte) error {
 }
 
 func (m *machinerySys) consume(_ context.Context, c int, handle func([]byte)) (func(), error) {
-	if err := m.server.RegisterTask("bench", func(s string) error {
+	srv := m.newServer()
+	if err := srv.RegisterTask("bench", func(s string) error {
 		b, _ := base64.StdEncoding.DecodeString(s)
 		handle(b)
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	w := m.server.NewWorker(fmt.Sprintf("bench-%d", time.Now().UnixNano()), c)
+	w := srv.NewWorker(fmt.Sprintf("bench-%d", time.Now().UnixNano()), c)
 	errs := make(chan error, 1)
 	w.LaunchAsync(errs)
 	return func() {

@@ -166,7 +166,7 @@ func runWorker(js string) {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
-	be, cleanup, err := openBackend(ctx, spec.Backend, spec.Tag, spec.Srv)
+	be, cleanup, err := openBackend(ctx, spec.Backend, spec.Tag, false, spec.Srv)
 	if err != nil {
 		log.Fatal(err)
 	}
