@@ -207,52 +207,66 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 		}
 	}
 	done := 0
-	for _, dl := range picked {
-		if err := p.redriveOne(ctx, queue, dl); err != nil {
+	for len(picked) > 0 {
+		chunk := picked[:min(len(picked), 500)]
+		picked = picked[len(chunk):]
+		n, err := p.redriveChunk(ctx, queue, chunk)
+		done += n
+		if err != nil {
 			return done, err
 		}
-		done++
 	}
 	p.log.InfoContext(ctx, "asyncplatform: redrove dead letters", "queue", queue, "count", done)
 	return done, nil
 }
 
-func (p *Platform) redriveOne(ctx context.Context, queue string, dl DeadLetter) error {
-	j := dl.Job
-	j.Queue = queue
-	j.Failures, j.Crashes, j.TryCount, j.unhandled = 0, 0, 0, 0
-	j.NotBefore = time.Time{}
-	if !j.Deadline.IsZero() && !time.Now().Before(j.Deadline) {
-		j.Deadline = time.Time{}
-	}
-	j.copyNo++
-	// The job gets a payload reference of its own, so the record and the
-	// job never share one: whichever goes first cannot take the other's.
-	if dl.PayloadRef != "" && p.cfg.PayloadStore != nil {
-		b, err := p.cfg.PayloadStore.Get(ctx, dl.PayloadRef)
-		if err != nil {
-			return fmt.Errorf("asyncplatform: redriving job %s: fetching its offloaded payload: %w", j.ID, err)
+// redriveChunk enqueues the chunk's jobs in one batch, then deletes their
+// records in one call (a single scan on brokers that must read the queue to
+// delete from it).
+func (p *Platform) redriveChunk(ctx context.Context, queue string, chunk []DeadLetter) (int, error) {
+	jobs := make([]*Job, 0, len(chunk))
+	var ids, oldRefs, newRefs []string
+	for _, dl := range chunk {
+		j := dl.Job
+		j.Queue = queue
+		j.Failures, j.Crashes, j.TryCount, j.unhandled = 0, 0, 0, 0
+		j.NotBefore = time.Time{}
+		if !j.Deadline.IsZero() && !time.Now().Before(j.Deadline) {
+			j.Deadline = time.Time{}
 		}
-		ref, err := p.cfg.PayloadStore.Put(ctx, j.ID, b)
-		if err != nil {
-			return fmt.Errorf("asyncplatform: redriving job %s: storing its payload: %w", j.ID, err)
+		j.copyNo++
+		// The job gets a payload reference of its own, so the record and
+		// the job never share one: whichever goes first cannot take the
+		// other's.
+		if dl.PayloadRef != "" && p.cfg.PayloadStore != nil {
+			b, err := p.cfg.PayloadStore.Get(ctx, dl.PayloadRef)
+			if err == nil {
+				j.payloadRef, err = p.cfg.PayloadStore.Put(ctx, j.ID, b)
+			}
+			if err != nil {
+				p.dropPayloads(ctx, newRefs)
+				return 0, fmt.Errorf("asyncplatform: redriving job %s: copying its offloaded payload: %w", j.ID, err)
+			}
+			newRefs = append(newRefs, j.payloadRef)
+			oldRefs = append(oldRefs, dl.PayloadRef)
 		}
-		j.payloadRef = ref
+		jobs = append(jobs, &j)
+		ids = append(ids, dl.ID)
 	}
-	if err := p.put(ctx, queue, []*Job{&j}, false); err != nil {
-		p.dropPayload(ctx, j.payloadRef)
-		return fmt.Errorf("asyncplatform: redriving job %s of queue %q: %w", j.ID, queue, err)
+	if err := p.put(ctx, queue, jobs, false); err != nil {
+		return 0, fmt.Errorf("asyncplatform: redriving %d jobs of queue %q (their records stay): %w", len(jobs), queue, err)
 	}
-	n, err := p.backend.DeleteDead(ctx, queue, []string{dl.ID})
-	switch {
-	case err != nil:
-		return fmt.Errorf("asyncplatform: deleting redriven dead letter %s of queue %q (the job is enqueued; the record stays): %w", dl.ID, queue, err)
-	case n == 0:
-		p.log.WarnContext(ctx, "asyncplatform: redriven dead letter was held or popped meanwhile; the job is enqueued and the record, if held, stays", "queue", queue, "record", dl.ID)
-	default:
-		p.dropPayload(ctx, dl.PayloadRef)
+	n, err := p.backend.DeleteDead(ctx, queue, ids)
+	if err != nil {
+		return len(jobs), fmt.Errorf("asyncplatform: deleting %d redriven dead letters of queue %q (the jobs are enqueued; the records stay): %w", len(ids), queue, err)
 	}
-	return nil
+	if n < len(ids) {
+		p.log.WarnContext(ctx, "asyncplatform: some redriven dead letters were held or popped meanwhile; their jobs are enqueued and the held records stay",
+			"queue", queue, "redriven", len(ids), "deleted", n)
+		oldRefs = p.unreferenced(ctx, queue, oldRefs)
+	}
+	p.dropPayloads(ctx, oldRefs)
+	return len(jobs), nil
 }
 
 // unreferenced returns the refs no dead letter of the queue points at.
