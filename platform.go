@@ -664,6 +664,11 @@ func (p *Platform) Stop(ctx context.Context) error {
 	p.fetchers.Wait() // each fetcher closes its work channel on return
 	for _, q := range p.queues {
 		q.handBackQueued()
+		if r, ok := p.backend.(driver.Releaser); ok {
+			if err := r.Release(ctx, q.name); err != nil {
+				p.log.WarnContext(ctx, "asyncplatform: releasing the backend's buffered messages failed; they come back after their lease", "queue", q.name, "error", err)
+			}
+		}
 	}
 	var err error
 	select {

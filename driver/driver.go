@@ -245,6 +245,15 @@ type QueueDeleter interface {
 	DeleteQueue(ctx context.Context, queue string) error
 }
 
+// Releaser is an optional interface for backends that buffer messages
+// received from the broker ahead of Receive (a consumer's prefetch window):
+// Release stops that buffering for the queue and hands back, uncounted,
+// everything received but not yet handed out. A later Receive may start
+// again. The platform calls it when it stops working the queue.
+type Releaser interface {
+	Release(ctx context.Context, queue string) error
+}
+
 // Pinger is an optional interface: a backend that can check its connection
 // to the broker cheaply implements it, and the platform reports the result in
 // its health.
