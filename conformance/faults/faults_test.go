@@ -362,7 +362,7 @@ func startServer(t *testing.T, bin string, args []string, dir, hostport string, 
 func (s *server) start() error {
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Dir = s.dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test, even a panicking one
+	dieWithParent(cmd)
 	cmd.Env = append(os.Environ(), s.env...)
 	log, err := os.OpenFile(filepath.Join(s.dir, "server.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {

@@ -279,7 +279,7 @@ func startChild(path string, spec WorkerSpec, outDir string) (*child, error) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1", "-test.timeout=10m")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(js))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test, even a panicking one
+	dieWithParent(cmd)
 	out, err := os.Create(filepath.Join(outDir, spec.Name+".out"))
 	if err != nil {
 		return nil, err
