@@ -14,9 +14,14 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// patience bounds every wait for an outcome. Nothing is asserted on time:
-// past it the run is checked as it stands.
-const patience = 90 * time.Second
+// patience bounds every wait for an outcome: 90s, or 5m in the soak mode.
+// Nothing is asserted on time: past it the run is checked as it stands.
+var patience = func() time.Duration {
+	if Soak() > 0 {
+		return 5 * time.Minute
+	}
+	return 90 * time.Second
+}()
 
 type scenario struct {
 	name string
