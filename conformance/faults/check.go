@@ -41,6 +41,11 @@ type Report struct {
 	// Leftover describes what was left when Empty is false.
 	Leftover string
 
+	// Tolerated, when set, says why WrongTries does not fail the run (a
+	// known limitation of the broker, such as acknowledgements lost in a
+	// broker SIGKILL).
+	Tolerated string
+
 	// Notes explain every non-zero figure, one line per job (bounded).
 	Notes []string
 
@@ -53,8 +58,12 @@ func (r *Report) String() string {
 	if !r.Empty {
 		empty = "NO (" + r.Leftover + ")"
 	}
-	return fmt.Sprintf("lost=%d duplicated=%d unexpected=%d wrong-tries=%d empty=%s (enqueued=%d indeterminate=%d completed=%d dead=%d garbage=%d)",
+	s := fmt.Sprintf("lost=%d duplicated=%d unexpected=%d wrong-tries=%d empty=%s (enqueued=%d indeterminate=%d completed=%d dead=%d garbage=%d)",
 		r.Lost, r.Duplicated, r.Unexpected, r.WrongTries, empty, r.Enqueued, r.Indeterminate, r.Completed, r.DeadLettered, r.Garbage)
+	if r.Tolerated != "" {
+		s += "; wrong try counts tolerated: " + r.Tolerated
+	}
+	return s
 }
 
 const maxNotes = 25
