@@ -21,12 +21,15 @@ import (
 // The benchmarks measure draining a queue of b.N jobs already enqueued
 // (enqueueing is outside the timer in every variant), on the machine's Redis:
 //
-//	go test -run '^$' -bench . -benchtime 20000x ./backend/redis/
+//	go test -run '^$' -bench . -benchtime 20000x -count 6 ./backend/redis/
 //
 // BenchmarkFacade goes end to end through asyncplatform (claim with lease
 // and delivery count, decode, no-op handler, ack). BenchmarkRaw is the
 // ceiling: the same durable work as bare go-redis commands, LMOVE to a
 // processing list and LREM to ack, one job per round trip, and batched.
+// Besides jobs/s each reports the CPU time per job spent by Redis and by
+// this process, which stays readable when the machine is busy with other
+// work and the rates swing; compare medians over several counts.
 
 var benchConcurrency = []int{10, 50}
 
