@@ -111,7 +111,7 @@ func Check(h History, dead []ap.DeadLetter, garbage [][]byte, lim Limits) *Repor
 	rawN := make([]int, len(garbage))
 	for _, dl := range dead {
 		if dl.Raw != nil {
-			i := matchGarbage(garbage, dl.Raw)
+			i := matchGarbage(garbage, rawN, dl.Raw)
 			if i < 0 {
 				r.Unexpected++
 				r.note("unexpected: a foreign dead letter (%s) matching no garbage written: %.40q", dl.Reason, dl.Raw)
@@ -244,13 +244,22 @@ func checkDeadCounts(r *Report, dl ap.DeadLetter, lim Limits) {
 	}
 }
 
-func matchGarbage(garbage [][]byte, raw []byte) int {
+// matchGarbage returns the index of the garbage message raw is, preferring
+// one not matched yet (the same bytes may have been written several times),
+// or -1.
+func matchGarbage(garbage [][]byte, matched []int, raw []byte) int {
+	found := -1
 	for i, g := range garbage {
 		if bytes.Equal(g, raw) || string(raw) == base64.StdEncoding.EncodeToString(g) {
-			return i
+			if matched[i] == 0 {
+				return i
+			}
+			if found < 0 {
+				found = i
+			}
 		}
 	}
-	return -1
+	return found
 }
 
 // brief describes a job's history in one line.
