@@ -13,9 +13,10 @@
 //
 //	-backends  comma-separated backends (memory, redis, rabbit, nats, azure)
 //	-n         jobs per phase (Azure uses -azure-n: Azurite is slow)
+//	-rate      offered jobs/s in the latency phase (Azure uses -azure-rate)
 //	-quick     small N and short phases, for trying the tool
 //	-out       where benchmarks.md and benchmarks.png go (default ../docs)
-//	-peers, -scale, -depth  turn those parts off with =false
+//	-throughput, -peers, -scale, -depth  turn those parts off with =false
 //
 // The brokers are the machine's: Redis 127.0.0.1:6379, RabbitMQ
 // 127.0.0.1:5672 (guest/guest), NATS 127.0.0.1:4222 with JetStream. For
@@ -49,8 +50,10 @@ import (
 type options struct {
 	Backends   []string
 	N, AzureN  int
+	AzureRate  int
 	Quick      bool
 	Out        string
+	Throughput bool
 	Peers      bool
 	Scale      bool
 	Depth      bool
@@ -74,11 +77,13 @@ func main() {
 	flag.IntVar(&o.AzureN, "azure-n", 2000, "jobs per phase on Azure (Azurite is slow)")
 	flag.BoolVar(&o.Quick, "quick", false, "small N and short phases, to try the tool")
 	flag.StringVar(&o.Out, "out", "../docs", "directory for benchmarks.md and benchmarks.png")
+	flag.BoolVar(&o.Throughput, "throughput", true, "measure throughput and latency (the main tables)")
 	flag.BoolVar(&o.Peers, "peers", true, "measure the peer libraries")
 	flag.BoolVar(&o.Scale, "scale", true, "measure 1, 2 and 4 worker processes")
 	flag.BoolVar(&o.Depth, "depth", true, "measure costs at small and large queue depth")
 	flag.IntVar(&o.BigDepth, "big-depth", 1000000, "the large queue depth on memory and Redis")
 	flag.IntVar(&o.Rate, "rate", 1000, "offered jobs/s in the latency phase")
+	flag.IntVar(&o.AzureRate, "azure-rate", 100, "offered jobs/s in the latency phase on Azure")
 	flag.DurationVar(&o.LatencyDur, "latency", 5*time.Second, "length of the latency phase")
 	flag.StringVar(&o.Srv.Redis, "redis", "127.0.0.1:6379", "Redis address")
 	flag.StringVar(&o.Srv.AMQP, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
@@ -130,12 +135,15 @@ func run(o options) error {
 	}
 	rep.LoadBefore = loadAvg()
 	for _, b := range o.Backends {
-		n := o.N
+		if !o.Throughput {
+			break
+		}
+		n, rate := o.N, o.Rate
 		if b == "azure" {
-			n = o.AzureN
+			n, rate = o.AzureN, o.AzureRate
 		}
 		p := plan{
-			N: n, Concs: []int{10, 50}, Rate: o.Rate, LatencyDur: o.LatencyDur,
+			N: n, Concs: []int{10, 50}, Rate: rate, LatencyDur: o.LatencyDur,
 			Producers: 10, PhaseLimit: 3 * time.Minute,
 		}
 		if o.Quick {

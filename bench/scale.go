@@ -225,7 +225,7 @@ func depthsFor(backend string, o options) []depth {
 	case "redis":
 		return []depth{small, {o.BigDepth, min(o.BigDepth, 100000)}}
 	case "azure":
-		return []depth{{100, 100}, {1000, 1000}}
+		return []depth{{100, 20}, {1000, 200}}
 	}
 	return []depth{small, {10 * small.Work, 10 * small.Dead}}
 }
@@ -234,7 +234,8 @@ func depthsFor(backend string, o options) []depth {
 type depthResult struct {
 	Backend                  string
 	Depth                    depth
-	Enqueue, Claim, NextDead time.Duration
+	Enqueue, Claim           time.Duration
+	NextDead, NextDeadPop    time.Duration // NextDeadLetter keeping, popping the record
 	Fill                     time.Duration // time to build the depth
 	Err                      string
 }
@@ -243,7 +244,7 @@ func (d depthResult) summary() string {
 	if d.Err != "" {
 		return "error: " + d.Err
 	}
-	return fmt.Sprintf("enqueue %v, claim %v, NextDeadLetter %v (fill %v)", d.Enqueue, d.Claim, d.NextDead, d.Fill.Round(time.Second))
+	return fmt.Sprintf("enqueue %v, claim %v, NextDeadLetter keep %v pop %v (fill %v)", d.Enqueue, d.Claim, d.NextDead, d.NextDeadPop, d.Fill.Round(time.Second))
 }
 
 // depthSamples is how many calls each median is taken over.
@@ -252,7 +253,8 @@ const depthSamples = 200
 // measureDepth fills a queue with d.Dead dead letters (through handlers that
 // fail permanently) and d.Work waiting jobs, then times Enqueue, a claim
 // (the backend's Receive of one job; its Ack is not timed) and
-// NextDeadLetter (pop), each the median of depthSamples calls.
+// NextDeadLetter (keep: the record goes back, so the depth stays), each the
+// median of depthSamples calls.
 func measureDepth(backend string, d depth, srv servers) depthResult {
 	res := depthResult{Backend: backend, Depth: d}
 	ctx := context.Background()
@@ -279,14 +281,14 @@ func measureDepth(backend string, d depth, srv servers) depthResult {
 	}
 	res.Fill = time.Since(start)
 
-	res.Enqueue, err = median(func() error { return f.enqueue(ctx, newPayload(time.Now())) })
+	res.Enqueue, err = median(depthSamples, func() error { return f.enqueue(ctx, newPayload(time.Now())) })
 	if err != nil {
 		return fail("enqueue", err)
 	}
 	// Waiting jobs are claimed by the backend directly: the platform has no
 	// call for one claim.
-	res.Claim, err = median(func() error {
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	res.Claim, err = median(depthSamples, func() error {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		t := time.Now()
 		ds, err := f.be.Receive(rctx, f.queue, 1, time.Minute)
@@ -302,11 +304,17 @@ func measureDepth(backend string, d depth, srv servers) depthResult {
 	if err != nil {
 		return fail("claim", err)
 	}
-	res.NextDead, err = median(func() error {
-		return f.enq.NextDeadLetter(ctx, f.queue, func(context.Context, ap.DeadLetter) (bool, error) { return true, nil })
+	res.NextDead, err = median(depthSamples, func() error {
+		return f.enq.NextDeadLetter(ctx, f.queue, func(context.Context, ap.DeadLetter) (bool, error) { return false, nil })
 	})
 	if err != nil {
 		return fail("NextDeadLetter", err)
+	}
+	res.NextDeadPop, err = median(min(depthSamples, d.Dead), func() error {
+		return f.enq.NextDeadLetter(ctx, f.queue, func(context.Context, ap.DeadLetter) (bool, error) { return true, nil })
+	})
+	if err != nil {
+		return fail("NextDeadLetter (pop)", err)
 	}
 	return res
 }
@@ -319,11 +327,11 @@ type timedErr struct {
 
 func (t timedErr) Error() string { return fmt.Sprint(t.err) }
 
-// median calls fn depthSamples times and returns the median duration. fn
-// may return a timedErr to report the part it timed itself.
-func median(fn func() error) (time.Duration, error) {
-	ds := make([]time.Duration, 0, depthSamples)
-	for range depthSamples {
+// median calls fn n times and returns the median duration. fn may return a
+// timedErr to report the part it timed itself.
+func median(n int, fn func() error) (time.Duration, error) {
+	ds := make([]time.Duration, 0, n)
+	for range n {
 		t := time.Now()
 		err := fn()
 		d := time.Since(t)
