@@ -176,7 +176,7 @@ func checkStarts(r *Report, id string, h History, copies bool) {
 	var starts []Event
 	fails := 0
 	endOf := map[int]string{} // index in starts -> how that attempt ended
-	open := map[string]int{}  // attempt key -> index in starts
+	open := map[string][]int{} // attempt key -> indexes in starts of its running attempts, oldest first
 	for _, e := range h {
 		switch e.Kind {
 		case KindStart:
@@ -196,19 +196,24 @@ func checkStarts(r *Report, id string, h History, copies bool) {
 					break
 				}
 			}
-			open[attemptKey(e)] = len(starts)
+			open[attemptKey(e)] = append(open[attemptKey(e)], len(starts))
 			starts = append(starts, e)
 		case KindEnd:
-			if i, ok := open[attemptKey(e)]; ok {
-				endOf[i] = e.Result
-				delete(open, attemptKey(e))
+			if q := open[attemptKey(e)]; len(q) > 0 {
+				endOf[q[0]] = e.Result
+				open[attemptKey(e)] = q[1:]
 			}
 			if e.Result == ResultFail {
 				fails++
 			}
 		case KindAck:
-			if i, ok := open[attemptKey(e)]; ok && e.Result == string(ap.OutcomeHandedBack) {
-				endOf[i] = ResultCancel // handed back at shutdown: uncounted
+			if e.Result == string(ap.OutcomeHandedBack) {
+				for i, s := range starts { // handed back at shutdown: uncounted
+					if attemptKey(s) == attemptKey(e) && (endOf[i] == "" || endOf[i] == ResultCancel) {
+						endOf[i] = ResultCancel
+						break
+					}
+				}
 			}
 		}
 	}
