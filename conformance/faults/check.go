@@ -175,7 +175,7 @@ func Check(h History, dead []ap.DeadLetter, garbage [][]byte, lim Limits) *Repor
 func checkStarts(r *Report, id string, h History, copies bool) {
 	var starts []Event
 	fails := 0
-	endOf := map[int]string{} // index in starts -> how that attempt ended
+	endOf := map[int]string{}  // index in starts -> how that attempt ended
 	open := map[string][]int{} // attempt key -> indexes in starts of its running attempts, oldest first
 	for _, e := range h {
 		switch e.Kind {
