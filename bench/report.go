@@ -329,6 +329,9 @@ func (rep *report) chart(path string) error {
 			}
 			names = append(names, name)
 		}
+		if len(names) == 0 {
+			continue
+		}
 		p.NominalX(names...)
 		if p.Y.Max > 0 {
 			p.Y.Max *= 1.08

@@ -232,12 +232,12 @@ func depthsFor(backend string, o options) []depth {
 
 // depthResult is the median cost of one call at one depth.
 type depthResult struct {
-	Backend                  string
-	Depth                    depth
-	Enqueue, Claim           time.Duration
-	NextDead, NextDeadPop    time.Duration // NextDeadLetter keeping, popping the record
-	Fill                     time.Duration // time to build the depth
-	Err                      string
+	Backend               string
+	Depth                 depth
+	Enqueue, Claim        time.Duration
+	NextDead, NextDeadPop time.Duration // NextDeadLetter keeping, popping the record
+	Fill                  time.Duration // time to build the depth
+	Err                   string
 }
 
 func (d depthResult) summary() string {
@@ -392,6 +392,3 @@ func dead(ctx context.Context, f *facade, n int) error {
 	defer cancel()
 	return errors.Join(timeout, p.Stop(sctx))
 }
-
-
-
