@@ -39,6 +39,15 @@ type Config struct {
 	// Defaults to "" (then Client is required).
 	ConnectionString string
 
+	// ClientOptions are the SDK options for the client made from
+	// ConnectionString (transport, retries, telemetry). Against Azurite,
+	// whose server closes idle connections after 5s, give it an http.Client
+	// whose Transport has an IdleConnTimeout under 5s: a request sent on a
+	// connection being closed is reset, and the SDK's retry of a delete or
+	// update that had in fact succeeded then fails as if the lease were
+	// lost. Defaults to nil (the SDK's defaults).
+	ClientOptions *azqueue.ClientOptions
+
 	// Client is a queue service client the caller built, with a shared key,
 	// a token credential (azidentity) or a SAS URL. Defaults to nil (then
 	// ConnectionString is required).
@@ -50,8 +59,10 @@ type Config struct {
 	Prefix string
 
 	// DeadLease is how long NextDead hides a record from other callers; a
-	// caller that vanishes releases it after this long. Whole seconds, at
-	// least 1s. Defaults to 30s.
+	// caller that vanishes releases it after this long, and a caller that
+	// holds it longer may lose it to another (its SettleDead then fails
+	// with driver.ErrLeaseLost). Whole seconds, at least 1s. Defaults to
+	// 30s.
 	DeadLease time.Duration
 
 	// PollInterval is the longest wait between two receives of an empty
@@ -92,6 +103,8 @@ func (c Config) validate() error {
 		return errors.New("azure: Config.ConnectionString or Config.Client is required")
 	case c.ConnectionString != "" && c.Client != nil:
 		return errors.New("azure: set only one of Config.ConnectionString and Config.Client")
+	case c.Client != nil && c.ClientOptions != nil:
+		return errors.New("azure: Config.ClientOptions applies to Config.ConnectionString only; configure Config.Client when you build it")
 	case !prefixRe.MatchString(c.Prefix):
 		return fmt.Errorf("azure: Config.Prefix %q: want 1 to %d lowercase letters or digits", c.Prefix, maxPrefixLen)
 	case c.DeadLease < time.Second:
@@ -138,7 +151,7 @@ func New(cfg Config) (*Backend, error) {
 	svc := cfg.Client
 	if svc == nil {
 		var err error
-		svc, err = azqueue.NewServiceClientFromConnectionString(cfg.ConnectionString, nil)
+		svc, err = azqueue.NewServiceClientFromConnectionString(cfg.ConnectionString, cfg.ClientOptions)
 		if err != nil {
 			return nil, fmt.Errorf("azure: Config.ConnectionString: %w", err)
 		}

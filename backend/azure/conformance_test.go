@@ -12,7 +12,7 @@ import (
 type harness struct{ cs string }
 
 func (h harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
-	return New(Config{ConnectionString: h.cs, DeadLease: 2 * time.Second})
+	return New(Config{ConnectionString: h.cs, ClientOptions: clientOptions(), DeadLease: 2 * time.Second})
 }
 
 func (harness) Close() {}

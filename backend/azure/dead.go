@@ -35,8 +35,9 @@ type deadReceipt struct {
 // DeadLetter implements driver.Backend. It writes the record as a queue of
 // its own (overflow chunks first, then the lock message that makes the record
 // visible) and then deletes the delivered message. When the delete finds the
-// lease lost, the record is removed again and ErrLeaseLost returned; a crash
-// before the delete leaves a duplicate, never a loss.
+// lease lost, ErrLeaseLost is returned and the record stays (a duplicate of
+// whatever the job's next holder does); a crash before the delete also
+// leaves a duplicate, never a loss.
 func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
 	r, err := b.receipt(d)
 	if err != nil {
@@ -46,17 +47,15 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 	if err != nil {
 		return err
 	}
-	record, err := b.writeDead(ctx, n.dead, rec)
-	if err != nil {
+	if _, err := b.writeDead(ctx, n.dead, rec); err != nil {
 		return err
 	}
-	if _, err := r.q.DeleteMessage(ctx, r.id, r.pop, nil); err != nil {
-		if leaseLost(err) {
-			b.removeRecord(context.WithoutCancel(ctx), record, true)
-		}
-		return wrapSettle("dead-letter", err)
-	}
-	return nil
+	// The record stays even when the delete finds the lease lost: the
+	// delete may have succeeded on an earlier try of the SDK's retry, so
+	// removing the record could lose the job. A duplicate record is the
+	// price.
+	_, err = r.q.DeleteMessage(ctx, r.id, r.pop, nil)
+	return wrapSettle("dead-letter", err)
 }
 
 // writeDead stores one record and returns its lock queue's name.
@@ -266,10 +265,21 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 		return wrapSettle("settle dead letter", err)
 	}
 	if _, err := q.DeleteMessage(ctx, r.id, r.pop, nil); err != nil {
-		return wrapSettle("settle dead letter", err)
+		if !queueerror.HasCode(err, queueerror.MessageNotFound) || !b.lockGone(ctx, q) {
+			return wrapSettle("settle dead letter", err)
+		}
+		// The lock message is gone (an earlier try of the SDK's retry
+		// deleted it): finish the removal.
 	}
 	_, err := b.removeRecord(ctx, r.record, r.chunked)
 	return err
+}
+
+// lockGone reports whether a record queue holds no message at all, visible
+// or held.
+func (b *Backend) lockGone(ctx context.Context, q *azqueue.QueueClient) bool {
+	props, err := q.GetProperties(ctx, nil)
+	return err == nil && props.ApproximateMessagesCount != nil && *props.ApproximateMessagesCount == 0
 }
 
 // ListDead implements driver.Backend by listing record queues in name order

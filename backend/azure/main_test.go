@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
 
 	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
@@ -132,6 +136,23 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// clientOptions give the SDK a transport that drops idle connections before
+// Azurite's server does (after 5s), so no request meets a connection being
+// closed. See Config.ClientOptions.
+func clientOptions() *azqueue.ClientOptions {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.IdleConnTimeout = 2 * time.Second
+	tr.MaxIdleConnsPerHost = 64
+	return &azqueue.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: &http.Client{Transport: tr}}}
+}
+
+// testConfig is cfg pointed at the test server.
+func testConfig(t testing.TB, cfg Config) Config {
+	cfg.ConnectionString = needAzurite(t)
+	cfg.ClientOptions = clientOptions()
+	return cfg
+}
+
 // needAzurite returns the connection string, or skips (fails under CI).
 func needAzurite(t testing.TB) string {
 	t.Helper()
@@ -157,7 +178,7 @@ func queueName(t testing.TB) string {
 // newBackend opens a backend and a fresh queue removed after the test.
 func newBackend(t testing.TB, cfg Config) (*Backend, string) {
 	t.Helper()
-	cfg.ConnectionString = needAzurite(t)
+	cfg = testConfig(t, cfg)
 	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
