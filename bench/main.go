@@ -17,6 +17,7 @@
 //	-quick     small N and short phases, for trying the tool
 //	-out       where benchmarks.md and benchmarks.png go (default ../docs)
 //	-throughput, -peers, -scale, -depth  turn those parts off with =false
+//	-cpuprofile DIR  write a CPU profile of each facade run (see go tool pprof)
 //
 // The brokers are the machine's: Redis 127.0.0.1:6379, RabbitMQ
 // 127.0.0.1:5672 (guest/guest), NATS 127.0.0.1:4222 with JetStream. For
@@ -42,6 +43,8 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -60,6 +63,7 @@ type options struct {
 	BigDepth   int
 	Rate       int
 	LatencyDur time.Duration
+	Profile    string
 	Srv        servers
 }
 
@@ -85,6 +89,7 @@ func main() {
 	flag.IntVar(&o.Rate, "rate", 1000, "offered jobs/s in the latency phase")
 	flag.IntVar(&o.AzureRate, "azure-rate", 100, "offered jobs/s in the latency phase on Azure")
 	flag.DurationVar(&o.LatencyDur, "latency", 5*time.Second, "length of the latency phase")
+	flag.StringVar(&o.Profile, "cpuprofile", "", "directory for a CPU profile of each of our facade's runs (ours-<backend>.pprof)")
 	flag.StringVar(&o.Srv.Redis, "redis", "127.0.0.1:6379", "Redis address")
 	flag.StringVar(&o.Srv.AMQP, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	flag.StringVar(&o.Srv.NATS, "nats", "nats://127.0.0.1:4222", "NATS URL")
@@ -115,6 +120,7 @@ type childSpec struct {
 	Backend, System string
 	Plan            plan
 	Srv             servers
+	Profile         string // a CPU profile's path, or ""
 }
 
 // run measures everything o asks for and writes the report.
@@ -131,6 +137,11 @@ func run(o options) error {
 			defer stop()
 			o.Srv.Azure = conn
 			rep.Options.Srv.Azure = conn
+		}
+	}
+	if o.Profile != "" {
+		if err := os.MkdirAll(o.Profile, 0o755); err != nil {
+			return err
 		}
 	}
 	rep.LoadBefore = loadAvg()
@@ -158,7 +169,11 @@ func run(o options) error {
 			}
 		}
 		for _, s := range systems {
-			r := runSystem(childSpec{Backend: b, System: s, Plan: p, Srv: o.Srv}, 4*p.PhaseLimit+time.Minute)
+			spec := childSpec{Backend: b, System: s, Plan: p, Srv: o.Srv}
+			if o.Profile != "" && s == "ours" {
+				spec.Profile, _ = filepath.Abs(filepath.Join(o.Profile, "ours-"+b+".pprof"))
+			}
+			r := runSystem(spec, 4*p.PhaseLimit+time.Minute)
 			log.Printf("%s/%s: %s", b, s, r.summary())
 			rep.Results = append(rep.Results, r)
 		}
@@ -234,7 +249,14 @@ func runChild(js string) {
 	if err != nil {
 		r.Err = err.Error()
 	} else {
+		if spec.Profile != "" {
+			if f, err := os.Create(spec.Profile); err == nil {
+				pprof.StartCPUProfile(f)
+				defer f.Close()
+			}
+		}
 		measure(ctx, s, spec.Plan, &r)
+		pprof.StopCPUProfile()
 		if err := s.close(); err != nil && r.Err == "" {
 			r.Err = "cleanup: " + err.Error()
 		}
@@ -310,9 +332,9 @@ func startAzurite() (stop func(), conn string, err error) {
 		if dialOK(addr) {
 			break
 		}
-		if i == 100 {
+		if i == 600 {
 			stop()
-			return nil, "", errors.New("Azurite did not listen within 10s")
+			return nil, "", errors.New("Azurite did not listen within 60s")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
