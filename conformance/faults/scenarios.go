@@ -76,7 +76,7 @@ func killMidJob(t *testing.T, r *run) *Report {
 	for range scale(4) {
 		i := mrand.IntN(len(live))
 		v := live[i]
-		if !waitFor(20*time.Second, func() bool { return r.startsBy(v.Name()) > 0 }) {
+		if !waitFor(20*time.Second, func() bool { return r.startsBy(v.Name()) > 0 }) || r.resolved(r.history()) {
 			break // nothing left to run
 		}
 		pause(0, 150*time.Millisecond)
