@@ -42,6 +42,7 @@ const (
 	hdrMsgID     = "Nats-Msg-Id"
 	hdrNotBefore = "Asyncplatform-Not-Before" // unix nanoseconds, delay stream only
 	hdrDeadID    = "Asyncplatform-Id"         // job ID, dead stream only
+	hdrBase      = "Asyncplatform-Base"       // deliveries counted before this copy; hand-backs only
 )
 
 // Config configures a Backend.

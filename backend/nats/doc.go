@@ -29,9 +29,12 @@
 // # Counting
 //
 // Delivery.Deliveries is the consumer's NumDelivered, read from the ack
-// subject. Every Requeue and DeadLetter writes a new message (a new stream
-// sequence), so no base counter is needed: a new copy starts at 1. Nak is
-// never used on the work stream.
+// subject, plus the message's Asyncplatform-Base header when it has one.
+// Every Requeue and DeadLetter writes a new message (a new stream sequence),
+// whose count starts again at 1 with no base. The base is only written by
+// a hand-back (see Receiving): it carries the deliveries of the old message
+// before the one handed back, so earlier crashes stay counted. Nak is never
+// used on the work stream.
 //
 // Requeue and DeadLetter publish the new copy, wait for its publish ack, and
 // only then ack the delivery: a crash in between leaves a duplicate, never a
@@ -98,8 +101,9 @@
 // now and then spend a try of an innocent job. So a Receive whose ctx ends
 // returns at once and leaves its request to a drain goroutine, which keeps
 // the inbox until the server ends the request (at most PollWait) and hands
-// back whatever still arrives uncounted: a new copy is published, then the
-// delivery is acked. Close waits for these drains, so the usual shutdown
+// back whatever still arrives without counting that delivery: a new copy is
+// published with a base (the deliveries before it), then the delivery is
+// acked. Close waits for these drains, so the usual shutdown
 // (the platform's Stop, then Close) counts no crash; a Receive still
 // running at Close is abandoned, the crash Close stands for.
 //

@@ -212,3 +212,38 @@ func TestDeclareForeignConsumer(t *testing.T) {
 		t.Fatalf("Declare of a bad name: %v", err)
 	}
 }
+
+// TestLateDeliveryKeepsCount: a delivery that reaches a Receive whose
+// caller already left is handed back without counting it, and without
+// forgetting the deliveries before it.
+func TestLateDeliveryKeepsCount(t *testing.T) {
+	url := realURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q := queueName(t)
+	b := newBackend(t, url, q)
+	if err := b.Enqueue(ctx, q, []driver.Message{{ID: q, Body: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	lease := 300 * time.Millisecond
+	if _, err := b.Receive(ctx, q, 1, lease); err != nil { // delivery 1, never settled: a crash
+		t.Fatal(err)
+	}
+	// A Receive that gives up while its long poll is out; the redelivery
+	// (delivery 2) reaches that poll after its caller left.
+	rctx, rcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	if ds, err := b.Receive(rctx, q, 1, lease); err == nil {
+		t.Fatalf("got %d deliveries before the lease ran out", len(ds))
+	}
+	rcancel()
+	ds, err := b.Receive(ctx, q, 1, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ds[0].Deliveries != 2 {
+		t.Fatalf("deliveries %d, want 2: the crash counts, the late delivery does not", ds[0].Deliveries)
+	}
+	if err := b.Ack(ctx, ds[0]); err != nil {
+		t.Fatal(err)
+	}
+}

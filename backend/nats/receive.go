@@ -89,6 +89,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		}
 		ds, err := b.receive(ctx, queue, max, ackWait)
 		if errors.Is(err, errNoConsumer) {
+			b.log.Debug("nats: receive: no consumer", "queue", queue)
 			qs.mu.Lock()
 			qs.ackWait = 0 // make it again
 			qs.mu.Unlock()
@@ -142,7 +143,7 @@ func deliveries(queue string, msgs []*gonats.Msg, start time.Time, ackWait time.
 		ds = append(ds, &driver.Delivery{
 			Queue:      queue,
 			Body:       m.Data,
-			Deliveries: int(md.delivered),
+			Deliveries: int(md.delivered) + base(m),
 			Handle:     &receipt{reply: m.Reply, seq: md.seq, msgID: m.Header.Get(hdrMsgID), ackWait: ackWait, deadline: start.Add(ackWait)},
 		})
 	}
@@ -226,7 +227,8 @@ func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, 
 				return msgs, start, err
 			}
 		case <-ctx.Done():
-			if !b.spawn(func() { b.drain(sub, ch, end, late, stream == b.cfg.Stream) }) {
+			left := batch - len(msgs)
+			if !b.spawn(func() { b.drain(sub, ch, left, end, late, stream == b.cfg.Stream) }) {
 				return b.abandon(sub, ch, msgs, start, wait > 0, driver.ErrClosed)
 			}
 			if len(msgs) > 0 {
@@ -242,12 +244,13 @@ func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, 
 }
 
 // drain waits for the end of a pull request whose caller left, and hands
-// each message that still arrives to late. On the work stream it keeps
+// each message that still arrives to late, until the server ends it or
+// the left messages it may still carry have come. On the work stream it keeps
 // waiting when the Backend closes (Close waits for it: PollWait at most,
 // unless the server is unreachable, then 5s more), so
 // that the usual shutdown, the platform's Stop and then Close, counts no
 // crash; elsewhere it abandons the request at Close.
-func (b *Backend) drain(sub *gonats.Subscription, ch chan *gonats.Msg, end time.Time, late func(*gonats.Msg), work bool) {
+func (b *Backend) drain(sub *gonats.Subscription, ch chan *gonats.Msg, left int, end time.Time, late func(*gonats.Msg), work bool) {
 	timer := time.NewTimer(time.Until(end))
 	defer timer.Stop()
 	closing := b.ctx.Done()
@@ -269,7 +272,8 @@ func (b *Backend) drain(sub *gonats.Subscription, ch chan *gonats.Msg, end time.
 		for _, m := range msgs {
 			late(m)
 		}
-		if done {
+		left -= len(msgs)
+		if done || left <= 0 {
 			_ = sub.Unsubscribe()
 			return
 		}
@@ -292,10 +296,22 @@ func (b *Backend) spawn(fn func()) bool {
 	return true
 }
 
+// base is the number of deliveries of the message's copy counted before
+// the message was written: zero but for a hand-back.
+func base(m *gonats.Msg) int {
+	n, err := strconv.Atoi(m.Header.Get(hdrBase))
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
 // handBack returns a work message that reached no caller to its queue
-// uncounted: a new copy is published (so its count starts again), then the
-// delivery is acked.
+// without counting that delivery: a new copy is published, carrying as its
+// base the deliveries before this one (which may have been crashes), then
+// the delivery is acked.
 func (b *Backend) handBack(m *gonats.Msg) {
+	b.log.Debug("nats: hand back", "subject", m.Subject, "reply", m.Reply)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	md, err := parseAck(m.Reply)
@@ -309,6 +325,9 @@ func (b *Backend) handBack(m *gonats.Msg) {
 		}
 	}
 	cp.Header.Set(hdrMsgID, m.Header.Get(hdrMsgID)+"~"+strconv.FormatUint(md.seq, 10))
+	if n := base(m) + int(md.delivered) - 1; n > 0 {
+		cp.Header.Set(hdrBase, strconv.Itoa(n))
+	}
 	if _, err := b.js.PublishMsg(ctx, cp); err != nil {
 		b.log.Warn("nats: hand back a late delivery; it comes back after its lease", "subject", m.Subject, "err", err)
 		return
