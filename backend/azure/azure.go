@@ -132,6 +132,7 @@ type Backend struct {
 	mu       sync.Mutex
 	declared map[string]bool // Azure work queue names known to exist
 
+	bg        sync.WaitGroup // updates that outlive their caller's ctx
 	closeOnce sync.Once
 	closed    chan struct{}
 }
@@ -170,12 +171,75 @@ func New(cfg Config) (*Backend, error) {
 
 // receipt is Delivery.Handle: the message and its current pop receipt.
 type receipt struct {
+	b            *Backend
 	q            *azqueue.QueueClient
 	id           string
-	pop          string
-	content      string // the message text as stored, for Extend
 	dequeueCount int64
 	closed       chan struct{}
+
+	mu      sync.Mutex
+	pop     string
+	content string        // the message text as stored, for Extend
+	lease   time.Duration // the last lease asked for
+	pending chan struct{} // closed when the last update has finished
+}
+
+// current waits for an update still in flight (see update) and returns the
+// pop receipt and content.
+func (r *receipt) current(ctx context.Context) (pop, content string, err error) {
+	r.mu.Lock()
+	pending := r.pending
+	r.mu.Unlock()
+	if pending != nil {
+		select {
+		case <-pending:
+		case <-ctx.Done():
+			return "", "", ctx.Err()
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pop, r.content, nil
+}
+
+// update runs one UpdateMessage that ctx does not cut short. An update
+// changes the pop receipt, so one abandoned halfway could succeed on the
+// server and leave us with a dead receipt. When ctx ends first, update
+// returns ctx.Err() and the request goes on (bounded by requestTimeout); its
+// new receipt is kept, and the next call on the delivery waits for it.
+func (r *receipt) update(ctx context.Context, content string, vis int32, lease time.Duration) error {
+	pop, _, err := r.current(ctx)
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	var uerr error
+	r.mu.Lock()
+	r.pending = done
+	r.mu.Unlock()
+	r.b.bg.Add(1)
+	go func() {
+		defer r.b.bg.Done()
+		defer close(done)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+		defer cancel()
+		resp, err := r.q.UpdateMessage(rctx, r.id, pop, content, &azqueue.UpdateMessageOptions{VisibilityTimeout: &vis})
+		uerr = err
+		if err == nil {
+			r.mu.Lock()
+			r.pop, r.content = *resp.PopReceipt, content
+			if lease > 0 {
+				r.lease = lease
+			}
+			r.mu.Unlock()
+		}
+	}()
+	select {
+	case <-done:
+		return uerr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (b *Backend) isClosed() bool {
@@ -351,7 +415,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		}
 		var out []*driver.Delivery
 		for _, m := range resp.Messages {
-			if d := b.delivery(ctx, queue, q, m); d != nil {
+			if d := b.delivery(ctx, queue, q, m, lease); d != nil {
 				out = append(out, d)
 			}
 		}
@@ -379,7 +443,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 const requestTimeout = 30 * time.Second
 
 // handBack makes messages received for a caller that has gone visible again
-// at once, with the base moved up so the receive is not counted.
+// at once, with the base moved up by one so this receive is not counted.
 func (b *Backend) handBack(queue string, q *azqueue.QueueClient, msgs []*azqueue.DequeuedMessage) {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
@@ -391,7 +455,9 @@ func (b *Backend) handBack(queue string, q *azqueue.QueueClient, msgs []*azqueue
 		if err != nil {
 			continue // foreign: it comes back after its lease
 		}
-		f.base = uint32(*m.DequeueCount)
+		// Uncount this receive only: earlier deliveries that ended without
+		// an outcome still count.
+		f.base++
 		if _, err := q.UpdateMessage(ctx, *m.MessageID, *m.PopReceipt, f.encode(), &azqueue.UpdateMessageOptions{
 			VisibilityTimeout: to.Ptr(int32(0)),
 		}); err != nil {
@@ -409,8 +475,8 @@ func max32(a, b int32) int32 {
 
 // delivery turns a dequeued message into a Delivery, or hides it again and
 // returns nil when it surfaced before its NotBefore (a delay over 7 days).
-func (b *Backend) delivery(ctx context.Context, queue string, q *azqueue.QueueClient, m *azqueue.DequeuedMessage) *driver.Delivery {
-	r := &receipt{q: q, id: *m.MessageID, pop: *m.PopReceipt, dequeueCount: *m.DequeueCount, closed: b.closed}
+func (b *Backend) delivery(ctx context.Context, queue string, q *azqueue.QueueClient, m *azqueue.DequeuedMessage, lease time.Duration) *driver.Delivery {
+	r := &receipt{b: b, q: q, id: *m.MessageID, pop: *m.PopReceipt, dequeueCount: *m.DequeueCount, lease: lease, closed: b.closed}
 	if m.MessageText != nil {
 		r.content = *m.MessageText
 	}
@@ -422,8 +488,8 @@ func (b *Backend) delivery(ctx context.Context, queue string, q *azqueue.QueueCl
 	if !f.notBefore.IsZero() {
 		if early := time.Until(f.notBefore); early > 0 {
 			// Surfaced early: hide it again. Not a delivery, so the base
-			// moves with DequeueCount.
-			f.base = uint32(r.dequeueCount)
+			// moves up by one (earlier crashes of this copy still count).
+			f.base++
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
 			defer cancel()
 			if _, err := q.UpdateMessage(ctx, r.id, r.pop, f.encode(), &azqueue.UpdateMessageOptions{
@@ -465,6 +531,9 @@ func wrapSettle(op string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("azure: %s: %w", op, err)
+	}
 	if leaseLost(err) {
 		return fmt.Errorf("azure: %s: %w (%v)", op, driver.ErrLeaseLost, err)
 	}
@@ -477,7 +546,11 @@ func (b *Backend) Ack(ctx context.Context, d *driver.Delivery) error {
 	if err != nil {
 		return err
 	}
-	_, err = r.q.DeleteMessage(ctx, r.id, r.pop, nil)
+	pop, _, err := r.current(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = r.q.DeleteMessage(ctx, r.id, pop, nil)
 	return wrapSettle("ack", err)
 }
 
@@ -489,14 +562,11 @@ func (b *Backend) Extend(ctx context.Context, d *driver.Delivery, lease time.Dur
 	if err != nil {
 		return err
 	}
-	resp, err := r.q.UpdateMessage(ctx, r.id, r.pop, r.content, &azqueue.UpdateMessageOptions{
-		VisibilityTimeout: to.Ptr(max32(visibility(lease), 1)),
-	})
+	_, content, err := r.current(ctx)
 	if err != nil {
-		return wrapSettle("extend", err)
+		return err
 	}
-	r.pop = *resp.PopReceipt
-	return nil
+	return wrapSettle("extend", r.update(ctx, content, max32(visibility(lease), 1), lease))
 }
 
 // Requeue implements driver.Backend with one UpdateMessage: the new body, the
@@ -514,12 +584,7 @@ func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Me
 	if !msg.NotBefore.IsZero() {
 		vis = visibility(time.Until(msg.NotBefore))
 	}
-	resp, err := r.q.UpdateMessage(ctx, r.id, r.pop, text, &azqueue.UpdateMessageOptions{VisibilityTimeout: to.Ptr(vis)})
-	if err != nil {
-		return wrapSettle("requeue", err)
-	}
-	r.pop, r.content = *resp.PopReceipt, text
-	return nil
+	return wrapSettle("requeue", r.update(ctx, text, vis, 0))
 }
 
 // Stats implements driver.Backend. Azure tells only an approximate count of
@@ -571,5 +636,6 @@ func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 // unsettled deliveries simply reappear when their visibility timeout ends.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() { close(b.closed) })
+	b.bg.Wait()
 	return nil
 }

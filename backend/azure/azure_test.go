@@ -88,7 +88,8 @@ func TestDeliveriesAndLeases(t *testing.T) {
 	if !bytes.Equal(d.Body, body) || d.Deliveries != 1 {
 		t.Fatalf("got body %x deliveries %d, want %x 1", d.Body, d.Deliveries, body)
 	}
-	stale := *d.Handle.(*receipt)
+	r := d.Handle.(*receipt)
+	stale := receipt{b: b, q: r.q, id: r.id, pop: r.pop, content: r.content, dequeueCount: r.dequeueCount, closed: r.closed}
 	if err := b.Extend(ctx, d, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}

@@ -32,9 +32,10 @@ type deadReceipt struct {
 	closed  chan struct{}
 }
 
-// DeadLetter implements driver.Backend. It writes the record as a queue of
-// its own (overflow chunks first, then the lock message that makes the record
-// visible) and then deletes the delivered message. When the delete finds the
+// DeadLetter implements driver.Backend. It renews the lease (which checks
+// the pop receipt, so a stale delivery writes nothing), writes the record as
+// a queue of its own (overflow chunks first, then the lock message that makes
+// the record visible) and then deletes the delivered message. When the delete finds the
 // lease lost, ErrLeaseLost is returned and the record stays (a duplicate of
 // whatever the job's next holder does); a crash before the delete also
 // leaves a duplicate, never a loss.
@@ -47,14 +48,30 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 	if err != nil {
 		return err
 	}
+	// Check the lease first (and renew it for the write): a stale receipt
+	// must not write a record.
+	_, content, err := r.current(ctx)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	lease := r.lease
+	r.mu.Unlock()
+	if err := r.update(ctx, content, max32(visibility(lease), 1), 0); err != nil {
+		return wrapSettle("dead-letter", err)
+	}
 	if _, err := b.writeDead(ctx, n.dead, rec); err != nil {
+		return err
+	}
+	pop, _, err := r.current(ctx)
+	if err != nil {
 		return err
 	}
 	// The record stays even when the delete finds the lease lost: the
 	// delete may have succeeded on an earlier try of the SDK's retry, so
 	// removing the record could lose the job. A duplicate record is the
 	// price.
-	_, err = r.q.DeleteMessage(ctx, r.id, r.pop, nil)
+	_, err = r.q.DeleteMessage(ctx, r.id, pop, nil)
 	return wrapSettle("dead-letter", err)
 }
 

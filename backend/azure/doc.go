@@ -38,8 +38,12 @@
 // since, or deleted) fails with driver.ErrLeaseLost. Visibility timeouts are
 // whole seconds (rounded up, so nothing surfaces early; MinLease is 1s) and
 // cap at 7 days: a message scheduled further ahead surfaces early, is seen
-// by Receive to be early, and is hidden again with its base moved up in the
-// same UpdateMessage, so the early surfacing is not counted as a crash.
+// by Receive to be early, and is hidden again with its base moved up by one
+// in the same UpdateMessage, so the early surfacing is not counted as a
+// crash. Likewise, when Receive's ctx ends while a receive request is in
+// flight (the request itself is not cut short), the messages it took are made
+// visible again with the base moved up by one: that receive is not counted,
+// earlier deliveries without an outcome still are.
 //
 // A message that is not our frame (foreign or corrupt text) is handed to the
 // platform with its raw text as the body, which dead-letters it.
