@@ -168,6 +168,7 @@ func (r *rawRedis) close() error {
 // ---- RabbitMQ: quorum queue, persistent, confirms, manual ack ----
 
 type rawRabbit struct {
+	url   string
 	conn  *amqp.Connection
 	pub   *amqp.Channel
 	queue string
@@ -179,7 +180,7 @@ func newRawRabbit(url, queue string, batch int) (*rawRabbit, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &rawRabbit{conn: conn, queue: queue, batch: batch}
+	r := &rawRabbit{url: url, conn: conn, queue: queue, batch: batch}
 	if r.pub, err = conn.Channel(); err == nil {
 		err = r.pub.Confirm(false)
 	}
@@ -295,8 +296,9 @@ func (r *rawRabbit) consume(_ context.Context, c int, handle func([]byte)) (func
 }
 
 func (r *rawRabbit) close() error {
-	_, err := r.pub.QueueDelete(r.queue, false, false, false)
-	return errors.Join(err, r.conn.Close())
+	r.conn.Close()
+	deleteAMQPQueues(r.url, r.queue)
+	return nil
 }
 
 // ---- NATS JetStream: work-queue stream on file, pull consumer, double ack ----

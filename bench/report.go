@@ -164,6 +164,12 @@ func (rep *report) markdown() string {
 	rep.writeGoals(w)
 	rep.writeScale(w)
 	rep.writeDepth(w)
+	// The hand-written reading of the figures (where the time goes) lives
+	// beside the code, so a rerun keeps it.
+	if a, err := os.ReadFile("analysis.md"); err == nil {
+		b.Write(a)
+		w("\n")
+	}
 	if len(rep.Notes) > 0 {
 		w("## Notes\n\n")
 		for _, n := range rep.Notes {
