@@ -13,6 +13,7 @@ import (
 	"time"
 
 	gonats "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -102,4 +103,30 @@ func dialOK(addr string) bool {
 	}
 	c.Close()
 	return true
+}
+
+// leftovers lists what this tool may have left on the brokers: Redis keys
+// and JetStream streams named bench….
+func leftovers(srv servers) []string {
+	var out []string
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Redis})
+	for _, pat := range []string{"bench*", "{bench:*", "asynq:{bench-*"} {
+		keys, _ := rdb.Keys(ctx, pat).Result()
+		out = append(out, keys...)
+	}
+	rdb.Close()
+	if nc, err := gonats.Connect(srv.NATS); err == nil {
+		if js, err := jetstream.New(nc); err == nil {
+			names := js.StreamNames(ctx)
+			for n := range names.Name() {
+				if strings.HasPrefix(n, "bench") {
+					out = append(out, "stream "+n)
+				}
+			}
+		}
+		nc.Close()
+	}
+	return out
 }

@@ -205,6 +205,9 @@ func run(o options) error {
 		}
 	}
 	rep.LoadAfter = loadAvg()
+	if left := leftovers(o.Srv); len(left) > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("left on the brokers (a bug of this tool): %s", strings.Join(left, ", ")))
+	}
 	rep.Elapsed = time.Since(start)
 	return rep.write(o.Out)
 }

@@ -88,6 +88,14 @@ func (a *asynqSys) close() error {
 	insp := asynq.NewInspector(a.opt)
 	defer insp.Close()
 	_ = insp.DeleteQueue(a.queue, true)
+	// DeleteQueue leaves the queue's daily counters behind.
+	rdb := goredis.NewClient(&goredis.Options{Addr: a.opt.Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	keys, _ := rdb.Keys(ctx, "asynq:{"+a.queue+"}*").Result()
+	if len(keys) > 0 {
+		rdb.Del(ctx, keys...)
+	}
 	return a.client.Close()
 }
 
@@ -180,9 +188,10 @@ func openWatermillRedis(_ context.Context, tag string, srv servers) (system, err
 				Consumer: fmt.Sprintf("c%d", i), ConsumerGroup: "bench",
 			}, watermill.NopLogger{})
 		},
-		cleanup: func() {
-			rdb.Del(context.Background(), topic)
-			rdb.Close()
+		cleanup: func() { // the publisher closed rdb
+			c := goredis.NewClient(&goredis.Options{Addr: srv.Redis})
+			c.Del(context.Background(), topic)
+			c.Close()
 		},
 	}, nil
 }
