@@ -105,7 +105,7 @@ func poisonJob(t *testing.T, r *run) *Report {
 	live := []worker{r.start(spec(), true), r.start(spec(), true)}
 	restarts := 0
 	deadline := time.Now().Add(patience)
-	for !r.resolved(r.history()) && time.Now().Before(deadline) && restarts < 4*(r.lim.PoisonLimit+1) {
+	for !r.done() && time.Now().Before(deadline) && restarts < 4*(r.lim.PoisonLimit+1) {
 		for i, w := range live {
 			select {
 			case <-w.Done():
@@ -646,7 +646,7 @@ func randomFaults(t *testing.T, r *run) *Report {
 	<-done
 	t.Logf("soak of %v: faults %v", d, faults)
 	deadline := time.Now().Add(2 * patience)
-	for !r.resolved(r.history()) && time.Now().Before(deadline) {
+	for !r.done() && time.Now().Before(deadline) {
 		for i, w := range live {
 			select {
 			case <-w.Done():
