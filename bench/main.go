@@ -337,7 +337,7 @@ func startAzurite() (stop func(), conn string, err error) {
 		}
 		if i == 600 {
 			stop()
-			return nil, "", errors.New("Azurite did not listen within 60s")
+			return nil, "", errors.New("the Azurite emulator did not listen within 60s")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -70,6 +70,8 @@ func durCell(d time.Duration) string {
 	switch {
 	case d == 0:
 		return "–"
+	case d < 10*time.Microsecond:
+		return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
 	case d < time.Millisecond:
 		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
 	case d < 100*time.Millisecond:
@@ -182,10 +184,7 @@ func (rep *report) markdown() string {
 
 // command is the command line that reproduces this run.
 func (rep *report) command() string {
-	args := []string{"cd bench && go run ."}
-	for _, a := range os.Args[1:] {
-		args = append(args, a)
-	}
+	args := append([]string{"cd bench && go run ."}, os.Args[1:]...)
 	return strings.Join(args, " ")
 }
 
@@ -252,7 +251,7 @@ func (rep *report) writeDepth(w func(string, ...any)) {
 		return
 	}
 	w("## Cost against queue depth\n\n")
-	w("Median of %d calls each, with *work* jobs waiting and *dead* records in the dead-letter queue (made by handlers failing permanently): `Enqueue` of one job, a claim (the backend's `Receive` of one job; its `Ack` not timed) and `NextDeadLetter`, keeping the record (so the depth stays) and popping it (over at most %d calls, fewer when there are fewer records). None should grow with depth. The large depth is %d on memory and on Redis (100,000 dead letters on Redis: each is one handler run), 10× the small one on RabbitMQ and NATS, and 1,000 waiting jobs and 200 dead letters on Azure, where every dead letter is a queue of its own (against 100 and 20).\n\n", depthSamples, depthSamples, rep.Options.BigDepth)
+	w("Median of %d calls each, with *work* jobs waiting and *dead* records in the dead-letter queue (made by handlers failing permanently): `Enqueue` of one job, a claim (the backend's `Receive` of one job; its `Ack` not timed) and `NextDeadLetter`, keeping the record (so the depth stays) and popping it (over at most %d calls, fewer when there are fewer records). None should grow with depth. On RabbitMQ the broker pushes deliveries ahead of a claim (the consumer's prefetch), so a claim is mostly a hand-off inside the client. The large depth is %d on memory and on Redis (100,000 dead letters on Redis: each is one handler run), 10× the small one on RabbitMQ and NATS, and 1,000 waiting jobs and 200 dead letters on Azure, where every dead letter is a queue of its own (against 100 and 20).\n\n", depthSamples, depthSamples, rep.Options.BigDepth)
 	w("| backend | work | dead | Enqueue | claim | NextDeadLetter keep | NextDeadLetter pop | time to fill | |\n|---|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, d := range rep.Depth {
 		w("| %s | %d | %d | %s | %s | %s | %s | %v | %s |\n", d.Backend, d.Depth.Work, d.Depth.Dead, durCell(d.Enqueue), durCell(d.Claim), durCell(d.NextDead), durCell(d.NextDeadPop), d.Fill.Round(time.Second), d.Err)
