@@ -316,7 +316,7 @@ func deleteAMQPQueues(url string, names ...string) {
 // its own, as stopping a worker closes its broker's connection.
 type machinerySys struct {
 	server    *machinery.Server
-	newServer func() *machinery.Server
+	newServer func(prefetch int) *machinery.Server
 	cleanup   func()
 }
 
@@ -332,13 +332,17 @@ func openMachineryAMQP(_ context.Context, tag string, srv servers) (system, erro
 		DefaultQueue:  q,
 		NoUnixSignals: true,
 		AMQP: &mconfig.AMQPConfig{
-			Exchange: q, ExchangeType: "direct", BindingKey: q, PrefetchCount: 10,
+			Exchange: q, ExchangeType: "direct", BindingKey: q,
 		},
 	}
-	newServer := func() *machinery.Server {
-		return machinery.NewServer(cnf, mamqp.New(cnf), nullbackend.New(), eagerlock.New())
+	newServer := func(prefetch int) *machinery.Server {
+		c := *cnf
+		amqpCnf := *cnf.AMQP
+		amqpCnf.PrefetchCount = prefetch
+		c.AMQP = &amqpCnf
+		return machinery.NewServer(&c, mamqp.New(&c), nullbackend.New(), eagerlock.New())
 	}
-	return &machinerySys{server: newServer(), newServer: newServer, cleanup: func() { deleteAMQPQueues(srv.AMQP, q) }}, nil
+	return &machinerySys{server: newServer(1), newServer: newServer, cleanup: func() { deleteAMQPQueues(srv.AMQP, q) }}, nil
 }
 
 func openMachineryRedis(_ context.Context, tag string, srv servers) (system, error) {
@@ -349,10 +353,10 @@ func openMachineryRedis(_ context.Context, tag string, srv servers) (system, err
 		NoUnixSignals: true,
 		Redis:         &mconfig.RedisConfig{MaxActive: 100, NormalTasksPollPeriod: 1000, DelayedTasksPollPeriod: 500},
 	}
-	newServer := func() *machinery.Server {
+	newServer := func(int) *machinery.Server {
 		return machinery.NewServer(cnf, mredis.NewGR(cnf, []string{srv.Redis}, 0), nullbackend.New(), eagerlock.New())
 	}
-	return &machinerySys{server: newServer(), newServer: newServer, cleanup: func() {
+	return &machinerySys{server: newServer(0), newServer: newServer, cleanup: func() {
 		rdb := goredis.NewClient(&goredis.Options{Addr: srv.Redis})
 		rdb.Del(context.Background(), q)
 		rdb.Close()
@@ -368,7 +372,7 @@ func (m *machinerySys) enqueue(ctx context.Context, p []byte) error {
 }
 
 func (m *machinerySys) consume(_ context.Context, c int, handle func([]byte)) (func(), error) {
-	srv := m.newServer()
+	srv := m.newServer(c)
 	if err := srv.RegisterTask("bench", func(s string) error {
 		b, _ := base64.StdEncoding.DecodeString(s)
 		handle(b)
