@@ -317,6 +317,9 @@ func (c Config) withDefaults() (Config, error) {
 		host, _ := os.Hostname()
 		c.WorkerName = host + ":" + strconv.Itoa(os.Getpid())
 	}
+	if len(c.WorkerName) > 200 {
+		return c, fmt.Errorf("%w: WorkerName is %d bytes, the limit is 200", ErrInvalidConfig, len(c.WorkerName))
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -525,9 +528,15 @@ func messageID(j *Job) string {
 	return j.ID + "." + strconv.FormatUint(j.copyNo, 10)
 }
 
-// envelopeHeadroom is kept free below the backend's limit by MaxPayload, for
-// the counters that grow as a job is retried.
-const envelopeHeadroom = 64
+// envelopeHeadroom is kept free below the backend's limit by MaxPayload: for
+// the counters that grow as a job is retried, and for what a dead-letter
+// record adds around the job (reason, worker, queue, time and at least
+// minDeadError bytes of error text), so any job that fits can also be
+// dead-lettered.
+const envelopeHeadroom = 1024
+
+// minDeadError is the error text a dead-letter record always has room for.
+const minDeadError = 256
 
 // MaxPayload returns the largest payload a job like j (its other fields as
 // they are) can carry on this backend, or -1 when the backend sets no limit.

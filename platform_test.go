@@ -303,9 +303,35 @@ func TestWarnThresholds(t *testing.T) {
 	}
 }
 
-// tinyBackend is a memory backend that declares a 256-byte message limit.
+// tinyBackend is a memory backend that declares and enforces a 4 KiB message
+// limit.
 type tinyBackend struct{ *memoryBackend }
 
 type memoryBackend = memory.Backend
 
-func (tinyBackend) Capabilities() driver.Capabilities { return driver.Capabilities{MaxBody: 256} }
+const tinyMax = 4096
+
+func (tinyBackend) Capabilities() driver.Capabilities { return driver.Capabilities{MaxBody: tinyMax} }
+
+func (b tinyBackend) Enqueue(ctx context.Context, q string, msgs []driver.Message) error {
+	for _, m := range msgs {
+		if len(m.Body) > tinyMax {
+			return driver.ErrTooLarge
+		}
+	}
+	return b.memoryBackend.Enqueue(ctx, q, msgs)
+}
+
+func (b tinyBackend) Requeue(ctx context.Context, d *driver.Delivery, m driver.Message) error {
+	if len(m.Body) > tinyMax {
+		return driver.ErrTooLarge
+	}
+	return b.memoryBackend.Requeue(ctx, d, m)
+}
+
+func (b tinyBackend) DeadLetter(ctx context.Context, d *driver.Delivery, r driver.DeadMessage) error {
+	if len(r.Body) > tinyMax {
+		return driver.ErrTooLarge
+	}
+	return b.memoryBackend.DeadLetter(ctx, d, r)
+}

@@ -445,7 +445,7 @@ func (p *Platform) dead(f *inflight, j *Job, reason Reason, text string, raw []b
 	j.TryCount = j.Failures + j.Crashes
 	dl := DeadLetter{Job: *j, Queue: f.d.Queue, Reason: reason, Error: text, DeadAt: time.Now(), Worker: p.cfg.WorkerName, Raw: raw}
 	dl.ID = messageID(j)
-	rec := driver.DeadMessage{ID: dl.ID, Body: encodeDead(&dl)}
+	rec := driver.DeadMessage{ID: dl.ID, Body: p.fitDead(&dl)}
 	err := p.settle(f, false, nil, &rec)
 	if err != nil {
 		return err
@@ -455,6 +455,30 @@ func (p *Platform) dead(f *inflight, j *Job, reason Reason, text string, raw []b
 		hook(context.Background(), dl)
 	}
 	return nil
+}
+
+// fitDead encodes a dead-letter record within the backend's limit: the oldest
+// error lines go first, then the error text is cut (never below
+// minDeadError), then raw bytes are cut (saying so in the error). MaxPayload's
+// headroom makes the first two enough for any job that could be enqueued.
+func (p *Platform) fitDead(dl *DeadLetter) []byte {
+	body := encodeDead(dl)
+	for limit := p.caps.MaxBody; limit > 0 && len(body) > limit; body = encodeDead(dl) {
+		excess := len(body) - limit
+		switch {
+		case len(dl.Job.Errors) > 0:
+			dl.Job.Errors = dl.Job.Errors[1:]
+		case len(dl.Error) > minDeadError:
+			dl.Error = dl.Error[:max(minDeadError, len(dl.Error)-excess-32)] + " …(cut to fit)"
+		case len(dl.Raw) > 0:
+			keep := max(0, len(dl.Raw)-excess-128)
+			dl.Error += fmt.Sprintf(" (the raw message had %d bytes; only the first %d fit in a dead letter)", len(dl.Raw), keep)
+			dl.Raw = dl.Raw[:keep:keep]
+		default:
+			return body // nothing left to cut; the backend will refuse it and say why
+		}
+	}
+	return body
 }
 
 // deadRaw dead-letters a message that is not a job, keeping its bytes.
