@@ -117,6 +117,15 @@
 //   - Dead-letter order is creation time on the writers' clocks; records
 //     written in the same millisecond by different processes may list in
 //     either order.
+//   - Updates and deletes are not idempotent: a pop receipt changes with
+//     every UpdateMessage. When a connection is reset after the service
+//     applied a request, the SDK's retry fails (404 MessageNotFound or 400
+//     PopReceiptMismatch) and the backend reports driver.ErrLeaseLost: an
+//     Ack or dead letter has then in fact happened, and an Extend leaves the
+//     job to come back after its lease, one crash counted. Updates are never
+//     abandoned halfway by a cancelled ctx: they finish in the background
+//     (Close waits for them) and the next call on the delivery uses the new
+//     receipt.
 //   - A deleted queue's name cannot be created again for about 30 seconds
 //     on Azure (QueueBeingDeleted); after DeleteQueue, Declare the same name
 //     later or use a new one.
