@@ -18,6 +18,7 @@ import (
 // so DeleteDead can match IDs from the listing alone.
 const (
 	idMeta      = "apid"
+	doneMeta    = "apdone" // set once the lock message is written: the record is complete
 	maxIDMeta   = 4096
 	maxDeadBody = maxChunks * maxChunkData
 )
@@ -101,17 +102,27 @@ func (b *Backend) writeDead(ctx context.Context, prefix string, rec driver.DeadM
 		}
 		lock = lockFrame{id: rec.ID, kind: lockChunked, chunks: len(chunks)}
 	}
-	var opts *azqueue.CreateOptions
+	metadata := map[string]*string{}
 	if meta := base64.RawURLEncoding.EncodeToString([]byte(rec.ID)); len(meta) <= maxIDMeta {
-		opts = &azqueue.CreateOptions{Metadata: map[string]*string{idMeta: &meta}}
+		metadata[idMeta] = &meta
 	}
-	if _, err := b.svc.CreateQueue(ctx, record, opts); err != nil {
+	if _, err := b.svc.CreateQueue(ctx, record, &azqueue.CreateOptions{Metadata: metadata}); err != nil {
 		b.removeRecord(context.WithoutCancel(ctx), record, true)
 		return "", fmt.Errorf("azure: dead-letter record: create %s: %w", record, err)
 	}
-	if _, err := b.svc.NewQueueClient(record).EnqueueMessage(ctx, lock.encode(), &azqueue.EnqueueMessageOptions{TimeToLive: to.Ptr(int32(-1))}); err != nil {
+	rq := b.svc.NewQueueClient(record)
+	if _, err := rq.EnqueueMessage(ctx, lock.encode(), &azqueue.EnqueueMessageOptions{TimeToLive: to.Ptr(int32(-1))}); err != nil {
 		b.removeRecord(context.WithoutCancel(ctx), record, true)
 		return "", fmt.Errorf("azure: dead-letter record: write %s: %w", record, err)
+	}
+	// Only now is the record complete. A crash before this point leaves an
+	// incomplete record queue that every reader skips (purge removes it);
+	// the delivered message is still there and is dead-lettered again.
+	done := "1"
+	metadata[doneMeta] = &done
+	if _, err := rq.SetMetadata(ctx, &azqueue.SetMetadataOptions{Metadata: metadata}); err != nil {
+		b.removeRecord(context.WithoutCancel(ctx), record, true)
+		return "", fmt.Errorf("azure: dead-letter record: complete %s: %w", record, err)
 	}
 	return record, nil
 }
@@ -146,15 +157,16 @@ type listed struct {
 // use the service's continuation marker as a cursor of its own: Azurite's
 // marker is an insertion index that skips names when insertion and name order
 // differ, so pages are walked from the start with names compared here.
-func (b *Backend) eachRecord(ctx context.Context, prefix, after string, meta bool, fn func(listed) (stop bool, err error)) error {
-	pager := b.svc.NewListQueuesPager(&azqueue.ListQueuesOptions{Prefix: &prefix, Include: azqueue.ListQueuesInclude{Metadata: meta}})
+// Only complete records are passed to fn (see writeDead).
+func (b *Backend) eachRecord(ctx context.Context, prefix, after string, fn func(listed) (stop bool, err error)) error {
+	pager := b.svc.NewListQueuesPager(&azqueue.ListQueuesOptions{Prefix: &prefix, Include: azqueue.ListQueuesInclude{Metadata: true}})
 	for pager.More() {
 		resp, err := pager.NextPage(ctx)
 		if err != nil {
 			return fmt.Errorf("azure: list dead-letter queues %s*: %w", prefix, err)
 		}
 		for _, q := range resp.Queues {
-			if q.Name == nil || !isRecordQueue(prefix, *q.Name) || *q.Name <= after {
+			if q.Name == nil || !isRecordQueue(prefix, *q.Name) || *q.Name <= after || q.Metadata[doneMeta] == nil {
 				continue
 			}
 			l := listed{name: *q.Name}
@@ -216,7 +228,7 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 		return nil, err
 	}
 	var dd *driver.DeadDelivery
-	err = b.eachRecord(ctx, n.dead, "", false, func(l listed) (bool, error) {
+	err = b.eachRecord(ctx, n.dead, "", func(l listed) (bool, error) {
 		var err error
 		dd, err = b.tryHold(ctx, l.name)
 		return dd != nil, err
@@ -322,7 +334,7 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 		last string
 		more bool
 	)
-	err = b.eachRecord(ctx, n.dead, cursor, false, func(l listed) (bool, error) {
+	err = b.eachRecord(ctx, n.dead, cursor, func(l listed) (bool, error) {
 		if len(recs) == limit {
 			more = true
 			return true, nil
@@ -383,7 +395,7 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 		want[id] = true
 	}
 	count := 0
-	err = b.eachRecord(ctx, n.dead, "", true, func(l listed) (bool, error) {
+	err = b.eachRecord(ctx, n.dead, "", func(l listed) (bool, error) {
 		id := l.id
 		if id == nil {
 			rec, ok, err := b.peekRecord(ctx, l.name)
@@ -454,7 +466,7 @@ func (b *Backend) purge(ctx context.Context, prefix string) (int, error) {
 // countDead counts the record queues under prefix.
 func (b *Backend) countDead(ctx context.Context, prefix string) (int64, error) {
 	var count int64
-	err := b.eachRecord(ctx, prefix, "", false, func(listed) (bool, error) {
+	err := b.eachRecord(ctx, prefix, "", func(listed) (bool, error) {
 		count++
 		return false, nil
 	})
