@@ -195,7 +195,14 @@ func (e *env) enqueue(p *ap.Platform, jobs ...*ap.Job) {
 // waitFor polls cond until it holds or the case's wait runs out.
 func (e *env) waitFor(what string, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(e.opts.Wait)
+	e.waitLonger(0, what, cond)
+}
+
+// waitLonger is waitFor with extra time on top of the case's wait, for cases
+// that take a known time by design.
+func (e *env) waitLonger(extra time.Duration, what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(e.opts.Wait + extra)
 	for !cond() {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("timed out after %v waiting for %s\n%s", e.opts.Wait, what, e.rec)

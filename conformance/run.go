@@ -655,7 +655,7 @@ func testLeaseExtension(t *testing.T, e *env) {
 	for range 2 { // two workers compete for it
 		e.worker(e.config()).handle(t, "slow", slow).start(t)
 	}
-	e.waitFor("the slow job to finish", func() bool {
+	e.waitLonger(hold, "the slow job to finish", func() bool {
 		o := e.rec.outcomes(job.ID)
 		return len(o) > 0
 	})
