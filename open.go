@@ -21,17 +21,27 @@ var ErrUnknownScheme = errors.New("no backend registered for this URL scheme")
 func Open(ctx context.Context, rawURL string) (driver.Backend, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("asyncplatform: parsing backend URL: %w", redactErr(err, rawURL))
+		// url's errors quote the whole URL, password and all.
+		return nil, fmt.Errorf("asyncplatform: the backend URL does not parse (not shown: it may hold a secret)")
 	}
 	open := driver.Lookup(u.Scheme)
 	if open == nil {
-		return nil, fmt.Errorf("asyncplatform: opening %s: %w %q (registered: %s)", u.Redacted(), ErrUnknownScheme, u.Scheme, strings.Join(driver.Schemes(), ", "))
+		return nil, fmt.Errorf("asyncplatform: opening a %s: URL: %w %q (registered: %s)", u.Scheme, ErrUnknownScheme, u.Scheme, strings.Join(driver.Schemes(), ", "))
 	}
 	b, err := open(ctx, u)
 	if err != nil {
-		return nil, fmt.Errorf("asyncplatform: opening %s: %w", u.Redacted(), redactErr(err, rawURL))
+		return nil, fmt.Errorf("asyncplatform: opening %s: %w", describeURL(u), redactErr(err, rawURL))
 	}
 	return b, nil
+}
+
+// describeURL names a URL for an error without its secrets: opaque forms
+// (azure:<connection string>) are named by scheme alone.
+func describeURL(u *url.URL) string {
+	if u.Opaque != "" {
+		return u.Scheme + ":…"
+	}
+	return u.Redacted()
 }
 
 // redactErr keeps a password that an error quotes out of its text, keeping

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
 
+	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
@@ -398,5 +400,30 @@ func TestClose(t *testing.T) {
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestOpenURL(t *testing.T) {
+	conn := os.Getenv(ConnectionStringEnv)
+	if conn == "" {
+		t.Skip("no Azurite connection string in the environment")
+	}
+	ctx := context.Background()
+	for _, raw := range []string{"azure:" + conn, "azure://?prefix=opentest"} {
+		b, err := ap.Open(ctx, raw)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		if err := b.Declare(ctx, "opentest"); err != nil {
+			t.Errorf("Declare through %s: %v", raw[:8], err)
+		}
+		if d, ok := b.(driver.QueueDeleter); ok {
+			_ = d.DeleteQueue(ctx, "opentest")
+		}
+		b.Close()
+	}
+	_, err := ap.Open(ctx, "azure:AccountKey=c2VjcmV0;NoAccountName=1")
+	if err == nil || strings.Contains(err.Error(), "c2VjcmV0") {
+		t.Errorf("a bad connection string: %v (must fail without showing the key)", err)
 	}
 }
