@@ -245,7 +245,7 @@ func runChild(js string) {
 		log.Fatal(err)
 	}
 	start := time.Now()
-	r := result{Backend: spec.Backend, System: spec.System}
+	r := result{Backend: spec.Backend, System: spec.System, Load: loadAvg()}
 	ctx := context.Background()
 	s, note, err := openSystem(ctx, spec)
 	r.Note = note

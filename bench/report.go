@@ -112,9 +112,10 @@ func (rep *report) markdown() string {
 	w("**Machine:** %d CPUs (%s), %.1f GiB memory, Linux %s, %s. ", m.CPUs, m.CPUModel, m.MemoryGiB, m.Kernel, m.Go)
 	w("**Servers:** %s. ", joinMap(m.Servers))
 	w("**Libraries:** %s.\n\n", joinMap(m.Modules))
-	w("**Load average (1 min):** %.2f at the start, %.2f at the end.", rep.LoadBefore, rep.LoadAfter)
-	if max(rep.LoadBefore, rep.LoadAfter) > 2.5 {
-		w(" **The machine was busy with other work (load above 2.5 on 2 cores): every figure below is depressed and noisy; compare rows of one run, not runs.**")
+	w("**Load average (1 min):** %.2f before the run, %.2f at its end; the *load* column gives it as each system started. ", rep.LoadBefore, rep.LoadAfter)
+	w("The run itself keeps both cores busy (the broker and the client share them), so the load during it is mostly its own.")
+	if rep.LoadBefore > 2.5 {
+		w(" **The machine was busy with other work before the run (load above 2.5 on 2 cores): every figure below is depressed and noisy; compare rows of one run, not runs.**")
 	}
 	w("\n\n")
 	w("Each system runs in a fresh process of its own, on queues of its own (`bench-…`, removed after). The phases, on N jobs with a %d-byte payload:\n\n", payloadSize)
@@ -128,8 +129,8 @@ func (rep *report) markdown() string {
 	w("![processing throughput per backend](benchmarks.png)\n\n")
 	for _, be := range o.Backends {
 		w("## %s\n\n", be)
-		w("| system | enqueue/s | batch/s | process/s c=10 | process/s c=50 | p50 | p99 | allocs/job | RSS MiB | ours vs this (c=10, c=50) |\n")
-		w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		w("| system | enqueue/s | batch/s | process/s c=10 | process/s c=50 | p50 | p99 | allocs/job | RSS MiB | ours vs this (c=10, c=50) | load |\n")
+		w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		ours, _ := rep.find(be, "ours")
 		var notes []string
 		for _, r := range rep.Results {
@@ -147,9 +148,9 @@ func (rep *report) markdown() string {
 			if r.System != "ours" {
 				vs = ratioCell(ours.Process[10], r.Process[10]) + ", " + ratioCell(ours.Process[50], r.Process[50])
 			}
-			w("| %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f | %s |\n", systemLabel(r.System),
+			w("| %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f | %s | %.1f |\n", systemLabel(r.System),
 				rateCell(one), rateCell(batch), rateCell(r.Process[10]), rateCell(r.Process[50]),
-				durCell(r.P50), durCell(r.P99), r.AllocsProc, r.RSSMiB, vs)
+				durCell(r.P50), durCell(r.P99), r.AllocsProc, r.RSSMiB, vs, r.Load)
 			if r.Note != "" {
 				notes = append(notes, fmt.Sprintf("%s: %s", systemLabel(r.System), r.Note))
 			}

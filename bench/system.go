@@ -85,6 +85,7 @@ type result struct {
 	AllocsProc   float64         // heap allocations per processed job (first concurrency)
 	RSSMiB       float64         // peak resident set of the child process
 	Seconds      float64         // wall time of the child
+	Load         float64         // 1-minute load average when the child started
 }
 
 // measure runs every phase of p on s and fills r. A phase that fails ends
