@@ -78,7 +78,7 @@ func main() {
 	)
 	flag.StringVar(&backends, "backends", "memory,redis,rabbit,nats,azure", "comma-separated backends to measure")
 	flag.IntVar(&o.N, "n", 10000, "jobs per phase")
-	flag.IntVar(&o.AzureN, "azure-n", 2000, "jobs per phase on Azure (Azurite is slow)")
+	flag.IntVar(&o.AzureN, "azure-n", 1000, "jobs per phase on Azure (Azurite is slow)")
 	flag.BoolVar(&o.Quick, "quick", false, "small N and short phases, to try the tool")
 	flag.StringVar(&o.Out, "out", "../docs", "directory for benchmarks.md and benchmarks.png")
 	flag.BoolVar(&o.Throughput, "throughput", true, "measure throughput and latency (the main tables)")
