@@ -66,6 +66,13 @@ type Options struct {
 	// Defaults to 20s.
 	Wait time.Duration
 
+	// DuplicatesWithoutFaults, when non-empty, says why the broker under test
+	// can deliver a message twice even when no fault is injected (an
+	// emulator's known race, for example). Delivery/ExactlyOnceWithoutFaults
+	// then still requires every job to be done, and logs the duplicates with
+	// this reason instead of failing on them. Real brokers leave it empty.
+	DuplicatesWithoutFaults string
+
 	// SingleProcess, when non-empty, says why the backend's queues cannot be
 	// shared by two processes (the memory backend lives in one). The
 	// ProcessKill case is then skipped with that reason in the log; every

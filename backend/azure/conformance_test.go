@@ -21,5 +21,12 @@ func TestConformance(t *testing.T) {
 	cs := needAzurite(t)
 	conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
 		return harness{cs: cs}, nil
-	}, conformance.Options{Lease: 2 * time.Second, Wait: 40 * time.Second})
+	}, conformance.Options{
+		Lease: 2 * time.Second,
+		Wait:  40 * time.Second,
+		// Seen in this suite and in conformance/faults: two concurrent
+		// dequeues on Azurite 3.37 can return the same message with the same
+		// DequeueCount, which no client can prevent.
+		DuplicatesWithoutFaults: "Azurite can hand one message to two concurrent dequeues (same DequeueCount)",
+	})
 }
