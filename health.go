@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
@@ -17,6 +18,7 @@ type health struct {
 	mu      sync.Mutex
 	last    map[string]error
 	healthy bool
+	fast    atomic.Bool   // healthy, readable without the lock on the hot path
 	wake    chan struct{} // closed when health returns; replaced when it is lost
 	again   chan struct{} // a request to re-check now
 	// period is cancelled when health is lost, so a fetcher blocked in
@@ -29,6 +31,7 @@ type health struct {
 func (h *health) init(checks map[string]HealthCheck) {
 	h.checks = checks
 	h.healthy = true
+	h.fast.Store(true)
 	h.wake = make(chan struct{})
 	close(h.wake)
 	h.again = make(chan struct{}, 1)
@@ -46,11 +49,7 @@ func (h *health) addPinger(b driver.Backend) {
 	}
 }
 
-func (h *health) ok() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.healthy
-}
+func (h *health) ok() bool { return h.fast.Load() }
 
 func (h *health) results() map[string]error {
 	h.mu.Lock()
@@ -123,6 +122,7 @@ func (h *health) run(ctx context.Context, log *slog.Logger) bool {
 		return healthy
 	}
 	h.healthy = healthy
+	h.fast.Store(healthy)
 	if healthy {
 		if h.base != nil {
 			h.period, h.cancel = context.WithCancel(h.base)
