@@ -52,10 +52,35 @@ func (p *Platform) offloadThreshold(j *Job) int {
 	return t
 }
 
+// surelyKept reports, without encoding j, that its payload stays in the
+// message: under the configured threshold and, by a generous bound on the
+// envelope's size, within what the backend carries. It spares most Enqueue
+// calls the probe encoding that offloadThreshold needs.
+func (p *Platform) surelyKept(j *Job) bool {
+	t := DefaultOffloadThreshold
+	if p.cfg.OffloadThreshold > 0 {
+		t = p.cfg.OffloadThreshold
+	}
+	if len(j.Payload) > t {
+		return false
+	}
+	if p.caps.MaxBody <= 0 {
+		return true
+	}
+	bound := 256 + len(j.ID) + len(j.Type) + len(j.Payload)
+	for k, v := range j.Headers {
+		bound += len(k) + len(v) + 10
+	}
+	for _, e := range j.Errors {
+		bound += len(e) + 5
+	}
+	return bound <= p.caps.MaxBody-envelopeHeadroom
+}
+
 // offload returns j itself when its payload fits in the message, or else a
 // copy whose payload was moved to the store.
 func (p *Platform) offload(ctx context.Context, j *Job) (*Job, error) {
-	if p.cfg.PayloadStore == nil || j.payloadRef != "" || len(j.Payload) <= p.offloadThreshold(j) {
+	if p.cfg.PayloadStore == nil || j.payloadRef != "" || p.surelyKept(j) || len(j.Payload) <= p.offloadThreshold(j) {
 		return j, nil
 	}
 	ref, err := p.cfg.PayloadStore.Put(ctx, j.ID, j.Payload)
