@@ -76,6 +76,16 @@ type Job struct {
 	payloadRef string
 }
 
+// Copy numbers the copy of the job being handled: 0 for the copy Enqueue
+// wrote, then one more for every copy the platform wrote since (a retry, a
+// rejection, a shutdown hand-back, a redrive). The broker may deliver one
+// copy more than once (at-least-once: an acknowledgement lost in a
+// connection cut, a write re-sent after a lost confirm); such deliveries
+// carry the same ID and Copy, and the same counters. Together with ID it is
+// a key for idempotent handlers that must tell a duplicate delivery from a
+// new attempt.
+func (j *Job) Copy() uint64 { return j.copyNo }
+
 // Policy holds the failure-handling settings that can be given at four levels:
 // the job (Job.Policy), the job type (Platform.Handle), the queue
 // (Config.Queues) and the platform (Config.Policy). For each field the most

@@ -335,3 +335,48 @@ func (b tinyBackend) DeadLetter(ctx context.Context, d *driver.Delivery, r drive
 	}
 	return b.memoryBackend.DeadLetter(ctx, d, r)
 }
+
+// TestCopyNumbersEveryWrittenCopy checks Job.Copy: 0 for the enqueued copy,
+// then one more for each copy the platform writes (a rejection, a retry),
+// and TryCount moving only with the counted ones.
+func TestCopyNumbersEveryWrittenCopy(t *testing.T) {
+	type seen struct {
+		copy uint64
+		try  int
+	}
+	got := make(chan seen, 3)
+	p, _ := New(memory.New(), Config{
+		Logger:      quietLog,
+		RejectDelay: time.Millisecond,
+		Policy:      Policy{BackoffBase: time.Millisecond, BackoffCap: time.Millisecond},
+	})
+	_ = p.Handle("t", func(_ context.Context, j *Job) error {
+		got <- seen{j.Copy(), j.TryCount}
+		switch j.Copy() {
+		case 0:
+			return Reject(errors.New("not now"))
+		case 1:
+			return errors.New("fails once")
+		}
+		return nil
+	})
+	ctx := context.Background()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	if err := p.Enqueue(ctx, &Job{Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []seen{{0, 1}, {1, 1}, {2, 2}}
+	for i, w := range want {
+		select {
+		case s := <-got:
+			if s != w {
+				t.Errorf("attempt %d: Copy %d, TryCount %d; want Copy %d, TryCount %d", i+1, s.copy, s.try, w.copy, w.try)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("attempt %d never came", i+1)
+		}
+	}
+}
