@@ -30,6 +30,12 @@ type Report struct {
 	// Unexpected counts jobs completed or dead-lettered that were never
 	// enqueued at all.
 	Unexpected int
+	// Redelivered counts jobs one of whose copies was delivered again after
+	// an attempt on it had reached an outcome, with the same counters: the
+	// outcome's report was lost in a fault, or the copy was written twice
+	// (a write re-sent after a lost confirm). At-least-once; not a wrong
+	// try count.
+	Redelivered int
 	// WrongTries counts jobs whose counters were wrong at some point: an
 	// attempt not counted, a count not equal to failures + crashes + 1, a
 	// failure counted that did not happen, or a scenario's own expectation
@@ -58,8 +64,8 @@ func (r *Report) String() string {
 	if !r.Empty {
 		empty = "NO (" + r.Leftover + ")"
 	}
-	s := fmt.Sprintf("lost=%d duplicated=%d unexpected=%d wrong-tries=%d empty=%s (enqueued=%d indeterminate=%d completed=%d dead=%d garbage=%d)",
-		r.Lost, r.Duplicated, r.Unexpected, r.WrongTries, empty, r.Enqueued, r.Indeterminate, r.Completed, r.DeadLettered, r.Garbage)
+	s := fmt.Sprintf("lost=%d duplicated=%d unexpected=%d wrong-tries=%d empty=%s (enqueued=%d indeterminate=%d completed=%d dead=%d garbage=%d redelivered=%d)",
+		r.Lost, r.Duplicated, r.Unexpected, r.WrongTries, empty, r.Enqueued, r.Indeterminate, r.Completed, r.DeadLettered, r.Garbage, r.Redelivered)
 	if r.Tolerated != "" {
 		s += "; wrong try counts tolerated: " + r.Tolerated
 	}
@@ -108,6 +114,7 @@ func Check(h History, dead []ap.DeadLetter, garbage [][]byte, lim Limits) *Repor
 	}
 
 	deadN := map[string]int{}
+	deadOf := map[string][]ap.DeadLetter{}
 	rawN := make([]int, len(garbage))
 	for _, dl := range dead {
 		if dl.Raw != nil {
@@ -124,6 +131,7 @@ func Check(h History, dead []ap.DeadLetter, garbage [][]byte, lim Limits) *Repor
 			continue
 		}
 		deadN[dl.Job.ID]++
+		deadOf[dl.Job.ID] = append(deadOf[dl.Job.ID], dl)
 		checkDeadCounts(r, dl, lim)
 	}
 	for i, n := range rawN {
@@ -161,22 +169,111 @@ func Check(h History, dead []ap.DeadLetter, garbage [][]byte, lim Limits) *Repor
 			r.note("lost: job %s: %s", id, h.of(id).brief())
 		case done+d > 1:
 			r.Duplicated++
-			r.note("duplicated: job %s completed %d times, dead-lettered %d times: %s", id, done, d, h.of(id).brief())
+			r.note("duplicated: job %s completed %d times, dead-lettered %d times: %s", id, done, d, explainDup(h.of(id), deadOf[id], maybe[id] > 0))
 		}
 		checkStarts(r, id, h.of(id), maybe[id] > 0)
 	}
 	return r
 }
 
+// explainDup says what a job was done more than once as (each commit and
+// dead letter, with its copy), and why at-least-once allowed it.
+func explainDup(h History, dead []ap.DeadLetter, indeterminate bool) string {
+	type end struct {
+		what     string
+		copy     uint64
+		counters string // "" for a dead letter: its counters include the last attempt
+	}
+	var ends []end
+	for _, e := range h {
+		if e.Kind == KindEnd && e.Result == ResultOK {
+			ends = append(ends, end{"completed by " + e.Worker, e.Copy, fmt.Sprintf("%d/%d", e.Failures, e.Crashes)})
+		}
+	}
+	for _, dl := range dead {
+		ends = append(ends, end{"dead-lettered " + string(dl.Reason), dl.Job.Copy(), ""})
+	}
+	var parts []string
+	for _, x := range ends {
+		p := fmt.Sprintf("%s on copy %d", x.what, x.copy)
+		if x.counters != "" {
+			p += " (failures/crashes " + x.counters + ")"
+		}
+		parts = append(parts, p)
+	}
+	why := "an older copy came back after a newer one was written (the new copy is written before the old one is acknowledged, and that acknowledgement was lost)"
+	switch {
+	case indeterminate:
+		why = "its enqueue was indeterminate: it may have been stored twice"
+	default:
+	pairs:
+		for i, a := range ends {
+			for _, b := range ends[i+1:] {
+				switch {
+				case a.copy == b.copy && a.counters != "" && a.counters == b.counters:
+					why = fmt.Sprintf("copy %d was delivered twice with the same counters (the first outcome's report was lost in the fault, or the copy was written twice)", a.copy)
+					break pairs
+				case a.copy == b.copy:
+					why = fmt.Sprintf("copy %d came back after its outcome was lost (the worker died or its connection was cut after the commit), the lost attempt counted as a crash", a.copy)
+				}
+			}
+		}
+	}
+	return strings.Join(parts, "; ") + ": " + why
+}
+
+// attempt is one handler call of a job as the history shows it: its start,
+// how the handler ended and what the platform reported.
+type attempt struct {
+	Event          // the start
+	end     string // the handler's Result*; "" when it never returned (its worker died)
+	outcome string // the AfterAttempt outcome; "" when none was recorded
+}
+
+// reported says whether the attempt reached an outcome that the platform
+// tried to report: the handler returned (nil, an error or Reject), or it was
+// cancelled by a shutdown and handed back. The report may have been lost in
+// the fault (OutcomeLeaseLost), so the same copy can come back with the same
+// counters: a duplicate delivery. An attempt whose handler never returned
+// (its worker died) or was cancelled because the lease was lost reached no
+// outcome: it is a crash, and every later delivery must count it.
+func (a *attempt) reported() bool {
+	switch a.end {
+	case ResultOK, ResultFail, ResultReject:
+		return true
+	case ResultCancel:
+		return a.outcome == string(ap.OutcomeHandedBack)
+	}
+	return false
+}
+
+// uncounted says whether the attempt wrote the next copy without counting a
+// try: a Reject, or a shutdown hand-back (a cancelled handler).
+func (a *attempt) uncounted() bool {
+	return a.end == ResultReject || a.end == ResultCancel
+}
+
 // checkStarts checks the counters a job's handler saw, attempt by attempt.
+//
+// An attempt that shows the counters (failures, crashes) of an earlier one
+// is, by copy (Job.Copy):
+//   - on the same copy: a duplicate delivery (at-least-once: the earlier
+//     attempt's report was lost, or the copy was written twice) when the
+//     earlier attempt reached an outcome the platform tried to report; a
+//     wrong try count (an uncounted crash) when it reached none;
+//   - on another copy: allowed after a Reject or a hand-back, which write the
+//     next copy uncounted; a wrong try count after anything else.
+//
 // An indeterminate enqueue may have stored the job twice (a client's retry
-// of a write that had succeeded), and two copies each start at zero: for
-// such a job (copies true) equal counters are not counted as wrong.
+// of a write that had succeeded), and each stored copy starts at zero with
+// copy number 0: for such a job (copies true) equal counters are not
+// counted as wrong.
 func checkStarts(r *Report, id string, h History, copies bool) {
-	var starts []Event
+	var atts []*attempt
 	fails := 0
-	endOf := map[int]string{}  // index in starts -> how that attempt ended
-	open := map[string][]int{} // attempt key -> indexes in starts of its running attempts, oldest first
+	open := map[string][]*attempt{} // attempt key -> attempts with no end yet, oldest first
+	unreported := map[string][]*attempt{}
+	redelivered := false
 	for _, e := range h {
 		switch e.Kind {
 		case KindStart:
@@ -186,43 +283,70 @@ func checkStarts(r *Report, id string, h History, copies bool) {
 			if e.Failures > fails {
 				r.Wrong(id, "attempt by %s saw %d failures, only %d attempts failed before it", e.Worker, e.Failures, fails)
 			}
-			for i, s := range starts {
-				if copies {
-					break
+			for _, s := range atts {
+				if copies || s.Failures != e.Failures || s.Crashes != e.Crashes {
+					continue
 				}
-				if s.Failures == e.Failures && s.Crashes == e.Crashes && endOf[i] != ResultReject && endOf[i] != ResultCancel {
-					r.Wrong(id, "attempt by %s saw the counters (%d failures, %d crashes) of an earlier attempt by %s that ended %q: that attempt was not counted",
-						e.Worker, e.Failures, e.Crashes, s.Worker, or(endOf[i], "with no outcome"))
+				if s.Copy == e.Copy {
+					if !s.reported() {
+						r.Wrong(id, "attempt by %s on copy %d saw the counters (%d failures, %d crashes) of an earlier attempt on that copy by %s that ended %s: that crash was not counted",
+							e.Worker, e.Copy, e.Failures, e.Crashes, s.Worker, s.how())
+						break
+					}
+					if !redelivered {
+						redelivered = true
+						r.Redelivered++
+						r.note("duplicate delivery: job %s: copy %d delivered again to %s with the counters (%d failures, %d crashes) of an attempt by %s that ended %s",
+							id, e.Copy, e.Worker, e.Failures, e.Crashes, s.Worker, s.how())
+					}
+					continue
+				}
+				if !s.uncounted() {
+					r.Wrong(id, "attempt by %s on copy %d saw the counters (%d failures, %d crashes) of an attempt on copy %d by %s that ended %s: that attempt was not counted",
+						e.Worker, e.Copy, e.Failures, e.Crashes, s.Copy, s.Worker, s.how())
 					break
 				}
 			}
-			open[attemptKey(e)] = append(open[attemptKey(e)], len(starts))
-			starts = append(starts, e)
+			a := &attempt{Event: e}
+			atts = append(atts, a)
+			k := attemptKey(e)
+			open[k] = append(open[k], a)
+			unreported[k] = append(unreported[k], a)
 		case KindEnd:
-			if q := open[attemptKey(e)]; len(q) > 0 {
-				endOf[q[0]] = e.Result
-				open[attemptKey(e)] = q[1:]
+			k := attemptKey(e)
+			if q := open[k]; len(q) > 0 {
+				q[0].end = e.Result
+				open[k] = q[1:]
 			}
 			if e.Result == ResultFail {
 				fails++
 			}
 		case KindAck:
-			if e.Result == string(ap.OutcomeHandedBack) {
-				for i, s := range starts { // handed back at shutdown: uncounted
-					if attemptKey(s) == attemptKey(e) && (endOf[i] == "" || endOf[i] == ResultCancel) {
-						endOf[i] = ResultCancel
-						break
-					}
+			k := attemptKey(e)
+			if q := unreported[k]; len(q) > 0 {
+				q[0].outcome = e.Result
+				unreported[k] = q[1:]
+				if q[0].end == "" && e.Result == string(ap.OutcomeHandedBack) {
+					q[0].end = ResultCancel // handed back at shutdown: uncounted
 				}
 			}
 		}
 	}
 }
 
-// attemptKey pairs an attempt's end with its start: both carry the worker
-// and the counters the handler saw.
+// how says how an attempt ended, for a note.
+func (a *attempt) how() string {
+	s := or(a.end, "with no outcome")
+	if a.outcome != "" {
+		s += " (" + a.outcome + ")"
+	}
+	return s
+}
+
+// attemptKey pairs an attempt's end and outcome with its start: all carry
+// the worker, the copy and the counters the handler saw.
 func attemptKey(e Event) string {
-	return fmt.Sprintf("%s/%d/%d/%d", e.Worker, e.Try, e.Failures, e.Crashes)
+	return fmt.Sprintf("%s/%d/%d/%d/%d", e.Worker, e.Copy, e.Try, e.Failures, e.Crashes)
 }
 
 // checkDeadCounts checks the counters kept in a dead letter.

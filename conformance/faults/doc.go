@@ -24,13 +24,21 @@
 //   - duplicated: completed more than once, or completed and dead-lettered,
 //     or dead-lettered twice (allowed where a fault explains it);
 //   - unexpected: completed or dead-lettered but never enqueued;
-//   - wrong try count: an attempt that was not counted (a later attempt saw
-//     the same failures and crashes, and the earlier one was not a Reject
-//     nor a shutdown hand-back), TryCount ≠ failures + crashes + 1, a
+//   - wrong try count: an attempt that was not counted, TryCount ≠
+//     failures + crashes + 1, a
 //     failure counted that did not happen, dead-letter counters that do not
 //     match the limit, or a scenario's own expectation (no try spent by
 //     Reject or SIGTERM, exactly PoisonLimit+1 attempts of a poison job);
 //   - empty: nothing ready, scheduled, in flight or dead at the end.
+//
+// Whether an attempt was counted is read from the counters and the copy
+// (Job.Copy) each attempt saw. A later attempt with the same failures and
+// crashes as an earlier one is, on the same copy, a duplicate delivery
+// (counted as redelivered, not wrong) if the earlier attempt reached an
+// outcome the platform tried to report (its report may have been lost in
+// the fault), and an uncounted crash (wrong) if it reached none: its worker
+// died, or its lease was lost. On another copy it is right only after a
+// Reject or a shutdown hand-back, which write the next copy uncounted.
 //
 // The short mode is part of the ordinary test run (seconds per backend).
 // ASYNCPLATFORM_SOAK=10m (see Soak) runs every scenario with five times the

@@ -51,7 +51,8 @@ type Event struct {
 	Try      int       `json:"try,omitempty"`
 	Failures int       `json:"f,omitempty"`
 	Crashes  int       `json:"c,omitempty"`
-	Result   string    `json:"r,omitempty"` // KindEnd: a Result*; KindDead: the reason; KindAck: the outcome
+	Copy     uint64    `json:"cp,omitempty"` // Job.Copy: which copy of the job was handled
+	Result   string    `json:"r,omitempty"`  // KindEnd: a Result*; KindDead: the reason; KindAck: the outcome
 	At       time.Time `json:"at"`
 }
 

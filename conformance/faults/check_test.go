@@ -1,0 +1,219 @@
+package faults
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// hist builds a synthetic history of job "j" from events in time order.
+type hist struct {
+	h  History
+	at time.Time
+}
+
+func (b *hist) add(e Event) *hist {
+	b.at = b.at.Add(time.Millisecond)
+	e.ID, e.At = "j", b.at
+	b.h = append(b.h, e)
+	return b
+}
+
+func (b *hist) enqueue() *hist { return b.add(Event{Kind: KindEnqueue}) }
+func (b *hist) maybe() *hist   { return b.add(Event{Kind: KindMaybe}) }
+
+// start records an attempt by worker w on copy cp that saw f failures and c
+// crashes.
+func (b *hist) start(w string, cp uint64, f, c int) *hist {
+	return b.add(Event{Kind: KindStart, Worker: w, Copy: cp, Try: f + c + 1, Failures: f, Crashes: c})
+}
+
+// end records the end of that attempt (the handler's result, then, when
+// outcome is not empty, the platform's report).
+func (b *hist) end(w string, cp uint64, f, c int, result string, outcome ap.Outcome) *hist {
+	b.add(Event{Kind: KindEnd, Worker: w, Copy: cp, Try: f + c + 1, Failures: f, Crashes: c, Result: result})
+	if outcome != "" {
+		b.add(Event{Kind: KindAck, Worker: w, Copy: cp, Try: f + c + 1, Failures: f, Crashes: c, Result: string(outcome)})
+	}
+	return b
+}
+
+func check(t *testing.T, b *hist) *Report {
+	t.Helper()
+	r := Check(b.h, nil, nil, Limits{RetryLimit: 2, PoisonLimit: 3})
+	t.Logf("%s", r)
+	for _, n := range r.Notes {
+		t.Logf("  %s", n)
+	}
+	return r
+}
+
+// A copy delivered again after an attempt on it reached an outcome (its
+// report lost in the fault) is a duplicate delivery, not a wrong try count.
+func TestCheckSameCopyAfterOutcomeIsDuplicate(t *testing.T) {
+	for name, first := range map[string]struct {
+		result  string
+		outcome ap.Outcome
+	}{
+		"ack lost":           {ResultOK, ap.OutcomeLeaseLost},
+		"ack seemed done":    {ResultOK, ap.OutcomeSucceeded},
+		"retry report lost":  {ResultFail, ap.OutcomeLeaseLost},
+		"reject report lost": {ResultReject, ap.OutcomeLeaseLost},
+		"handed back":        {ResultCancel, ap.OutcomeHandedBack},
+		"no report seen":     {ResultOK, ""}, // its worker died while reporting
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := new(hist).enqueue().
+				start("w1", 0, 0, 0).end("w1", 0, 0, 0, first.result, first.outcome).
+				start("w2", 0, 0, 0).end("w2", 0, 0, 0, ResultOK, ap.OutcomeSucceeded)
+			r := check(t, b)
+			if r.WrongTries != 0 {
+				t.Errorf("wrong try counts %d, want 0: a duplicate delivery of one copy is not a wrong count", r.WrongTries)
+			}
+			if r.Redelivered != 1 {
+				t.Errorf("redelivered %d, want 1", r.Redelivered)
+			}
+		})
+	}
+}
+
+// A copy delivered again with the same counters after an attempt on it that
+// reached no outcome (its worker died, or its lease was lost) is an
+// uncounted crash: a wrong try count.
+func TestCheckSameCopyAfterNoOutcomeIsWrong(t *testing.T) {
+	for name, first := range map[string]struct {
+		result  string
+		outcome ap.Outcome
+	}{
+		"worker died":                   {"", ""},
+		"lease lost, handler cancelled": {ResultCancel, ap.OutcomeLeaseLost},
+		"cancelled, then died":          {ResultCancel, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := new(hist).enqueue().start("w1", 0, 0, 0)
+			if first.result != "" {
+				b.end("w1", 0, 0, 0, first.result, first.outcome)
+			}
+			b.start("w2", 0, 0, 0).end("w2", 0, 0, 0, ResultOK, ap.OutcomeSucceeded)
+			r := check(t, b)
+			if r.WrongTries != 1 {
+				t.Errorf("wrong try counts %d, want 1: the first attempt's crash was not counted", r.WrongTries)
+			}
+			if r.Redelivered != 0 {
+				t.Errorf("redelivered %d, want 0", r.Redelivered)
+			}
+		})
+	}
+}
+
+// The crash counted on the next delivery is right.
+func TestCheckCountedCrashIsRight(t *testing.T) {
+	b := new(hist).enqueue().
+		start("w1", 0, 0, 0).
+		start("w2", 0, 0, 1).end("w2", 0, 0, 1, ResultOK, ap.OutcomeSucceeded)
+	if r := check(t, b); r.WrongTries != 0 || r.Redelivered != 0 {
+		t.Errorf("wrong %d, redelivered %d: want 0 and 0", r.WrongTries, r.Redelivered)
+	}
+}
+
+// Another copy with the counters of an attempt that was counted (a failure,
+// a crash, a success) is a wrong try count: only a Reject or a hand-back
+// writes the next copy uncounted.
+func TestCheckOtherCopyWithEqualCountersIsWrong(t *testing.T) {
+	for name, first := range map[string]struct {
+		result  string
+		outcome ap.Outcome
+	}{
+		"after a failure": {ResultFail, ap.OutcomeRetried},
+		"after a crash":   {"", ""},
+		"after a success": {ResultOK, ap.OutcomeSucceeded},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := new(hist).enqueue().start("w1", 0, 0, 0)
+			if first.result != "" {
+				b.end("w1", 0, 0, 0, first.result, first.outcome)
+			}
+			b.start("w2", 1, 0, 0).end("w2", 1, 0, 0, ResultOK, ap.OutcomeSucceeded)
+			r := check(t, b)
+			if r.WrongTries != 1 {
+				t.Errorf("wrong try counts %d, want 1", r.WrongTries)
+			}
+		})
+	}
+}
+
+// The next copy after a Reject or a hand-back keeps the counters.
+func TestCheckUncountedCopyKeepsCounters(t *testing.T) {
+	for name, first := range map[string]struct {
+		result  string
+		outcome ap.Outcome
+	}{
+		"reject":      {ResultReject, ap.OutcomeRejected},
+		"handed back": {ResultCancel, ap.OutcomeHandedBack},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := new(hist).enqueue().
+				start("w1", 0, 0, 0).end("w1", 0, 0, 0, first.result, first.outcome).
+				start("w2", 1, 0, 0).end("w2", 1, 0, 0, ResultFail, ap.OutcomeRetried).
+				start("w2", 2, 1, 0).end("w2", 2, 1, 0, ResultOK, ap.OutcomeSucceeded)
+			if r := check(t, b); r.WrongTries != 0 || r.Redelivered != 0 {
+				t.Errorf("wrong %d, redelivered %d: want 0 and 0", r.WrongTries, r.Redelivered)
+			}
+		})
+	}
+}
+
+// An indeterminate enqueue may store the job twice: both stored copies are
+// copy 0 and start at zero, whatever became of the first.
+func TestCheckIndeterminateEnqueueMayStoreTwice(t *testing.T) {
+	b := new(hist).maybe().
+		start("w1", 0, 0, 0).
+		start("w2", 0, 0, 0).end("w2", 0, 0, 0, ResultOK, ap.OutcomeSucceeded)
+	if r := check(t, b); r.WrongTries != 0 {
+		t.Errorf("wrong try counts %d, want 0", r.WrongTries)
+	}
+}
+
+// A duplicate is explained by the copies it was done on.
+func TestCheckExplainsDuplicates(t *testing.T) {
+	for name, tc := range map[string]struct {
+		b    *hist
+		want string
+	}{
+		"same copy, same counters": {
+			new(hist).enqueue().
+				start("w1", 0, 0, 0).end("w1", 0, 0, 0, ResultOK, ap.OutcomeLeaseLost).
+				start("w2", 0, 0, 0).end("w2", 0, 0, 0, ResultOK, ap.OutcomeSucceeded),
+			"copy 0 was delivered twice with the same counters",
+		},
+		"same copy, crash counted": {
+			new(hist).enqueue().
+				start("w1", 0, 0, 0).end("w1", 0, 0, 0, ResultOK, "").
+				start("w2", 0, 0, 1).end("w2", 0, 0, 1, ResultOK, ap.OutcomeSucceeded),
+			"copy 0 came back after its outcome was lost",
+		},
+		"older copy back": {
+			new(hist).enqueue().
+				start("w1", 0, 0, 0).end("w1", 0, 0, 0, ResultReject, ap.OutcomeLeaseLost).
+				start("w2", 1, 0, 0).end("w2", 1, 0, 0, ResultOK, ap.OutcomeSucceeded).
+				start("w3", 0, 0, 1).end("w3", 0, 0, 1, ResultOK, ap.OutcomeSucceeded),
+			"an older copy came back",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := check(t, tc.b)
+			if r.Duplicated != 1 || r.WrongTries != 0 {
+				t.Fatalf("duplicated %d, wrong %d: want 1 and 0", r.Duplicated, r.WrongTries)
+			}
+			found := false
+			for _, n := range r.Notes {
+				found = found || strings.HasPrefix(n, "duplicated:") && strings.Contains(n, tc.want)
+			}
+			if !found {
+				t.Errorf("no duplicate note says %q", tc.want)
+			}
+		})
+	}
+}
