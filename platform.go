@@ -687,6 +687,9 @@ func (p *Platform) Stop(ctx context.Context) error {
 		p.workCancel(errShutdown)
 		for _, q := range p.queues {
 			for _, f := range q.snapshot() {
+				f.mu.Lock()
+				f.cancelHandler()
+				f.mu.Unlock()
 				p.handBack(f)
 			}
 		}

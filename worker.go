@@ -35,11 +35,21 @@ type inflight struct {
 	d   *driver.Delivery
 	job Job // the worker's decoded job; the handler gets &job
 
+	ctx jobContext // the handler's context, set before started
+
 	mu      sync.Mutex // serialises backend calls on d
 	renewed time.Time  // when the lease was last started or extended
-	cancel  context.CancelFunc
-	done    bool // settled (or given up): no more backend calls on d
-	lost    bool // the lease was lost while held
+	started bool       // ctx is set: cancelHandler cancels it
+	done    bool       // settled (or given up): no more backend calls on d
+	lost    bool       // the lease was lost while held
+}
+
+// cancelHandler cancels the handler's context if it has started; f.mu is
+// held.
+func (f *inflight) cancelHandler() {
+	if f.started {
+		f.ctx.cancel(context.Canceled)
+	}
 }
 
 func newQueueRunner(p *Platform, name string, qc QueueConfig) *queueRunner {
@@ -119,8 +129,10 @@ func (q *queueRunner) fetch(ctx context.Context) {
 }
 
 func (q *queueRunner) work() {
+	w := &worker{}
+	defer w.stop()
 	for f := range q.jobs {
-		q.runOne(f)
+		q.runOne(w, f)
 	}
 }
 
@@ -129,12 +141,18 @@ func (q *queueRunner) work() {
 // runtime.Goexit ends this goroutine, so a replacement is started. Either
 // way the delivery is let go unsettled: its lease lapses and it comes back
 // with a crash counted, so a job that does this every time ends poisoned.
-func (q *queueRunner) runOne(f *inflight) {
+func (q *queueRunner) runOne(w *worker, f *inflight) {
 	normal := false
 	defer func() {
 		v := recover()
 		if v != nil {
 			q.p.log.Error("asyncplatform: panic while processing a job; it comes back after its lease", "queue", q.name, "panic", v, "stack", string(debug.Stack()))
+		}
+		if !normal { // the handler's context must not outlive its attempt
+			w.end()
+			f.mu.Lock()
+			f.cancelHandler()
+			f.mu.Unlock()
 		}
 		q.release(f)
 		if v == nil && !normal { // runtime.Goexit
@@ -146,7 +164,7 @@ func (q *queueRunner) runOne(f *inflight) {
 			}()
 		}
 	}()
-	q.p.process(q, f)
+	q.p.process(q, w, f)
 	normal = true
 }
 
@@ -202,7 +220,7 @@ func (p *Platform) decodeDelivery(d *driver.Delivery, j *Job, types map[string]*
 }
 
 // process decides and reports the outcome of one delivery.
-func (p *Platform) process(q *queueRunner, f *inflight) {
+func (p *Platform) process(q *queueRunner, w *worker, f *inflight) {
 	handlers := *p.handlers.Load()
 	j := &f.job
 	if err := p.decodeDelivery(f.d, j, handlers); err != nil {
@@ -254,29 +272,31 @@ func (p *Platform) process(q *queueRunner, f *inflight) {
 	}
 
 	j.TryCount++ // this attempt
-	var ctx context.Context
-	var cancel context.CancelFunc
+	f.ctx = jobContext{parent: p.workCtx}
 	if r.timeout > 0 {
-		ctx, cancel = context.WithTimeout(p.workCtx, r.timeout)
-	} else {
-		ctx, cancel = context.WithCancel(p.workCtx)
+		f.ctx.deadline = time.Now().Add(r.timeout)
 	}
+	ctx := &f.ctx
 	f.mu.Lock()
-	f.cancel = cancel
+	f.started = true
 	lost := f.lost
 	f.mu.Unlock()
 	if lost { // its lease lapsed while it waited: another worker has it now
-		cancel()
 		return
+	}
+	if p.workCtx.Err() != nil { // Stop gave up waiting before started was set
+		ctx.cancel(context.Canceled)
 	}
 	if p.log.Enabled(ctx, slog.LevelDebug) {
 		p.log.Debug("asyncplatform: attempt", "queue", j.Queue, "id", j.ID, "type", j.Type, "try", j.TryCount)
 	}
+	w.begin(ctx)
 	start := time.Now()
 	herr := call(ctx, h.h, j)
 	a := Attempt{Job: j, Err: herr, Duration: time.Since(start)}
+	w.end()
 	timedOut := herr != nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
-	cancel()
+	ctx.cancel(context.Canceled)
 
 	// Retries and dead letters are built from the job as delivered, not
 	// from whatever the handler did to *Job.
@@ -524,16 +544,12 @@ func (p *Platform) extend(f *inflight, now time.Time, every time.Duration) {
 		f.renewed = now
 	case errors.Is(err, driver.ErrLeaseLost):
 		f.lost = true
-		if f.cancel != nil {
-			f.cancel()
-		}
+		f.cancelHandler()
 		p.log.Warn("asyncplatform: lease lost; the handler is cancelled and the job will be delivered again", "queue", f.d.Queue, "error", err)
 	case now.Sub(f.renewed) >= p.cfg.Lease:
 		// The lease has certainly lapsed: the job may be running elsewhere.
 		f.lost = true
-		if f.cancel != nil {
-			f.cancel()
-		}
+		f.cancelHandler()
 		p.log.Warn("asyncplatform: could not extend a lease before it lapsed; the handler is cancelled and the job will be delivered again", "queue", f.d.Queue, "error", err)
 	default:
 		p.log.Warn("asyncplatform: extending a lease failed; will retry", "queue", f.d.Queue, "error", err)
