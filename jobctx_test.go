@@ -37,7 +37,7 @@ func TestHandlerContext(t *testing.T) {
 		defer cancel()
 		<-d.Done()
 		_, ok := ctx.Deadline()
-		got <- result{err: ctx.Err(), derived: d.Err(), deadline: ok, kept: ctx}
+		got <- result{err: context.Cause(ctx), derived: context.Cause(d), deadline: ok, kept: ctx}
 		return ctx.Err()
 	}, Policy{Timeout: 50 * time.Millisecond})
 	ctx := context.Background()
@@ -63,7 +63,7 @@ func TestHandlerContext(t *testing.T) {
 			t.Errorf("%s: ctx.Deadline reports none", name)
 		}
 		if name == "short" && (!errors.Is(r.err, context.DeadlineExceeded) || !errors.Is(r.derived, context.DeadlineExceeded)) {
-			t.Errorf("short: ctx.Err() = %v, derived ctx.Err() = %v; want context.DeadlineExceeded for both", r.err, r.derived)
+			t.Errorf("short: context.Cause = %v, of a derived context %v; want context.DeadlineExceeded for both", r.err, r.derived)
 		}
 		select {
 		case <-r.kept.Done():
