@@ -305,9 +305,8 @@ func (p *Platform) process(q *queueRunner, w *worker, f *inflight) {
 		_ = p.decodeDelivery(f.d, &next, handlers) // it decoded once already
 		next.TryCount = j.TryCount
 	}
-	var rej *RejectError
 	var serr error
-	switch {
+	switch rej := asReject(herr); {
 	case herr == nil:
 		a.Outcome = OutcomeSucceeded
 		if serr = p.settle(f, true, nil, nil); serr == nil {
@@ -316,7 +315,7 @@ func (p *Platform) process(q *queueRunner, w *worker, f *inflight) {
 	case p.workCtx.Err() != nil:
 		a.Outcome = OutcomeHandedBack
 		serr = p.handBack(f)
-	case errors.As(herr, &rej):
+	case rej != nil:
 		delay := rej.Delay
 		if delay <= 0 {
 			delay = p.cfg.RejectDelay
@@ -398,6 +397,19 @@ func call(ctx context.Context, h Handler, j *Job) (err error) {
 		}
 	}()
 	return h(ctx, j)
+}
+
+// asReject returns the RejectError in err's chain, or nil. Only a non-nil
+// err costs an allocation (errors.As takes the target's address).
+func asReject(err error) *RejectError {
+	if err == nil {
+		return nil
+	}
+	var rej *RejectError
+	if errors.As(err, &rej) {
+		return rej
+	}
+	return nil
 }
 
 var errSettled = errors.New("delivery already settled")
