@@ -85,6 +85,12 @@ func benchFacade(b *testing.B, c int) {
 	<-done
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+	be.mu.Lock()
+	qc := be.qch[q]
+	be.mu.Unlock()
+	if qc != nil && qc.acks.acks.Load() > 0 {
+		b.ReportMetric(float64(qc.acks.acks.Load())/float64(qc.acks.frames.Load()), "acks/frame")
+	}
 }
 
 func benchRaw(b *testing.B, c, batch int) {

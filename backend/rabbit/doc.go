@@ -62,6 +62,26 @@
 // a lease, and on Close. A killed process cannot do that: its buffered
 // messages come back with one more delivery counted, like the ones it held.
 //
+// # Acks
+//
+// Settles on a consumer channel are coalesced like a group commit. The
+// first Ack writes its frame; Acks arriving meanwhile queue up, and the
+// next frame settles them together: one basic.ack with multiple set, up to
+// the highest queued tag H such that every tag up to H on the channel is
+// queued or already settled (acked, or nacked by a failed hand-back or delay
+// hop). A tag that is not (its delivery is held by a running handler, moved
+// by a delay hop or hand-back, or not yet handed out) blocks a multiple ack
+// past it, since the broker would settle it too. An Ack above such a tag
+// waits up to 200µs for the tags below it, then goes out on its own; once
+// such a wait has run out, Acks above the same tag go out on their own at
+// once, so a long handler delays the Acks above it once, by 200µs, and never
+// by its own length. On a quorum queue each ack frame is a Raft command, so
+// fewer frames take load off the broker (about 2.5 settles a frame in
+// BenchmarkEndToEnd). Ack, Requeue and DeadLetter return once the frame
+// that settles their delivery is written. A multiple ack never leaves the
+// channel of the receipt, so the channel-generation check below holds as
+// before.
+//
 // # Leases and consumer_timeout
 //
 // An unacked delivery is held by its channel for as long as the channel

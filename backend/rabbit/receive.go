@@ -36,6 +36,7 @@ const (
 // of staying stuck on it.
 type qchan struct {
 	ch       *amqp.Channel
+	acks     *acker // every ack and nack of ch goes through it
 	gen      uint64
 	prefetch int
 	held     atomic.Int64 // deliveries handed out and not yet settled
@@ -113,7 +114,7 @@ func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*cons
 			ch.Close()
 			return nil, fmt.Errorf("rabbit: set prefetch %d: %w", prefetch, err)
 		}
-		qc = &qchan{ch: ch, gen: b.chanGen.Add(1), prefetch: prefetch}
+		qc = &qchan{ch: ch, acks: newAcker(ch), gen: b.chanGen.Add(1), prefetch: prefetch}
 	}
 	tag := fmt.Sprintf("asyncplatform-%d-%d", os.Getpid(), consumerSeq.Add(1))
 	dl, err := qc.ch.Consume(b.workName(queue), tag, false, false, false, false, nil)
@@ -222,12 +223,12 @@ func (b *Backend) release(c *consumer) {
 	failed := false
 	take := func(d amqp.Delivery) {
 		if failed {
-			c.ch.Nack(d.DeliveryTag, false, true)
+			c.acks.nack(d.DeliveryTag, true)
 			return
 		}
 		if err := b.handBack(ctx, c.queue, d); err != nil {
 			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "id", d.MessageId, "err", err)
-			c.ch.Nack(d.DeliveryTag, false, true)
+			c.acks.nack(d.DeliveryTag, true)
 			failed = true
 			return
 		}
@@ -255,7 +256,7 @@ collect:
 		}
 	}
 	for _, tag := range tags {
-		c.ch.Ack(tag, false)
+		c.acks.ack(tag)
 	}
 	if len(tags) > 0 {
 		b.log.Debug("handed back buffered messages", "queue", c.queue, "messages", len(tags))
@@ -377,10 +378,10 @@ func (b *Backend) hop(ctx context.Context, c *consumer, d amqp.Delivery, rem tim
 	}
 	if err != nil {
 		b.log.Warn("moving a delayed message to its next delay queue failed; requeued", "queue", c.queue, "id", d.MessageId, "err", err)
-		c.ch.Nack(d.DeliveryTag, false, true)
+		c.acks.nack(d.DeliveryTag, true)
 		return
 	}
-	if err := c.ch.Ack(d.DeliveryTag, false); err != nil {
+	if err := c.acks.ack(d.DeliveryTag); err != nil {
 		b.log.Debug("ack after a delay hop failed; the hop will repeat", "queue", c.queue, "id", d.MessageId, "err", err)
 	}
 }
@@ -503,7 +504,7 @@ func (b *Backend) settle(r *receipt) error {
 	if r.c.ch.IsClosed() {
 		return fmt.Errorf("rabbit: channel generation %d is closed: %w", r.c.gen, driver.ErrLeaseLost)
 	}
-	if err := r.c.ch.Ack(r.tag, false); err != nil {
+	if err := r.c.acks.ack(r.tag); err != nil {
 		return fmt.Errorf("rabbit: ack tag %d of channel generation %d: %w: %w", r.tag, r.c.gen, driver.ErrLeaseLost, err)
 	}
 	return nil
