@@ -20,7 +20,8 @@ import (
 // ack, the platform's prefetch of twice the concurrency):
 //
 //   - facade: c producers each Enqueue one job at a time; the platform runs
-//     c handlers.
+//     c handlers. It also reports acks/frame: acks per basic.ack frame on
+//     its consumer channel (see acker).
 //   - raw: c producers each publish one message and wait for its confirm; c
 //     workers take deliveries from one consumer and ack each.
 //   - rawbatch: producers publish 100 messages and then wait for their
