@@ -47,11 +47,6 @@ type Report struct {
 	// Leftover describes what was left when Empty is false.
 	Leftover string
 
-	// Tolerated, when set, says why WrongTries does not fail the run (a
-	// known limitation of the broker, such as acknowledgements lost in a
-	// broker SIGKILL).
-	Tolerated string
-
 	// Notes explain every non-zero figure, one line per job (bounded).
 	Notes []string
 
@@ -66,9 +61,6 @@ func (r *Report) String() string {
 	}
 	s := fmt.Sprintf("lost=%d duplicated=%d unexpected=%d wrong-tries=%d empty=%s (enqueued=%d indeterminate=%d completed=%d dead=%d garbage=%d redelivered=%d)",
 		r.Lost, r.Duplicated, r.Unexpected, r.WrongTries, empty, r.Enqueued, r.Indeterminate, r.Completed, r.DeadLettered, r.Garbage, r.Redelivered)
-	if r.Tolerated != "" {
-		s += "; wrong try counts tolerated: " + r.Tolerated
-	}
 	return s
 }
 

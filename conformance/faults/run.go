@@ -71,11 +71,6 @@ type Broker struct {
 	// about the backend (an emulator that persists every few seconds): the
 	// BrokerKill scenario then logs it and skips.
 	NoKill string
-	// KillLoses, when non-empty, says what a SIGKILL of this broker is
-	// known to lose (acknowledgements, delivery counts): BrokerKill then
-	// reports duplicates and wrong try counts without failing on them.
-	// Lost jobs, unexpected jobs and leftovers still fail.
-	KillLoses string
 }
 
 // SoakEnv names the variable that turns on the soak mode: a Go duration
@@ -465,7 +460,7 @@ func (r *run) quiesce() {
 func (r *run) judge(rep *Report, allowDup bool) {
 	r.t.Helper()
 	r.t.Logf("%s %s: %s", r.tg.Name, r.name, rep)
-	bad := rep.Lost > 0 || rep.Unexpected > 0 || (rep.WrongTries > 0 && rep.Tolerated == "") || !rep.Empty || (!allowDup && rep.Duplicated > 0)
+	bad := rep.Lost > 0 || rep.Unexpected > 0 || rep.WrongTries > 0 || !rep.Empty || (!allowDup && rep.Duplicated > 0)
 	for _, n := range rep.Notes {
 		if bad {
 			r.t.Errorf("  %s", n)
@@ -567,10 +562,7 @@ func (r *run) record(rep *Report, took time.Duration) {
 	if !rep.Empty {
 		empty = "no: " + rep.Leftover
 	}
-	if rep.Tolerated != "" {
-		empty += " (wrong try counts tolerated)"
-	}
-	fmt.Fprintf(f, "| %s | %s | %d | %d | %d | %d | %s | %d | %d | %d | %s |\n", r.tg.Name, r.name,
-		rep.Lost, rep.Duplicated, rep.Unexpected, rep.WrongTries, empty,
+	fmt.Fprintf(f, "| %s | %s | %d | %d | %d | %d | %d | %s | %d | %d | %d | %s |\n", r.tg.Name, r.name,
+		rep.Lost, rep.Duplicated, rep.Redelivered, rep.Unexpected, rep.WrongTries, empty,
 		rep.Enqueued, rep.Completed, rep.DeadLettered, took.Round(100*time.Millisecond))
 }

@@ -147,14 +147,10 @@ func brokerRestart(t *testing.T, r *run, kill bool) *Report {
 		t.Skipf("no broker to restart: %s", r.tg.InProcess)
 	}
 	var restart func() error
-	tolerant := ""
 	if r.tg.Private != nil {
 		b := r.tg.Private(t)
 		if kill && b.NoKill != "" {
 			t.Skipf("not killed: %s", b.NoKill)
-		}
-		if kill {
-			tolerant = b.KillLoses
 		}
 		r.addr, r.home = b.Addr, b.Addr
 		restart = func() error { return b.Restart(kill) }
@@ -202,9 +198,6 @@ func brokerRestart(t *testing.T, r *run, kill bool) *Report {
 	<-done
 	r.waitResolved(patience)
 	rep := r.finish(nil, true)
-	if tolerant != "" && rep.WrongTries > 0 {
-		rep.Tolerated = tolerant
-	}
 	r.judge(rep, true)
 	return rep
 }
@@ -554,7 +547,7 @@ func randomFaults(t *testing.T, r *run) *Report {
 		b := r.tg.Private(t)
 		px := startProxy(t, r.tg.HostPort(b.Addr))
 		r.addr, r.home = r.tg.Via(b.Addr, px.Addr()), b.Addr
-		restart = func() error { return b.Restart(b.NoKill == "" && b.KillLoses == "" && mrand.IntN(2) == 0) }
+		restart = func() error { return b.Restart(b.NoKill == "" && mrand.IntN(2) == 0) }
 		cut = px.Cut
 	default:
 		px := startProxy(t, r.tg.HostPort(r.tg.Addr))

@@ -1,0 +1,291 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	gonats "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// natsServerEnv names another nats-server binary for TestNATSKillFact.
+const natsServerEnv = "ASYNCPLATFORM_NATS_SERVER"
+
+// TestNATSKillFact records what nats-server keeps of a work-queue consumer
+// across a restart, with nats.go alone (no platform code): a file-stored
+// work-queue stream and a durable pull consumer with explicit acks; 40
+// messages; 10 fetched and 5 of them acked (double acks, confirmed by the
+// server); a second's pause; 1 fetched and acked (the consumer state is
+// then written at once); 10 more fetched and 5 of them acked, within 100 ms
+// of that write; 5 more published; then the server is stopped at once,
+// with SIGTERM or SIGKILL, and started again on the same store. Everything
+// is fetched again and each message's NumDelivered compared with what it
+// should be: an acked message gone, a pending one back with NumDelivered 2,
+// the rest with 1. ASYNCPLATFORM_NATS_SERVER names another binary.
+//
+// A SIGTERM keeps all of it. After a SIGKILL, on 2.9.10 here: the 5 late
+// acked messages come back, as first deliveries (NumDelivered 1), and the
+// 5 late delivered ones come back as first deliveries too; nothing
+// published is lost, and what happened a second earlier is kept. The
+// consumer store writes its state at most every 100 ms ("approximately 10
+// updates per second per consumer", filestore.go, flushLoop) and a SIGKILL
+// loses what it had not written yet; 2.9 also keeps a block's deletes in an
+// index written at most every 0.5 s (2 s for in-order deletes) when another
+// delete comes, so recent acks on a work-queue stream are lost too. A
+// server built from the module's v2.15.2 keeps the acks (no acked message
+// comes back) but forgets the late deliveries just the same.
+//
+// A forgotten delivery is one the job's try count misses: its attempt is
+// not counted if it ended with no outcome (see docs/reliability.md).
+func TestNATSKillFact(t *testing.T) {
+	bin := os.Getenv(natsServerEnv)
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("nats-server"); err != nil {
+			t.Skipf("no nats-server binary: %v", err)
+		}
+	}
+	for _, kill := range []bool{false, true} {
+		name := "SIGTERM"
+		if kill {
+			name = "SIGKILL"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			natsKillFact(t, bin, kill)
+		})
+	}
+}
+
+func natsKillFact(t *testing.T, bin string, kill bool) {
+	dir, port := t.TempDir(), freePort(t)
+	hostport := fmt.Sprintf("127.0.0.1:%d", port)
+	srv := startServer(t, bin, []string{"-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", dir}, dir, hostport)
+	nc, err := gonats.Connect("nats://"+hostport, gonats.MaxReconnects(-1), gonats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FACT", Subjects: []string{"fact.>"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ackWait = 3 * time.Second
+	c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: ackWait, MaxDeliver: -1, MaxAckPending: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, last = 40, 5 // the last 5 are published just before the stop
+	publish := func(from, to int) {
+		for i := from; i < to; i++ {
+			if _, err := js.Publish(ctx, "fact.x", []byte(strconv.Itoa(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(0, n-last)
+
+	// want is what each message should show after the restart: 0 gone
+	// (acked), else its NumDelivered.
+	want := make([]uint64, n)
+	for i := range want {
+		want[i] = 1
+	}
+	fetchAck := func(phase string, count, acks int) {
+		b, err := c.Fetch(count, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := 0
+		for m := range b.Messages() {
+			i, _ := strconv.Atoi(string(m.Data()))
+			if k < acks {
+				if err := m.DoubleAck(ctx); err != nil {
+					t.Fatalf("%s: ack %d: %v", phase, i, err)
+				}
+				want[i] = 0
+			} else {
+				want[i] = 2
+			}
+			k++
+		}
+		if k != count {
+			t.Fatalf("%s: fetched %d, want %d", phase, k, count)
+		}
+	}
+	fetchAck("early", 10, 5)
+	time.Sleep(time.Second)   // longer than the consumer store's flush interval (100 ms)
+	fetchAck("trigger", 1, 1) // the consumer state is written at once
+	fetchAck("late", 10, 5)   // within 100 ms of that write
+	publish(n-last, n)
+	if err := srv.restart(kill); err != nil {
+		t.Fatal(err)
+	}
+
+	got := map[int][]uint64{}
+	for quiet := time.Now(); time.Since(quiet) < ackWait+3*time.Second; {
+		b, err := c.Fetch(20, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			time.Sleep(100 * time.Millisecond) // reconnecting
+			continue
+		}
+		for m := range b.Messages() {
+			i, _ := strconv.Atoi(string(m.Data()))
+			md, err := m.Metadata()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[i] = append(got[i], md.NumDelivered)
+			if err := m.DoubleAck(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				t.Logf("ack %d after the restart: %v", i, err)
+			}
+			quiet = time.Now()
+		}
+	}
+
+	var back, reset, lost, ok []string
+	for i := range n {
+		g := got[i]
+		switch {
+		case want[i] == 0 && len(g) > 0:
+			back = append(back, fmt.Sprintf("%d:%v", i, g))
+		case want[i] > 0 && len(g) == 0:
+			lost = append(lost, strconv.Itoa(i))
+		case want[i] == 2 && g[0] < 2:
+			reset = append(reset, fmt.Sprintf("%d:%v", i, g))
+		case want[i] > 0 && g[0] == want[i]:
+			ok = append(ok, strconv.Itoa(i))
+		}
+	}
+	sort.Strings(back)
+	t.Logf("%s, %s: acked messages back after the restart (message:NumDelivered): %d %v; delivered messages back as first deliveries: %d %v; unacked lost: %d %v; as expected: %d of %d",
+		nc.ConnectedServerVersion(), map[bool]string{false: "SIGTERM", true: "SIGKILL"}[kill],
+		len(back), strings.Join(back, " "), len(reset), strings.Join(reset, " "), len(lost), lost, len(ok)+len(back)*0, n)
+	if len(lost) > 0 {
+		t.Errorf("unacked messages lost across the restart: %v", lost)
+	}
+	if !kill && len(back)+len(reset) > 0 {
+		t.Errorf("a graceful restart lost consumer state")
+	}
+}
+
+// BenchmarkNATSOwnCounter prices what keeping a delivery counter of the
+// backend's own would add to each job on NATS (see docs/reliability.md):
+// Plain is a job's broker work today (a sync publish, a fetch of one, a
+// double ack); Counted adds, per delivery, a counter append that must be
+// the subject's first (Nats-Expected-Last-Subject-Sequence 0, one round
+// trip) and, at the settle, its deletion (one more). c goroutines, nats.go
+// only, against the machine's server.
+//
+// Run: go test -run '^$' -bench NATSOwnCounter -benchtime 5000x ./conformance/faults/
+func BenchmarkNATSOwnCounter(b *testing.B) {
+	url := os.Getenv("ASYNCPLATFORM_NATS_URL")
+	if url == "" {
+		url = gonats.DefaultURL
+	}
+	nc, err := gonats.Connect(url)
+	if err != nil {
+		b.Skipf("no NATS at %s: %v", url, err)
+	}
+	defer nc.Close()
+	for _, counted := range []bool{false, true} {
+		name := map[bool]string{false: "Plain", true: "Counted"}[counted]
+		b.Run(name+"/c10", func(b *testing.B) { benchOwnCounter(b, nc, counted, 10) })
+	}
+}
+
+func benchOwnCounter(b *testing.B, nc *gonats.Conn, counted bool, conc int) {
+	ctx := context.Background()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	name := "OWNCNT_" + randHex()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer js.DeleteStream(ctx, name)
+	cs, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name + "_CNT", Subjects: []string{name + "_cnt.>"},
+		Storage: jetstream.FileStorage})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer js.DeleteStream(ctx, name+"_CNT")
+	c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "w", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: 30 * time.Second, MaxAckPending: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	jobs := make(chan int, b.N)
+	for i := range b.N {
+		jobs <- i
+	}
+	close(jobs)
+	errs := make(chan error, conc)
+	for range conc {
+		go func() {
+			errs <- func() error {
+				for range jobs {
+					if _, err := js.Publish(ctx, name+".q", benchBody); err != nil {
+						return err
+					}
+					mb, err := c.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+					if err != nil {
+						return err
+					}
+					for m := range mb.Messages() {
+						md, err := m.Metadata()
+						if err != nil {
+							return err
+						}
+						var cseq uint64
+						if counted {
+							pa, err := js.Publish(ctx, fmt.Sprintf("%s_cnt.q.%d", name, md.Sequence.Stream), []byte("1"),
+								jetstream.WithExpectLastSequencePerSubject(0))
+							if err != nil {
+								return err
+							}
+							cseq = pa.Sequence
+						}
+						if err := m.DoubleAck(ctx); err != nil {
+							return err
+						}
+						if counted {
+							if err := cs.DeleteMsg(ctx, cseq); err != nil {
+								return err
+							}
+						}
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range conc {
+		if err := <-errs; err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+}
+
+var benchBody = make([]byte, 64)
