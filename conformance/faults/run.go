@@ -71,6 +71,12 @@ type Broker struct {
 	// about the backend (an emulator that persists every few seconds): the
 	// BrokerKill scenario then logs it and skips.
 	NoKill string
+	// KillLeaves, when non-empty, says what a SIGKILL of this broker leaves
+	// behind that counts as a leftover (acknowledged messages back in a
+	// stream, never delivered again). RandomFaults then restarts it
+	// gracefully only, since its "empty" figure would measure the broker;
+	// BrokerKill still kills it, and reports what is left.
+	KillLeaves string
 }
 
 // SoakEnv names the variable that turns on the soak mode: a Go duration

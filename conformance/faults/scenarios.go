@@ -547,7 +547,7 @@ func randomFaults(t *testing.T, r *run) *Report {
 		b := r.tg.Private(t)
 		px := startProxy(t, r.tg.HostPort(b.Addr))
 		r.addr, r.home = r.tg.Via(b.Addr, px.Addr()), b.Addr
-		restart = func() error { return b.Restart(b.NoKill == "" && mrand.IntN(2) == 0) }
+		restart = func() error { return b.Restart(b.NoKill == "" && b.KillLeaves == "" && mrand.IntN(2) == 0) }
 		cut = px.Cut
 	default:
 		px := startProxy(t, r.tg.HostPort(r.tg.Addr))
