@@ -477,6 +477,27 @@ func (r *run) judge(rep *Report, allowDup bool) {
 	if bad && len(rep.Notes) == 0 {
 		r.t.Errorf("bad figures: %s", rep)
 	}
+	if dir := os.Getenv(KeepEnv); bad && dir != "" {
+		r.keep(dir)
+	}
+}
+
+// KeepEnv names a directory into which a run with bad figures copies its
+// run directory (the history files and the child workers' output), since
+// the test's own is removed at its end.
+const KeepEnv = "ASYNCPLATFORM_FAULTS_KEEP"
+
+// keep copies the run directory under dir.
+func (r *run) keep(dir string) {
+	dst, err := os.MkdirTemp(dir, strings.ReplaceAll(r.t.Name(), "/", "_")+"-")
+	if err == nil {
+		err = os.CopyFS(dst, os.DirFS(r.dir))
+	}
+	if err != nil {
+		r.t.Logf("keeping the run directory: %v", err)
+		return
+	}
+	r.t.Logf("run directory kept in %s", dst)
 }
 
 // drain pops every dead letter of the queue.

@@ -313,8 +313,9 @@ func garbage(t *testing.T, r *run) *Report {
 }
 
 // RejectStorm: every job rejects (Reject: transient, uncounted) three times
-// out of four during its first second. Every job completes once and every
-// attempt sees TryCount 1.
+// out of four during its first second. Every job completes once and no
+// attempt sees a failure, nor a crash but for leases the platform reported
+// lost (see SigtermMidJob).
 func rejectStorm(t *testing.T, r *run) *Report {
 	r.mustEnqueue(jobs("rj", scale(40), Plan{RejectFor: 1000, SleepMax: 10})...)
 	r.start(r.spec(), false)
@@ -323,12 +324,13 @@ func rejectStorm(t *testing.T, r *run) *Report {
 	rep := r.finish(nil, false)
 	h := r.history()
 	rejects := 0
+	lost := h.count(KindAck, string(ap.OutcomeLeaseLost))
 	for _, e := range h {
 		if e.Kind == KindEnd && e.Result == ResultReject {
 			rejects++
 		}
-		if e.Kind == KindStart && e.Try != 1 {
-			rep.Wrong(e.ID, "an attempt after rejections saw TryCount %d (failures %d, crashes %d), want 1", e.Try, e.Failures, e.Crashes)
+		if e.Kind == KindStart && (e.Failures > 0 || e.Crashes > lost[e.ID]) {
+			rep.Wrong(e.ID, "an attempt after rejections saw TryCount %d (failures %d, crashes %d, leases reported lost %d), want no failure and no crash but lost leases", e.Try, e.Failures, e.Crashes, lost[e.ID])
 		}
 	}
 	t.Logf("%d rejections in all", rejects)
@@ -498,7 +500,9 @@ func deadLetterConcurrent(t *testing.T, r *run) *Report {
 
 // SigtermMidJob: a worker gets SIGTERM while its handlers run; it calls Stop,
 // which hands their jobs back uncounted. Another worker completes them:
-// nothing lost, and no try spent (every attempt sees TryCount 1).
+// nothing lost, and no try spent: no attempt sees a failure, nor a crash
+// but for leases the platform reported lost (OutcomeLeaseLost: on a loaded
+// machine an extension can come too late; the SPEC counts that as a crash).
 func sigtermMidJob(t *testing.T, r *run) *Report {
 	n := scale(8)
 	r.mustEnqueue(jobs("st", n, Plan{SleepMin: 1500, SleepMax: 2000})...)
@@ -519,12 +523,14 @@ func sigtermMidJob(t *testing.T, r *run) *Report {
 	r.waitResolved(patience)
 	rep := r.finish(nil, false)
 	cancels := 0
-	for _, e := range r.history() {
+	h := r.history()
+	lost := h.count(KindAck, string(ap.OutcomeLeaseLost))
+	for _, e := range h {
 		if e.Kind == KindEnd && e.Result == ResultCancel {
 			cancels++
 		}
-		if e.Kind == KindStart && e.Try != 1 {
-			rep.Wrong(e.ID, "an attempt after the shutdown saw TryCount %d (failures %d, crashes %d), want 1: the shutdown spent a try", e.Try, e.Failures, e.Crashes)
+		if e.Kind == KindStart && (e.Failures > 0 || e.Crashes > lost[e.ID]) {
+			rep.Wrong(e.ID, "an attempt after the shutdown saw TryCount %d (failures %d, crashes %d, leases reported lost %d), want no failure and no crash but lost leases: the shutdown spent a try", e.Try, e.Failures, e.Crashes, lost[e.ID])
 		}
 	}
 	t.Logf("%d running handlers cancelled by the shutdown", cancels)
