@@ -40,6 +40,7 @@ type inflight struct {
 	mu      sync.Mutex // serialises backend calls on d
 	renewed time.Time  // when the lease was last started or extended
 	started bool       // ctx is set: cancelHandler cancels it
+	freed   bool       // its claim slot was given back before release (worker goroutine only)
 	done    bool       // settled (or given up): no more backend calls on d
 	lost    bool       // the lease was lost while held
 }
@@ -173,7 +174,19 @@ func (q *queueRunner) release(f *inflight) {
 	q.mu.Lock()
 	delete(q.held, f)
 	q.mu.Unlock()
-	q.slots <- struct{}{}
+	q.freeSlot(f)
+}
+
+// freeSlot gives f's claim slot back, once. The worker calls it as soon as
+// the handler returns, so the fetcher claims the next jobs while the outcome
+// is reported instead of after: a claim and a settle overlap rather than
+// follow each other. The deliveries held at once are then at most
+// Concurrency + Prefetch, plus one being settled per worker.
+func (q *queueRunner) freeSlot(f *inflight) {
+	if !f.freed {
+		f.freed = true
+		q.slots <- struct{}{}
+	}
 }
 
 // handBackQueued hands back, at once, the jobs claimed ahead and not started.
@@ -297,6 +310,7 @@ func (p *Platform) process(q *queueRunner, w *worker, f *inflight) {
 	w.end()
 	timedOut := herr != nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
 	ctx.cancel(context.Canceled)
+	q.freeSlot(f)
 
 	// Retries and dead letters are built from the job as delivered, not
 	// from whatever the handler did to *Job.
