@@ -51,6 +51,7 @@ type Report struct {
 	Notes []string
 
 	wrong map[string]bool
+	dups  []string // the jobs counted in Duplicated
 }
 
 // String is the one-line summary of the figures.
@@ -161,6 +162,7 @@ func Check(h History, dead []ap.DeadLetter, garbage [][]byte, lim Limits) *Repor
 			r.note("lost: job %s: %s", id, h.of(id).brief())
 		case done+d > 1:
 			r.Duplicated++
+			r.dups = append(r.dups, id)
 			r.note("duplicated: job %s completed %d times, dead-lettered %d times: %s", id, done, d, explainDup(h.of(id), deadOf[id], maybe[id] > 0))
 		}
 		checkStarts(r, id, h.of(id), maybe[id] > 0)
@@ -253,19 +255,29 @@ func (a *attempt) uncounted() bool {
 //     attempt's report was lost, or the copy was written twice) when the
 //     earlier attempt reached an outcome the platform tried to report; a
 //     wrong try count (an uncounted crash) when it reached none;
-//   - on another copy: allowed after a Reject or a hand-back, which write the
-//     next copy uncounted; a wrong try count after anything else.
+//   - on a newer copy: wrong when the earlier attempt was counted and
+//     wrote no uncounted copy: a failure (its retry carries one more) or a
+//     crash (the next delivery carries one more). After a success, a Reject
+//     or a hand-back it is allowed: Reject and hand-back write the next
+//     copy uncounted, and a copy newer than a succeeded one exists only if
+//     that copy was delivered again (its ack lost) and that delivery wrote
+//     the next copy uncounted (a hand-back before the handler ran leaves no
+//     event);
+//   - on an older copy: allowed (the older copy came back after a delivery
+//     of it wrote the newer one uncounted); its own deliveries are judged
+//     by the same-copy rule.
 //
-// An indeterminate enqueue may have stored the job twice (a client's retry
-// of a write that had succeeded), and each stored copy starts at zero with
-// copy number 0: for such a job (copies true) equal counters are not
-// counted as wrong.
+// Each attempt is judged by how it ended in the end, not at the time the
+// later one started: under a broker that forgot a delivery the two can run
+// at once. An indeterminate enqueue may have stored the job twice (a
+// client's retry of a write that had succeeded), and each stored copy
+// starts at zero with copy number 0: for such a job (copies true) equal
+// counters are not counted as wrong.
 func checkStarts(r *Report, id string, h History, copies bool) {
 	var atts []*attempt
 	fails := 0
 	open := map[string][]*attempt{} // attempt key -> attempts with no end yet, oldest first
 	unreported := map[string][]*attempt{}
-	redelivered := false
 	for _, e := range h {
 		switch e.Kind {
 		case KindStart:
@@ -274,30 +286,6 @@ func checkStarts(r *Report, id string, h History, copies bool) {
 			}
 			if e.Failures > fails {
 				r.Wrong(id, "attempt by %s saw %d failures, only %d attempts failed before it", e.Worker, e.Failures, fails)
-			}
-			for _, s := range atts {
-				if copies || s.Failures != e.Failures || s.Crashes != e.Crashes {
-					continue
-				}
-				if s.Copy == e.Copy {
-					if !s.reported() {
-						r.Wrong(id, "attempt by %s on copy %d saw the counters (%d failures, %d crashes) of an earlier attempt on that copy by %s that ended %s: that crash was not counted",
-							e.Worker, e.Copy, e.Failures, e.Crashes, s.Worker, s.how())
-						break
-					}
-					if !redelivered {
-						redelivered = true
-						r.Redelivered++
-						r.note("duplicate delivery: job %s: copy %d delivered again to %s with the counters (%d failures, %d crashes) of an attempt by %s that ended %s",
-							id, e.Copy, e.Worker, e.Failures, e.Crashes, s.Worker, s.how())
-					}
-					continue
-				}
-				if !s.uncounted() {
-					r.Wrong(id, "attempt by %s on copy %d saw the counters (%d failures, %d crashes) of an attempt on copy %d by %s that ended %s: that attempt was not counted",
-						e.Worker, e.Copy, e.Failures, e.Crashes, s.Copy, s.Worker, s.how())
-					break
-				}
 			}
 			a := &attempt{Event: e}
 			atts = append(atts, a)
@@ -322,6 +310,36 @@ func checkStarts(r *Report, id string, h History, copies bool) {
 					q[0].end = ResultCancel // handed back at shutdown: uncounted
 				}
 			}
+		}
+	}
+	if copies {
+		return
+	}
+	redelivered := false
+	for n, e := range atts {
+		for _, s := range atts[:n] {
+			if s.Failures != e.Failures || s.Crashes != e.Crashes {
+				continue
+			}
+			switch {
+			case s.Copy == e.Copy && !s.reported():
+				r.Wrong(id, "attempt by %s on copy %d saw the counters (%d failures, %d crashes) of an earlier attempt on that copy by %s that ended %s: that crash was not counted",
+					e.Worker, e.Copy, e.Failures, e.Crashes, s.Worker, s.how())
+			case s.Copy == e.Copy:
+				if !redelivered {
+					redelivered = true
+					r.Redelivered++
+					r.note("duplicate delivery: job %s: copy %d delivered again to %s with the counters (%d failures, %d crashes) of an attempt by %s that ended %s",
+						id, e.Copy, e.Worker, e.Failures, e.Crashes, s.Worker, s.how())
+				}
+				continue
+			case e.Copy > s.Copy && !s.uncounted() && s.end != ResultOK:
+				r.Wrong(id, "attempt by %s on copy %d saw the counters (%d failures, %d crashes) of an attempt on copy %d by %s that ended %s: that attempt was not counted",
+					e.Worker, e.Copy, e.Failures, e.Crashes, s.Copy, s.Worker, s.how())
+			default:
+				continue
+			}
+			break
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -118,9 +119,9 @@ func TestCheckCountedCrashIsRight(t *testing.T) {
 	}
 }
 
-// Another copy with the counters of an attempt that was counted (a failure,
-// a crash, a success) is a wrong try count: only a Reject or a hand-back
-// writes the next copy uncounted.
+// A newer copy with the counters of an attempt that was counted (a failure,
+// a crash) is a wrong try count: only a Reject or a hand-back writes the
+// next copy uncounted.
 func TestCheckOtherCopyWithEqualCountersIsWrong(t *testing.T) {
 	for name, first := range map[string]struct {
 		result  string
@@ -128,7 +129,6 @@ func TestCheckOtherCopyWithEqualCountersIsWrong(t *testing.T) {
 	}{
 		"after a failure": {ResultFail, ap.OutcomeRetried},
 		"after a crash":   {"", ""},
-		"after a success": {ResultOK, ap.OutcomeSucceeded},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := new(hist).enqueue().start("w1", 0, 0, 0)
@@ -144,7 +144,11 @@ func TestCheckOtherCopyWithEqualCountersIsWrong(t *testing.T) {
 	}
 }
 
-// The next copy after a Reject or a hand-back keeps the counters.
+// The next copy after a Reject or a hand-back keeps the counters; so does
+// a copy newer than one that succeeded (it exists only because the
+// succeeded copy was delivered again, its ack lost, and that delivery was
+// handed back or rejected uncounted: a hand-back before the handler ran
+// leaves no event).
 func TestCheckUncountedCopyKeepsCounters(t *testing.T) {
 	for name, first := range map[string]struct {
 		result  string
@@ -152,6 +156,7 @@ func TestCheckUncountedCopyKeepsCounters(t *testing.T) {
 	}{
 		"reject":      {ResultReject, ap.OutcomeRejected},
 		"handed back": {ResultCancel, ap.OutcomeHandedBack},
+		"succeeded":   {ResultOK, ap.OutcomeSucceeded},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := new(hist).enqueue().
@@ -215,5 +220,62 @@ func TestCheckExplainsDuplicates(t *testing.T) {
 				t.Errorf("no duplicate note says %q", tc.want)
 			}
 		})
+	}
+}
+
+// An older copy that comes back after a newer one ran with the same
+// counters is not a wrong count: the newer copy was written uncounted by a
+// delivery of the older one.
+func TestCheckOlderCopyBack(t *testing.T) {
+	for name, newer := range map[string]struct {
+		result  string
+		outcome ap.Outcome
+	}{
+		"newer succeeded": {ResultOK, ap.OutcomeSucceeded},
+		"newer failed":    {ResultFail, ap.OutcomeRetried},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := new(hist).enqueue().
+				start("w1", 1, 0, 0).end("w1", 1, 0, 0, newer.result, newer.outcome).
+				start("w2", 0, 0, 0).end("w2", 0, 0, 0, ResultOK, ap.OutcomeSucceeded)
+			if r := check(t, b); r.WrongTries != 0 {
+				t.Errorf("wrong try counts %d, want 0", r.WrongTries)
+			}
+		})
+	}
+}
+
+// Two deliveries of one copy that run at once (a broker that forgot the
+// first): the first is judged by how it ended, after the second started.
+func TestCheckConcurrentDuplicate(t *testing.T) {
+	b := new(hist).enqueue().
+		start("w1", 0, 0, 0).
+		start("w2", 0, 0, 0).end("w2", 0, 0, 0, ResultOK, ap.OutcomeSucceeded).
+		end("w1", 0, 0, 0, ResultOK, ap.OutcomeSucceeded)
+	r := check(t, b)
+	if r.WrongTries != 0 || r.Redelivered != 1 {
+		t.Errorf("wrong %d, redelivered %d: want 0 and 1", r.WrongTries, r.Redelivered)
+	}
+}
+
+// TestCheckKept re-checks the history of a run directory kept with
+// ASYNCPLATFORM_FAULTS_KEEP, named by ASYNCPLATFORM_FAULTS_CHECK, and logs
+// its wrong try counts and duplicate deliveries (the dead letters drained at
+// its end are not kept, so lost and duplicated are not meaningful here).
+func TestCheckKept(t *testing.T) {
+	dir := os.Getenv("ASYNCPLATFORM_FAULTS_CHECK")
+	if dir == "" {
+		t.Skip("set ASYNCPLATFORM_FAULTS_CHECK to a kept run directory")
+	}
+	h, err := LoadHistory(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := Check(h, nil, nil, Limits{RetryLimit: 2, PoisonLimit: 3})
+	t.Logf("wrong try counts %d, redelivered %d", r.WrongTries, r.Redelivered)
+	for _, n := range r.Notes {
+		if strings.HasPrefix(n, "wrong") || strings.HasPrefix(n, "duplicate delivery") {
+			t.Logf("  %s", n)
+		}
 	}
 }
