@@ -241,12 +241,6 @@ func (a *attempt) reported() bool {
 	return false
 }
 
-// uncounted says whether the attempt wrote the next copy without counting a
-// try: a Reject, or a shutdown hand-back (a cancelled handler).
-func (a *attempt) uncounted() bool {
-	return a.end == ResultReject || a.end == ResultCancel
-}
-
 // checkStarts checks the counters a job's handler saw, attempt by attempt.
 //
 // An attempt that shows the counters (failures, crashes) of an earlier one
@@ -255,14 +249,16 @@ func (a *attempt) uncounted() bool {
 //     attempt's report was lost, or the copy was written twice) when the
 //     earlier attempt reached an outcome the platform tried to report; a
 //     wrong try count (an uncounted crash) when it reached none;
-//   - on a newer copy: wrong when the earlier attempt was counted and
-//     wrote no uncounted copy: a failure (its retry carries one more) or a
-//     crash (the next delivery carries one more). After a success, a Reject
-//     or a hand-back it is allowed: Reject and hand-back write the next
-//     copy uncounted, and a copy newer than a succeeded one exists only if
-//     that copy was delivered again (its ack lost) and that delivery wrote
-//     the next copy uncounted (a hand-back before the handler ran leaves no
-//     event);
+//   - on a newer copy: wrong when the earlier attempt was a counted
+//     failure (the retry it wrote carries one more failure). After a
+//     Reject or a hand-back (they write the next copy uncounted) or a
+//     success (a copy newer than a succeeded one was written uncounted by a
+//     second delivery of it: a hand-back before the handler ran leaves no
+//     event) it is allowed. A crash writes no copy: it is judged on its own
+//     copy, whose next delivery must count it; a newer copy may have been
+//     written before the crash (a Reject whose ack was lost, then the old
+//     copy crashed once and the new copy crashed once too: equal counters,
+//     both right);
 //   - on an older copy: allowed (the older copy came back after a delivery
 //     of it wrote the newer one uncounted); its own deliveries are judged
 //     by the same-copy rule.
@@ -333,7 +329,7 @@ func checkStarts(r *Report, id string, h History, copies bool) {
 						id, e.Copy, e.Worker, e.Failures, e.Crashes, s.Worker, s.how())
 				}
 				continue
-			case e.Copy > s.Copy && !s.uncounted() && s.end != ResultOK:
+			case e.Copy > s.Copy && s.end == ResultFail:
 				r.Wrong(id, "attempt by %s on copy %d saw the counters (%d failures, %d crashes) of an attempt on copy %d by %s that ended %s: that attempt was not counted",
 					e.Worker, e.Copy, e.Failures, e.Crashes, s.Copy, s.Worker, s.how())
 			default:
