@@ -38,10 +38,11 @@
 // outcome the platform tried to report (its report may have been lost in
 // the fault), and an uncounted crash (wrong) if it reached none: its worker
 // died, or its lease was lost. On a newer copy it is wrong after a counted
-// failure or crash, and right after a Reject, a hand-back or a success (a
-// copy newer than a succeeded one was written uncounted by a second
-// delivery of it). On an older copy it is right. Each earlier attempt is
-// judged by how it ended in the end (check.go, checkStarts).
+// failure, and right after a Reject, a hand-back or a success (a copy newer
+// than a succeeded one was written uncounted by a second delivery of it); a
+// crash is judged on its own copy. On an older copy it is right. Each
+// earlier attempt is judged by how it ended in the end (check.go,
+// checkStarts).
 //
 // The short mode is part of the ordinary test run (seconds per backend).
 // ASYNCPLATFORM_SOAK=10m (see Soak) runs every scenario with five times the
