@@ -15,10 +15,11 @@
 //     message-id is the job ID.
 //   - p.q.delay.<ms>: the delay queues, one per step of a fixed ladder
 //     (50ms, 100ms, 200ms, … doubling up to 104857600ms, about 29h; 22
-//     steps). Each is a durable classic queue with a queue-level
+//     steps). Each is a durable quorum queue with a queue-level
 //     x-message-ttl of its step and a dead-letter route
 //     (x-dead-letter-exchange "", x-dead-letter-routing-key p.q) back to
-//     the work queue. They are declared the first time a delay needs them
+//     the work queue, taken at least once (x-dead-letter-strategy
+//     at-least-once, which needs x-overflow reject-publish). They are declared the first time a delay needs them
 //     and belong to their queue: DeleteQueue removes them with it. (Sharing
 //     them between queues would need the route back in each message, which a
 //     queue-level dead-letter route cannot carry.)
@@ -41,9 +42,12 @@
 // it is late by at most one smallest step plus the broker's expiry latency.
 // Delayed messages wait for a consumer of their queue to move them on: with
 // no worker running, a message between hops sits in the work queue (counted
-// in Stats as Ready) until one starts. Dead-lettering out of the classic
-// delay queues is at-most-once inside the broker; on a single node it only
-// fails when the work queue is gone.
+// in Stats as Ready) until one starts. Dead-lettering out of the delay
+// queues is at-least-once (RabbitMQ 3.10 or later): a message leaves a delay
+// queue only once the work queue has confirmed its copy, so a restart of the
+// node can duplicate a delayed job but not drop it. Classic delay queues,
+// whose dead-lettering is at-most-once, dropped the messages they held
+// across a graceful restart (docs/reliability.md, finding 13).
 //
 // # Counts
 //

@@ -46,11 +46,19 @@ func workArgs() amqp.Table { return amqp.Table{amqp.QueueTypeArg: amqp.QueueType
 
 func deadArgs() amqp.Table { return amqp.Table{} }
 
+// delayArgs declares delay step k of queue: a quorum queue whose expired
+// messages are dead-lettered at least once back to the work queue. A classic
+// delay queue dead-letters at most once, and dropped the messages it held
+// across a restart of the node (docs/reliability.md, finding 13).
+// At-least-once dead-lettering needs x-overflow=reject-publish.
 func (b *Backend) delayArgs(queue string, k int) amqp.Table {
 	return amqp.Table{
+		amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
 		"x-message-ttl":             step(k).Milliseconds(),
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": b.workName(queue),
+		"x-dead-letter-strategy":    "at-least-once",
+		"x-overflow":                "reject-publish",
 	}
 }
 
