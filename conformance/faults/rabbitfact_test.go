@@ -178,15 +178,7 @@ func TestRabbitDelayRestartFact(t *testing.T) {
 // reached the work queue.
 func delayRestart(t *testing.T, delayArgs amqp.Table) (missing []string) {
 	b := privateRabbit(t, t)
-	conn, err := amqp.Dial(b.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch := amqpChannel(t, b.Addr)
 	if _, err := ch.QueueDeclare("work", true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
 		t.Fatal(err)
 	}
@@ -221,15 +213,7 @@ func delayRestart(t *testing.T, delayArgs amqp.Table) (missing []string) {
 	close(stop)
 	sent := <-confirmed
 
-	c2, err := amqp.Dial(b.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c2.Close()
-	gc, err := c2.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	gc := amqpChannel(t, b.Addr)
 	got := map[string]bool{}
 	for start := time.Now(); time.Since(start) < 20*time.Second; {
 		m, ok, err := gc.Get("work", true)
@@ -270,4 +254,20 @@ func publishBody(ch *amqp.Channel, q, body string, d time.Duration) error {
 		err = errors.New("nacked")
 	}
 	return err
+}
+
+// amqpChannel dials addr and opens a channel; the connection is closed at
+// the end of the test.
+func amqpChannel(t *testing.T, addr string) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
 }
