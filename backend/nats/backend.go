@@ -191,6 +191,8 @@ type Backend struct {
 
 	mu     sync.Mutex
 	queues map[string]*queueState
+
+	moverSweep *sweeper
 }
 
 var (
@@ -204,6 +206,7 @@ type queueState struct {
 	mu      sync.Mutex
 	ackWait time.Duration // AckWait of the work consumer; 0 until ensured
 	dead    bool          // the dead-letter consumer exists
+	sweep   *sweeper      // of the work consumer
 }
 
 // New connects to NATS, makes sure the work, delay and dead-letter streams
@@ -215,6 +218,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{cfg: cfg, log: cfg.Logger, queues: make(map[string]*queueState)}
+	b.moverSweep = b.newSweeper(func() jetstream.Stream { return b.delay }, moverConsumer, "", "")
 	if cfg.Conn != nil {
 		b.nc = cfg.Conn
 	} else {
@@ -446,7 +450,7 @@ func (b *Backend) queue(q string) *queueState {
 	defer b.mu.Unlock()
 	qs := b.queues[q]
 	if qs == nil {
-		qs = &queueState{}
+		qs = &queueState{sweep: b.newSweeper(func() jetstream.Stream { return b.work }, workConsumer(q), b.workSubject(q), q)}
 		b.queues[q] = qs
 	}
 	return qs

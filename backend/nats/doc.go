@@ -143,6 +143,15 @@
 // The connection reconnects forever (every 250ms). Deliveries survive a
 // reconnect and a server restart (JetStream keeps the consumer state), so
 // their receipts stay valid for as long as their lease lasts. The 2.9 file
-// store syncs every 60s: an OS crash can lose acknowledged writes, a process
-// kill cannot.
+// store syncs every 60s: an OS crash can lose acknowledged writes.
+//
+// A SIGKILL of the server loses its last moments of consumer state (written
+// at most every 100 ms): acked messages can come back, and a delivery be
+// forgotten and handed out again as a first delivery. Both are duplicates
+// under at-least-once; the forgotten delivery's attempt goes uncounted if
+// its worker died too. On 2.9 it also loses recent deletes, which leaves
+// acked messages in the stream below the consumer's ack floor, never
+// delivered again. The backend sweeps those: when it first pulls from a
+// consumer and after every reconnect, it deletes its messages below the ack
+// floor (see sweep.go; a few lookups when there is nothing to delete).
 package nats

@@ -19,7 +19,7 @@ import (
 func (b *Backend) runMover() {
 	backoff := 100 * time.Millisecond
 	for b.ctx.Err() == nil {
-		msgs, _, err := b.fetch(b.ctx, b.delayName(), moverConsumer, DefaultMoverBatch, b.moveOne)
+		msgs, _, err := b.fetch(b.ctx, b.delayName(), moverConsumer, DefaultMoverBatch, b.moveOne, b.moverSweep)
 		if err != nil {
 			if b.ctx.Err() != nil {
 				return

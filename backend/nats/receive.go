@@ -103,7 +103,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 }
 
 func (b *Backend) receive(ctx context.Context, queue string, max int, ackWait time.Duration) ([]*driver.Delivery, error) {
-	msgs, start, err := b.fetch(ctx, b.cfg.Stream, workConsumer(queue), max, b.handBack)
+	msgs, start, err := b.fetch(ctx, b.cfg.Stream, workConsumer(queue), max, b.handBack, b.queue(queue).sweep)
 	if len(msgs) > 0 {
 		return deliveries(queue, msgs, start, ackWait), nil
 	}
@@ -114,10 +114,13 @@ func (b *Backend) receive(ctx context.Context, queue string, max int, ackWait ti
 // at least one, and when their leases start (see pull). It asks without
 // waiting first;
 // when nothing is ready it long-polls for one message and then takes without
-// waiting whatever else is ready.
-func (b *Backend) fetch(ctx context.Context, stream, consumer string, max int, late func(*gonats.Msg)) ([]*gonats.Msg, time.Time, error) {
+// waiting whatever else is ready. Before each pull it has sw sweep the
+// consumer if the connection reconnected since its last sweep.
+func (b *Backend) fetch(ctx context.Context, stream, consumer string, max int, late func(*gonats.Msg), sw *sweeper) ([]*gonats.Msg, time.Time, error) {
+	sw.maybe(ctx, b)
 	msgs, start, err := b.pull(ctx, stream, consumer, max, 0, late)
 	for len(msgs) == 0 && err == nil {
+		sw.maybe(ctx, b)
 		msgs, start, err = b.pull(ctx, stream, consumer, 1, b.cfg.PollWait, late)
 		if len(msgs) == 1 && max > 1 && err == nil {
 			more, _, _ := b.pull(ctx, stream, consumer, max-1, 0, late)

@@ -289,3 +289,105 @@ func benchOwnCounter(b *testing.B, nc *gonats.Conn, counted bool, conc int) {
 }
 
 var benchBody = make([]byte, 64)
+
+// TestNATSKillLeftoversFact records what a SIGKILL of nats-server can leave
+// in a work-queue stream, with nats.go alone (no platform code): 20
+// messages published, 10 fetched and double-acked, and the server SIGKILLed
+// 400 ms later (after the consumer store wrote its state, at most 100 ms
+// after a change; before the stream wrote its deletes) and started again on
+// the same store. Then everything the consumer hands out is fetched and
+// acked until it is quiet for three AckWaits.
+//
+// On 2.9.10 here: the consumer comes back with its ack floor at 10 and 10
+// messages to deliver, and the stream with all 20. The 10 acked messages
+// are never handed out again and stay in the stream for ever (after the
+// drain: 10 messages, first sequence 1): 2.9 keeps a block's deletes in an
+// index written only when a later delete finds the last write 0.5 s old
+// (2 s for deletes in order), or by the 60 s sync. backend/nats sweeps
+// such leftovers (TestSweepAfterKill there). The test fails only if an
+// unacked message is lost.
+func TestNATSKillLeftoversFact(t *testing.T) {
+	bin := os.Getenv(natsServerEnv)
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("nats-server"); err != nil {
+			t.Skipf("no nats-server binary: %v", err)
+		}
+	}
+	dir, port := t.TempDir(), freePort(t)
+	hostport := fmt.Sprintf("127.0.0.1:%d", port)
+	srv := startServer(t, bin, []string{"-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", dir}, dir, hostport)
+	nc, err := gonats.Connect("nats://"+hostport, gonats.MaxReconnects(-1), gonats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LEFT", Subjects: []string{"left.>"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ackWait = time.Second
+	c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: ackWait, MaxDeliver: -1, MaxAckPending: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 20; i++ {
+		if _, err := js.Publish(ctx, "left.x", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := c.Fetch(10, jetstream.FetchMaxWait(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range b.Messages() {
+		if err := m.DoubleAck(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(400 * time.Millisecond)
+	if err := srv.restart(true); err != nil {
+		t.Fatal(err)
+	}
+	state := func(when string) {
+		si, err := s.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s, %s: stream: %d messages, first %d, last %d; consumer: ack floor %d, delivered %d, %d to deliver, %d pending",
+			nc.ConnectedServerVersion(), when, si.State.Msgs, si.State.FirstSeq, si.State.LastSeq, ci.AckFloor.Stream, ci.Delivered.Stream, ci.NumPending, ci.NumAckPending)
+	}
+	state("after the kill")
+	got := map[int]bool{}
+	for quiet := time.Now(); time.Since(quiet) < 3*ackWait; {
+		b, err := c.Fetch(20, jetstream.FetchMaxWait(500*time.Millisecond))
+		if err != nil {
+			time.Sleep(100 * time.Millisecond) // reconnecting
+			continue
+		}
+		for m := range b.Messages() {
+			i, _ := strconv.Atoi(string(m.Data()))
+			got[i] = true
+			_ = m.DoubleAck(ctx)
+			quiet = time.Now()
+		}
+	}
+	state("drained")
+	for i := 11; i <= 20; i++ {
+		if !got[i] {
+			t.Errorf("message %d, never acked, was not handed out after the kill", i)
+		}
+	}
+}
