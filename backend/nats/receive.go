@@ -87,7 +87,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		if err != nil {
 			return nil, err
 		}
-		ds, err := b.receive(ctx, queue, max, ackWait)
+		ds, err := b.receive(ctx, qs, queue, max, ackWait)
 		if errors.Is(err, errNoConsumer) {
 			b.log.Debug("nats: receive: no consumer", "queue", queue)
 			qs.mu.Lock()
@@ -102,8 +102,8 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 	}
 }
 
-func (b *Backend) receive(ctx context.Context, queue string, max int, ackWait time.Duration) ([]*driver.Delivery, error) {
-	msgs, start, err := b.fetch(ctx, b.cfg.Stream, workConsumer(queue), max, b.handBack, b.queue(queue).sweep)
+func (b *Backend) receive(ctx context.Context, qs *queueState, queue string, max int, ackWait time.Duration) ([]*driver.Delivery, error) {
+	msgs, start, err := b.fetch(ctx, b.cfg.Stream, workConsumer(queue), max, b.handBack, qs.sweep)
 	if len(msgs) > 0 {
 		return deliveries(queue, msgs, start, ackWait), nil
 	}
