@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	gonats "github.com/nats-io/nats.go"
@@ -27,16 +29,29 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 		return nil, err
 	}
 	qs := b.queue(queue)
-	for attempt := 0; ; attempt++ {
+	recreated, rescues := false, 0
+	for {
 		if err := b.ensureDead(ctx, qs, queue); err != nil {
 			return nil, err
 		}
 		msgs, start, err := b.pull(ctx, b.deadName(), deadConsumer(queue), 1, 0, b.release)
-		if errors.Is(err, errNoConsumer) && attempt == 0 {
+		if errors.Is(err, errNoConsumer) && !recreated {
+			recreated = true
 			qs.mu.Lock()
 			qs.dead = false
 			qs.mu.Unlock()
 			continue
+		}
+		if (err != nil || len(msgs) == 0) && !errors.Is(err, errNoConsumer) && ctx.Err() == nil && b.ctx.Err() == nil && rescues < 2 {
+			// Nothing came (or no answer: 2.9 leaves a no-wait pull
+			// waiting when it counts a record it cannot find): records
+			// the consumer passed by may be stranded.
+			rescues++
+			if again, rerr := b.rescueDead(ctx, queue); rerr == nil && (again || err != nil) {
+				continue
+			} else if rerr != nil && err == nil {
+				b.log.Warn("nats: look for stranded dead letters", "queue", queue, "err", rerr)
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -61,6 +76,127 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 			Handle:      r,
 		}, nil
 	}
+}
+
+// rescueMarks holds, per Backend and queue, the stream sequence up to which
+// rescueDead has moved every stranded record (see there).
+var rescueMarks struct {
+	sync.Mutex
+	m map[rescueKey]uint64
+}
+
+type rescueKey struct {
+	b     *Backend
+	queue string
+}
+
+// rescueDead moves the queue's stranded dead letters, if any, to the end of
+// the stream, where the consumer hands them out; it reports whether to pull
+// again (something was moved, or the consumer has records to deliver).
+//
+// nats-server 2.9 (filestore.go and memstore.go, removeSeqPerSubject) keeps
+// a subject's last sequence when that message is deleted, and when a later
+// delete of the subject's first message leaves one message, it takes that
+// stale last sequence as the first: the remaining message is then invisible
+// to every lookup by subject (TestDeadInterleavedDeletes: two queues'
+// records interleaved, a queue's newest record deleted, then its oldest).
+// The consumer, filtered on the subject, does not find it either and moves
+// past it for good (its next sequence goes past the end of the stream when
+// the lookup fails), so it would never be handed out, even once the index
+// is right again. A message published later is found (its sequence is past
+// the stale one), hence the move: a copy is published (Nats-Msg-Id
+// moved/<seq>, so movers racing store one copy) and the one that stored it
+// deletes the original; if someone deleted the original meanwhile, it
+// deletes the copy again.
+//
+// A record is moved only when the consumer can neither hold it nor ever
+// deliver it: at or below its delivered sequence when nothing is pending,
+// else at or below its ack floor (every pending sequence is above the
+// floor); an acknowledged record was deleted before its ack. A stranded
+// record above the floor waits until the records held below it are
+// settled. Nothing is looked at unless the subject's count (which is right)
+// exceeds what the consumer holds and the consumer has nothing left to
+// deliver; then the stream is scanned (one lookup per message of any
+// queue) from where the last rescue of this Backend stopped.
+func (b *Backend) rescueDead(ctx context.Context, queue string) (bool, error) {
+	subj := b.deadSubject(queue)
+	n, err := b.subjectCount(ctx, b.dead, subj)
+	if err != nil || n == 0 {
+		return false, err
+	}
+	c, err := b.dead.Consumer(ctx, deadConsumer(queue))
+	if err != nil {
+		return false, fmt.Errorf("nats: dead-letter consumer of %s: %w", queue, err)
+	}
+	info := c.CachedInfo() // also makes 2.9 recount the consumer's pending records
+	if info.NumPending > 0 {
+		return true, nil
+	}
+	if uint64(n) <= uint64(info.NumAckPending) {
+		return false, nil
+	}
+	limit := info.AckFloor.Stream
+	if info.NumAckPending == 0 {
+		limit = info.Delivered.Stream
+	}
+	key := rescueKey{b, queue}
+	rescueMarks.Lock()
+	from := rescueMarks.m[key] + 1
+	rescueMarks.Unlock()
+	if from > limit+1 {
+		from = 1 // the consumer was recreated
+	}
+	var stranded []*jetstream.RawStreamMsg
+	err = b.scanDead(ctx, subj, from, limit, func(m *jetstream.RawStreamMsg) bool {
+		stranded = append(stranded, m)
+		return true
+	})
+	if err != nil {
+		return false, err
+	}
+	for _, m := range stranded {
+		if err := b.moveDead(ctx, m); err != nil {
+			return false, err
+		}
+	}
+	rescueMarks.Lock()
+	if rescueMarks.m == nil {
+		rescueMarks.m = make(map[rescueKey]uint64)
+	}
+	rescueMarks.m[key] = limit
+	rescueMarks.Unlock()
+	if len(stranded) > 0 {
+		b.log.Warn("nats: moved dead letters the server's subject index had lost", "queue", queue, "moved", len(stranded))
+	}
+	return len(stranded) > 0, nil
+}
+
+// moveDead publishes a copy of the dead letter m at the end of the stream
+// and deletes m (see rescueDead).
+func (b *Backend) moveDead(ctx context.Context, m *jetstream.RawStreamMsg) error {
+	c := &gonats.Msg{Subject: m.Subject, Data: m.Data, Header: gonats.Header{}}
+	for k, v := range m.Header {
+		if k != hdrMsgID {
+			c.Header[k] = v
+		}
+	}
+	c.Header.Set(hdrMsgID, "moved/"+strconv.FormatUint(m.Sequence, 10))
+	ack, err := b.js.PublishMsg(ctx, c, jetstream.WithExpectStream(b.deadName()))
+	if err != nil {
+		return pubErr(c, err)
+	}
+	if ack.Duplicate {
+		return nil // another mover stored the copy, and deletes the original
+	}
+	err = b.dead.DeleteMsg(ctx, m.Sequence)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		// Deleted meanwhile (DeleteDead, PurgeDead): so is the copy.
+		err = b.dead.DeleteMsg(ctx, ack.Sequence)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("nats: move dead letter seq %d: %w", m.Sequence, err)
+	}
+	return nil
 }
 
 // renew keeps a held dead letter hidden until it is settled; when the
@@ -164,7 +300,14 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 }
 
 // ListDead implements driver.Backend by walking the dead-letter stream's
-// messages on the queue's subject; the cursor is the next stream sequence.
+// messages on the queue's subject, oldest first; the cursor is the next
+// stream sequence and how many records the pages before returned
+// ("<seq>:<listed>"). When the walk by subject ends with fewer records than
+// the subject counts, the server's subject index has lost some (see
+// rescueDead): the last pages then scan the whole stream for those
+// (cursor "h<seq>:<listed>") and list them after the others, out of order.
+// A cursor of a bare sequence (older versions) is still read, without that
+// check.
 func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int) ([]driver.DeadMessage, string, error) {
 	if b.closed.Load() {
 		return nil, "", driver.ErrClosed
@@ -175,29 +318,69 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 	if limit < 1 {
 		return nil, "", fmt.Errorf("nats: list dead letters of %s: limit %d: want at least 1", queue, limit)
 	}
-	from := uint64(1)
+	from, listed, lost, ok := uint64(1), int64(0), false, true
 	if cursor != "" {
-		n, err := strconv.ParseUint(cursor, 10, 64)
-		if err != nil || n == 0 {
+		c, l, hasListed := strings.Cut(cursor, ":")
+		lost = strings.HasPrefix(c, "h")
+		n, err := strconv.ParseUint(strings.TrimPrefix(c, "h"), 10, 64)
+		ok = err == nil && n > 0
+		from = n
+		listed = -1
+		if hasListed {
+			listed, err = strconv.ParseInt(l, 10, 64)
+			ok = ok && err == nil && listed >= 0
+		} else {
+			ok = ok && !lost
+		}
+		if !ok {
 			return nil, "", fmt.Errorf("nats: list dead letters of %s: bad cursor %q", queue, cursor)
 		}
-		from = n
 	}
+	subj := b.deadSubject(queue)
 	var recs []driver.DeadMessage
 	next := ""
-	err := b.walkDead(ctx, queue, from, func(m *jetstream.RawStreamMsg) bool {
+	add := func(m *jetstream.RawStreamMsg) bool {
 		if len(recs) == limit {
 			next = strconv.FormatUint(m.Sequence, 10)
+			if listed >= 0 {
+				next += ":" + strconv.FormatInt(listed+int64(limit), 10)
+			}
+			if lost {
+				next = "h" + next
+			}
 			return false
 		}
 		recs = append(recs, driver.DeadMessage{ID: m.Header.Get(hdrDeadID), Body: m.Data})
 		return true
+	}
+	if !lost {
+		if err := b.walkDead(ctx, queue, from, add); err != nil || next != "" || listed < 0 {
+			return recs, next, err
+		}
+		n, err := b.subjectCount(ctx, b.dead, subj)
+		if err != nil || n <= listed+int64(len(recs)) {
+			return recs, next, err
+		}
+		lost, from = true, 1
+	}
+	var lerr error
+	err := b.scanDead(ctx, subj, from, 0, func(m *jetstream.RawStreamMsg) bool {
+		h, err := b.hiddenDead(ctx, m)
+		if err != nil {
+			lerr = err
+			return false
+		}
+		return !h || add(m)
 	})
+	if err == nil {
+		err = lerr
+	}
 	return recs, next, err
 }
 
-// walkDead calls fn with each record of the queue from sequence from on,
-// until fn returns false or the records end.
+// walkDead calls fn with each record of the queue from sequence from on
+// that a lookup by subject finds, until fn returns false or the records
+// end. It can miss records (see rescueDead); scanDead finds them.
 func (b *Backend) walkDead(ctx context.Context, queue string, from uint64, fn func(*jetstream.RawStreamMsg) bool) error {
 	subj := b.deadSubject(queue)
 	for seq := from; ; {
@@ -215,8 +398,49 @@ func (b *Backend) walkDead(ctx context.Context, queue string, from uint64, fn fu
 	}
 }
 
+// scanDead calls fn with each message on subj from sequence from to
+// sequence to (0: to the end) until fn returns false, looking at every
+// message of the stream, whatever its queue, with lookups on ">" (which
+// the server answers by scanning, not from its subject index): one round
+// trip per message.
+func (b *Backend) scanDead(ctx context.Context, subj string, from, to uint64, fn func(*jetstream.RawStreamMsg) bool) error {
+	for seq := max(from, 1); to == 0 || seq <= to; {
+		m, err := b.dead.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("nats: scan dead letters at seq %d: %w", seq, err)
+		}
+		if to != 0 && m.Sequence > to {
+			return nil
+		}
+		if m.Subject == subj && !fn(m) {
+			return nil
+		}
+		seq = m.Sequence + 1
+	}
+	return nil
+}
+
+// hiddenDead reports whether a lookup by subject from m's own sequence
+// misses m: whether walkDead cannot find it.
+func (b *Backend) hiddenDead(ctx context.Context, m *jetstream.RawStreamMsg) (bool, error) {
+	got, err := b.dead.GetMsg(ctx, m.Sequence, jetstream.WithGetMsgSubject(m.Subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("nats: read dead letter at seq %d: %w", m.Sequence, err)
+	}
+	return got.Sequence != m.Sequence, nil
+}
+
 // DeleteDead implements driver.Backend: it walks the queue's records and
-// deletes those whose ID is among ids, held ones included.
+// deletes those whose ID is among ids, held ones included. When the
+// subject count then says the walk missed records (see rescueDead), it
+// scans the stream for them. When a record was gone before its delete (it
+// may have been moved by rescueDead), it walks again.
 func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (int, error) {
 	if b.closed.Load() {
 		return 0, driver.ErrClosed
@@ -228,33 +452,77 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	for _, id := range ids {
 		want[id] = true
 	}
-	var seqs []uint64
-	err := b.walkDead(ctx, queue, 1, func(m *jetstream.RawStreamMsg) bool {
-		if want[m.Header.Get(hdrDeadID)] {
-			seqs = append(seqs, m.Sequence)
-		}
-		return true
-	})
-	if err != nil {
-		return 0, err
-	}
+	subj := b.deadSubject(queue)
 	n := 0
-	for _, seq := range seqs {
-		err := b.dead.DeleteMsg(ctx, seq)
-		switch {
-		case err == nil:
-			n++
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			// deleted meanwhile by someone else
-		default:
-			return n, fmt.Errorf("nats: delete dead letter of %s at seq %d: %w", queue, seq, err)
+	for round := 0; round < 3; round++ {
+		var seqs []uint64
+		seen := int64(0)
+		err := b.walkDead(ctx, queue, 1, func(m *jetstream.RawStreamMsg) bool {
+			seen++
+			if want[m.Header.Get(hdrDeadID)] {
+				seqs = append(seqs, m.Sequence)
+			}
+			return true
+		})
+		if err != nil {
+			return n, err
+		}
+		deleted, gone, err := b.deleteDeadSeqs(ctx, queue, seqs)
+		n += deleted
+		if err != nil {
+			return n, err
+		}
+		if round == 0 {
+			count, err := b.subjectCount(ctx, b.dead, subj)
+			if err != nil {
+				return n, err
+			}
+			if count > seen-int64(deleted+gone) {
+				seqs = seqs[:0]
+				err := b.scanDead(ctx, subj, 1, 0, func(m *jetstream.RawStreamMsg) bool {
+					if want[m.Header.Get(hdrDeadID)] {
+						seqs = append(seqs, m.Sequence)
+					}
+					return true
+				})
+				if err != nil {
+					return n, err
+				}
+				d, g, err := b.deleteDeadSeqs(ctx, queue, seqs)
+				n, gone = n+d, gone+g
+				if err != nil {
+					return n, err
+				}
+			}
+		}
+		if gone == 0 {
+			break
 		}
 	}
 	return n, nil
 }
 
+// deleteDeadSeqs deletes the dead stream's messages at seqs; it returns how
+// many it deleted, and how many were gone already.
+func (b *Backend) deleteDeadSeqs(ctx context.Context, queue string, seqs []uint64) (deleted, gone int, err error) {
+	for _, seq := range seqs {
+		err := b.dead.DeleteMsg(ctx, seq)
+		switch {
+		case err == nil:
+			deleted++
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			gone++ // deleted meanwhile by someone else, or moved
+		default:
+			return deleted, gone, fmt.Errorf("nats: delete dead letter of %s at seq %d: %w", queue, seq, err)
+		}
+	}
+	return deleted, gone, nil
+}
+
 // PurgeDead implements driver.Backend by deleting the queue's records one
-// by one (see deleteAll for why not a purge).
+// by one (see deleteAll for why not a purge), and then, if the subject
+// count says some are left that the walk did not find (see rescueDead),
+// those it finds by scanning the stream.
 func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	if b.closed.Load() {
 		return 0, driver.ErrClosed
@@ -262,5 +530,23 @@ func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	if err := checkQueue(queue); err != nil {
 		return 0, err
 	}
-	return b.deleteAll(ctx, b.dead, b.deadSubject(queue))
+	subj := b.deadSubject(queue)
+	n, err := b.deleteAll(ctx, b.dead, subj)
+	if err != nil {
+		return n, err
+	}
+	left, err := b.subjectCount(ctx, b.dead, subj)
+	if err != nil || left == 0 {
+		return n, err
+	}
+	var seqs []uint64
+	err = b.scanDead(ctx, subj, 1, 0, func(m *jetstream.RawStreamMsg) bool {
+		seqs = append(seqs, m.Sequence)
+		return true
+	})
+	if err != nil {
+		return n, err
+	}
+	d, _, err := b.deleteDeadSeqs(ctx, queue, seqs)
+	return n + d, err
 }
