@@ -206,6 +206,7 @@ type queueState struct {
 	mu      sync.Mutex
 	ackWait time.Duration // AckWait of the work consumer; 0 until ensured
 	dead    bool          // the dead-letter consumer exists
+	rescued uint64        // dead stream sequence up to which rescueDead moved every stranded record
 	sweep   *sweeper      // of the work consumer
 }
 
@@ -619,26 +620,50 @@ func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 // how many it deleted. It never purges: on nats-server 2.9.10 a purge
 // filtered on one subject moves every consumer of the stream past all its
 // messages, other subjects' included, which then stay in the stream and are
-// never delivered (TestFilteredPurgeFact).
+// never delivered (TestFilteredPurgeFact). It walks by subject; when the
+// subject's count says the walk missed messages (2.9's subject index can
+// lose one: see rescueDead), it scans the whole stream for them.
 func (b *Backend) deleteAll(ctx context.Context, s jetstream.Stream, subj string) (int, error) {
 	n := 0
-	for seq := uint64(1); ; {
-		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return n, nil
-		}
-		if err != nil {
-			return n, fmt.Errorf("nats: read %s at seq %d: %w", subj, seq, err)
-		}
-		switch err := s.DeleteMsg(ctx, m.Sequence); {
+	del := func(seq uint64) error {
+		switch err := s.DeleteMsg(ctx, seq); {
 		case err == nil:
 			n++
 		case errors.Is(err, jetstream.ErrMsgNotFound): // gone meanwhile
 		default:
-			return n, fmt.Errorf("nats: delete %s seq %d: %w", subj, m.Sequence, err)
+			return fmt.Errorf("nats: delete %s seq %d: %w", subj, seq, err)
+		}
+		return nil
+	}
+	for seq := uint64(1); ; {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return n, fmt.Errorf("nats: read %s at seq %d: %w", subj, seq, err)
+		}
+		if err := del(m.Sequence); err != nil {
+			return n, err
 		}
 		seq = m.Sequence + 1
 	}
+	if left, err := b.subjectCount(ctx, s, subj); err != nil || left == 0 {
+		return n, err
+	}
+	var seqs []uint64
+	if err := scan(ctx, s, subj, 1, 0, func(m *jetstream.RawStreamMsg) bool {
+		seqs = append(seqs, m.Sequence)
+		return true
+	}); err != nil {
+		return n, err
+	}
+	for _, seq := range seqs {
+		if err := del(seq); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // withDefaultTimeout bounds a request whose ctx has no deadline.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	gonats "github.com/nats-io/nats.go"
@@ -47,7 +46,7 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 			// waiting when it counts a record it cannot find): records
 			// the consumer passed by may be stranded.
 			rescues++
-			if again, rerr := b.rescueDead(ctx, queue); rerr == nil && (again || err != nil) {
+			if again, rerr := b.rescueDead(ctx, qs, queue); rerr == nil && (again || err != nil) {
 				continue
 			} else if rerr != nil && err == nil {
 				b.log.Warn("nats: look for stranded dead letters", "queue", queue, "err", rerr)
@@ -78,18 +77,6 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	}
 }
 
-// rescueMarks holds, per Backend and queue, the stream sequence up to which
-// rescueDead has moved every stranded record (see there).
-var rescueMarks struct {
-	sync.Mutex
-	m map[rescueKey]uint64
-}
-
-type rescueKey struct {
-	b     *Backend
-	queue string
-}
-
 // rescueDead moves the queue's stranded dead letters, if any, to the end of
 // the stream, where the consumer hands them out; it reports whether to pull
 // again (something was moved, or the consumer has records to deliver).
@@ -118,7 +105,7 @@ type rescueKey struct {
 // exceeds what the consumer holds and the consumer has nothing left to
 // deliver; then the stream is scanned (one lookup per message of any
 // queue) from where the last rescue of this Backend stopped.
-func (b *Backend) rescueDead(ctx context.Context, queue string) (bool, error) {
+func (b *Backend) rescueDead(ctx context.Context, qs *queueState, queue string) (bool, error) {
 	subj := b.deadSubject(queue)
 	n, err := b.subjectCount(ctx, b.dead, subj)
 	if err != nil || n == 0 {
@@ -139,10 +126,9 @@ func (b *Backend) rescueDead(ctx context.Context, queue string) (bool, error) {
 	if info.NumAckPending == 0 {
 		limit = info.Delivered.Stream
 	}
-	key := rescueKey{b, queue}
-	rescueMarks.Lock()
-	from := rescueMarks.m[key] + 1
-	rescueMarks.Unlock()
+	qs.mu.Lock()
+	from := qs.rescued + 1
+	qs.mu.Unlock()
 	if from > limit+1 {
 		from = 1 // the consumer was recreated
 	}
@@ -159,12 +145,9 @@ func (b *Backend) rescueDead(ctx context.Context, queue string) (bool, error) {
 			return false, err
 		}
 	}
-	rescueMarks.Lock()
-	if rescueMarks.m == nil {
-		rescueMarks.m = make(map[rescueKey]uint64)
-	}
-	rescueMarks.m[key] = limit
-	rescueMarks.Unlock()
+	qs.mu.Lock()
+	qs.rescued = limit
+	qs.mu.Unlock()
 	if len(stranded) > 0 {
 		b.log.Warn("nats: moved dead letters the server's subject index had lost", "queue", queue, "moved", len(stranded))
 	}
@@ -398,19 +381,24 @@ func (b *Backend) walkDead(ctx context.Context, queue string, from uint64, fn fu
 	}
 }
 
-// scanDead calls fn with each message on subj from sequence from to
+// scanDead is scan on the dead-letter stream.
+func (b *Backend) scanDead(ctx context.Context, subj string, from, to uint64, fn func(*jetstream.RawStreamMsg) bool) error {
+	return scan(ctx, b.dead, subj, from, to, fn)
+}
+
+// scan calls fn with each message of s on subj from sequence from to
 // sequence to (0: to the end) until fn returns false, looking at every
-// message of the stream, whatever its queue, with lookups on ">" (which
+// message of the stream, whatever its subject, with lookups on ">" (which
 // the server answers by scanning, not from its subject index): one round
 // trip per message.
-func (b *Backend) scanDead(ctx context.Context, subj string, from, to uint64, fn func(*jetstream.RawStreamMsg) bool) error {
+func scan(ctx context.Context, s jetstream.Stream, subj string, from, to uint64, fn func(*jetstream.RawStreamMsg) bool) error {
 	for seq := max(from, 1); to == 0 || seq <= to; {
-		m, err := b.dead.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(">"))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("nats: scan dead letters at seq %d: %w", seq, err)
+			return fmt.Errorf("nats: scan %s at seq %d: %w", s.CachedInfo().Config.Name, seq, err)
 		}
 		if to != 0 && m.Sequence > to {
 			return nil
@@ -520,9 +508,7 @@ func (b *Backend) deleteDeadSeqs(ctx context.Context, queue string, seqs []uint6
 }
 
 // PurgeDead implements driver.Backend by deleting the queue's records one
-// by one (see deleteAll for why not a purge), and then, if the subject
-// count says some are left that the walk did not find (see rescueDead),
-// those it finds by scanning the stream.
+// by one (see deleteAll).
 func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	if b.closed.Load() {
 		return 0, driver.ErrClosed
@@ -530,23 +516,5 @@ func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	if err := checkQueue(queue); err != nil {
 		return 0, err
 	}
-	subj := b.deadSubject(queue)
-	n, err := b.deleteAll(ctx, b.dead, subj)
-	if err != nil {
-		return n, err
-	}
-	left, err := b.subjectCount(ctx, b.dead, subj)
-	if err != nil || left == 0 {
-		return n, err
-	}
-	var seqs []uint64
-	err = b.scanDead(ctx, subj, 1, 0, func(m *jetstream.RawStreamMsg) bool {
-		seqs = append(seqs, m.Sequence)
-		return true
-	})
-	if err != nil {
-		return n, err
-	}
-	d, _, err := b.deleteDeadSeqs(ctx, queue, seqs)
-	return n + d, err
+	return b.deleteAll(ctx, b.dead, b.deadSubject(queue))
 }

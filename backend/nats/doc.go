@@ -117,10 +117,24 @@
 // the stream, then acks it; SettleDead(keep) naks it, which puts it first in
 // line again (redeliveries come before new records). A caller that dies
 // without settling releases it after DeadLease; a Backend that closes naks
-// its held records at once. ListDead walks the stream by subject (the
-// cursor is the next sequence to read) with the STREAM.MSG.GET next_by_subj
-// request; DeleteDead and PurgeDead walk and delete by sequence.
+// its held records at once. ListDead walks the stream by subject with the
+// STREAM.MSG.GET next_by_subj request (the cursor is the next sequence to
+// read and how many records were listed before it); DeleteDead and
+// PurgeDead walk and delete by sequence.
 // Dead letters are kept until deleted; nothing expires them.
+//
+// nats-server 2.9 can lose a message from its per-subject index: when a
+// subject's newest message is deleted and then its oldest, one remaining
+// message is invisible to every lookup by subject, and a consumer filtered
+// on the subject passes it by for good (TestDeadInterleavedDeletes; it
+// takes two queues' records in one message block). The backend checks the
+// walks against the subject's message count, which stays right: when they
+// fall short, ListDead, DeleteDead and PurgeDead (and DeleteQueue) also scan
+// the whole stream, one lookup per message of any queue; and NextDead,
+// when its consumer has nothing to deliver while the count says records are
+// there that nobody holds, moves each passed-by record to the end of the
+// stream (a copy published, then the original deleted), where the consumer
+// finds it. ListDead lists such records after the others.
 //
 // # No purges
 //
