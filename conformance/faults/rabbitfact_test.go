@@ -10,7 +10,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// TestRabbitKillFact records why BrokerKill skips RabbitMQ, with amqp091
+// TestRabbitKillFact records why BrokerKill kills RabbitMQ only once its
+// queues are 2 s old (Broker.KillAge), with amqp091
 // alone (no platform code) on a node of the test's own (privateRabbit): a
 // durable quorum queue, one publisher with confirms and one consumer with
 // manual acks (prefetch 4) working it, and the node SIGKILLed under that

@@ -71,12 +71,16 @@ type Broker struct {
 	// about the backend (an emulator that persists every few seconds): the
 	// BrokerKill scenario then logs it and skips.
 	NoKill string
-	// KillLeaves, when non-empty, says what a SIGKILL of this broker leaves
-	// behind that counts as a leftover (acknowledged messages back in a
-	// stream, never delivered again). RandomFaults then restarts it
-	// gracefully only, since its "empty" figure would measure the broker;
-	// BrokerKill still kills it, and reports what is left.
+	// KillLeaves, when non-empty, says what a SIGKILL of this broker can do
+	// at a random moment that the backend cannot make up for (a broker
+	// fact, shown by a fact test of its own). RandomFaults, whose faults
+	// land at random moments, then restarts it gracefully only; BrokerKill
+	// still kills it.
 	KillLeaves string
+	// KillAge, when non-zero, is how old the queues must be before a
+	// SIGKILL of this broker tells something about the backend: BrokerKill
+	// kills it no sooner than that after its workers declared their queues.
+	KillAge time.Duration
 }
 
 // SoakEnv names the variable that turns on the soak mode: a Go duration

@@ -147,10 +147,15 @@ func brokerRestart(t *testing.T, r *run, kill bool) *Report {
 		t.Skipf("no broker to restart: %s", r.tg.InProcess)
 	}
 	var restart func() error
+	var killAge time.Duration
 	if r.tg.Private != nil {
 		b := r.tg.Private(t)
 		if kill && b.NoKill != "" {
 			t.Skipf("not killed: %s", b.NoKill)
+		}
+		if kill && b.KillAge > 0 {
+			killAge = b.KillAge
+			t.Logf("the first kill waits until the queues are %v old", killAge)
 		}
 		r.addr, r.home = b.Addr, b.Addr
 		restart = func() error { return b.Restart(kill) }
@@ -172,6 +177,7 @@ func brokerRestart(t *testing.T, r *run, kill bool) *Report {
 	r.ad()
 	r.start(r.spec(), false)
 	r.start(r.spec(), false)
+	declared := time.Now() // the workers have declared the queue
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -187,11 +193,28 @@ func brokerRestart(t *testing.T, r *run, kill bool) *Report {
 	}()
 	for range scale(1) {
 		pause(500*time.Millisecond, time.Second)
+		time.Sleep(time.Until(declared.Add(killAge)))
 		if err := restart(); err != nil {
 			cancel()
 			<-done
 			t.Fatalf("restarting the broker: %v", err)
 		}
+	}
+	// The broker must take jobs again: one acknowledged enqueue within a
+	// minute of the last restart (which, acknowledged, must complete). A
+	// queue that still answers but takes nothing (finding 9) fails here.
+	probe := jobs("probe", 1, Plan{})
+	taken := false
+	for deadline := time.Now().Add(time.Minute); !taken && time.Now().Before(deadline); {
+		ectx, ecancel := context.WithTimeout(context.Background(), 5*time.Second)
+		taken = r.enqueue(ectx, probe...) == nil
+		ecancel()
+		if !taken {
+			time.Sleep(time.Second)
+		}
+	}
+	if !taken {
+		t.Errorf("no enqueue was acknowledged for a minute after the broker's restart")
 	}
 	time.Sleep(time.Second) // load after the restart too
 	cancel()
