@@ -129,10 +129,11 @@ const sweepBudget = 1000
 // when the connection came back (the target), so the sweeps of one
 // connection go on, each where the last stopped, until the ack floor has
 // reached the target and everything below it was looked at, retried
-// before pulls at growing intervals (1 s to a minute). On a 2.9 server,
-// while the floor is below the target and something is pending, they also
-// walk once from the floor to the target acking what the stream no longer
-// holds (see ackGhosts). A pending delivery holds the floor below it (on
+// before pulls at growing intervals (1 s to a minute). After a reconnect to
+// a 2.9 server, while the floor is below the target and something is
+// pending, they also walk once from the floor to the target acking what
+// the stream no longer holds (see ackGhosts; at most sweepBudget acks a
+// second). A pending delivery holds the floor below it (on
 // 2.9, so does any redelivered one until nothing is pending), so the sweeps
 // can take as long as the work in flight. A failed sweep is logged; it
 // never fails a pull.
@@ -189,7 +190,7 @@ func (sw *sweeper) maybe(ctx context.Context, b *Backend) {
 		}
 		n, sw.from, err = sweep(ctx, s, sw.subject, info.AckFloor.Stream, sw.from, sweepBudget)
 	}
-	if err == nil && info.AckFloor.Stream < sw.target && info.NumAckPending > 0 && sw.ghostFrom <= sw.target && before210(b.nc.ConnectedServerVersion()) {
+	if err == nil && gen > 1 && info.AckFloor.Stream < sw.target && info.NumAckPending > 0 && sw.ghostFrom <= sw.target && before210(b.nc.ConnectedServerVersion()) {
 		acks, sw.ghostFrom, err = b.ackGhosts(ctx, s, sw.consumer, max(sw.ghostFrom, info.AckFloor.Stream+1), sw.target, sweepBudget)
 	}
 	switch {
@@ -209,7 +210,7 @@ func (sw *sweeper) maybe(ctx context.Context, b *Backend) {
 		return
 	}
 	if acks > 0 {
-		sw.next = now.Add(100 * time.Millisecond) // the floor may have moved: look again soon
+		sw.next = now.Add(time.Second) // the floor may have moved: look again soon
 		return
 	}
 	sw.next, sw.wait = now.Add(sw.wait), min(2*sw.wait, time.Minute)
