@@ -25,9 +25,14 @@
 //     queue-level dead-letter route cannot carry.)
 //
 // Every publish is persistent, mandatory, and waits for its publisher
-// confirm; a returned (unroutable) publish fails with ErrUnroutable and a
-// nack with ErrNacked. A publish not confirmed when its channel closed is
-// sent again, with the same message-id, on the next channel.
+// confirm; a returned (unroutable) publish fails with ErrUnroutable, and a
+// nacked one is tried again three times (25, 50, 100 ms later: a delay queue
+// just declared nacked its first publishes now and then) before it fails
+// with ErrNacked. A publish not confirmed when its channel closed is sent
+// again, with the same message-id, on the next channel. When the new copy
+// of a Requeue or DeadLetter is not confirmed, the delivery is handed back
+// at once (basic.nack with requeue, counted), since nothing else would
+// release it before its channel closes.
 //
 // # Delays
 //

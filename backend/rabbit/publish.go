@@ -164,6 +164,7 @@ func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...out
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
 	defer cancel()
 	pending := msgs
+	nacks := 0
 	for attempt := 0; len(pending) > 0; attempt++ {
 		if attempt > 0 {
 			if held != nil {
@@ -198,6 +199,7 @@ func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...out
 			fl = append(fl, inflight{m, dc})
 		}
 		var failed error
+		var nacked []outMsg
 		for _, f := range fl {
 			if err := b.waitConfirm(ctx, f.dc); err != nil {
 				return fmt.Errorf("rabbit: publish to %q: %w", f.m.key, err)
@@ -211,8 +213,26 @@ func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...out
 			case p.ch.IsClosed():
 				retry = append(retry, f.m)
 			default:
-				failed = errors.Join(failed, fmt.Errorf("%w: queue %q", ErrNacked, f.m.key))
+				nacked = append(nacked, f.m)
 			}
+		}
+		if len(nacked) > 0 && failed == nil && nacks < maxNackRetries {
+			// A quorum queue nacks now and then, as one just declared did
+			// here (RejectStorm): try again shortly.
+			nacks++
+			b.log.Debug("publish nacked; trying again", "messages", len(nacked), "retry", nacks)
+			t := time.NewTimer(nackBackoff << (nacks - 1))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("rabbit: publish to %q: %w: %w", nacked[0].key, ErrNacked, ctx.Err())
+			case <-t.C:
+			}
+			retry = append(retry, nacked...)
+			nacked = nil
+		}
+		for _, m := range nacked {
+			failed = errors.Join(failed, fmt.Errorf("%w: queue %q", ErrNacked, m.key))
 		}
 		if failed != nil {
 			return failed
@@ -221,6 +241,13 @@ func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...out
 	}
 	return nil
 }
+
+// A nacked publish is tried again up to maxNackRetries times, after
+// nackBackoff, then twice that, and so on.
+const (
+	maxNackRetries = 3
+	nackBackoff    = 25 * time.Millisecond
+)
 
 // waitConfirm waits for one confirm (or the channel's close), failing with
 // ErrBlocked when the broker blocks the connection for longer than

@@ -419,3 +419,72 @@ func (b *Backend) isBlocked() bool {
 	defer b.mu.Unlock()
 	return b.blocked != nil
 }
+
+// TestFailedRequeueHandsBack: a Requeue or DeadLetter whose new copy could
+// not be confirmed must not leave the delivery held on its channel, which
+// lives as long as the worker: the platform never settles a delivery twice,
+// so it would come back only when the worker stops (the fault suite's
+// RejectStorm lost jobs so when a new quorum delay queue nacked the first
+// publishes). It must come back at once, counted. (The copy, published
+// with a context that was already cancelled, may have been written too: a
+// duplicate, never a loss.)
+func TestFailedRequeueHandsBack(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	ctx := testCtx(t)
+	q := queueName(t, b)
+	if err := b.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Enqueue(ctx, q, []driver.Message{{ID: "a", Body: []byte("orig")}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.Receive(ctx, q, 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := ds[0]
+	fails := []func(ctx context.Context, d *driver.Delivery) error{
+		func(ctx context.Context, d *driver.Delivery) error {
+			return b.Requeue(ctx, d, driver.Message{ID: "a.1", Body: []byte("copy")})
+		},
+		func(ctx context.Context, d *driver.Delivery) error {
+			return b.DeadLetter(ctx, d, driver.DeadMessage{ID: "a.dead", Body: []byte("copy")})
+		},
+	}
+	for i, fail := range fails {
+		if d.Deliveries != i+1 {
+			t.Fatalf("before failed settle %d: Deliveries %d, want %d", i, d.Deliveries, i+1)
+		}
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := fail(done, d); err == nil {
+			t.Fatalf("settle %d with a cancelled context succeeded", i)
+		}
+		if err := b.Ack(ctx, d); !errors.Is(err, driver.ErrLeaseLost) {
+			t.Fatalf("ack after failed settle %d: %v, want ErrLeaseLost (handed back)", i, err)
+		}
+		d = nil
+		for deadline := time.Now().Add(3 * time.Second); d == nil && time.Now().Before(deadline); {
+			rctx, rcancel := context.WithTimeout(ctx, time.Until(deadline))
+			back, _ := b.Receive(rctx, q, 1, time.Minute)
+			rcancel()
+			for _, m := range back {
+				if string(m.Body) == "orig" {
+					d = m
+				} else if err := b.Ack(ctx, m); err != nil { // a copy written after all
+					t.Fatal(err)
+				}
+			}
+		}
+		if d == nil {
+			t.Fatalf("after failed settle %d the delivery did not come back within 3s", i)
+		}
+		if d.Deliveries != i+2 {
+			t.Fatalf("back after failed settle %d with Deliveries %d, want %d (counted)", i, d.Deliveries, i+2)
+		}
+	}
+	if err := b.Ack(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -540,12 +540,35 @@ func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Me
 	}
 	m, err := b.route(ctx, d.Queue, msg)
 	if err != nil {
-		return err
+		return b.unsettled(r, err)
 	}
 	if err := b.publishFor(ctx, r.check, m); err != nil {
-		return err
+		return b.unsettled(r, err)
 	}
 	return b.settle(r)
+}
+
+// unsettled returns err, the failure of a Requeue or DeadLetter whose new
+// copy was not written, after handing the delivery back to the broker
+// (basic.nack with requeue; the broker counts it, as a lost lease is
+// counted). The platform does not settle a delivery twice: without this it
+// would stay held on its channel, which may live as long as the worker,
+// while on every other backend its lease runs out and it comes back.
+func (b *Backend) unsettled(r *receipt, err error) error {
+	if errors.Is(err, driver.ErrLeaseLost) || !r.settled.CompareAndSwap(false, true) {
+		return err
+	}
+	defer func() {
+		if r.c.held.Add(-1) == 0 && r.c.retired.Load() {
+			r.c.ch.Close()
+		}
+	}()
+	if !r.c.ch.IsClosed() {
+		if nerr := r.c.acks.nack(r.tag, true); nerr != nil {
+			b.log.Warn("rabbit: hand back a delivery whose new copy was not written", "tag", r.tag, "err", nerr)
+		}
+	}
+	return err
 }
 
 // DeadLetter publishes rec to the queue's dead-letter queue, waits for its
@@ -556,7 +579,7 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 		return err
 	}
 	if err := b.ensureQueue(ctx, d.Queue); err != nil {
-		return err
+		return b.unsettled(r, err)
 	}
 	m := outMsg{key: b.deadName(d.Queue), pub: amqp.Publishing{
 		DeliveryMode: amqp.Persistent,
@@ -565,7 +588,7 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 		Body:         rec.Body,
 	}}
 	if err := b.publishFor(ctx, r.check, m); err != nil {
-		return err
+		return b.unsettled(r, err)
 	}
 	return b.settle(r)
 }
