@@ -46,13 +46,7 @@ const natsServerEnv = "ASYNCPLATFORM_NATS_SERVER"
 // A forgotten delivery is one the job's try count misses: its attempt is
 // not counted if it ended with no outcome (see docs/reliability.md).
 func TestNATSKillFact(t *testing.T) {
-	bin := os.Getenv(natsServerEnv)
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("nats-server"); err != nil {
-			t.Skipf("no nats-server binary: %v", err)
-		}
-	}
+	bin := natsServerBin(t)
 	for _, kill := range []bool{false, true} {
 		name := "SIGTERM"
 		if kill {
@@ -65,7 +59,11 @@ func TestNATSKillFact(t *testing.T) {
 	}
 }
 
-func natsKillFact(t *testing.T, bin string, kill bool) {
+// natsFact starts a nats-server of bin's on file storage and makes a
+// work-queue stream on fact.> with a durable pull consumer "c" (explicit
+// acks, AckWait ackWait), for the NATS fact tests. The server, connection
+// and context end with the test.
+func natsFact(t *testing.T, bin string, ackWait time.Duration) (*server, *gonats.Conn, jetstream.JetStream, jetstream.Stream, jetstream.Consumer, context.Context) {
 	dir, port := t.TempDir(), freePort(t)
 	hostport := fmt.Sprintf("127.0.0.1:%d", port)
 	srv := startServer(t, bin, []string{"-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", dir}, dir, hostport)
@@ -73,24 +71,42 @@ func natsKillFact(t *testing.T, bin string, kill bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FACT", Subjects: []string{"fact.>"},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
 	if err != nil {
 		t.Fatal(err)
 	}
-	const ackWait = 3 * time.Second
 	c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: ackWait, MaxDeliver: -1, MaxAckPending: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv, nc, js, s, c, ctx
+}
+
+// natsServerBin is the nats-server binary for the fact tests:
+// ASYNCPLATFORM_NATS_SERVER, or the one on PATH; the test skips without one.
+func natsServerBin(t *testing.T) string {
+	bin := os.Getenv(natsServerEnv)
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("nats-server"); err != nil {
+			t.Skipf("no nats-server binary: %v", err)
+		}
+	}
+	return bin
+}
+
+func natsKillFact(t *testing.T, bin string, kill bool) {
+	const ackWait = 3 * time.Second
+	srv, nc, js, _, c, ctx := natsFact(t, bin, ackWait)
 	const n, last = 40, 5 // the last 5 are published just before the stop
 	publish := func(from, to int) {
 		for i := from; i < to; i++ {
@@ -307,40 +323,10 @@ var benchBody = make([]byte, 64)
 // such leftovers (TestSweepAfterKill there). The test fails only if an
 // unacked message is lost.
 func TestNATSKillLeftoversFact(t *testing.T) {
-	bin := os.Getenv(natsServerEnv)
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("nats-server"); err != nil {
-			t.Skipf("no nats-server binary: %v", err)
-		}
-	}
-	dir, port := t.TempDir(), freePort(t)
-	hostport := fmt.Sprintf("127.0.0.1:%d", port)
-	srv := startServer(t, bin, []string{"-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", dir}, dir, hostport)
-	nc, err := gonats.Connect("nats://"+hostport, gonats.MaxReconnects(-1), gonats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "LEFT", Subjects: []string{"left.>"},
-		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ackWait = time.Second
-	c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", AckPolicy: jetstream.AckExplicitPolicy,
-		AckWait: ackWait, MaxDeliver: -1, MaxAckPending: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, nc, js, s, c, ctx := natsFact(t, natsServerBin(t), ackWait)
 	for i := 1; i <= 20; i++ {
-		if _, err := js.Publish(ctx, "left.x", []byte(strconv.Itoa(i))); err != nil {
+		if _, err := js.Publish(ctx, "fact.x", []byte(strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
