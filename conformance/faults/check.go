@@ -138,6 +138,7 @@ func Check(h History, dead []ap.DeadLetter, garbage [][]byte, lim Limits) *Repor
 		}
 	}
 
+	restarts := h.restarts()
 	ids := map[string]bool{}
 	for _, m := range []map[string]int{enq, ok, deadN} {
 		for id := range m {
@@ -165,7 +166,9 @@ func Check(h History, dead []ap.DeadLetter, garbage [][]byte, lim Limits) *Repor
 			r.dups = append(r.dups, id)
 			r.note("duplicated: job %s completed %d times, dead-lettered %d times: %s", id, done, d, explainDup(h.of(id), deadOf[id], maybe[id] > 0))
 		}
-		checkStarts(r, id, h.of(id), maybe[id] > 0)
+		// An enqueue that failed, or that was under way while the broker
+		// restarted, may have stored the job twice.
+		checkStarts(r, id, h.of(id), maybe[id] > 0 || acrossRestart(h.of(id), restarts))
 	}
 	return r
 }

@@ -31,6 +31,9 @@ const (
 	KindDead Kind = "dead"
 	// KindAck: the AfterAttempt hook reported an outcome.
 	KindAck Kind = "outcome"
+	// KindRestart: the broker was down from From to At (a restart or an
+	// outage); ID is empty.
+	KindRestart Kind = "restart"
 )
 
 // The results of a KindEnd event. A handler writes the event just before it
@@ -51,8 +54,9 @@ type Event struct {
 	Try      int       `json:"try,omitempty"`
 	Failures int       `json:"f,omitempty"`
 	Crashes  int       `json:"c,omitempty"`
-	Copy     uint64    `json:"cp,omitempty"` // Job.Copy: which copy of the job was handled
-	Result   string    `json:"r,omitempty"`  // KindEnd: a Result*; KindDead: the reason; KindAck: the outcome
+	Copy     uint64    `json:"cp,omitempty"`  // Job.Copy: which copy of the job was handled
+	Result   string    `json:"r,omitempty"`   // KindEnd: a Result*; KindDead: the reason; KindAck: the outcome
+	From     time.Time `json:"from,omitzero"` // KindEnqueue, KindMaybe, KindRestart: when the call or the outage began
 	At       time.Time `json:"at"`
 }
 
@@ -141,6 +145,34 @@ func (h History) count(k Kind, r string) map[string]int {
 		}
 	}
 	return n
+}
+
+// restarts returns the broker's restarts and outages, as KindRestart events.
+func (h History) restarts() History {
+	var out History
+	for _, e := range h {
+		if e.Kind == KindRestart {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// acrossRestart reports whether an acknowledged enqueue of e's job was
+// under way while the broker restarted: a client that sent it again
+// (its connection reset, its confirm lost) may have stored it twice.
+func acrossRestart(job, restarts History) bool {
+	for _, e := range job {
+		if e.Kind != KindEnqueue || e.From.IsZero() {
+			continue
+		}
+		for _, r := range restarts {
+			if !e.From.After(r.At) && !r.From.After(e.At) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // of returns the events of one job.

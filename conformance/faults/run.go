@@ -283,14 +283,23 @@ func (r *run) enqueue(ctx context.Context, jobs ...*ap.Job) error {
 	for _, j := range jobs {
 		j.Queue = r.queue
 	}
+	from := time.Now()
 	err := r.ad().EnqueueBatch(ctx, jobs)
 	k := KindEnqueue
 	if err != nil {
 		k = KindMaybe
 	}
 	for _, j := range jobs {
-		r.log.Add(Event{Kind: k, ID: j.ID})
+		r.log.Add(Event{Kind: k, ID: j.ID, From: from})
 	}
+	return err
+}
+
+// restarted runs restart, recording the outage in the history.
+func (r *run) restarted(restart func() error) error {
+	from := time.Now()
+	err := restart()
+	r.log.Add(Event{Kind: KindRestart, From: from})
 	return err
 }
 

@@ -194,7 +194,7 @@ func brokerRestart(t *testing.T, r *run, kill bool) *Report {
 	for range scale(1) {
 		pause(500*time.Millisecond, time.Second)
 		time.Sleep(time.Until(declared.Add(killAge)))
-		if err := restart(); err != nil {
+		if err := r.restarted(restart); err != nil {
 			cancel()
 			<-done
 			t.Fatalf("restarting the broker: %v", err)
@@ -661,7 +661,7 @@ func randomFaults(t *testing.T, r *run) *Report {
 			cut()
 			faults["cut"]++
 		case x < 9 && restart != nil && time.Since(lastRestart) > 10*time.Second:
-			if err := restart(); err != nil {
+			if err := r.restarted(restart); err != nil {
 				t.Errorf("restarting the broker: %v", err)
 			}
 			lastRestart = time.Now()
