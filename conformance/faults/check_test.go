@@ -326,8 +326,8 @@ func TestCheckEnqueueAcrossRestart(t *testing.T) {
 			b.start("w1", 0, 0, 0). // its worker died: no end
 						start("w2", 0, 0, 0).end("w2", 0, 0, 0, ResultOK, ap.OutcomeSucceeded)
 			r := check(t, b)
-			if r.WrongTries != c.wantWrong {
-				t.Errorf("wrong try counts %d, want %d", r.WrongTries, c.wantWrong)
+			if r.WrongTries != c.wantWrong || r.StoredTwice != 1-c.wantWrong {
+				t.Errorf("wrong try counts %d, stored twice %d; want %d and %d", r.WrongTries, r.StoredTwice, c.wantWrong, 1-c.wantWrong)
 			}
 		})
 	}

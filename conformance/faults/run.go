@@ -602,7 +602,7 @@ func (r *run) record(rep *Report, took time.Duration) {
 	if !rep.Empty {
 		empty = "no: " + rep.Leftover
 	}
-	fmt.Fprintf(f, "| %s | %s | %d | %d | %d | %d | %d | %s | %d | %d | %d | %s |\n", r.tg.Name, r.name,
-		rep.Lost, rep.Duplicated, rep.Redelivered, rep.Unexpected, rep.WrongTries, empty,
+	fmt.Fprintf(f, "| %s | %s | %d | %d | %d | %d | %d | %d | %s | %d | %d | %d | %s |\n", r.tg.Name, r.name,
+		rep.Lost, rep.Duplicated, rep.Redelivered, rep.StoredTwice, rep.Unexpected, rep.WrongTries, empty,
 		rep.Enqueued, rep.Completed, rep.DeadLettered, took.Round(100*time.Millisecond))
 }
