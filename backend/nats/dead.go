@@ -386,8 +386,8 @@ func (b *Backend) scanDead(ctx context.Context, subj string, from, to uint64, fn
 	return scan(ctx, b.dead, subj, from, to, fn)
 }
 
-// scan calls fn with each message of s on subj from sequence from to
-// sequence to (0: to the end) until fn returns false, looking at every
+// scan calls fn with each message of s on subj ("" for any) from sequence
+// from to sequence to (0: to the end) until fn returns false, looking at every
 // message of the stream, whatever its subject, with lookups on ">" (which
 // the server answers by scanning, not from its subject index): one round
 // trip per message.
@@ -403,7 +403,7 @@ func scan(ctx context.Context, s jetstream.Stream, subj string, from, to uint64,
 		if to != 0 && m.Sequence > to {
 			return nil
 		}
-		if m.Subject == subj && !fn(m) {
+		if (subj == "" || m.Subject == subj) && !fn(m) {
 			return nil
 		}
 		seq = m.Sequence + 1

@@ -34,24 +34,34 @@ import (
 // one. One lookup when there is nothing below the floor (on 2.10 and later
 // there is never anything of the consumer's below it).
 func sweep(ctx context.Context, s jetstream.Stream, subject string, floor, from uint64, budget int) (n int, next uint64, err error) {
-	for next = max(from, 1); next <= floor && budget > 0; budget-- {
-		m, err := s.GetMsg(ctx, next, jetstream.WithGetMsgSubject(">")) // the first message at or after next
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return n, floor + 1, nil
+	next = max(from, 1)
+	if next > floor {
+		return 0, next, nil
+	}
+	looked := 0
+	var derr error
+	err = scan(ctx, s, "", next, floor, func(m *jetstream.RawStreamMsg) bool {
+		if looked == budget {
+			return false
 		}
-		if err != nil {
-			return n, next, fmt.Errorf("nats: sweep %s: look up from %d: %w", s.CachedInfo().Config.Name, next, err)
-		}
-		if m.Sequence > floor {
-			return n, floor + 1, nil
-		}
+		looked++
 		if subject == "" || m.Subject == subject {
 			if err := s.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-				return n, next, fmt.Errorf("nats: sweep %s: delete %d: %w", s.CachedInfo().Config.Name, m.Sequence, err)
+				derr = fmt.Errorf("nats: sweep %s: delete %d: %w", s.CachedInfo().Config.Name, m.Sequence, err)
+				return false
 			}
 			n++
 		}
 		next = m.Sequence + 1
+		return true
+	})
+	switch {
+	case err != nil:
+		return n, next, err
+	case derr != nil:
+		return n, next, derr
+	case looked < budget:
+		next = floor + 1 // nothing more at or below the floor
 	}
 	return n, next, nil
 }
@@ -75,39 +85,40 @@ func sweep(ctx context.Context, s jetstream.Stream, subject string, floor, from 
 // themselves; the backend sends these acks to 2.9 servers only.
 func (b *Backend) ackGhosts(ctx context.Context, s jetstream.Stream, consumer string, from, to uint64, budget int) (acks int, next uint64, err error) {
 	subj := "$JS.ACK." + s.CachedInfo().Config.Name + "." + consumer + ".1."
-	ack := func(seq uint64) error {
-		acks++
-		return b.nc.Publish(subj+strconv.FormatUint(seq, 10)+".0.0.0", nil)
-	}
-	defer func() {
-		if acks > 0 && err == nil {
-			err = b.nc.FlushWithContext(ctx)
-		}
-	}()
-	for next = max(from, 1); next <= to && budget > 0 && acks < budget; budget-- {
-		m, err := s.GetMsg(ctx, next, jetstream.WithGetMsgSubject(">"))
-		end := to
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-		case err != nil:
-			return acks, next, fmt.Errorf("nats: look up %s from %d: %w", s.CachedInfo().Config.Name, next, err)
-		default:
-			end = min(to, m.Sequence-1)
-		}
+	// gap acks the sequences from next up to end, as budget allows.
+	gap := func(end uint64) error {
 		for ; next <= end && acks < budget; next++ {
-			if err := ack(next); err != nil {
-				return acks, next, err
+			if err := b.nc.Publish(subj+strconv.FormatUint(next, 10)+".0.0.0", nil); err != nil {
+				return err
 			}
+			acks++
 		}
-		if next <= end {
-			break // out of acks
+		return nil
+	}
+	next = max(from, 1)
+	looked := 0
+	var perr error
+	err = scan(ctx, s, "", next, to, func(m *jetstream.RawStreamMsg) bool {
+		if looked == budget {
+			return false
 		}
-		if m == nil || m.Sequence > to {
-			return acks, to + 1, nil
+		looked++
+		if perr = gap(m.Sequence - 1); perr != nil || next < m.Sequence {
+			return false // out of acks, inside the gap
 		}
 		next = m.Sequence + 1
+		return true
+	})
+	if err == nil && perr == nil && looked < budget && next <= to {
+		perr = gap(to) // the stream ends before to
 	}
-	return acks, next, nil
+	if err == nil {
+		err = perr
+	}
+	if acks > 0 && err == nil {
+		err = b.nc.FlushWithContext(ctx)
+	}
+	return acks, next, err
 }
 
 // before210 reports whether a server version is 2.9 or older.
