@@ -112,24 +112,8 @@ func killUnderLoad(t *testing.T, after time.Duration) bool {
 			}
 		}
 	}()
-	stop, published := make(chan struct{}), make(chan []string)
-	go func() {
-		var ok []string
-		defer func() { published <- ok }()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			body := strconv.Itoa(i)
-			if publishBody(ch, q, body, 2*time.Second) != nil {
-				return
-			}
-			ok = append(ok, body)
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
+	stop := make(chan struct{})
+	published := publishUntil(ch, q, stop, 5*time.Millisecond)
 	time.Sleep(time.Until(declared.Add(after)))
 	if err := b.Restart(true); err != nil {
 		t.Fatal(err)
@@ -274,24 +258,8 @@ func delayRestart(t *testing.T, delayArgs amqp.Table) (missing []string) {
 	if err := ch.Confirm(false); err != nil {
 		t.Fatal(err)
 	}
-	stop, confirmed := make(chan struct{}), make(chan []string)
-	go func() {
-		var ok []string
-		defer func() { confirmed <- ok }()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			body := strconv.Itoa(i)
-			if publishBody(ch, "delay", body, 2*time.Second) != nil {
-				return // the node went down
-			}
-			ok = append(ok, body)
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	stop := make(chan struct{})
+	confirmed := publishUntil(ch, "delay", stop, 2*time.Millisecond)
 	time.Sleep(time.Second)
 	if err := b.Restart(false); err != nil {
 		t.Fatal(err)
@@ -328,6 +296,31 @@ func delayRestart(t *testing.T, delayArgs amqp.Table) (missing []string) {
 
 // publishBody publishes one persistent, mandatory message to q and waits up
 // to d for its confirm.
+// publishUntil publishes "0", "1", ... to q with confirms, a pause apart,
+// until stop is closed or a publish fails (the node went down), and then
+// sends the bodies that were confirmed.
+func publishUntil(ch *amqp.Channel, q string, stop <-chan struct{}, pause time.Duration) <-chan []string {
+	confirmed := make(chan []string, 1)
+	go func() {
+		var ok []string
+		defer func() { confirmed <- ok }()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			body := strconv.Itoa(i)
+			if publishBody(ch, q, body, 2*time.Second) != nil {
+				return
+			}
+			ok = append(ok, body)
+			time.Sleep(pause)
+		}
+	}()
+	return confirmed
+}
+
 func publishBody(ch *amqp.Channel, q, body string, d time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
