@@ -442,16 +442,18 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	}
 	subj := b.deadSubject(queue)
 	n := 0
+	var seqs []uint64
+	seen := int64(0)
+	collect := func(m *jetstream.RawStreamMsg) bool { // the wanted records' sequences
+		seen++
+		if want[m.Header.Get(hdrDeadID)] {
+			seqs = append(seqs, m.Sequence)
+		}
+		return true
+	}
 	for round := 0; round < 3; round++ {
-		var seqs []uint64
-		seen := int64(0)
-		err := b.walkDead(ctx, queue, 1, func(m *jetstream.RawStreamMsg) bool {
-			seen++
-			if want[m.Header.Get(hdrDeadID)] {
-				seqs = append(seqs, m.Sequence)
-			}
-			return true
-		})
+		seqs, seen = seqs[:0], 0
+		err := b.walkDead(ctx, queue, 1, collect)
 		if err != nil {
 			return n, err
 		}
@@ -467,13 +469,7 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 			}
 			if count > seen-int64(deleted+gone) {
 				seqs = seqs[:0]
-				err := b.scanDead(ctx, subj, 1, 0, func(m *jetstream.RawStreamMsg) bool {
-					if want[m.Header.Get(hdrDeadID)] {
-						seqs = append(seqs, m.Sequence)
-					}
-					return true
-				})
-				if err != nil {
+				if err := b.scanDead(ctx, subj, 1, 0, collect); err != nil {
 					return n, err
 				}
 				d, g, err := b.deleteDeadSeqs(ctx, queue, seqs)
