@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/asyncplatform/asyncplatform/internal/decide"
 )
 
 // DefaultQueue is the queue a job goes to when Job.Queue is empty.
@@ -166,35 +168,29 @@ func (p Policy) validate(where string) error {
 	return nil
 }
 
-// resolved is a Policy with every field set.
-type resolved struct {
-	retryLimit, poisonLimit int
-	backoffBase, backoffCap time.Duration
-	timeout                 time.Duration
-}
-
-func (p Policy) resolve() resolved {
-	r := resolved{
-		retryLimit:  DefaultRetryLimit,
-		poisonLimit: DefaultPoisonLimit,
-		backoffBase: DefaultBackoffBase,
-		backoffCap:  DefaultBackoffCap,
-		timeout:     DefaultTimeout,
+// resolve fills in the defaults of every unset field.
+func (p Policy) resolve() decide.Policy {
+	r := decide.Policy{
+		RetryLimit:  DefaultRetryLimit,
+		PoisonLimit: DefaultPoisonLimit,
+		BackoffBase: DefaultBackoffBase,
+		BackoffCap:  DefaultBackoffCap,
+		Timeout:     DefaultTimeout,
 	}
 	if p.RetryLimit != nil {
-		r.retryLimit = *p.RetryLimit
+		r.RetryLimit = *p.RetryLimit
 	}
 	if p.PoisonLimit != nil {
-		r.poisonLimit = *p.PoisonLimit
+		r.PoisonLimit = *p.PoisonLimit
 	}
 	if p.BackoffBase != 0 {
-		r.backoffBase = p.BackoffBase
+		r.BackoffBase = p.BackoffBase
 	}
 	if p.BackoffCap != 0 {
-		r.backoffCap = p.BackoffCap
+		r.BackoffCap = p.BackoffCap
 	}
 	if p.Timeout != 0 {
-		r.timeout = p.Timeout
+		r.Timeout = p.Timeout
 	}
 	return r
 }

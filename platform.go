@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/health"
+	"github.com/asyncplatform/asyncplatform/internal/jobctx"
+	"github.com/asyncplatform/asyncplatform/internal/runner"
 )
 
 // Defaults of Config and QueueConfig.
@@ -191,6 +194,21 @@ type handlerEntry struct {
 	policy Policy
 }
 
+// registry is the handlers, replaced whole by Handle (workers read it
+// without a lock).
+type registry struct {
+	byType map[string]*handlerEntry
+}
+
+// intern returns the registered copy of a type's name, sparing the decoder
+// an allocation.
+func (r *registry) intern(typ []byte) string {
+	if e, ok := r.byType[string(typ)]; ok {
+		return e.typ
+	}
+	return string(typ)
+}
+
 // Platform is the facade: it enqueues jobs, runs their handlers with the
 // failure semantics of the behaviour contract, and administers dead letters,
 // over any driver.Backend.
@@ -200,15 +218,15 @@ type Platform struct {
 	cfg      Config
 	log      *slog.Logger
 	enqueue  EnqueueFunc
-	handlers atomic.Pointer[map[string]*handlerEntry]
+	handlers atomic.Pointer[registry]
 	declared sync.Map // queue name → struct{}
-	health   health
+	health   health.Gate
 
 	mu       sync.Mutex // guards handlers writes and the fields below
 	started  bool
 	stopped  bool
 	stopping atomic.Bool
-	queues   []*queueRunner
+	queues   []*runner.Queue[Job]
 
 	fetchCancel context.CancelFunc      // stops the fetchers
 	workCtx     context.Context         // parent of handler contexts
@@ -237,10 +255,13 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	if p.caps.MinLease > 0 && cfg.Lease < p.caps.MinLease {
 		return nil, fmt.Errorf("%w: Lease %v is shorter than the backend's shortest lease %v", ErrInvalidConfig, cfg.Lease, p.caps.MinLease)
 	}
-	handlers := map[string]*handlerEntry{}
-	p.handlers.Store(&handlers)
-	p.health.init(cfg.HealthChecks)
-	p.health.addPinger(backend)
+	p.handlers.Store(&registry{byType: map[string]*handlerEntry{}})
+	checks := make(map[string]health.Check, len(cfg.HealthChecks))
+	for name, c := range cfg.HealthChecks {
+		checks[name] = c
+	}
+	p.health.Init(checks)
+	p.health.AddPinger(backend)
 	p.enqueue = p.enqueueJobs
 	for i := len(cfg.EnqueueMiddleware) - 1; i >= 0; i-- {
 		p.enqueue = cfg.EnqueueMiddleware[i](p.enqueue)
@@ -373,7 +394,7 @@ func (p *Platform) Handle(jobType string, h Handler, policy ...Policy) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	old := *p.handlers.Load()
+	old := p.handlers.Load().byType
 	if _, dup := old[jobType]; dup {
 		return fmt.Errorf("%w: Handle(%q): a handler is already registered for this type", ErrInvalidConfig, jobType)
 	}
@@ -382,7 +403,7 @@ func (p *Platform) Handle(jobType string, h Handler, policy ...Policy) error {
 		next[k] = v
 	}
 	next[jobType] = e
-	p.handlers.Store(&next)
+	p.handlers.Store(&registry{byType: next})
 	return nil
 }
 
@@ -609,27 +630,32 @@ func (p *Platform) Start(ctx context.Context) error {
 
 	fetchCtx, fetchCancel := context.WithCancel(context.Background())
 	p.fetchCancel = fetchCancel
-	p.health.start(fetchCtx)
+	p.health.Start(fetchCtx)
 	hctx, hcancel := context.WithTimeout(ctx, p.cfg.HealthInterval)
-	p.health.run(hctx, p.log) // no job is taken before the checks have passed once
+	p.health.Run(hctx, p.log) // no job is taken before the checks have passed once
 	hcancel()
 	p.workCtx, p.workCancel = context.WithCancelCause(context.Background())
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	p.bgCancel = bgCancel
 
 	for name, qc := range p.cfg.Queues {
-		q := newQueueRunner(p, name, qc)
+		var q *runner.Queue[Job]
+		q = runner.New(runner.Config[Job]{
+			Name: name, Backend: p.backend, Gate: &p.health, Lease: p.cfg.Lease,
+			Concurrency: qc.Concurrency, Prefetch: *qc.Prefetch, Log: p.log, Workers: &p.workers,
+			Process: func(t *jobctx.Timer, f *inflight) { p.process(q, qc.Policy, t, f) },
+		})
 		p.queues = append(p.queues, q)
 		p.fetchers.Add(1)
 		go func() {
 			defer p.fetchers.Done()
-			q.fetch(fetchCtx)
+			q.Fetch(fetchCtx)
 		}()
 		for range qc.Concurrency {
 			p.workers.Add(1)
 			go func() {
 				defer p.workers.Done()
-				q.work()
+				q.Work()
 			}()
 		}
 	}
@@ -640,11 +666,11 @@ func (p *Platform) Start(ctx context.Context) error {
 	p.background.Add(2)
 	go func() {
 		defer p.background.Done()
-		p.keepLeases(bgCtx)
+		runner.KeepLeases(bgCtx, p.backend, p.cfg.Lease, p.log, p.queues)
 	}()
 	go func() {
 		defer p.background.Done()
-		p.health.loop(bgCtx, p.cfg.HealthInterval, p.log)
+		p.health.Loop(bgCtx, p.cfg.HealthInterval, p.log)
 	}()
 	p.log.InfoContext(ctx, "asyncplatform: started", "queues", len(p.queues), "worker", p.cfg.WorkerName)
 	return nil
@@ -672,10 +698,10 @@ func (p *Platform) Stop(ctx context.Context) error {
 	p.fetchCancel()
 	p.fetchers.Wait() // each fetcher closes its work channel on return
 	for _, q := range p.queues {
-		q.handBackQueued()
+		q.HandBackQueued(p.handBack)
 		if r, ok := p.backend.(driver.Releaser); ok {
-			if err := r.Release(ctx, q.name); err != nil {
-				p.log.WarnContext(ctx, "asyncplatform: releasing the backend's buffered messages failed; they come back after their lease", "queue", q.name, "error", err)
+			if err := r.Release(ctx, q.Name()); err != nil {
+				p.log.WarnContext(ctx, "asyncplatform: releasing the backend's buffered messages failed; they come back after their lease", "queue", q.Name(), "error", err)
 			}
 		}
 	}
@@ -686,10 +712,8 @@ func (p *Platform) Stop(ctx context.Context) error {
 		err = ctx.Err()
 		p.workCancel(errShutdown)
 		for _, q := range p.queues {
-			for _, f := range q.snapshot() {
-				f.mu.Lock()
-				f.cancelHandler()
-				f.mu.Unlock()
+			for _, f := range q.Held() {
+				f.CancelHandler()
 				p.handBack(f)
 			}
 		}
@@ -713,10 +737,10 @@ func (p *Platform) Stats(ctx context.Context, queue string) (QueueStats, error) 
 }
 
 // Healthy reports whether every health check passed on its last run.
-func (p *Platform) Healthy() bool { return p.health.ok() }
+func (p *Platform) Healthy() bool { return p.health.OK() }
 
 // Health returns the last result of each health check: nil for a pass.
-func (p *Platform) Health() map[string]error { return p.health.results() }
+func (p *Platform) Health() map[string]error { return p.health.Results() }
 
 // CheckHealth runs the health checks now and reports whether all pass.
-func (p *Platform) CheckHealth(ctx context.Context) bool { return p.health.run(ctx, p.log) }
+func (p *Platform) CheckHealth(ctx context.Context) bool { return p.health.Run(ctx, p.log) }

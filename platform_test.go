@@ -99,66 +99,13 @@ func TestEnqueueRejectsBadJobs(t *testing.T) {
 	}
 }
 
-func TestEnvelopeRoundTrip(t *testing.T) {
-	j := &Job{
-		ID: "id", Type: "type", Payload: []byte{0, 1, 2, 0xff}, Headers: map[string]string{"k": "v"},
-		EnqueuedAt: time.Unix(0, 12345), NotBefore: time.Unix(5, 0), Deadline: time.Unix(10, 0),
-		Failures: 3, Crashes: 2, unhandled: 1, copyNo: 9, Errors: []string{"a", "b"},
-		Policy: Policy{RetryLimit: Limit(0), PoisonLimit: Limit(4), BackoffBase: time.Second, BackoffCap: time.Minute, Timeout: -1},
-	}
-	var got Job
-	if err := decodeJob(encodeJob(j), &got, nil); err != nil {
-		t.Fatal(err)
-	}
-	if got.ID != j.ID || got.Type != j.Type || !bytes.Equal(got.Payload, j.Payload) || got.Headers["k"] != "v" ||
-		!got.EnqueuedAt.Equal(j.EnqueuedAt) || !got.NotBefore.Equal(j.NotBefore) || !got.Deadline.Equal(j.Deadline) ||
-		got.Failures != 3 || got.Crashes != 2 || got.unhandled != 1 || got.copyNo != 9 || len(got.Errors) != 2 ||
-		*got.Policy.RetryLimit != 0 || *got.Policy.PoisonLimit != 4 || got.Policy.Timeout != -1 || got.Policy.BackoffCap != time.Minute {
-		t.Errorf("round trip lost something:\n got %+v\nwant %+v", got, *j)
-	}
-	for n := range len(encodeJob(j)) { // every truncation is an error, never a panic
-		if err := decodeJob(encodeJob(j)[:n], &Job{}, nil); err == nil {
-			t.Errorf("truncated to %d bytes: no error", n)
-		}
-	}
-}
-
-func FuzzDecodeJob(f *testing.F) {
-	f.Add(encodeJob(&Job{ID: "x", Type: "t", Payload: []byte("p"), Headers: map[string]string{"a": "b"}}))
-	f.Add([]byte("not a job"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		var j Job
-		if decodeJob(b, &j, nil) == nil {
-			again := encodeJob(&j)
-			var k Job
-			if err := decodeJob(again, &k, nil); err != nil {
-				t.Fatalf("re-encoding a decoded job fails to decode: %v", err)
-			}
-		}
-		var dl DeadLetter
-		_ = decodeDead(b, &dl)
-	})
-}
-
-func TestBackoffBounds(t *testing.T) {
-	r := Policy{BackoffBase: 10 * time.Millisecond, BackoffCap: 80 * time.Millisecond}.resolve()
-	for failures := 1; failures < 70; failures++ {
-		want := min(10*time.Millisecond<<min(failures-1, 20), 80*time.Millisecond)
-		for range 50 {
-			if d := backoff(r, failures); d < 0 || d > want {
-				t.Fatalf("failure %d: backoff %v outside [0, %v]", failures, d, want)
-			}
-		}
-	}
-}
-
 func TestPolicyPrecedence(t *testing.T) {
 	job := Policy{Timeout: time.Second}
 	typ := Policy{RetryLimit: Limit(2), Timeout: time.Hour}
 	queue := Policy{RetryLimit: Limit(3), PoisonLimit: Limit(1)}
 	platform := Policy{PoisonLimit: Limit(9), BackoffBase: time.Millisecond}
 	r := job.merge(typ).merge(queue).merge(platform).resolve()
-	if r.timeout != time.Second || r.retryLimit != 2 || r.poisonLimit != 1 || r.backoffBase != time.Millisecond || r.backoffCap != DefaultBackoffCap {
+	if r.Timeout != time.Second || r.RetryLimit != 2 || r.PoisonLimit != 1 || r.BackoffBase != time.Millisecond || r.BackoffCap != DefaultBackoffCap {
 		t.Errorf("resolved %+v", r)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"math"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -44,21 +43,6 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func TestBackoffNeverOverflows(t *testing.T) {
-	r := Policy{BackoffBase: math.MaxInt64, BackoffCap: math.MaxInt64}.resolve()
-	for _, n := range []int{1, 2, 40, 1000} {
-		if d := backoff(r, n); d < 0 {
-			t.Errorf("failure %d: backoff %v", n, d)
-		}
-	}
-	r = Policy{BackoffBase: time.Second, BackoffCap: math.MaxInt64}.resolve()
-	for n := 30; n < 80; n++ {
-		if d := backoff(r, n); d < 0 {
-			t.Fatalf("failure %d: backoff %v", n, d)
-		}
 	}
 }
 

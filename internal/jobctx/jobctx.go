@@ -1,4 +1,6 @@
-package asyncplatform
+// Package jobctx is the handler's context and the per-worker timer that
+// enforces its timeout.
+package jobctx
 
 import (
 	"context"
@@ -6,20 +8,20 @@ import (
 	"time"
 )
 
-// jobContext is a handler's context. It is cancelled when the handler
+// Context is a handler's context. It is cancelled when the handler
 // returns, when its timeout passes, when its lease is lost, or when Stop
 // gives up waiting. It lives inside the inflight record, so it costs no
 // allocation of its own and no timer: its worker's one timer enforces the
-// deadline (see worker.begin), and Stop cancels the running ones itself
+// deadline (see Timer.Begin), and Stop cancels the running ones itself
 // instead of registering each with a parent. A context.WithTimeout per job
 // (a timer and a child registration, created and torn down for every job)
 // was a fifth of the memory backend's CPU.
 //
 // It implements AfterFunc, so contexts derived from it (context.WithTimeout
 // in a handler) register a callback instead of starting a goroutine each.
-type jobContext struct {
-	parent   context.Context // values
-	deadline time.Time       // zero: none
+type Context struct {
+	Parent context.Context // values; set before use
+	Due    time.Time       // the deadline; zero: none; set before use
 
 	mu     sync.Mutex
 	done   chan struct{} // made on first use
@@ -35,9 +37,11 @@ var closedDone = func() chan struct{} {
 	return c
 }()
 
-func (c *jobContext) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }
+// Deadline implements context.Context.
+func (c *Context) Deadline() (time.Time, bool) { return c.Due, !c.Due.IsZero() }
 
-func (c *jobContext) Done() <-chan struct{} {
+// Done implements context.Context.
+func (c *Context) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done == nil {
@@ -49,17 +53,19 @@ func (c *jobContext) Done() <-chan struct{} {
 	return c.done
 }
 
-func (c *jobContext) Err() error {
+// Err implements context.Context.
+func (c *Context) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.err
 }
 
-func (c *jobContext) Value(key any) any { return c.parent.Value(key) }
+// Value implements context.Context with the parent's values.
+func (c *Context) Value(key any) any { return c.Parent.Value(key) }
 
 // AfterFunc runs f in its own goroutine once c is cancelled, like
 // context.AfterFunc; stop unregisters it.
-func (c *jobContext) AfterFunc(f func()) (stop func() bool) {
+func (c *Context) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil {
@@ -80,9 +86,9 @@ func (c *jobContext) AfterFunc(f func()) (stop func() bool) {
 	}
 }
 
-// cancel ends c with err (context.Canceled or context.DeadlineExceeded);
+// Cancel ends c with err (context.Canceled or context.DeadlineExceeded);
 // only the first call counts.
-func (c *jobContext) cancel(err error) {
+func (c *Context) Cancel(err error) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
@@ -100,40 +106,41 @@ func (c *jobContext) cancel(err error) {
 	}
 }
 
-func (c *jobContext) String() string { return "asyncplatform.jobContext" }
+// String names the context in prints.
+func (c *Context) String() string { return "asyncplatform.jobContext" }
 
-// worker runs one handler at a time for a queue and owns the timer that
-// enforces the running job's timeout.
-type worker struct {
+// Timer belongs to one worker goroutine, which runs one handler at a time:
+// it enforces the running job's timeout.
+type Timer struct {
 	mu    sync.Mutex
-	cur   *jobContext // the running job's context; nil when idle
+	cur   *Context    // the running job's context; nil when idle
 	timer *time.Timer // made on first use
 	armed time.Time   // when timer fires; zero when it is not armed
 }
 
-// begin makes c the running job's context. The timer is re-armed only when
+// Begin makes c the running job's context. The timer is re-armed only when
 // it would fire after c's deadline: jobs of one timeout come in deadline
 // order, so a timer armed for an earlier job fires, finds a later deadline
 // and re-arms once per timeout period, not twice per job.
-func (w *worker) begin(c *jobContext) {
+func (w *Timer) Begin(c *Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.cur = c
-	if c.deadline.IsZero() || (!w.armed.IsZero() && !w.armed.After(c.deadline)) {
+	if c.Due.IsZero() || (!w.armed.IsZero() && !w.armed.After(c.Due)) {
 		return
 	}
-	w.arm(c.deadline)
+	w.arm(c.Due)
 }
 
-// end marks the worker idle.
-func (w *worker) end() {
+// End marks the worker idle.
+func (w *Timer) End() {
 	w.mu.Lock()
 	w.cur = nil
 	w.mu.Unlock()
 }
 
 // arm sets the timer to fire at t; w.mu is held.
-func (w *worker) arm(t time.Time) {
+func (w *Timer) arm(t time.Time) {
 	d := time.Until(t)
 	if w.timer == nil {
 		w.timer = time.AfterFunc(d, w.fire)
@@ -145,25 +152,25 @@ func (w *worker) arm(t time.Time) {
 
 // fire cancels the running job if its deadline has passed, and otherwise
 // re-arms the timer for it.
-func (w *worker) fire() {
+func (w *Timer) fire() {
 	w.mu.Lock()
 	w.armed = time.Time{}
 	c := w.cur
-	if c == nil || c.deadline.IsZero() {
+	if c == nil || c.Due.IsZero() {
 		w.mu.Unlock()
 		return
 	}
-	if time.Now().Before(c.deadline) {
-		w.arm(c.deadline)
+	if time.Now().Before(c.Due) {
+		w.arm(c.Due)
 		w.mu.Unlock()
 		return
 	}
 	w.mu.Unlock()
-	c.cancel(context.DeadlineExceeded)
+	c.Cancel(context.DeadlineExceeded)
 }
 
-// stop stops the timer for good; the worker is exiting.
-func (w *worker) stop() {
+// Stop stops the timer for good; the worker is exiting.
+func (w *Timer) Stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.cur = nil

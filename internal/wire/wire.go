@@ -1,4 +1,8 @@
-package asyncplatform
+// Package wire is the envelope: a job as stored in a backend message body,
+// and a dead-letter record. Backends never read it; everything decoded here
+// came off a broker and is untrusted, so every length and count is checked
+// against the bytes that remain.
+package wire
 
 import (
 	"bytes"
@@ -33,7 +37,43 @@ const (
 	envVersion = 1
 )
 
-var errEnvelope = errors.New("not an asyncplatform envelope")
+// ErrEnvelope is wrapped by every decoding error.
+var ErrEnvelope = errors.New("not an asyncplatform envelope")
+
+// Policy is the job's own failure-handling policy, as the root package's
+// Policy (the same fields, so the two convert).
+type Policy struct {
+	RetryLimit  *int
+	PoisonLimit *int
+	BackoffBase time.Duration
+	BackoffCap  time.Duration
+	Timeout     time.Duration
+}
+
+// Job is the envelope's job: the root Job's fields plus the platform's own.
+type Job struct {
+	ID, Type   string
+	Payload    []byte
+	Headers    map[string]string
+	EnqueuedAt time.Time
+	NotBefore  time.Time
+	Deadline   time.Time
+	Failures   int
+	Crashes    int
+	Unhandled  int    // requeues for want of a handler
+	Copy       uint64 // the copy number
+	Policy     Policy
+	Errors     []string
+	PayloadRef string // set when the payload lives in the PayloadStore
+}
+
+// Dead is a dead-letter record.
+type Dead struct {
+	Reason, Error, Worker, Queue string
+	DeadAt                       time.Time
+	Raw                          []byte // set when the message was not a job; Job is then unused
+	Job                          Job
+}
 
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
@@ -68,7 +108,7 @@ func appendJob(b []byte, j *Job) []byte {
 	b = append(b, envMagic, kindJob, envVersion)
 	b = appendString(b, j.ID)
 	b = appendString(b, j.Type)
-	if j.payloadRef != "" {
+	if j.PayloadRef != "" {
 		b = appendBytes(b, nil) // the payload lives in the PayloadStore
 	} else {
 		b = appendBytes(b, j.Payload)
@@ -83,8 +123,8 @@ func appendJob(b []byte, j *Job) []byte {
 	b = appendTime(b, j.Deadline)
 	b = binary.AppendUvarint(b, uint64(j.Failures))
 	b = binary.AppendUvarint(b, uint64(j.Crashes))
-	b = binary.AppendUvarint(b, uint64(j.unhandled))
-	b = binary.AppendUvarint(b, j.copyNo)
+	b = binary.AppendUvarint(b, uint64(j.Unhandled))
+	b = binary.AppendUvarint(b, j.Copy)
 	var flags byte
 	var retry, poison int
 	if j.Policy.RetryLimit != nil {
@@ -105,10 +145,11 @@ func appendJob(b []byte, j *Job) []byte {
 	for _, e := range j.Errors {
 		b = appendString(b, e)
 	}
-	return appendString(b, j.payloadRef)
+	return appendString(b, j.PayloadRef)
 }
 
-func encodeJob(j *Job) []byte { return appendJob(make([]byte, 0, encodedSize(j)), j) }
+// EncodeJob encodes j.
+func EncodeJob(j *Job) []byte { return appendJob(make([]byte, 0, encodedSize(j)), j) }
 
 // reader decodes the envelope; the first error sticks.
 type reader struct {
@@ -118,7 +159,7 @@ type reader struct {
 
 func (r *reader) fail(what string) {
 	if r.err == nil {
-		r.err = fmt.Errorf("%w: truncated or corrupt %s", errEnvelope, what)
+		r.err = fmt.Errorf("%w: truncated or corrupt %s", ErrEnvelope, what)
 	}
 }
 
@@ -197,25 +238,26 @@ func (r *reader) byte(what string) byte {
 
 func (r *reader) header(kind byte) {
 	if len(r.b) < 3 || r.b[0] != envMagic || r.b[1] != kind {
-		r.err = errEnvelope
+		r.err = ErrEnvelope
 		return
 	}
 	if r.b[2] != envVersion {
-		r.err = fmt.Errorf("%w: version %d is not known to this build", errEnvelope, r.b[2])
+		r.err = fmt.Errorf("%w: version %d is not known to this build", ErrEnvelope, r.b[2])
 		return
 	}
 	r.b = r.b[3:]
 }
 
-// decodeJob decodes an envelope into j. The payload aliases b. A Type that
-// has a handler reuses the handler's copy of the string (one allocation less).
-func decodeJob(b []byte, j *Job, handlers map[string]*handlerEntry) error {
+// DecodeJob decodes an envelope into j. The payload aliases b. When intern
+// is not nil it turns the type's bytes into its string (a registered type
+// reuses the handler's copy: one allocation less).
+func DecodeJob(b []byte, j *Job, intern func([]byte) string) error {
 	r := reader{b: b}
 	r.header(kindJob)
 	j.ID = r.string("ID")
 	typ := r.bytes("Type")
-	if e, ok := handlers[string(typ)]; ok {
-		j.Type = e.typ
+	if intern != nil {
+		j.Type = intern(typ)
 	} else {
 		j.Type = string(typ)
 	}
@@ -232,8 +274,8 @@ func decodeJob(b []byte, j *Job, handlers map[string]*handlerEntry) error {
 	j.Deadline = r.time("Deadline")
 	j.Failures = int(r.uvarint("Failures"))
 	j.Crashes = int(r.uvarint("Crashes"))
-	j.unhandled = int(r.uvarint("unhandled"))
-	j.copyNo = r.uvarint("copy")
+	j.Unhandled = int(r.uvarint("unhandled"))
+	j.Copy = r.uvarint("copy")
 	flags := r.byte("Policy")
 	retry := int(r.uvarint("RetryLimit"))
 	poison := int(r.uvarint("PoisonLimit"))
@@ -252,14 +294,15 @@ func decodeJob(b []byte, j *Job, handlers map[string]*handlerEntry) error {
 			j.Errors[i] = r.string("error line")
 		}
 	}
-	j.payloadRef = r.string("payload reference")
+	j.PayloadRef = r.string("payload reference")
 	if r.err == nil && len(r.b) != 0 {
 		r.fail("trailer")
 	}
 	return r.err
 }
 
-func encodeDead(d *DeadLetter) []byte {
+// EncodeDead encodes a dead-letter record.
+func EncodeDead(d *Dead) []byte {
 	b := []byte{envMagic, kindDead, envVersion}
 	b = appendString(b, string(d.Reason))
 	b = appendString(b, d.Error)
@@ -271,13 +314,15 @@ func encodeDead(d *DeadLetter) []byte {
 		return appendBytes(b, d.Raw)
 	}
 	b = append(b, 0)
-	return appendBytes(b, encodeJob(&d.Job))
+	return appendBytes(b, EncodeJob(&d.Job))
 }
 
-func decodeDead(b []byte, d *DeadLetter) error {
+// DecodeDead decodes a dead-letter record; the job's payload and Raw are
+// copies, free of b.
+func DecodeDead(b []byte, d *Dead) error {
 	r := reader{b: b}
 	r.header(kindDead)
-	d.Reason = Reason(r.string("reason"))
+	d.Reason = r.string("reason")
 	d.Error = r.string("error")
 	d.Worker = r.string("worker")
 	d.Queue = r.string("queue")
@@ -291,12 +336,9 @@ func decodeDead(b []byte, d *DeadLetter) error {
 		d.Raw = append([]byte{}, body...)
 		return nil
 	}
-	if err := decodeJob(body, &d.Job, nil); err != nil {
+	if err := DecodeJob(body, &d.Job, nil); err != nil {
 		return err
 	}
 	d.Job.Payload = bytes.Clone(d.Job.Payload) // the caller may keep or change it
-	d.Job.Queue = d.Queue
-	d.Job.TryCount = d.Job.Failures + d.Job.Crashes
-	d.PayloadRef = d.Job.payloadRef
 	return nil
 }

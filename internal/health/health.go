@@ -1,4 +1,6 @@
-package asyncplatform
+// Package health runs the platform's health checks and gates the fetchers
+// on their result: while a check fails, no new job is taken.
+package health
 
 import (
 	"context"
@@ -11,9 +13,13 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// health runs the health checks and gates the fetchers on their result.
-type health struct {
-	checks map[string]HealthCheck
+// Check reports whether something the handlers need is healthy.
+type Check = func(ctx context.Context) error
+
+// Gate runs the health checks and gates the fetchers on their result. Its
+// zero value is not usable: call Init.
+type Gate struct {
+	checks map[string]Check
 
 	mu      sync.Mutex
 	last    map[string]error
@@ -28,7 +34,8 @@ type health struct {
 	cancel context.CancelFunc
 }
 
-func (h *health) init(checks map[string]HealthCheck) {
+// Init sets the checks; the gate starts healthy.
+func (h *Gate) Init(checks map[string]Check) {
 	h.checks = checks
 	h.healthy = true
 	h.fast.Store(true)
@@ -38,10 +45,10 @@ func (h *health) init(checks map[string]HealthCheck) {
 	h.last = map[string]error{}
 }
 
-// addPinger makes the backend's connectivity one of the checks.
-func (h *health) addPinger(b driver.Backend) {
+// AddPinger makes the backend's connectivity one of the checks.
+func (h *Gate) AddPinger(b driver.Backend) {
 	if pinger, ok := b.(driver.Pinger); ok {
-		checks := map[string]HealthCheck{"broker": pinger.Ping}
+		checks := map[string]Check{"broker": pinger.Ping}
 		for k, v := range h.checks {
 			checks[k] = v
 		}
@@ -49,9 +56,11 @@ func (h *health) addPinger(b driver.Backend) {
 	}
 }
 
-func (h *health) ok() bool { return h.fast.Load() }
+// OK reports the last result, without a lock.
+func (h *Gate) OK() bool { return h.fast.Load() }
 
-func (h *health) results() map[string]error {
+// Results returns the last result of each check: nil for a pass.
+func (h *Gate) Results() map[string]error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	out := make(map[string]error, len(h.last))
@@ -61,8 +70,8 @@ func (h *health) results() map[string]error {
 	return out
 }
 
-// start makes the first healthy period a child of base (the fetchers' context).
-func (h *health) start(base context.Context) {
+// Start makes the first healthy period a child of base (the fetchers' context).
+func (h *Gate) Start(base context.Context) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.base = base
@@ -72,9 +81,9 @@ func (h *health) start(base context.Context) {
 	}
 }
 
-// wait blocks while unhealthy. It returns the context of the current healthy
+// Wait blocks while unhealthy. It returns the context of the current healthy
 // period, which ends when health is lost, or nil when ctx ends first.
-func (h *health) wait(ctx context.Context) context.Context {
+func (h *Gate) Wait(ctx context.Context) context.Context {
 	for {
 		h.mu.Lock()
 		wake, period := h.wake, h.period
@@ -93,8 +102,8 @@ func (h *health) wait(ctx context.Context) context.Context {
 	}
 }
 
-// recheck asks the loop to run the checks now.
-func (h *health) recheck() {
+// Recheck asks the loop to run the checks now.
+func (h *Gate) Recheck() {
 	if len(h.checks) == 0 {
 		return
 	}
@@ -104,8 +113,8 @@ func (h *health) recheck() {
 	}
 }
 
-// run runs every check once and records the result.
-func (h *health) run(ctx context.Context, log *slog.Logger) bool {
+// Run runs every check once and records the result.
+func (h *Gate) Run(ctx context.Context, log *slog.Logger) bool {
 	results := make(map[string]error, len(h.checks))
 	healthy := true
 	for name, check := range h.checks {
@@ -139,7 +148,7 @@ func (h *health) run(ctx context.Context, log *slog.Logger) bool {
 	return healthy
 }
 
-func safeCheck(ctx context.Context, check HealthCheck) (err error) {
+func safeCheck(ctx context.Context, check Check) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("health check panicked: %v", v)
@@ -148,8 +157,8 @@ func safeCheck(ctx context.Context, check HealthCheck) (err error) {
 	return check(ctx)
 }
 
-// loop runs the checks every interval and on request, until ctx ends.
-func (h *health) loop(ctx context.Context, every time.Duration, log *slog.Logger) {
+// Loop runs the checks every interval and on request, until ctx ends.
+func (h *Gate) Loop(ctx context.Context, every time.Duration, log *slog.Logger) {
 	if len(h.checks) == 0 {
 		return
 	}
@@ -157,7 +166,7 @@ func (h *health) loop(ctx context.Context, every time.Duration, log *slog.Logger
 	defer t.Stop()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, every)
-		h.run(cctx, log)
+		h.Run(cctx, log)
 		cancel()
 		select {
 		case <-ctx.Done():

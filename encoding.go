@@ -1,0 +1,66 @@
+package asyncplatform
+
+import (
+	"github.com/asyncplatform/asyncplatform/internal/wire"
+)
+
+// toWire is j as the envelope carries it.
+func toWire(j *Job) wire.Job {
+	return wire.Job{
+		ID: j.ID, Type: j.Type, Payload: j.Payload, Headers: j.Headers,
+		EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, Deadline: j.Deadline,
+		Failures: j.Failures, Crashes: j.Crashes, Unhandled: j.unhandled, Copy: j.copyNo,
+		Policy: wire.Policy(j.Policy), Errors: j.Errors, PayloadRef: j.payloadRef,
+	}
+}
+
+// fromWire sets j from the envelope's job; TryCount and Queue are the
+// caller's to set.
+func fromWire(w *wire.Job, j *Job) {
+	*j = Job{
+		ID: w.ID, Type: w.Type, Payload: w.Payload, Headers: w.Headers,
+		EnqueuedAt: w.EnqueuedAt, NotBefore: w.NotBefore, Deadline: w.Deadline,
+		Failures: w.Failures, Crashes: w.Crashes, unhandled: w.Unhandled, copyNo: w.Copy,
+		Policy: Policy(w.Policy), Errors: w.Errors, payloadRef: w.PayloadRef,
+	}
+}
+
+func encodeJob(j *Job) []byte {
+	w := toWire(j)
+	return wire.EncodeJob(&w)
+}
+
+// decodeJob decodes an envelope into j; intern, when set, names the type.
+func decodeJob(b []byte, j *Job, intern func([]byte) string) error {
+	var w wire.Job
+	if err := wire.DecodeJob(b, &w, intern); err != nil {
+		return err
+	}
+	fromWire(&w, j)
+	return nil
+}
+
+func encodeDead(d *DeadLetter) []byte {
+	w := wire.Dead{Reason: string(d.Reason), Error: d.Error, Worker: d.Worker, Queue: d.Queue, DeadAt: d.DeadAt, Raw: d.Raw}
+	if d.Raw == nil {
+		w.Job = toWire(&d.Job)
+	}
+	return wire.EncodeDead(&w)
+}
+
+func decodeDead(b []byte, d *DeadLetter) error {
+	var w wire.Dead
+	if err := wire.DecodeDead(b, &w); err != nil {
+		return err
+	}
+	d.Reason, d.Error, d.Worker, d.Queue, d.DeadAt = Reason(w.Reason), w.Error, w.Worker, w.Queue, w.DeadAt
+	if w.Raw != nil {
+		d.Raw = w.Raw
+		return nil
+	}
+	fromWire(&w.Job, &d.Job)
+	d.Job.Queue = d.Queue
+	d.Job.TryCount = d.Job.Failures + d.Job.Crashes
+	d.PayloadRef = d.Job.payloadRef
+	return nil
+}

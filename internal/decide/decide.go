@@ -1,0 +1,206 @@
+// Package decide is the outcome table: one pure function that decides what
+// becomes of a delivery, before its handler runs (the gate) and after (the
+// verdict). It knows nothing of brokers, encodings or goroutines; the
+// platform classifies the handler's error, calls Decide, and settles the
+// delivery as told. Every row of the README's failure-semantics table is a
+// case of Decide, and its table test has one row per README row.
+package decide
+
+import (
+	"fmt"
+	"time"
+)
+
+// Outcome is what becomes of a delivery.
+type Outcome int
+
+// The outcomes.
+const (
+	// Run: the gate let the delivery through; call its handler.
+	Run Outcome = iota
+	// Succeeded: acknowledge it.
+	Succeeded
+	// Retried: a failure within the retry limit; write the next copy,
+	// Failures + 1, due at RetryAt.
+	Retried
+	// Rejected: Reject; write the next copy uncounted, due at RetryAt.
+	Rejected
+	// HandedBack: the platform is stopping; write the next copy uncounted,
+	// due now.
+	HandedBack
+	// Requeued: no handler is registered for its type; write the next copy
+	// with Unhandled + 1, due at RetryAt.
+	Requeued
+	// DeadLettered: move it to the dead-letter queue, for Reason.
+	DeadLettered
+)
+
+var outcomeNames = [...]string{"run", "succeeded", "retried", "rejected", "handed_back", "requeued", "dead_lettered"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("outcome(%d)", int(o))
+}
+
+// Reason says why a delivery is dead-lettered; the values are the root
+// package's Reason values.
+type Reason string
+
+// The dead-letter reasons decided here.
+const (
+	RetriesExceeded Reason = "retries_exceeded"
+	Invalid         Reason = "invalid"
+	Permanent       Reason = "permanent"
+	Poisoned        Reason = "poisoned"
+	Unhandled       Reason = "unhandled"
+	Expired         Reason = "expired"
+)
+
+// Result is the handler's result, as the platform classified its error.
+type Result int
+
+// The results.
+const (
+	// NotRun: the handler has not run yet; Decide is the gate.
+	NotRun Result = iota
+	// OK: it returned nil.
+	OK
+	// Failed: it returned an ordinary error, panicked or timed out.
+	Failed
+	// InvalidInput: it returned Invalid.
+	InvalidInput
+	// PermanentFailure: it returned Permanent.
+	PermanentFailure
+	// Rejection: it returned Reject.
+	Rejection
+)
+
+// Policy is a resolved policy: every field set.
+type Policy struct {
+	RetryLimit  int
+	PoisonLimit int
+	BackoffBase time.Duration
+	BackoffCap  time.Duration
+	Timeout     time.Duration // negative: none
+}
+
+// Input is everything the decision depends on.
+type Input struct {
+	// The job's counters as delivered: Crashes includes the deliveries of
+	// this copy that ended with no outcome.
+	Failures, Crashes, Unhandled int
+
+	Type       string    // the job's type, for the texts
+	Deadline   time.Time // zero: none
+	HasHandler bool
+	Policy     Policy
+
+	UnhandledRetries int           // requeues allowed for want of a handler
+	UnhandledDelay   time.Duration // between them
+	RejectDelay      time.Duration // Config.RejectDelay
+
+	Result Result
+	// RejectAfter is the Reject's own delay; zero means RejectDelay.
+	RejectAfter time.Duration
+	// Stopping: the platform's shutdown cancelled the handler.
+	Stopping bool
+
+	Now time.Time
+	// Jitter, in [0, 1], places a retry within its backoff window
+	// (exponential backoff with full jitter).
+	Jitter float64
+}
+
+// Decision is what to do.
+type Decision struct {
+	Outcome Outcome
+	Reason  Reason    // for DeadLettered
+	RetryAt time.Time // for Retried, Rejected and Requeued
+	// The next copy's counters (and the dead letter's).
+	Failures, Crashes, Unhandled int
+	// Why explains a dead letter the gate decided (there is no handler
+	// error to show).
+	Why string
+}
+
+// Decide decides. Before the handler runs (Result NotRun), in this order: a
+// passed deadline expires the job, crashes beyond the poison limit poison it,
+// and a missing handler requeues it until UnhandledRetries are spent; else
+// the handler runs. After it ran: nil succeeds; a shutdown hands the job back
+// uncounted; Reject requeues it uncounted; Invalid and Permanent dead-letter
+// it at once; any other failure is retried with backoff until the failures
+// pass the retry limit. Every failure counts; nothing else does.
+func Decide(in Input) Decision {
+	d := Decision{Failures: in.Failures, Crashes: in.Crashes, Unhandled: in.Unhandled}
+	if in.Result == NotRun {
+		switch {
+		case !in.Deadline.IsZero() && !in.Now.Before(in.Deadline):
+			d.Outcome, d.Reason = DeadLettered, Expired
+			d.Why = fmt.Sprintf("deadline %s passed before the job could run", in.Deadline.Format(time.RFC3339Nano))
+		case in.Crashes > in.Policy.PoisonLimit:
+			d.Outcome, d.Reason = DeadLettered, Poisoned
+			d.Why = fmt.Sprintf("the job's worker crashed or lost it %d times; the poison limit is %d", in.Crashes, in.Policy.PoisonLimit)
+		case !in.HasHandler && in.Unhandled < in.UnhandledRetries:
+			d.Outcome, d.RetryAt = Requeued, in.Now.Add(in.UnhandledDelay)
+			d.Unhandled++
+		case !in.HasHandler:
+			d.Outcome, d.Reason = DeadLettered, Unhandled
+			d.Why = fmt.Sprintf("no handler registered for job type %q after %d requeues", in.Type, in.Unhandled)
+		default:
+			d.Outcome = Run
+		}
+		return d
+	}
+	switch in.Result {
+	case OK:
+		d.Outcome = Succeeded
+		return d
+	}
+	if in.Stopping {
+		d.Outcome = HandedBack
+		return d
+	}
+	if in.Result == Rejection {
+		delay := in.RejectAfter
+		if delay <= 0 {
+			delay = in.RejectDelay
+		}
+		d.Outcome, d.RetryAt = Rejected, in.Now.Add(delay)
+		return d
+	}
+	d.Failures++
+	switch {
+	case in.Result == InvalidInput:
+		d.Outcome, d.Reason = DeadLettered, Invalid
+	case in.Result == PermanentFailure:
+		d.Outcome, d.Reason = DeadLettered, Permanent
+	case d.Failures > in.Policy.RetryLimit:
+		d.Outcome, d.Reason = DeadLettered, RetriesExceeded
+	default:
+		d.Outcome, d.RetryAt = Retried, in.Now.Add(Backoff(in.Policy, d.Failures, in.Jitter))
+	}
+	return d
+}
+
+// Backoff is the delay before the retry after the given number of failures:
+// jitter times min(BackoffCap, BackoffBase·2^(failures-1)).
+func Backoff(p Policy, failures int, jitter float64) time.Duration {
+	d := min(p.BackoffBase, p.BackoffCap)
+	for i := 1; i < failures && d < p.BackoffCap; i++ {
+		if d > p.BackoffCap/2 {
+			d = p.BackoffCap
+			break
+		}
+		d *= 2
+	}
+	if d <= 0 {
+		return 0
+	}
+	v := float64(d) * min(max(jitter, 0), 1)
+	if v >= float64(d) { // also keeps a huge d from overflowing
+		return d
+	}
+	return time.Duration(v)
+}

@@ -1,0 +1,333 @@
+// Package runner is the platform's machinery for working a queue: a fetcher
+// that claims deliveries while claim slots are free, workers that run them
+// one at a time, the lease keeper, and settling a delivery exactly once. It
+// decides nothing about a job: the platform's Process function does.
+package runner
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/health"
+	"github.com/asyncplatform/asyncplatform/internal/jobctx"
+)
+
+// Delivery is one delivery held by this worker, with its decoded job J.
+type Delivery[J any] struct {
+	D   *driver.Delivery
+	Job J // the worker's decoded job; the handler gets &Job
+
+	Ctx jobctx.Context // the handler's context, set before Start
+
+	mu      sync.Mutex // serialises backend calls on D
+	renewed time.Time  // when the lease was last started or extended
+	started bool       // Ctx is set: CancelHandler cancels it
+	freed   bool       // its claim slot was given back before release (worker goroutine only)
+	done    bool       // settled (or given up): no more backend calls on D
+	lost    bool       // the lease was lost while held
+}
+
+// Start marks the handler's context as set (Ctx must be ready) and reports
+// whether the lease was lost while the delivery waited: the job is then
+// another worker's and must not run here.
+func (f *Delivery[J]) Start() (lost bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.started = true
+	return f.lost
+}
+
+// CancelHandler cancels the handler's context if it has started.
+func (f *Delivery[J]) CancelHandler() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cancelHandler()
+}
+
+func (f *Delivery[J]) cancelHandler() {
+	if f.started {
+		f.Ctx.Cancel(context.Canceled)
+	}
+}
+
+// ErrSettled is returned by Settle for a delivery already settled (Stop
+// handed it back first).
+var ErrSettled = errors.New("delivery already settled")
+
+// Settle reports an outcome for the delivery, once: an Ack, or else a
+// Requeue of msg, or else (rec non-nil) a DeadLetter of rec. It takes no
+// deadline of its own: backends bound their own network calls, and a per-job
+// timer costs more than the rest of the hot path.
+func (f *Delivery[J]) Settle(b driver.Backend, log *slog.Logger, ack bool, msg *driver.Message, rec *driver.DeadMessage) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done {
+		return ErrSettled
+	}
+	f.done = true
+	if f.lost {
+		return driver.ErrLeaseLost
+	}
+	ctx := context.Background()
+	var err error
+	switch {
+	case ack:
+		err = b.Ack(ctx, f.D)
+	case msg != nil:
+		err = b.Requeue(ctx, f.D, *msg)
+	default:
+		err = b.DeadLetter(ctx, f.D, *rec)
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, driver.ErrLeaseLost):
+		log.Warn("asyncplatform: lease lost before the outcome was reported; the job will be delivered again", "queue", f.D.Queue, "error", err)
+	default:
+		log.Error("asyncplatform: reporting an outcome failed; the job will come back after its lease", "queue", f.D.Queue, "error", err)
+	}
+	return err
+}
+
+// Config configures a Queue.
+type Config[J any] struct {
+	Name        string
+	Backend     driver.Backend
+	Gate        *health.Gate
+	Lease       time.Duration
+	Concurrency int
+	Prefetch    int
+	Log         *slog.Logger
+	// Process decides and settles one delivery; Work calls it on a worker
+	// goroutine with that goroutine's timer.
+	Process func(t *jobctx.Timer, f *Delivery[J])
+	// Workers counts worker goroutines; a worker whose handler called
+	// runtime.Goexit is replaced under it.
+	Workers *sync.WaitGroup
+}
+
+// Queue works one queue: a fetcher claims up to Concurrency+Prefetch
+// deliveries and Concurrency workers run them.
+type Queue[J any] struct {
+	cfg   Config[J]
+	max   int
+	slots chan struct{}     // one token per free claim slot
+	jobs  chan *Delivery[J] // claimed, waiting for a worker
+
+	mu   sync.Mutex
+	held map[*Delivery[J]]struct{} // claimed and not yet released
+}
+
+// New returns a queue runner; Fetch and Work start it.
+func New[J any](cfg Config[J]) *Queue[J] {
+	q := &Queue[J]{cfg: cfg, max: cfg.Concurrency + cfg.Prefetch, held: map[*Delivery[J]]struct{}{}}
+	q.slots = make(chan struct{}, q.max)
+	for range q.max {
+		q.slots <- struct{}{}
+	}
+	q.jobs = make(chan *Delivery[J], q.max)
+	return q
+}
+
+// Name is the queue's name.
+func (q *Queue[J]) Name() string { return q.cfg.Name }
+
+// Fetch claims deliveries while there are free slots, until ctx ends; then
+// it closes the work channel.
+func (q *Queue[J]) Fetch(ctx context.Context) {
+	defer close(q.jobs)
+	log := q.cfg.Log
+	retry := 50 * time.Millisecond
+	for {
+		rctx := q.cfg.Gate.Wait(ctx)
+		if rctx == nil {
+			return
+		}
+		select {
+		case <-q.slots:
+		case <-rctx.Done():
+			continue
+		}
+		n := 1
+	more:
+		for n < q.max {
+			select {
+			case <-q.slots:
+				n++
+			default:
+				break more
+			}
+		}
+		ds, err := q.cfg.Backend.Receive(rctx, q.cfg.Name, n, q.cfg.Lease)
+		for range n - len(ds) {
+			q.slots <- struct{}{}
+		}
+		now := time.Now()
+		for _, d := range ds {
+			f := &Delivery[J]{D: d, renewed: now}
+			q.mu.Lock()
+			q.held[f] = struct{}{}
+			q.mu.Unlock()
+			q.jobs <- f
+		}
+		switch {
+		case err == nil:
+			retry = 50 * time.Millisecond
+		case ctx.Err() != nil:
+			return
+		case rctx.Err() != nil:
+			continue // health lost: wait for it to return
+		case errors.Is(err, driver.ErrClosed):
+			log.Error("asyncplatform: backend closed; this queue stops taking jobs", "queue", q.cfg.Name, "error", err)
+			return
+		default:
+			log.Warn("asyncplatform: receive failed; retrying", "queue", q.cfg.Name, "error", err, "in", retry)
+			select {
+			case <-time.After(retry):
+			case <-ctx.Done():
+				return
+			}
+			retry = min(retry*2, 5*time.Second)
+		}
+	}
+}
+
+// Work runs deliveries until the fetcher closes the work channel.
+func (q *Queue[J]) Work() {
+	t := &jobctx.Timer{}
+	defer t.Stop()
+	for f := range q.jobs {
+		q.runOne(t, f)
+	}
+}
+
+// runOne processes one delivery. A panic outside the handler (a hook, or a
+// bug) is logged and the worker goes on; a handler that calls
+// runtime.Goexit ends this goroutine, so a replacement is started. Either
+// way the delivery is let go unsettled: its lease lapses and it comes back
+// with a crash counted, so a job that does this every time ends poisoned.
+func (q *Queue[J]) runOne(t *jobctx.Timer, f *Delivery[J]) {
+	normal := false
+	defer func() {
+		v := recover()
+		if v != nil {
+			q.cfg.Log.Error("asyncplatform: panic while processing a job; it comes back after its lease", "queue", q.cfg.Name, "panic", v, "stack", string(debug.Stack()))
+		}
+		if !normal { // the handler's context must not outlive its attempt
+			t.End()
+			f.CancelHandler()
+		}
+		q.release(f)
+		if v == nil && !normal { // runtime.Goexit
+			q.cfg.Log.Error("asyncplatform: a handler called runtime.Goexit; its job comes back after its lease", "queue", q.cfg.Name)
+			q.cfg.Workers.Add(1)
+			go func() {
+				defer q.cfg.Workers.Done()
+				q.Work()
+			}()
+		}
+	}()
+	q.cfg.Process(t, f)
+	normal = true
+}
+
+// release forgets a delivery and frees its claim slot.
+func (q *Queue[J]) release(f *Delivery[J]) {
+	q.mu.Lock()
+	delete(q.held, f)
+	q.mu.Unlock()
+	q.FreeSlot(f)
+}
+
+// FreeSlot gives f's claim slot back, once. The worker calls it as soon as
+// the handler returns, so the fetcher claims the next jobs while the outcome
+// is reported instead of after: a claim and a settle overlap rather than
+// follow each other. The deliveries held at once are then at most
+// Concurrency + Prefetch, plus one being settled per worker. Only f's worker
+// goroutine may call it.
+func (q *Queue[J]) FreeSlot(f *Delivery[J]) {
+	if !f.freed {
+		f.freed = true
+		q.slots <- struct{}{}
+	}
+}
+
+// HandBackQueued hands back, at once, the deliveries claimed ahead and not
+// started. Call it after Fetch has returned.
+func (q *Queue[J]) HandBackQueued(handBack func(*Delivery[J]) error) {
+	for {
+		select {
+		case f, ok := <-q.jobs:
+			if !ok {
+				return
+			}
+			_ = handBack(f)
+			q.release(f)
+		default:
+			return
+		}
+	}
+}
+
+// Held returns the deliveries claimed and not yet released.
+func (q *Queue[J]) Held() []*Delivery[J] {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	fs := make([]*Delivery[J], 0, len(q.held))
+	for f := range q.held {
+		fs = append(fs, f)
+	}
+	return fs
+}
+
+// KeepLeases extends the lease of every held delivery whose lease is more
+// than a third spent, until ctx ends.
+func KeepLeases[J any](ctx context.Context, b driver.Backend, lease time.Duration, log *slog.Logger, queues []*Queue[J]) {
+	every := lease / 3
+	t := time.NewTicker(max(every/2, time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			for _, q := range queues {
+				for _, f := range q.Held() {
+					f.extend(b, lease, log, now, every)
+				}
+			}
+		}
+	}
+}
+
+func (f *Delivery[J]) extend(b driver.Backend, lease time.Duration, log *slog.Logger, now time.Time, every time.Duration) {
+	if !f.mu.TryLock() {
+		return // busy settling; never let one slow call hold up every lease
+	}
+	defer f.mu.Unlock()
+	if f.done || f.lost || now.Sub(f.renewed) < every {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), every)
+	defer cancel()
+	err := b.Extend(ctx, f.D, lease)
+	switch {
+	case err == nil:
+		f.renewed = now
+	case errors.Is(err, driver.ErrLeaseLost):
+		f.lost = true
+		f.cancelHandler()
+		log.Warn("asyncplatform: lease lost; the handler is cancelled and the job will be delivered again", "queue", f.D.Queue, "error", err)
+	case now.Sub(f.renewed) >= lease:
+		// The lease has certainly lapsed: the job may be running elsewhere.
+		f.lost = true
+		f.cancelHandler()
+		log.Warn("asyncplatform: could not extend a lease before it lapsed; the handler is cancelled and the job will be delivered again", "queue", f.D.Queue, "error", err)
+	default:
+		log.Warn("asyncplatform: extending a lease failed; will retry", "queue", f.D.Queue, "error", err)
+	}
+}

@@ -1,0 +1,420 @@
+package asyncplatform
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/decide"
+	"github.com/asyncplatform/asyncplatform/internal/jobctx"
+	"github.com/asyncplatform/asyncplatform/internal/runner"
+)
+
+// inflight is one delivery held by this platform, with its decoded job.
+type inflight = runner.Delivery[Job]
+
+// decodeDelivery decodes a delivery's job and adds the crashes its earlier
+// deliveries imply (see driver: every outcome but Ack writes a new copy, so
+// each earlier delivery of this copy ended with no outcome).
+// Each of those crashes gets a line in the error history.
+func (p *Platform) decodeDelivery(d *driver.Delivery, j *Job, reg *registry) error {
+	var intern func([]byte) string
+	if reg != nil {
+		intern = reg.intern
+	}
+	if err := decodeJob(d.Body, j, intern); err != nil {
+		return err
+	}
+	j.Queue = d.Queue
+	for range d.Deliveries - 1 {
+		j.Crashes++
+		j.Errors = appendHistory(j.Errors, fmt.Sprintf("try %d: no outcome (the worker died or lost its lease)", j.Failures+j.Crashes), p.cfg.ErrorHistory)
+	}
+	j.TryCount = j.Failures + j.Crashes
+	return nil
+}
+
+// process takes one delivery through the pipeline: decode → gate → run →
+// decide → settle. What becomes of it is decided by decide.Decide alone.
+func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *inflight) {
+	reg := p.handlers.Load()
+	j := &f.Job
+	if err := p.decodeDelivery(f.D, j, reg); err != nil { // decode
+		p.deadRaw(f, err)
+		return
+	}
+	if p.stopping.Load() || !p.health.OK() { // claimed ahead, before the stop or the failed check
+		p.handBack(f)
+		return
+	}
+	h := reg.byType[j.Type]
+	in := p.input(j, h, qp)
+	p.warnTries(j)
+	if d := decide.Decide(in); d.Outcome != decide.Run { // gate
+		p.apply(f, j, d, "")
+		return
+	}
+	if !p.loadPayload(f, j) {
+		return
+	}
+	herr, start, dur, timedOut, ok := p.run(t, f, h, in.Policy.Timeout) // run
+	if !ok {
+		return
+	}
+	f.Ctx.Cancel(context.Canceled)
+	q.FreeSlot(f)
+
+	// The next copy and any dead letter are built from the job as
+	// delivered, not from whatever the handler did to *Job.
+	var next Job
+	if herr != nil {
+		_ = p.decodeDelivery(f.D, &next, reg) // it decoded once already
+		next.TryCount = j.TryCount
+	}
+	in.Result, in.RejectAfter = classify(herr) // decide
+	in.Stopping = p.workCtx.Err() != nil
+	in.Now = time.Now()
+	in.Jitter = rand.Float64()
+	d := decide.Decide(in)
+	a := Attempt{Job: j, Err: herr, Duration: dur, RetryAt: d.RetryAt}
+	text := ""
+	if herr != nil {
+		text = herr.Error()
+		if timedOut {
+			text = fmt.Sprintf("timed out after %v: %s", in.Policy.Timeout, text)
+		}
+		if in.Result != decide.Rejection && !in.Stopping {
+			next.Errors = appendHistory(next.Errors, fmt.Sprintf("try %d at %s: %s", next.TryCount, start.UTC().Format(time.RFC3339), firstLine(text)), p.cfg.ErrorHistory)
+		}
+		var pe *PanicError
+		if errors.As(herr, &pe) {
+			text += "\n" + string(pe.Stack)
+		}
+		j = &next
+	}
+	a.Outcome, a.Reason = outcomeOf(d)
+	serr := p.apply(f, j, d, text) // settle
+	switch {
+	case serr == nil:
+	case errors.Is(serr, runner.ErrSettled):
+		a.Outcome = OutcomeHandedBack // Stop handed it back first
+	default:
+		a.Outcome = OutcomeLeaseLost
+	}
+	if hook := p.cfg.Hooks.AfterAttempt; hook != nil {
+		hook(context.Background(), a)
+	}
+}
+
+// input gathers what the decision depends on, before the handler runs.
+func (p *Platform) input(j *Job, h *handlerEntry, qp Policy) decide.Input {
+	pol := j.Policy
+	if h != nil {
+		pol = pol.merge(h.policy)
+	}
+	return decide.Input{
+		Failures: j.Failures, Crashes: j.Crashes, Unhandled: j.unhandled,
+		Type: j.Type, Deadline: j.Deadline, HasHandler: h != nil,
+		Policy:           pol.merge(qp).merge(p.cfg.Policy).resolve(),
+		UnhandledRetries: *p.cfg.UnhandledRetries, UnhandledDelay: p.cfg.UnhandledDelay,
+		RejectDelay: p.cfg.RejectDelay,
+		Now:         time.Now(),
+	}
+}
+
+// classify turns a handler's error into the decision's input.
+func classify(err error) (decide.Result, time.Duration) {
+	if err == nil {
+		return decide.OK, 0
+	}
+	if rej := asReject(err); rej != nil {
+		return decide.Rejection, rej.Delay
+	}
+	var inv *InvalidError
+	var perm *PermanentError
+	switch {
+	case errors.As(err, &inv):
+		return decide.InvalidInput, 0
+	case errors.As(err, &perm):
+		return decide.PermanentFailure, 0
+	}
+	return decide.Failed, 0
+}
+
+// outcomeOf names a decision for Hooks.AfterAttempt.
+func outcomeOf(d decide.Decision) (Outcome, Reason) {
+	switch d.Outcome {
+	case decide.Succeeded:
+		return OutcomeSucceeded, ""
+	case decide.Retried:
+		return OutcomeRetried, ""
+	case decide.Rejected:
+		return OutcomeRejected, ""
+	case decide.HandedBack, decide.Requeued:
+		return OutcomeHandedBack, ""
+	}
+	return OutcomeDeadLettered, Reason(d.Reason)
+}
+
+// apply settles the delivery as d says; j is the job the next copy or the
+// dead letter is built from, text the handler's error for a dead letter.
+func (p *Platform) apply(f *inflight, j *Job, d decide.Decision, text string) error {
+	switch d.Outcome {
+	case decide.Succeeded:
+		err := p.settle(f, true, nil, nil)
+		if err == nil {
+			p.dropPayload(context.Background(), j.payloadRef)
+		}
+		return err
+	case decide.HandedBack:
+		return p.handBack(f)
+	case decide.Requeued:
+		j.unhandled = d.Unhandled
+		p.log.Debug("asyncplatform: no handler; requeued", "queue", j.Queue, "id", j.ID, "type", j.Type, "requeues", j.unhandled)
+		return p.requeue(f, j, d.RetryAt)
+	case decide.Rejected:
+		err := p.requeue(f, j, d.RetryAt)
+		p.health.Recheck()
+		return err
+	case decide.Retried:
+		j.Failures = d.Failures
+		return p.requeue(f, j, d.RetryAt)
+	case decide.DeadLettered:
+		j.Failures = d.Failures
+		if text == "" {
+			text = d.Why
+		}
+		return p.dead(f, j, Reason(d.Reason), text, nil)
+	}
+	return fmt.Errorf("asyncplatform: no way to settle outcome %v", d.Outcome)
+}
+
+func (p *Platform) warnTries(j *Job) {
+	if w := p.cfg.WarnTries; (w > 0 && j.TryCount+1 >= w) || (p.cfg.WarnCrashes > 0 && j.Crashes >= p.cfg.WarnCrashes) {
+		p.log.Warn("asyncplatform: job delivered a significant number of times",
+			"queue", j.Queue, "id", j.ID, "type", j.Type, "try", j.TryCount+1, "failures", j.Failures, "crashes", j.Crashes)
+	}
+}
+
+// loadPayload makes j's payload the handler's own: fetched from the store
+// when it was offloaded, else a copy of the delivered bytes (which must stay
+// as they were: a retry, a hand-back or a redelivery is built from them).
+func (p *Platform) loadPayload(f *inflight, j *Job) bool {
+	if j.payloadRef != "" {
+		return p.fetchPayload(f, j)
+	}
+	if len(j.Payload) > 0 {
+		j.Payload = bytes.Clone(j.Payload)
+	}
+	return true
+}
+
+// run calls the handler under its context. ok is false when the job must
+// not run here (its lease lapsed while it waited).
+func (p *Platform) run(t *jobctx.Timer, f *inflight, h *handlerEntry, timeout time.Duration) (herr error, start time.Time, dur time.Duration, timedOut, ok bool) {
+	j := &f.Job
+	j.TryCount++ // this attempt
+	f.Ctx = jobctx.Context{Parent: p.workCtx}
+	if timeout > 0 {
+		f.Ctx.Due = time.Now().Add(timeout)
+	}
+	ctx := &f.Ctx
+	if f.Start() { // its lease lapsed while it waited: another worker has it now
+		return nil, start, 0, false, false
+	}
+	if p.workCtx.Err() != nil { // Stop gave up waiting before it was started
+		ctx.Cancel(context.Canceled)
+	}
+	if p.log.Enabled(ctx, slog.LevelDebug) {
+		p.log.Debug("asyncplatform: attempt", "queue", j.Queue, "id", j.ID, "type", j.Type, "try", j.TryCount)
+	}
+	t.Begin(ctx)
+	start = time.Now()
+	herr = call(ctx, h.h, j)
+	dur = time.Since(start)
+	t.End()
+	timedOut = herr != nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
+	return herr, start, dur, timedOut, true
+}
+
+// fetchPayload loads an offloaded payload into j. When it cannot, it settles
+// the delivery itself (dead letter or uncounted requeue) and returns false.
+func (p *Platform) fetchPayload(f *inflight, j *Job) bool {
+	store := p.cfg.PayloadStore
+	if store == nil {
+		p.dead(f, j, ReasonPayloadMissing, fmt.Sprintf("the payload was offloaded (reference %q) but this worker has no PayloadStore configured", j.payloadRef), nil)
+		return false
+	}
+	ctx, cancel := context.WithTimeout(p.workCtx, p.cfg.Lease)
+	defer cancel()
+	b, err := store.Get(ctx, j.payloadRef)
+	switch {
+	case err == nil:
+		j.Payload = b
+		return true
+	case errors.Is(err, ErrPayloadNotFound):
+		p.dead(f, j, ReasonPayloadMissing, fmt.Sprintf("the offloaded payload is gone from the store (reference %q): %v", j.payloadRef, err), nil)
+	default: // the store is unreachable: not the job's fault
+		p.log.Warn("asyncplatform: fetching an offloaded payload failed; requeued uncounted", "queue", j.Queue, "id", j.ID, "ref", j.payloadRef, "error", err)
+		p.requeue(f, j, time.Now().Add(p.cfg.RejectDelay))
+		p.health.Recheck()
+	}
+	return false
+}
+
+// call runs the handler, turning a panic into a *PanicError.
+func call(ctx context.Context, h Handler, j *Job) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h(ctx, j)
+}
+
+// asReject returns the RejectError in err's chain, or nil. Only a non-nil
+// err costs an allocation (errors.As takes the target's address).
+func asReject(err error) *RejectError {
+	if err == nil {
+		return nil
+	}
+	var rej *RejectError
+	if errors.As(err, &rej) {
+		return rej
+	}
+	return nil
+}
+
+// settle reports an outcome for the delivery, once (see runner.Delivery.Settle).
+func (p *Platform) settle(f *inflight, ack bool, msg *driver.Message, rec *driver.DeadMessage) error {
+	return f.Settle(p.backend, p.log, ack, msg, rec)
+}
+
+// requeue replaces the delivery with the next copy of j, due at at.
+func (p *Platform) requeue(f *inflight, j *Job, at time.Time) error {
+	j.copyNo++
+	j.NotBefore = time.Time{}
+	if at.After(time.Now()) {
+		j.NotBefore = at
+	}
+	msg := p.message(j)
+	return p.settle(f, false, &msg, nil)
+}
+
+// handBack returns a delivery uncounted, for shutdown.
+func (p *Platform) handBack(f *inflight) error {
+	var j Job
+	if err := p.decodeDelivery(f.D, &j, nil); err != nil {
+		return err // not a job: it comes back after its lease and is dead-lettered then
+	}
+	err := p.requeue(f, &j, time.Time{})
+	if err == nil {
+		p.log.Debug("asyncplatform: handed back at shutdown", "queue", j.Queue, "id", j.ID, "type", j.Type)
+	}
+	return err
+}
+
+// dead dead-letters the delivery as j, or as raw bytes when raw is non-nil.
+func (p *Platform) dead(f *inflight, j *Job, reason Reason, text string, raw []byte) error {
+	j.TryCount = j.Failures + j.Crashes
+	dl := DeadLetter{Job: *j, Queue: f.D.Queue, Reason: reason, Error: text, DeadAt: time.Now(), Worker: p.cfg.WorkerName, Raw: raw}
+	dl.ID = messageID(j)
+	rec := driver.DeadMessage{ID: dl.ID, Body: p.fitDead(&dl)}
+	err := p.settle(f, false, nil, &rec)
+	if err != nil {
+		return err
+	}
+	p.log.Warn("asyncplatform: dead-lettered", "queue", dl.Queue, "id", j.ID, "type", j.Type, "reason", reason, "tries", j.TryCount, "error", firstLine(text))
+	if hook := p.cfg.Hooks.OnDeadLetter; hook != nil {
+		hook(context.Background(), dl)
+	}
+	return nil
+}
+
+// fitDead encodes a dead-letter record within the backend's limit: the oldest
+// error lines go first, then the error text is cut (never below
+// minDeadError), then raw bytes are cut (saying so in the error). MaxPayload's
+// headroom makes the first two enough for any job that could be enqueued.
+func (p *Platform) fitDead(dl *DeadLetter) []byte {
+	body := encodeDead(dl)
+	for limit := p.caps.MaxBody; limit > 0 && len(body) > limit; body = encodeDead(dl) {
+		excess := len(body) - limit
+		switch {
+		case len(dl.Job.Errors) > 0:
+			dl.Job.Errors = dl.Job.Errors[1:]
+		case len(dl.Error) > minDeadError:
+			dl.Error = dl.Error[:max(minDeadError, len(dl.Error)-excess-32)] + " …(cut to fit)"
+		case len(dl.Raw) > 0:
+			keep := max(0, len(dl.Raw)-excess-128)
+			dl.Error += fmt.Sprintf(" (the raw message had %d bytes; only the first %d fit in a dead letter)", len(dl.Raw), keep)
+			dl.Raw = dl.Raw[:keep:keep]
+		default:
+			return body // nothing left to cut; the backend will refuse it and say why
+		}
+	}
+	return body
+}
+
+// deadRaw dead-letters a message that is not a job, keeping its bytes.
+func (p *Platform) deadRaw(f *inflight, cause error) {
+	j := &Job{ID: newID(time.Now()), Queue: f.D.Queue}
+	raw := append([]byte{}, f.D.Body...)
+	p.dead(f, j, ReasonInvalid, "the message is not an asyncplatform job: "+cause.Error(), raw)
+}
+
+func appendHistory(h []string, line string, limit int) []string {
+	if len(line) > 1024 {
+		line = line[:1024] + "…"
+	}
+	keep := h
+	if len(keep) >= limit {
+		keep = keep[len(keep)-limit+1:]
+	}
+	out := make([]string, len(keep), len(keep)+1)
+	copy(out, keep)
+	return append(out, line)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// newID returns a UUIDv7: time-ordered, with 74 random bits.
+func newID(now time.Time) string {
+	var b [16]byte
+	ms := uint64(now.UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (40 - 8*i))
+	}
+	r1, r2 := rand.Uint64(), rand.Uint64()
+	for i := range 2 {
+		b[6+i] = byte(r1 >> (8 * i))
+	}
+	for i := range 8 {
+		b[8+i] = byte(r2 >> (8 * i))
+	}
+	b[6] = b[6]&0x0f | 0x70
+	b[8] = b[8]&0x3f | 0x80
+	const hexdigits = "0123456789abcdef"
+	var s [36]byte
+	j := 0
+	for i, c := range b {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			s[j] = '-'
+			j++
+		}
+		s[j], s[j+1] = hexdigits[c>>4], hexdigits[c&0xf]
+		j += 2
+	}
+	return string(s[:])
+}
