@@ -71,4 +71,3 @@ func TestHandlerContext(t *testing.T) {
 		}
 	}
 }
-

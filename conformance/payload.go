@@ -9,11 +9,12 @@ import (
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/dirstore"
 )
 
 // offloadConfig is e.config with a directory payload store of the case's own.
-func (e *env) offloadConfig(t *testing.T, threshold int) (ap.Config, *ap.DirStore) {
-	store, err := ap.NewDirStore(t.TempDir())
+func (e *env) offloadConfig(t *testing.T, threshold int) (ap.Config, *dirstore.DirStore) {
+	store, err := dirstore.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func randomPayload(n int) []byte {
 }
 
 // storeEmpty waits until the store holds no payload: nothing left behind.
-func (e *env) storeEmpty(s *ap.DirStore) {
+func (e *env) storeEmpty(s *dirstore.DirStore) {
 	e.t.Helper()
 	var refs []string
 	e.waitFor("the payload store to be empty", func() bool {
