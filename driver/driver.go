@@ -24,6 +24,13 @@
 //     (RabbitMQ quorum x-delivery-count, JetStream NumDelivered, Azure
 //     DequeueCount).
 //
+// # Queue names
+//
+// A queue name is 1 to MaxQueueLen bytes of [A-Za-z0-9._-], and CheckQueue is
+// the one place that says so. The portable layer validates every queue name
+// with it before calling a backend; a backend assumes valid input and never
+// validates names itself (it maps them to names its broker accepts).
+//
 // # Concurrency
 //
 // Every method may be called from several goroutines at once, but the platform
@@ -153,9 +160,10 @@ type Capabilities struct {
 // Backend stores and delivers messages for a set of named queues, and keeps one
 // dead-letter queue per queue.
 //
-// Queue names are non-empty strings of at most 100 bytes from
-// [A-Za-z0-9._-]; the platform validates them before they reach a backend. A
-// backend derives its own names (keys, subjects, dead-letter queues) from them.
+// Every queue argument is a valid queue name (see CheckQueue): the platform
+// validates names before they reach a backend, so a backend does not check
+// them again and may assume valid input. It derives its own names (keys,
+// subjects, dead-letter queues) from them.
 type Backend interface {
 	// Capabilities reports the backend's limits. It must not block.
 	Capabilities() Capabilities
