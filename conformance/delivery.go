@@ -1,0 +1,77 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+func testExactlyOnce(t *testing.T, e *env) {
+	const n = 300
+	var mu sync.Mutex
+	done := map[string]int{}
+	h := func(_ context.Context, j *ap.Job) error {
+		mu.Lock()
+		done[j.ID]++
+		mu.Unlock()
+		return nil
+	}
+	var workers []*worker
+	for range 3 {
+		workers = append(workers, e.worker(e.config()).handle(t, "n", h).start(t))
+	}
+	jobs := make([]*ap.Job, n)
+	for i := range jobs {
+		jobs[i] = &ap.Job{Type: "n", Payload: []byte(fmt.Sprint(i))}
+	}
+	e.enqueue(workers[0].P, jobs...)
+	e.waitFor(fmt.Sprintf("%d jobs", n), func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(done) == n
+	})
+	e.settle()
+	mu.Lock()
+	defer mu.Unlock()
+	dups := 0
+	for _, j := range jobs {
+		switch n := done[j.ID]; {
+		case n == 0:
+			t.Errorf("job %s never processed", j.ID)
+		case n > 1 && e.opts.DuplicatesWithoutFaults != "":
+			dups += n - 1
+		case n > 1:
+			t.Errorf("job %s processed %d times", j.ID, n)
+		}
+	}
+	if dups > 0 {
+		t.Logf("%d duplicate deliveries, allowed because: %s", dups, e.opts.DuplicatesWithoutFaults)
+	}
+	st, err := workers[0].P.Stats(context.Background(), e.queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ready > 0 || st.InFlight > 0 || st.Scheduled > 0 || st.Dead > 0 {
+		t.Errorf("queue not empty at the end: %+v", st)
+	}
+}
+
+func testNotBefore(t *testing.T, e *env) {
+	w := e.worker(e.config()).handle(t, "nb", ok)
+	at := time.Now().Add(800 * time.Millisecond)
+	later := &ap.Job{Type: "nb", NotBefore: at}
+	now := &ap.Job{Type: "nb"}
+	e.enqueue(w.P, later, now)
+	w.start(t)
+	e.waitFor("both jobs", func() bool { return e.rec.count(later.ID) == 1 && e.rec.count(now.ID) == 1 })
+	if got := e.rec.of(later.ID)[0].At; got.Before(at) {
+		t.Errorf("a job delayed until %v ran %v early", at.Format(time.StampMilli), at.Sub(got))
+	}
+	if got := e.rec.of(now.ID)[0].At; !got.Before(at) {
+		t.Errorf("an undelayed job waited behind a delayed one")
+	}
+}

@@ -1,0 +1,158 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+func testRoundTripFields(t *testing.T, e *env) {
+	got := make(chan ap.Job, 1)
+	w := e.worker(e.config()).handle(t, "rt", func(_ context.Context, j *ap.Job) error {
+		got <- *j
+		return nil
+	})
+	deadline := time.Now().Add(time.Hour).Truncate(time.Microsecond)
+	notBefore := time.Now().Add(-time.Second).Truncate(time.Microsecond)
+	job := &ap.Job{
+		ID:        "id-" + e.queue,
+		Type:      "rt",
+		Payload:   []byte("payload \x00\xff"),
+		Headers:   map[string]string{"traceparent": "00-abc-def-01", "ünïcode": "välue", "empty": ""},
+		NotBefore: notBefore,
+		Deadline:  deadline,
+		Policy:    ap.Policy{RetryLimit: ap.Limit(7), PoisonLimit: ap.Limit(2), Timeout: 42 * time.Second},
+	}
+	e.enqueue(w.P, job)
+	if job.EnqueuedAt.IsZero() {
+		t.Errorf("Enqueue did not set EnqueuedAt")
+	}
+	w.start(t)
+	var j ap.Job
+	select {
+	case j = <-got:
+	case <-time.After(e.opts.Wait):
+		t.Fatalf("job never delivered\n%s", e.rec)
+	}
+	if j.ID != job.ID || j.Type != "rt" || j.Queue != e.queue || !bytes.Equal(j.Payload, job.Payload) {
+		t.Errorf("got ID %q Type %q Queue %q Payload %q; want %q %q %q %q", j.ID, j.Type, j.Queue, j.Payload, job.ID, "rt", e.queue, job.Payload)
+	}
+	if len(j.Headers) != len(job.Headers) {
+		t.Errorf("headers: got %v, want %v", j.Headers, job.Headers)
+	}
+	for k, v := range job.Headers {
+		if got, ok := j.Headers[k]; !ok || got != v {
+			t.Errorf("header %q: got %q (present %v), want %q", k, got, ok, v)
+		}
+	}
+	if !j.EnqueuedAt.Equal(job.EnqueuedAt) || !j.Deadline.Equal(deadline) || !j.NotBefore.Equal(notBefore) {
+		t.Errorf("times: EnqueuedAt %v/%v Deadline %v/%v NotBefore %v/%v", j.EnqueuedAt, job.EnqueuedAt, j.Deadline, deadline, j.NotBefore, notBefore)
+	}
+	if j.Policy.RetryLimit == nil || *j.Policy.RetryLimit != 7 || j.Policy.PoisonLimit == nil || *j.Policy.PoisonLimit != 2 || j.Policy.Timeout != 42*time.Second {
+		t.Errorf("policy did not round-trip: %+v", j.Policy)
+	}
+	if j.TryCount != 1 || j.Failures != 0 || j.Crashes != 0 || len(j.Errors) != 0 {
+		t.Errorf("first attempt: TryCount %d Failures %d Crashes %d Errors %v; want 1 0 0 none", j.TryCount, j.Failures, j.Crashes, j.Errors)
+	}
+	if job.TryCount != 0 {
+		t.Errorf("an enqueued job has TryCount %d, want 0", job.TryCount)
+	}
+}
+
+func testPayloads(t *testing.T, e *env) {
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	payloads := map[string][]byte{
+		"nil":     nil,
+		"empty":   {},
+		"binary":  all,
+		"invalid": []byte{0xff, 0xfe, 0xc3, 0x28},
+		"text":    []byte(`{"hello":"world"}`),
+	}
+	got := map[string][]byte{}
+	done := make(chan struct{}, len(payloads))
+	w := e.worker(e.config()).handle(t, "p", func(_ context.Context, j *ap.Job) error {
+		e.rec.mu.Lock()
+		got[j.ID] = append([]byte{}, j.Payload...)
+		e.rec.mu.Unlock()
+		done <- struct{}{}
+		return nil
+	})
+	for name, p := range payloads {
+		e.enqueue(w.P, &ap.Job{ID: name + "-" + e.queue, Type: "p", Payload: p})
+	}
+	w.start(t)
+	for range payloads {
+		select {
+		case <-done:
+		case <-time.After(e.opts.Wait):
+			t.Fatalf("not every payload was delivered\n%s", e.rec)
+		}
+	}
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	for name, p := range payloads {
+		if g := got[name+"-"+e.queue]; !bytes.Equal(g, p) {
+			t.Errorf("payload %s: got %x, want %x", name, g, p)
+		}
+	}
+}
+
+func testPayloadLimit(t *testing.T, e *env) {
+	got := make(chan int, 4)
+	w := e.worker(e.config()).handle(t, "big", func(_ context.Context, j *ap.Job) error {
+		for i, c := range j.Payload {
+			if c != byte(i*7) {
+				return ap.Permanent(fmt.Errorf("byte %d differs", i))
+			}
+		}
+		got <- len(j.Payload)
+		return nil
+	})
+	w.start(t)
+	probe := ap.Job{ID: "0190c0de-0000-7000-8000-000000000000", Type: "big", Queue: e.queue}
+	limit := w.P.MaxPayload(probe)
+	if limit < 0 {
+		limit = 1 << 20 // no limit declared: a 1 MiB payload must pass
+		t.Logf("the backend declares no message limit; sending %d bytes", limit)
+	} else {
+		t.Logf("the backend carries payloads up to %d bytes (MaxBody %d)", limit, e.caps.MaxBody)
+	}
+	mk := func(n int) *ap.Job {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte(i * 7)
+		}
+		j := probe
+		j.ID = fmt.Sprintf("0190c0de-0000-7000-8000-%012d", n%1_000_000_000_000)
+		j.Payload = p
+		return &j
+	}
+	e.enqueue(w.P, mk(limit-1))
+	e.enqueue(w.P, mk(limit))
+	if e.caps.MaxBody > 0 {
+		err := w.P.Enqueue(ctxT(t, e.opts.Wait), mk(limit+1))
+		if !errors.Is(err, ap.ErrPayloadTooLarge) {
+			t.Errorf("a payload one byte over the limit: got %v, want ErrPayloadTooLarge", err)
+		}
+	}
+	seen := map[int]bool{}
+	for range 2 {
+		select {
+		case n := <-got:
+			seen[n] = true
+		case <-time.After(e.opts.Wait):
+			t.Fatalf("limit-sized payloads not delivered intact (got %v)\n%s", seen, e.rec)
+		}
+	}
+	if !seen[limit-1] || !seen[limit] {
+		t.Errorf("delivered sizes %v, want %d and %d", seen, limit-1, limit)
+	}
+}
