@@ -1,0 +1,165 @@
+package asyncplatform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/internal/decide"
+)
+
+// outcomeRow is one row of the README's failure-semantics table, as the
+// pipeline decides it: decode, gate, run, decide.
+type outcomeRow struct {
+	readme string // the README row's first cell
+
+	notAJob    bool  // the message is not a job
+	failures   int   // the job's failures before this delivery
+	crashes    int   // crashes before this delivery (its deliveries ended with no outcome)
+	unhandled  int   // requeues for want of a handler so far
+	noHandler  bool  // no handler registered for its type
+	expired    bool  // its Deadline has passed
+	err        error // what the handler returned
+	timedOut   bool  // the handler ran past its timeout
+	retryLimit int
+
+	want        Outcome
+	wantReason  Reason
+	wantCounted bool // the attempt counts as a failure
+	wantDelay   time.Duration
+}
+
+// TestOutcomeTable has one row per row of the README's failure-semantics
+// table (TestReadmeTableMatches checks the two agree). Each row goes through
+// the platform's own decision path, not a copy of it.
+func TestOutcomeTable(t *testing.T) {
+	rows := []outcomeRow{
+		{readme: "returns nil", want: OutcomeSucceeded},
+		{readme: "returns an ordinary error", err: errors.New("boom"), failures: 2, retryLimit: 3, want: OutcomeRetried, wantCounted: true},
+		{readme: "returns an ordinary error", err: errors.New("boom"), failures: 3, retryLimit: 3, want: OutcomeDeadLettered, wantReason: ReasonRetriesExceeded, wantCounted: true},
+		{readme: "panics", err: &PanicError{Value: "oops"}, failures: 2, retryLimit: 3, want: OutcomeRetried, wantCounted: true},
+		{readme: "panics", err: &PanicError{Value: "oops"}, failures: 3, retryLimit: 3, want: OutcomeDeadLettered, wantReason: ReasonRetriesExceeded, wantCounted: true},
+		{readme: "runs past its timeout", err: context.DeadlineExceeded, timedOut: true, failures: 2, retryLimit: 3, want: OutcomeRetried, wantCounted: true},
+		{readme: "runs past its timeout", err: context.DeadlineExceeded, timedOut: true, failures: 3, retryLimit: 3, want: OutcomeDeadLettered, wantReason: ReasonRetriesExceeded, wantCounted: true},
+		{readme: "returns `Invalid(err)`", err: fmt.Errorf("wrapped: %w", Invalid(errors.New("bad"))), retryLimit: 3, want: OutcomeDeadLettered, wantReason: ReasonInvalid, wantCounted: true},
+		{readme: "returns `Permanent(err)`", err: Permanent(errors.New("gone")), retryLimit: 3, want: OutcomeDeadLettered, wantReason: ReasonPermanent, wantCounted: true},
+		{readme: "returns `Reject(err)`", err: Reject(errors.New("db down")), failures: 3, retryLimit: 3, want: OutcomeRejected, wantDelay: DefaultRejectDelay},
+		{readme: "returns `Reject(err)`", err: RejectAfter(errors.New("db down"), time.Minute), want: OutcomeRejected, wantDelay: time.Minute},
+		{readme: "never reports (killed, OOM, lost lease)", crashes: DefaultPoisonLimit, want: OutcomeSucceeded},
+		{readme: "never reports (killed, OOM, lost lease)", crashes: DefaultPoisonLimit + 1, want: OutcomeDeadLettered, wantReason: ReasonPoisoned},
+		{readme: "(no handler registered for its type)", noHandler: true, unhandled: DefaultUnhandledRetries - 1, want: OutcomeHandedBack, wantDelay: DefaultUnhandledDelay},
+		{readme: "(no handler registered for its type)", noHandler: true, unhandled: DefaultUnhandledRetries, want: OutcomeDeadLettered, wantReason: ReasonUnhandled},
+		{readme: "(its `Deadline` passed before it could run)", expired: true, want: OutcomeDeadLettered, wantReason: ReasonExpired},
+		{readme: "(the message is not a job at all)", notAJob: true, want: OutcomeDeadLettered, wantReason: ReasonInvalid},
+	}
+	mem, err := memory.New(context.Background(), memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(mem, Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &handlerEntry{typ: "t"}
+	now := time.Now()
+	for _, r := range rows {
+		name := fmt.Sprintf("%s/failures=%d,crashes=%d,unhandled=%d", r.readme, r.failures, r.crashes, r.unhandled)
+		t.Run(name, func(t *testing.T) {
+			got, reason, counted, delay := decideRow(p, h, r, now)
+			if got != r.want || reason != r.wantReason || counted != r.wantCounted {
+				t.Errorf("got %s %q (counted %v), want %s %q (counted %v)", got, reason, counted, r.want, r.wantReason, r.wantCounted)
+			}
+			if r.wantDelay > 0 && delay != r.wantDelay {
+				t.Errorf("offered again after %v, want %v", delay, r.wantDelay)
+			}
+			if r.want == OutcomeRetried && (delay < 0 || delay > DefaultBackoffBase<<r.failures) {
+				t.Errorf("retry after %v, outside the backoff window", delay)
+			}
+		})
+	}
+}
+
+// decideRow runs a row through the pipeline's steps: decode, gate (the
+// handler is assumed to run when the gate says Run), classify, decide.
+func decideRow(p *Platform, h *handlerEntry, r outcomeRow, now time.Time) (Outcome, Reason, bool, time.Duration) {
+	if r.notAJob {
+		var j Job
+		if decodeJob([]byte("{\"not\": \"a job\"}"), &j, nil) == nil {
+			return OutcomeSucceeded, "", false, 0
+		}
+		return OutcomeDeadLettered, ReasonInvalid, false, 0 // deadRaw
+	}
+	j := &Job{Type: "t", Failures: r.failures, Crashes: r.crashes, unhandled: r.unhandled}
+	if r.expired {
+		j.Deadline = now.Add(-time.Second)
+	}
+	entry := h
+	if r.noHandler {
+		entry = nil
+	}
+	in := p.input(j, entry, Policy{RetryLimit: Limit(r.retryLimit)})
+	in.Now = now
+	d := decide.Decide(in)
+	if d.Outcome == decide.Run {
+		in.Result, in.RejectAfter = classify(r.err)
+		in.Now, in.Jitter = now, 1
+		d = decide.Decide(in)
+	}
+	o, reason := outcomeOf(d)
+	var delay time.Duration
+	if !d.RetryAt.IsZero() {
+		delay = d.RetryAt.Sub(now)
+	}
+	return o, reason, d.Failures > r.failures, delay
+}
+
+// TestReadmeTableMatches checks that every row of the README's
+// failure-semantics table has rows in TestOutcomeTable, and the reverse.
+func TestReadmeTableMatches(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var readme []string
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(line, "| the handler"):
+			in = true
+		case in && strings.HasPrefix(line, "|--"):
+		case in && strings.HasPrefix(line, "|"):
+			readme = append(readme, strings.TrimSpace(strings.Split(line, "|")[1]))
+		case in:
+			in = false
+		}
+	}
+	if len(readme) == 0 {
+		t.Fatal(`the README has no failure-semantics table (a header row starting "| the handler")`)
+	}
+	src, err := os.ReadFile("outcome_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cell := range readme {
+		if !strings.Contains(string(src), fmt.Sprintf("{readme: %q", cell)) {
+			t.Errorf("README row %q has no row in TestOutcomeTable", cell)
+		}
+	}
+	seen := map[string]bool{}
+	for _, cell := range readme {
+		seen[cell] = true
+	}
+	for _, line := range strings.Split(string(src), "\n") {
+		if rest, ok := strings.CutPrefix(line, "\t\t{readme: \""); ok {
+			cell, _, _ := strings.Cut(rest, `"`)
+			if !seen[cell] {
+				t.Errorf("TestOutcomeTable row %q is not a row of the README's table", cell)
+			}
+		}
+	}
+}
