@@ -78,16 +78,16 @@ type Job struct {
 	payloadRef string
 }
 
-// Copy numbers the copy of the job being handled: 0 for the copy Enqueue
+// CopyNumber numbers the copy of the job being handled: 0 for the copy Enqueue
 // wrote, then one more for every copy the platform wrote since (a retry, a
 // rejection, a shutdown hand-back, a redrive). Delivery is at least once, so
 // one copy can be handled twice: a copy written twice (a write re-sent after
 // a lost confirm) comes with the same counters; an acknowledgement lost in a
 // connection cut or a broker restart brings the copy back with one more
-// crash counted. Either way ID and Copy are the same, which tells a
+// crash counted. Either way ID and CopyNumber are the same, which tells a
 // duplicate delivery from a new attempt; side effects should be idempotent
 // on ID.
-func (j *Job) Copy() uint64 { return j.copyNo }
+func (j *Job) CopyNumber() uint64 { return j.copyNo }
 
 // Policy holds the failure-handling settings that can be given at four levels:
 // the job (Job.Policy), the job type (Platform.Handle), the queue
