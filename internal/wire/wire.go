@@ -37,6 +37,15 @@ const (
 	envVersion = 1
 )
 
+// Bounds on what a decoded envelope may hold, whatever its counts claim: a
+// message over them is not a job. With every count also checked against the
+// bytes that remain, decoding a message allocates at most a small multiple
+// of its size.
+const (
+	MaxHeaders = 10_000
+	MaxErrors  = 10_000
+)
+
 // ErrEnvelope is wrapped by every decoding error.
 var ErrEnvelope = errors.New("not an asyncplatform envelope")
 
@@ -262,8 +271,11 @@ func DecodeJob(b []byte, j *Job, intern func([]byte) string) error {
 		j.Type = string(typ)
 	}
 	j.Payload = r.bytes("Payload")
-	if n := r.count("Headers"); n > 0 {
-		j.Headers = make(map[string]string, n)
+	if n := r.count("Headers"); n > MaxHeaders {
+		r.err = fmt.Errorf("%w: %d headers; at most %d are decoded", ErrEnvelope, n, MaxHeaders)
+	} else if n > 0 {
+		j.Headers = make(map[string]string, n) // grown as the headers are read
+
 		for range n {
 			k := r.string("header key")
 			j.Headers[k] = r.string("header value")
@@ -288,7 +300,9 @@ func DecodeJob(b []byte, j *Job, intern func([]byte) string) error {
 	j.Policy.BackoffBase = time.Duration(r.varint("BackoffBase"))
 	j.Policy.BackoffCap = time.Duration(r.varint("BackoffCap"))
 	j.Policy.Timeout = time.Duration(r.varint("Timeout"))
-	if n := r.count("Errors"); n > 0 {
+	if n := r.count("Errors"); n > MaxErrors {
+		r.err = fmt.Errorf("%w: %d error lines; at most %d are decoded", ErrEnvelope, n, MaxErrors)
+	} else if n > 0 {
 		j.Errors = make([]string, n)
 		for i := range j.Errors {
 			j.Errors[i] = r.string("error line")
