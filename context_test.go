@@ -21,7 +21,7 @@ func TestHandlerContext(t *testing.T) {
 		kept         context.Context
 	}
 	got := make(chan result, 2)
-	p, _ := New(memory.New(), Config{
+	p, _ := New(memory.NewBroker().Connect(), Config{
 		Logger: quietLog,
 		Queues: map[string]QueueConfig{DefaultQueue: {Concurrency: 1}},
 		Policy: Policy{RetryLimit: Limit(0)},

@@ -17,7 +17,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // Enqueue stores a job; a worker (here the same platform) runs its handler.
 func ExamplePlatform_Enqueue() {
 	ctx := context.Background()
-	backend := memory.New()
+	backend := memory.NewBroker().Connect()
 	defer backend.Close()
 	p, _ := ap.New(backend, ap.Config{Logger: quiet})
 
@@ -42,7 +42,7 @@ func ExamplePlatform_Enqueue() {
 // flaky job fails twice and succeeds on its third try.
 func ExamplePlatform_Handle() {
 	ctx := context.Background()
-	backend := memory.New()
+	backend := memory.NewBroker().Connect()
 	defer backend.Close()
 	p, _ := ap.New(backend, ap.Config{Logger: quiet})
 
@@ -70,7 +70,7 @@ func ExamplePlatform_Handle() {
 // the rest.
 func ExamplePlatform_NextDeadLetter() {
 	ctx := context.Background()
-	backend := memory.New()
+	backend := memory.NewBroker().Connect()
 	defer backend.Close()
 	dead := make(chan struct{})
 	p, _ := ap.New(backend, ap.Config{
@@ -107,7 +107,7 @@ func ExampleJSON() {
 		Email string `json:"email"`
 	}
 	ctx := context.Background()
-	backend := memory.New()
+	backend := memory.NewBroker().Connect()
 	defer backend.Close()
 	p, _ := ap.New(backend, ap.Config{Logger: quiet})
 	done := make(chan struct{})

@@ -12,7 +12,7 @@ import (
 )
 
 func TestEnqueueTooLargeWithoutStore(t *testing.T) {
-	p, err := New(tinyBackend{memory.New()}, Config{Logger: quietLog})
+	p, err := New(tinyBackend{memory.NewBroker().Connect()}, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestEnqueueTooLargeWithoutStore(t *testing.T) {
 // A job at the payload limit whose error is huge still fits in a dead letter,
 // and so does a foreign message as large as the backend allows.
 func TestDeadLettersFitTheBackend(t *testing.T) {
-	b := tinyBackend{memory.New()}
+	b := tinyBackend{memory.NewBroker().Connect()}
 	dead := make(chan DeadLetter, 2)
 	p, err := New(b, Config{Logger: quietLog, Hooks: Hooks{OnDeadLetter: func(_ context.Context, dl DeadLetter) { dead <- dl }}})
 	if err != nil {

@@ -35,7 +35,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := New(memory.New(), c.cfg)
+			_, err := New(memory.NewBroker().Connect(), c.cfg)
 			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("got %v, want ErrInvalidConfig naming %q", err, c.want)
 			}
@@ -47,7 +47,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func TestHandleRejectsBadInput(t *testing.T) {
-	p, _ := New(memory.New(), Config{Logger: quietLog})
+	p, _ := New(memory.NewBroker().Connect(), Config{Logger: quietLog})
 	ok := func(context.Context, *Job) error { return nil }
 	if err := p.Handle("", ok); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("empty type: %v", err)
@@ -67,7 +67,7 @@ func TestHandleRejectsBadInput(t *testing.T) {
 }
 
 func TestEnqueueRejectsBadJobs(t *testing.T) {
-	p, _ := New(memory.New(), Config{Logger: quietLog})
+	p, _ := New(memory.NewBroker().Connect(), Config{Logger: quietLog})
 	ctx := context.Background()
 	now := time.Now()
 	cases := []struct {
@@ -115,7 +115,7 @@ func TestPolicyPrecedence(t *testing.T) {
 func TestHealthPausesAndResumes(t *testing.T) {
 	var healthy atomic.Bool
 	var ran atomic.Int32
-	p, err := New(memory.New(), Config{
+	p, err := New(memory.NewBroker().Connect(), Config{
 		Logger:         quietLog,
 		HealthInterval: 20 * time.Millisecond,
 		HealthChecks: map[string]HealthCheck{"db": func(context.Context) error {
@@ -172,7 +172,7 @@ func TestMiddlewareAndHooks(t *testing.T) {
 		}
 	}
 	done := make(chan Attempt, 1)
-	p, _ := New(memory.New(), Config{
+	p, _ := New(memory.NewBroker().Connect(), Config{
 		Logger:     quietLog,
 		Middleware: []Middleware{mw("outer"), mw("inner")},
 		EnqueueMiddleware: []EnqueueMiddleware{func(next EnqueueFunc) EnqueueFunc {
@@ -228,7 +228,7 @@ func TestOpen(t *testing.T) {
 func TestWarnThresholds(t *testing.T) {
 	var logs bytes.Buffer
 	done := make(chan struct{})
-	p, _ := New(memory.New(), Config{
+	p, _ := New(memory.NewBroker().Connect(), Config{
 		Logger:    slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		WarnTries: 2,
 		Policy:    Policy{BackoffBase: time.Millisecond, BackoffCap: time.Millisecond},
@@ -292,7 +292,7 @@ func TestCopyNumbersEveryWrittenCopy(t *testing.T) {
 		try  int
 	}
 	got := make(chan seen, 3)
-	p, _ := New(memory.New(), Config{
+	p, _ := New(memory.NewBroker().Connect(), Config{
 		Logger:      quietLog,
 		RejectDelay: time.Millisecond,
 		Policy:      Policy{BackoffBase: time.Millisecond, BackoffCap: time.Millisecond},

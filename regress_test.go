@@ -15,7 +15,7 @@ import (
 func startPlatform(t *testing.T, cfg Config, handlers map[string]Handler) *Platform {
 	t.Helper()
 	cfg.Logger = quietLog
-	p, err := New(memory.New(), cfg)
+	p, err := New(memory.NewBroker().Connect(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func openBackend(ctx context.Context, name, tag string, owner bool, srv servers)
 	cleanup = func() {}
 	switch name {
 	case "memory":
-		return memory.New(), cleanup, nil
+		return memory.NewBroker().Connect(), cleanup, nil
 	case "redis":
 		rdb := goredis.NewClient(&goredis.Options{Addr: srv.Redis, PoolSize: 100})
 		b, err := apredis.New(apredis.Config{Client: rdb, Prefix: "bench", Logger: quiet})

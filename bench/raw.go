@@ -30,7 +30,7 @@ func newRaw(ctx context.Context, backend, tag string, batch int, srv servers) (s
 	name := "bench-" + tag
 	switch backend {
 	case "memory":
-		return &rawMemory{be: memory.New(), queue: name, batch: batch}, nil
+		return &rawMemory{be: memory.NewBroker().Connect(), queue: name, batch: batch}, nil
 	case "redis":
 		rdb := goredis.NewClient(&goredis.Options{Addr: srv.Redis, PoolSize: 100})
 		return &rawRedis{rdb: rdb, ready: name + ":ready", proc: name + ":processing", batch: batch}, nil

@@ -18,7 +18,7 @@ import (
 // http.ListenAndServe(":8080", health.Handler(p)) in a goroutine.
 func Example() {
 	ctx := context.Background()
-	backend := memory.New()
+	backend := memory.NewBroker().Connect()
 	defer backend.Close()
 	p, err := ap.New(backend, ap.Config{
 		HealthChecks: map[string]ap.HealthCheck{

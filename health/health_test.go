@@ -32,7 +32,7 @@ func (b *pinging) Ping(context.Context) error {
 
 func newPlatform(t *testing.T, checks map[string]ap.HealthCheck) (*ap.Platform, *pinging) {
 	t.Helper()
-	b := &pinging{Backend: memory.New()}
+	b := &pinging{Backend: memory.NewBroker().Connect()}
 	t.Cleanup(func() { b.Close() })
 	p, err := ap.New(b, ap.Config{
 		HealthChecks: checks,

@@ -47,7 +47,7 @@ func Example_prometheus() {
 	if err != nil {
 		panic(err)
 	}
-	backend := memory.New()
+	backend := memory.NewBroker().Connect()
 	defer backend.Close()
 	p, err := ap.New(backend, cfg)
 	if err != nil {

@@ -28,7 +28,7 @@ import (
 // handlers and starts it; Stop and Close are cleanups.
 func start(t *testing.T, cfg ap.Config, handlers map[string]ap.Handler) *ap.Platform {
 	t.Helper()
-	b := memory.New()
+	b := memory.NewBroker().Connect()
 	t.Cleanup(func() { b.Close() })
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if cfg.Policy.BackoffBase == 0 {
@@ -222,7 +222,7 @@ func TestTraceBatch(t *testing.T) {
 	t.Parallel()
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
-	b := memory.New()
+	b := memory.NewBroker().Connect()
 	defer b.Close()
 	p, err := ap.New(b, ap.Config{EnqueueMiddleware: []ap.EnqueueMiddleware{apotel.EnqueueMiddleware(apotel.Config{TracerProvider: tp})}})
 	if err != nil {

@@ -19,7 +19,10 @@ import (
 func BenchmarkEndToEnd(b *testing.B) {
 	for _, conc := range []int{10, 50} {
 		b.Run(fmt.Sprintf("concurrency=%d", conc), func(b *testing.B) {
-			be := memory.New()
+			be, err := memory.New(context.Background(), memory.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
 			defer be.Close()
 			var done atomic.Int64
 			finished := make(chan struct{})
