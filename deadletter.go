@@ -82,6 +82,9 @@ type DeadLetter struct {
 // ReasonInvalid, the undecodable bytes in Raw and the decoding error in Error,
 // so that it can be popped.
 func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(context.Context, DeadLetter) (pop bool, err error)) (err error) {
+	if p.backend == nil {
+		return ErrNotNew
+	}
 	if err := validQueue(queue); err != nil {
 		return err
 	}
@@ -108,7 +111,7 @@ func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(con
 			p.dropPayload(sctx, dl.PayloadRef) // nothing points at it any more
 		}
 	}()
-	dl = decodeDeadRecord(queue, dd.DeadMessage)
+	dl = p.decodeDeadRecord(queue, dd.DeadMessage)
 	if dl.PayloadRef != "" && p.cfg.PayloadStore != nil {
 		b, gerr := p.cfg.PayloadStore.Get(ctx, dl.PayloadRef)
 		switch {
@@ -122,9 +125,13 @@ func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(con
 	return err
 }
 
-func decodeDeadRecord(queue string, m driver.DeadMessage) DeadLetter {
+func (p *Platform) decodeDeadRecord(queue string, m driver.DeadMessage) DeadLetter {
 	dl := DeadLetter{ID: m.ID}
-	if err := decodeDead(m.Body, &dl); err != nil {
+	body, err := p.unwrap(m.Body)
+	if err == nil {
+		err = decodeDead(body, &dl)
+	}
+	if err != nil {
 		return DeadLetter{
 			ID:     m.ID,
 			Job:    Job{ID: m.ID, Queue: queue},
@@ -149,6 +156,9 @@ type DeadLetterPage struct {
 // (at most 1,000; zero means 100), starting at cursor (empty for the start).
 // It leaves the dead-letter queue as it was: order and count.
 func (p *Platform) DeadLetters(ctx context.Context, queue, cursor string, limit int) (DeadLetterPage, error) {
+	if p.backend == nil {
+		return DeadLetterPage{}, ErrNotNew
+	}
 	if err := validQueue(queue); err != nil {
 		return DeadLetterPage{}, err
 	}
@@ -164,7 +174,7 @@ func (p *Platform) DeadLetters(ctx context.Context, queue, cursor string, limit 
 	}
 	page := DeadLetterPage{Letters: make([]DeadLetter, len(recs)), Next: next}
 	for i, r := range recs {
-		page.Letters[i] = decodeDeadRecord(queue, r)
+		page.Letters[i] = p.decodeDeadRecord(queue, r)
 	}
 	return page, nil
 }
@@ -180,6 +190,9 @@ func (p *Platform) DeadLetters(ctx context.Context, queue, cursor string, limit 
 // that moment stays too (a duplicate, reported in the log). Records that were
 // not jobs (Raw) cannot be redriven and stay; ids not found are ignored.
 func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (int, error) {
+	if p.backend == nil {
+		return 0, ErrNotNew
+	}
 	if err := validQueue(queue); err != nil {
 		return 0, err
 	}
@@ -296,6 +309,9 @@ func (p *Platform) unreferenced(ctx context.Context, queue string, refs []string
 // PurgeDeadLetters deletes every dead letter of the queue and returns how
 // many it deleted.
 func (p *Platform) PurgeDeadLetters(ctx context.Context, queue string) (int, error) {
+	if p.backend == nil {
+		return 0, ErrNotNew
+	}
 	if err := validQueue(queue); err != nil {
 		return 0, err
 	}

@@ -23,9 +23,15 @@ var (
 	// counted.
 	ErrLeaseLost = driver.ErrLeaseLost
 
-	// ErrClosed is returned when the backend was closed, and by Start after
-	// Stop.
+	// ErrClosed is returned when the backend was closed.
 	ErrClosed = driver.ErrClosed
+
+	// ErrStopped is returned by Start after Stop: a Platform runs once.
+	ErrStopped = errors.New("platform stopped")
+
+	// ErrNotNew is returned by a Platform that New did not make (the zero
+	// Platform{}).
+	ErrNotNew = errors.New("the Platform was not made by New")
 
 	// ErrInvalidConfig is wrapped by every configuration error from New,
 	// Handle and Start.
@@ -104,3 +110,19 @@ func (e *PanicError) Unwrap() error {
 	err, _ := e.Value.(error)
 	return err
 }
+
+// LimitError is returned by Enqueue for a job over one of Config's limits
+// (MaxHeaders, MaxHeaderBytes); it matches ErrInvalidJob.
+type LimitError struct {
+	Limit string // the Config field
+	Type  string // the job's type
+	Got   int
+	Max   int
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%v: job of type %q is over Config.%s: %d, the limit is %d", ErrInvalidJob, e.Type, e.Limit, e.Got, e.Max)
+}
+
+// Is makes a LimitError match ErrInvalidJob.
+func (e *LimitError) Is(target error) bool { return target == ErrInvalidJob }

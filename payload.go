@@ -59,9 +59,6 @@ func (p *Platform) surelyKept(j *Job) bool {
 	if len(j.Payload) > t {
 		return false
 	}
-	if p.caps.MaxBody <= 0 {
-		return true
-	}
 	bound := 256 + len(j.ID) + len(j.Type) + len(j.Payload)
 	for k, v := range j.Headers {
 		bound += len(k) + len(v) + 10
@@ -69,7 +66,7 @@ func (p *Platform) surelyKept(j *Job) bool {
 	for _, e := range j.Errors {
 		bound += len(e) + 5
 	}
-	return bound <= p.caps.MaxBody-envelopeHeadroom
+	return bound+p.signLen() <= p.maxBody-envelopeHeadroom
 }
 
 // offload returns j itself when its payload fits in the message, or else a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/internal/health"
 	"github.com/asyncplatform/asyncplatform/internal/jobctx"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // Defaults of Config and QueueConfig.
@@ -26,6 +28,15 @@ const (
 	DefaultUnhandledDelay   = 10 * time.Second
 	DefaultErrorHistory     = 20
 	DefaultHealthInterval   = 10 * time.Second
+	DefaultMaxMessage       = 32 << 20
+	DefaultMaxHeaders       = 100
+	DefaultMaxHeaderBytes   = 64 << 10
+	DefaultMaxErrorText     = 64 << 10
+
+	// MaxHeadersLimit is the highest Config.MaxHeaders: a worker refuses to
+	// decode a message with more headers (or error-history lines) as not a
+	// job.
+	MaxHeadersLimit = wire.MaxHeaders
 )
 
 // Config configures a Platform. The zero value is usable: every field has a
@@ -101,6 +112,44 @@ type Config struct {
 	// PayloadStore, the payload is offloaded; it is lowered to what the
 	// backend can carry. Defaults to DefaultOffloadThreshold.
 	OffloadThreshold int
+
+	// MaxMessage bounds the message written for a job, in bytes, on a
+	// backend whose own limit is higher or absent (memory and Redis set
+	// none): Enqueue refuses a larger job with ErrPayloadTooLarge, or
+	// offloads its payload when a PayloadStore is set. Defaults to
+	// DefaultMaxMessage.
+	MaxMessage int
+
+	// MaxHeaders bounds a job's header count; Enqueue refuses more with an
+	// error matching ErrInvalidJob (a *LimitError). At most
+	// MaxHeadersLimit. Defaults to DefaultMaxHeaders.
+	MaxHeaders int
+
+	// MaxHeaderBytes bounds the total size of a job's header keys and
+	// values, refused likewise. Defaults to DefaultMaxHeaderBytes.
+	MaxHeaderBytes int
+
+	// MaxErrorText bounds the handler's error text (with a panic's stack)
+	// kept in a dead letter; the rest is cut, saying so. Log lines keep the
+	// first line of an error, at most 1 KiB. Defaults to
+	// DefaultMaxErrorText.
+	MaxErrorText int
+
+	// SigningKey, when set, signs every message this platform writes
+	// (HMAC-SHA256 over the envelope), and makes its workers dead-letter,
+	// as ReasonInvalid with "bad signature" in the error and the raw bytes
+	// kept, every delivered message that is not signed with it (or with
+	// one of VerifyKeys). For brokers other teams can write to. Dead-letter
+	// records are signed too: one that fails the check is shown as Raw and
+	// is never redriven. Defaults to none: messages are not signed, and
+	// signed ones are accepted unchecked.
+	SigningKey []byte
+
+	// VerifyKeys are further keys a delivered message may be signed with,
+	// for rotating SigningKey: add the new key here on every worker, then
+	// make it the SigningKey everywhere, then drop the old one. Ignored
+	// without a SigningKey. Defaults to none.
+	VerifyKeys [][]byte
 
 	// Middleware wraps every handler, the first element outermost. Defaults
 	// to none.
@@ -215,6 +264,8 @@ func (r *registry) intern(typ []byte) string {
 type Platform struct {
 	backend  driver.Backend
 	caps     driver.Capabilities
+	maxBody  int      // the largest message written: the backend's limit or Config.MaxMessage
+	keys     [][]byte // SigningKey then VerifyKeys; nil: no signing
 	cfg      Config
 	log      *slog.Logger
 	enqueue  EnqueueFunc
@@ -252,6 +303,13 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 		return nil, err
 	}
 	p := &Platform{backend: backend, caps: backend.Capabilities(), cfg: cfg, log: cfg.Logger}
+	p.maxBody = cfg.MaxMessage
+	if p.caps.MaxBody > 0 && p.caps.MaxBody < p.maxBody {
+		p.maxBody = p.caps.MaxBody
+	}
+	if cfg.SigningKey != nil {
+		p.keys = append([][]byte{cfg.SigningKey}, cfg.VerifyKeys...)
+	}
 	if p.caps.MinLease > 0 && cfg.Lease < p.caps.MinLease {
 		return nil, fmt.Errorf("%w: Lease %v is shorter than the backend's shortest lease %v", ErrInvalidConfig, cfg.Lease, p.caps.MinLease)
 	}
@@ -334,6 +392,35 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ErrorHistory == 0 {
 		c.ErrorHistory = DefaultErrorHistory
 	}
+	if c.ErrorHistory > wire.MaxErrors {
+		return c, fmt.Errorf("%w: ErrorHistory is %d, the limit is %d", ErrInvalidConfig, c.ErrorHistory, wire.MaxErrors)
+	}
+	limits := []struct {
+		name     string
+		v        *int
+		def, max int
+	}{
+		{"MaxMessage", &c.MaxMessage, DefaultMaxMessage, math.MaxInt},
+		{"MaxHeaders", &c.MaxHeaders, DefaultMaxHeaders, MaxHeadersLimit},
+		{"MaxHeaderBytes", &c.MaxHeaderBytes, DefaultMaxHeaderBytes, math.MaxInt},
+		{"MaxErrorText", &c.MaxErrorText, DefaultMaxErrorText, math.MaxInt},
+	}
+	for _, l := range limits {
+		switch {
+		case *l.v < 0:
+			return c, fmt.Errorf("%w: %s is %d, it must be 0 (the default) or more", ErrInvalidConfig, l.name, *l.v)
+		case *l.v == 0:
+			*l.v = l.def
+		case *l.v > l.max:
+			return c, fmt.Errorf("%w: %s is %d, the limit is %d", ErrInvalidConfig, l.name, *l.v, l.max)
+		}
+	}
+	if c.MaxErrorText < minDeadError {
+		return c, fmt.Errorf("%w: MaxErrorText is %d, it must be at least %d", ErrInvalidConfig, c.MaxErrorText, minDeadError)
+	}
+	if c.SigningKey != nil && len(c.SigningKey) < 16 {
+		return c, fmt.Errorf("%w: SigningKey has %d bytes; use at least 16 random bytes (32 recommended)", ErrInvalidConfig, len(c.SigningKey))
+	}
 	if c.WorkerName == "" {
 		host, _ := os.Hostname()
 		c.WorkerName = host + ":" + strconv.Itoa(os.Getpid())
@@ -352,19 +439,12 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// validQueue checks a queue name: 1 to 100 bytes of [A-Za-z0-9._-].
+// validQueue checks a queue name with driver.CheckQueue (the one
+// definition of the grammar); the error matches ErrInvalidJob and
+// driver.ErrBadQueue.
 func validQueue(name string) error {
-	if name == "" {
-		return fmt.Errorf("%w: queue name is empty", ErrInvalidJob)
-	}
-	if len(name) > 100 {
-		return fmt.Errorf("%w: queue name %.20q... is %d bytes, the limit is 100", ErrInvalidJob, name, len(name))
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: queue name %q has %q at byte %d; use letters, digits, '.', '_' and '-'", ErrInvalidJob, name, c, i)
-		}
+	if err := driver.CheckQueue(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidJob, err)
 	}
 	return nil
 }
@@ -373,6 +453,9 @@ func validQueue(name string) error {
 // that type (at most one). It may be called before or after Start; a type
 // can be registered once.
 func (p *Platform) Handle(jobType string, h Handler, policy ...Policy) error {
+	if p.backend == nil {
+		return ErrNotNew
+	}
 	if jobType == "" {
 		return fmt.Errorf("%w: Handle: job type is empty", ErrInvalidConfig)
 	}
@@ -411,6 +494,9 @@ func (p *Platform) Handle(jobType string, h Handler, policy ...Policy) error {
 // EnqueuedAt when they are empty. A job it refuses gets an error wrapping
 // ErrInvalidJob or ErrPayloadTooLarge that names the problem.
 func (p *Platform) Enqueue(ctx context.Context, job *Job) error {
+	if p.enqueue == nil {
+		return ErrNotNew
+	}
 	return p.enqueue(ctx, []*Job{job})
 }
 
@@ -419,6 +505,9 @@ func (p *Platform) Enqueue(ctx context.Context, job *Job) error {
 // stored; enqueueing the same jobs again (their IDs are now set) is safe to
 // retry on backends that deduplicate, and otherwise may duplicate.
 func (p *Platform) EnqueueBatch(ctx context.Context, jobs []*Job) error {
+	if p.enqueue == nil {
+		return ErrNotNew
+	}
 	return p.enqueue(ctx, jobs)
 }
 
@@ -462,10 +551,18 @@ func (p *Platform) prepare(j *Job, now time.Time) error {
 	if err := validQueue(j.Queue); err != nil {
 		return err
 	}
-	for k := range j.Headers {
+	if len(j.Headers) > p.cfg.MaxHeaders {
+		return &LimitError{Limit: "MaxHeaders", Type: j.Type, Got: len(j.Headers), Max: p.cfg.MaxHeaders}
+	}
+	size := 0
+	for k, v := range j.Headers {
 		if k == "" {
 			return fmt.Errorf("%w: job of type %q has a header with an empty key", ErrInvalidJob, j.Type)
 		}
+		size += len(k) + len(v)
+	}
+	if size > p.cfg.MaxHeaderBytes {
+		return &LimitError{Limit: "MaxHeaderBytes", Type: j.Type, Got: size, Max: p.cfg.MaxHeaderBytes}
 	}
 	if !j.Deadline.IsZero() && !j.NotBefore.IsZero() && !j.Deadline.After(j.NotBefore) {
 		return fmt.Errorf("%w: job of type %q has Deadline %v not after NotBefore %v", ErrInvalidJob, j.Type, j.Deadline, j.NotBefore)
@@ -511,7 +608,7 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 			}
 		}
 		msgs[i] = p.message(j)
-		if check && p.caps.MaxBody > 0 && len(msgs[i].Body) > p.caps.MaxBody-envelopeHeadroom {
+		if check && len(msgs[i].Body) > p.maxBody-envelopeHeadroom {
 			p.dropPayloads(ctx, refs)
 			return fmt.Errorf("%w: job %s of type %q has a %d-byte payload; this backend carries at most %d bytes for it (see MaxPayload)",
 				ErrPayloadTooLarge, j.ID, j.Type, len(j.Payload), p.MaxPayload(*j))
@@ -534,11 +631,11 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 func (p *Platform) message(j *Job) driver.Message {
 	id := messageID(j)
 	body := encodeJob(j)
-	for p.caps.MaxBody > 0 && len(body) > p.caps.MaxBody && len(j.Errors) > 0 {
+	for len(body)+p.signLen() > p.maxBody && len(j.Errors) > 0 {
 		j.Errors = j.Errors[1:]
 		body = encodeJob(j)
 	}
-	return driver.Message{ID: id, Body: body, NotBefore: j.NotBefore}
+	return driver.Message{ID: id, Body: p.sign(body), NotBefore: j.NotBefore}
 }
 
 // messageID names the current copy of j: its ID, then ID.N for the N-th copy.
@@ -560,11 +657,9 @@ const envelopeHeadroom = 1024
 const minDeadError = 256
 
 // MaxPayload returns the largest payload a job like j (its other fields as
-// they are) can carry on this backend, or -1 when the backend sets no limit.
+// they are) can carry in a message: within the backend's limit and
+// Config.MaxMessage.
 func (p *Platform) MaxPayload(j Job) int {
-	if p.caps.MaxBody <= 0 {
-		return -1
-	}
 	now := time.Now()
 	if j.ID == "" {
 		j.ID = newID(now)
@@ -576,12 +671,41 @@ func (p *Platform) MaxPayload(j Job) int {
 		j.Queue = DefaultQueue
 	}
 	j.Payload = nil
-	fixed := len(encodeJob(&j)) - 1 // less the payload's one-byte length
-	n := p.caps.MaxBody - envelopeHeadroom - fixed
-	for n > 0 && n+uvarintLen(n)+fixed > p.caps.MaxBody-envelopeHeadroom {
+	fixed := len(encodeJob(&j)) - 1 + p.signLen() // less the payload's one-byte length
+	n := p.maxBody - envelopeHeadroom - fixed
+	for n > 0 && n+uvarintLen(n)+fixed > p.maxBody-envelopeHeadroom {
 		n--
 	}
 	return max(n, 0)
+}
+
+// sign signs a message body when a SigningKey is set.
+func (p *Platform) sign(body []byte) []byte {
+	if p.keys == nil {
+		return body
+	}
+	return wire.Sign(body, p.keys[0])
+}
+
+// signLen is what signing adds to a body.
+func (p *Platform) signLen() int {
+	if p.keys == nil {
+		return 0
+	}
+	return wire.SignedOverhead
+}
+
+// unwrap returns the plain envelope of a delivered body, checking its
+// signature when a SigningKey is set.
+func (p *Platform) unwrap(body []byte) ([]byte, error) {
+	b, err := wire.Unwrap(body, p.keys)
+	switch {
+	case errors.Is(err, wire.ErrUnsigned):
+		return nil, fmt.Errorf("bad signature: the message is not signed (this platform has a SigningKey): %w", err)
+	case errors.Is(err, wire.ErrBadSignature):
+		return nil, fmt.Errorf("bad signature: the message is not signed with this platform's SigningKey or VerifyKeys: %w", err)
+	}
+	return b, err
 }
 
 func uvarintLen(n int) int {
@@ -607,11 +731,14 @@ func (p *Platform) declare(ctx context.Context, queue string) error {
 // broker is unreachable or a queue is declared with incompatible arguments)
 // and starts working them. ctx bounds the start-up only; Stop ends the work.
 func (p *Platform) Start(ctx context.Context) error {
+	if p.backend == nil {
+		return ErrNotNew
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
 	case p.stopped:
-		return fmt.Errorf("asyncplatform: Start after Stop: %w", ErrClosed)
+		return fmt.Errorf("asyncplatform: Start after Stop: %w", ErrStopped)
 	case p.started:
 		return errors.New("asyncplatform: Start called twice")
 	}
@@ -726,6 +853,9 @@ func (p *Platform) Stop(ctx context.Context) error {
 
 // Stats returns the depths of a queue.
 func (p *Platform) Stats(ctx context.Context, queue string) (QueueStats, error) {
+	if p.backend == nil {
+		return QueueStats{}, ErrNotNew
+	}
 	if err := validQueue(queue); err != nil {
 		return QueueStats{}, err
 	}

@@ -9,12 +9,14 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"strings"
+	"unicode/utf8"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/decide"
 	"github.com/asyncplatform/asyncplatform/internal/jobctx"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // inflight is one delivery held by this platform, with its decoded job.
@@ -29,7 +31,11 @@ func (p *Platform) decodeDelivery(d *driver.Delivery, j *Job, reg *registry) err
 	if reg != nil {
 		intern = reg.intern
 	}
-	if err := decodeJob(d.Body, j, intern); err != nil {
+	body, err := p.unwrap(d.Body)
+	if err != nil {
+		return err
+	}
+	if err := decodeJob(body, j, intern); err != nil {
 		return err
 	}
 	j.Queue = d.Queue
@@ -343,8 +349,11 @@ func (p *Platform) dead(f *inflight, j *Job, reason Reason, text string, raw []b
 // minDeadError), then raw bytes are cut (saying so in the error). MaxPayload's
 // headroom makes the first two enough for any job that could be enqueued.
 func (p *Platform) fitDead(dl *DeadLetter) []byte {
+	if len(dl.Error) > p.cfg.MaxErrorText {
+		dl.Error = fmt.Sprintf("%s …(cut: the error had %d bytes; Config.MaxErrorText keeps %d)", cutUTF8(dl.Error, p.cfg.MaxErrorText), len(dl.Error), p.cfg.MaxErrorText)
+	}
 	body := encodeDead(dl)
-	for limit := p.caps.MaxBody; limit > 0 && len(body) > limit; body = encodeDead(dl) {
+	for limit := p.maxBody - p.signLen(); len(body) > limit; body = encodeDead(dl) {
 		excess := len(body) - limit
 		switch {
 		case len(dl.Job.Errors) > 0:
@@ -356,17 +365,32 @@ func (p *Platform) fitDead(dl *DeadLetter) []byte {
 			dl.Error += fmt.Sprintf(" (the raw message had %d bytes; only the first %d fit in a dead letter)", len(dl.Raw), keep)
 			dl.Raw = dl.Raw[:keep:keep]
 		default:
-			return body // nothing left to cut; the backend will refuse it and say why
+			return p.sign(body) // nothing left to cut; the backend will refuse it and say why
 		}
 	}
-	return body
+	return p.sign(body)
+}
+
+// cutUTF8 returns s cut to at most n bytes, not inside a UTF-8 sequence.
+func cutUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // deadRaw dead-letters a message that is not a job, keeping its bytes.
 func (p *Platform) deadRaw(f *inflight, cause error) {
 	j := &Job{ID: newID(time.Now()), Queue: f.D.Queue}
 	raw := append([]byte{}, f.D.Body...)
-	p.dead(f, j, ReasonInvalid, "the message is not an asyncplatform job: "+cause.Error(), raw)
+	text := "the message is not an asyncplatform job: " + cause.Error()
+	if errors.Is(cause, wire.ErrUnsigned) || errors.Is(cause, wire.ErrBadSignature) {
+		text = cause.Error()
+	}
+	p.dead(f, j, ReasonInvalid, text, raw)
 }
 
 func appendHistory(h []string, line string, limit int) []string {
@@ -382,9 +406,13 @@ func appendHistory(h []string, line string, limit int) []string {
 	return append(out, line)
 }
 
+// firstLine is the first line of s, at most 1 KiB of it, for a log line.
 func firstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
+		s = s[:i]
+	}
+	if len(s) > 1024 {
+		return cutUTF8(s, 1024) + "…"
 	}
 	return s
 }

@@ -16,6 +16,9 @@ const (
 	macLen        = sha256.Size
 )
 
+// SignedOverhead is what Sign adds to a body.
+const SignedOverhead = 3 + macLen
+
 // Signature errors, wrapped by Unwrap's errors.
 var (
 	ErrUnsigned     = errors.New("the message is not signed")
