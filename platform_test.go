@@ -298,8 +298,8 @@ func TestCopyNumbersEveryWrittenCopy(t *testing.T) {
 		Policy:      Policy{BackoffBase: time.Millisecond, BackoffCap: time.Millisecond},
 	})
 	_ = p.Handle("t", func(_ context.Context, j *Job) error {
-		got <- seen{j.Copy(), j.TryCount}
-		switch j.Copy() {
+		got <- seen{j.CopyNumber(), j.TryCount}
+		switch j.CopyNumber() {
 		case 0:
 			return Reject(errors.New("not now"))
 		case 1:

@@ -9,8 +9,8 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"strings"
-	"unicode/utf8"
 	"time"
+	"unicode/utf8"
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/decide"
