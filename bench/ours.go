@@ -39,7 +39,7 @@ func openBackend(ctx context.Context, name, tag string, owner bool, srv servers)
 		return memory.NewBroker().Connect(), cleanup, nil
 	case "redis":
 		rdb := goredis.NewClient(&goredis.Options{Addr: srv.Redis, PoolSize: 100})
-		b, err := apredis.New(apredis.Config{Client: rdb, Prefix: "bench", Logger: quiet})
+		b, err := apredis.New(ctx, apredis.Config{Client: rdb, Prefix: "bench", Logger: quiet})
 		if err != nil {
 			rdb.Close()
 			return nil, nil, err

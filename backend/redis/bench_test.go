@@ -101,7 +101,7 @@ func BenchmarkFacade(b *testing.B) {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
 			rdb := benchClient(b, c+20)
 			ctx := context.Background()
-			be, err := New(Config{Client: rdb, Prefix: "aptbench"})
+			be, err := New(context.Background(), Config{Client: rdb, Prefix: "aptbench"})
 			if err != nil {
 				b.Fatal(err)
 			}

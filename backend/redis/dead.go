@@ -49,9 +49,6 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	if b.closed.Load() {
 		return nil, driver.ErrClosed
 	}
-	if err := checkQueue(queue); err != nil {
-		return nil, err
-	}
 	tok := b.token()
 	// Register the hold before it exists, so a renewal never misses it.
 	b.mu.Lock()
@@ -137,9 +134,6 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 	if b.closed.Load() {
 		return nil, "", driver.ErrClosed
 	}
-	if err := checkQueue(queue); err != nil {
-		return nil, "", err
-	}
 	if limit < 1 {
 		return nil, "", fmt.Errorf("redis: list dead letters of %q: limit %d must be at least 1", queue, limit)
 	}
@@ -177,9 +171,6 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	if b.closed.Load() {
 		return 0, driver.ErrClosed
 	}
-	if err := checkQueue(queue); err != nil {
-		return 0, err
-	}
 	if len(ids) == 0 {
 		return 0, nil
 	}
@@ -198,9 +189,6 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	if b.closed.Load() {
 		return 0, driver.ErrClosed
-	}
-	if err := checkQueue(queue); err != nil {
-		return 0, err
 	}
 	n, err := purgeDeadScript.Run(ctx, b.rdb, b.keys(queue)).Int()
 	if err != nil {

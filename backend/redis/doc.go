@@ -2,12 +2,25 @@
 // or Cluster), built on go-redis v9:
 //
 //	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"})
-//	b, err := redis.New(redis.Config{Client: rdb})
+//	b, err := redis.New(ctx, redis.Config{Client: rdb})
 //	p, err := asyncplatform.New(b, asyncplatform.Config{})
 //
 // The backend never closes the client it is given.
 //
-// # Key layout
+// # URLs
+//
+// Importing the package registers the redis and rediss schemes for
+// asyncplatform.Open:
+//
+//	redis://:password@127.0.0.1:6379/0?prefix=jobs    go-redis's ParseURL form
+//	rediss://...                                      the same over TLS
+//
+// The query parameter prefix sets Config.Prefix; every other parameter goes
+// to go-redis (dial_timeout, pool_size, ...). The Backend opened from a URL
+// owns the client it made and closes it on Close. Errors never quote the URL
+// unredacted.
+//
+// # Layout
 //
 // Every key of one queue starts with the hash tag {prefix:queue}, so a queue
 // lives in one Cluster slot and every script can touch all its keys. With the
@@ -31,7 +44,19 @@
 // "<len(id)>:<id><body>" so scripts can match it by job ID without decoding
 // the body.
 //
-// # How state changes and counts are kept
+// Idle receivers are woken without polling. Enqueue, Requeue and a claim that
+// took all it asked for (so work may remain) push a wake token to the queue's
+// signal list (only when it is empty, so it never grows). An idle Receive
+// waits for the first of: a token, the next due time or lease deadline the
+// claim script reported, Config.IdleWait, or its context. Per Backend and
+// queue one goroutine blocks in BLPOP on the signal list while anyone waits,
+// and broadcasts each token to every idle Receive of that Backend, so many
+// idle receivers cost one pooled connection per queue, not one each. Size the
+// client's pool for one blocked connection per queue being received from,
+// plus the working traffic. Close wakes its own BLPOPs with a token and takes
+// back the ones nobody popped.
+//
+// # Counting
 //
 // Every state change is one Lua script that reads the server's clock (TIME),
 // so worker clocks never matter and no step can be half done:
@@ -66,20 +91,6 @@
 // about, so expired leases and due jobs move on their own while anyone
 // receives from the queue.
 //
-// # Waking receivers without polling
-//
-// Enqueue, Requeue and a claim that took all it asked for (so work may
-// remain) push a wake token to the queue's signal list (only when it is
-// empty, so it never grows). An idle Receive waits for the first of: a
-// token, the next due time or lease deadline the claim script reported,
-// Config.IdleWait, or its context. Per Backend and queue one goroutine
-// blocks in BLPOP on the signal list while anyone waits, and broadcasts each
-// token to every idle Receive of that Backend, so many idle receivers cost
-// one pooled connection per queue, not one each. Size the client's pool for
-// one blocked connection per queue being received from, plus the working
-// traffic. Close wakes its own BLPOPs with a token and takes back the ones
-// nobody popped.
-//
 // # Dead letters
 //
 // NextDead pops the oldest record into a hold (held and heldrec) under a new
@@ -92,7 +103,7 @@
 // DeleteDead scans the list in one script and leaves held records alone.
 // PurgeDead removes held records too and counts them. Nothing is ever trimmed.
 //
-// # Limits and caveats
+// # Limits
 //
 //   - Capabilities.MinLease is 50ms; leases are kept in milliseconds.
 //   - A body is one Redis string: at most proto-max-bulk-len (512 MB by

@@ -13,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
 
 // testQueue names a queue after the test, plus randomness.
@@ -45,7 +46,7 @@ func eachServer(t *testing.T, fn func(t *testing.T, b *Backend, queue string)) {
 
 func run(t *testing.T, addr string, fn func(t *testing.T, b *Backend, queue string)) {
 	c := goredis.NewClient(&goredis.Options{Addr: addr})
-	b, err := New(Config{Client: c, Prefix: "apt", DeadHold: 300 * time.Millisecond, IdleWait: 200 * time.Millisecond})
+	b, err := New(context.Background(), Config{Client: c, Prefix: "apt", DeadHold: 300 * time.Millisecond, IdleWait: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,4 +186,21 @@ func TestWake(t *testing.T) {
 			}
 		}
 	})
+}
+
+// redisAddr is the shared Redis the tests use.
+func redisAddr() string { return testenv.Getenv("ASYNCPLATFORM_REDIS_ADDR", "127.0.0.1:6379") }
+
+// realRedis returns the address of the machine's Redis, or ends the test.
+func realRedis(t testing.TB) string {
+	t.Helper()
+	addr := redisAddr()
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		testenv.Unreachable(t, "Redis at "+addr, err)
+	}
+	return addr
 }

@@ -17,11 +17,10 @@ func init() {
 	driver.Register("rediss", openURL)
 }
 
-// openURL opens a Backend for asyncplatform.Open from a URL such as
-// redis://:password@127.0.0.1:6379/0 (go-redis's ParseURL form; rediss://
-// for TLS). The query parameter prefix sets Config.Prefix; the others go to
-// go-redis. The client it makes is closed with the Backend.
-func openURL(_ context.Context, u *url.URL) (driver.Backend, error) {
+// openURL opens a Backend for asyncplatform.Open from a redis:// or
+// rediss:// URL (see the package documentation, URLs). The client it makes
+// is closed with the Backend.
+func openURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	q := u.Query()
 	prefix := q.Get("prefix")
 	q.Del("prefix")
@@ -33,7 +32,7 @@ func openURL(_ context.Context, u *url.URL) (driver.Backend, error) {
 		return nil, fmt.Errorf("redis: %s is not a Redis URL", u.Redacted())
 	}
 	rdb := goredis.NewClient(opts)
-	b, err := New(Config{Client: rdb, Prefix: prefix})
+	b, err := New(ctx, Config{Client: rdb, Prefix: prefix})
 	if err != nil {
 		rdb.Close()
 		return nil, err

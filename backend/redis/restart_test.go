@@ -73,7 +73,7 @@ func TestRedisRestart(t *testing.T) {
 	ctx := context.Background()
 	c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
-	b, err := New(Config{Client: c})
+	b, err := New(context.Background(), Config{Client: c})
 	if err != nil {
 		t.Fatal(err)
 	}

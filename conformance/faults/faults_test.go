@@ -21,7 +21,6 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
-	goredis "github.com/redis/go-redis/v9"
 
 	gonats "github.com/nats-io/nats.go"
 
@@ -29,7 +28,6 @@ import (
 	"github.com/asyncplatform/asyncplatform/backend/memory"
 	natsb "github.com/asyncplatform/asyncplatform/backend/nats"
 	"github.com/asyncplatform/asyncplatform/backend/rabbit"
-	"github.com/asyncplatform/asyncplatform/backend/redis"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
@@ -41,7 +39,6 @@ func TestFaults(t *testing.T) {
 		target func(t *testing.T) Target
 	}{
 		{"memory", memoryTarget},
-		{"redis", redisTarget},
 		{"rabbit", rabbitTarget},
 		{"nats", natsTarget},
 		{"azure", azureTarget},
@@ -73,79 +70,6 @@ func memoryTarget(*testing.T) Target {
 			return b.Enqueue(ctx, queue, []driver.Message{{ID: "garbage", Body: raw}})
 		},
 	}
-}
-
-// ---- Redis ----
-
-const redisPrefix = "faults"
-
-// redisConn closes its client after the backend.
-type redisConn struct {
-	*redis.Backend
-	c *goredis.Client
-}
-
-func (b redisConn) Close() error {
-	err := b.Backend.Close()
-	b.c.Close()
-	return err
-}
-
-func redisTarget(t *testing.T) Target {
-	addr := testenv.Getenv("ASYNCPLATFORM_REDIS_ADDR", "127.0.0.1:6379")
-	c := goredis.NewClient(&goredis.Options{Addr: addr})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		testenv.Unreachable(t, "Redis at "+addr, err)
-	}
-	return Target{
-		Name:  "redis",
-		Lease: 500 * time.Millisecond,
-		Addr:  addr,
-		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
-			c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
-			b, err := redis.New(redis.Config{Client: c, Prefix: redisPrefix, DeadHold: 2 * time.Second, IdleWait: 200 * time.Millisecond, Logger: quiet()})
-			if err != nil {
-				c.Close()
-				return nil, err
-			}
-			return redisConn{b, c}, nil
-		},
-		HostPort: func(addr string) string { return addr },
-		Via:      func(_, hostport string) string { return hostport },
-		Private:  privateRedis,
-		Garbage: func(ctx context.Context, addr, queue string, raw []byte) error {
-			c := goredis.NewClient(&goredis.Options{Addr: addr})
-			defer c.Close()
-			// The layout of backend/redis/scripts.go: the body is the
-			// field <id> of the jobs hash, and the id goes on the ready list.
-			k := "{" + redisPrefix + ":" + queue + "}:"
-			id := "garbage-" + randHex()
-			_, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-				p.HSet(ctx, k+"jobs", id, raw)
-				p.LPush(ctx, k+"ready", id)
-				return nil
-			})
-			return err
-		},
-	}
-}
-
-// privateRedis runs a redis-server of the test's own with an append-only
-// file synced on every write; Restart kills it with SIGKILL.
-func privateRedis(t *testing.T) *Broker {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skipf("no redis-server binary for a broker of the test's own: %v", err)
-	}
-	dir, port := t.TempDir(), freePort(t)
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	args := []string{"--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--dir", dir,
-		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--maxmemory-policy", "noeviction"}
-	p := startServer(t, bin, args, dir, addr)
-	return &Broker{Addr: addr, Restart: p.restart}
 }
 
 // ---- RabbitMQ ----

@@ -33,7 +33,9 @@ const maxClaim = 1000
 const MinLease = 50 * time.Millisecond
 
 var _ driver.Backend = (*Backend)(nil)
+
 var _ driver.QueueDeleter = (*Backend)(nil)
+
 var _ driver.Pinger = (*Backend)(nil)
 
 // Config configures a Backend.
@@ -132,9 +134,9 @@ type handle struct {
 	id, token string
 }
 
-// New returns a Backend over cfg.Client. It does not contact Redis; Declare
-// and Ping do.
-func New(cfg Config) (*Backend, error) {
+// New returns a Backend over cfg.Client. It does not contact Redis (ctx is
+// not used; Declare and Ping contact it).
+func New(_ context.Context, cfg Config) (*Backend, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -205,19 +207,6 @@ func (b *Backend) token() string {
 	return b.tokens + "-" + strconv.FormatUint(b.seq.Add(1), 36) + "-"
 }
 
-func checkQueue(queue string) error {
-	if queue == "" || len(queue) > 100 {
-		return fmt.Errorf("redis: queue name %q must be 1 to 100 bytes", queue)
-	}
-	for _, r := range queue {
-		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
-		if !ok {
-			return fmt.Errorf("redis: queue name %q may hold only [A-Za-z0-9._-]", queue)
-		}
-	}
-	return nil
-}
-
 // Capabilities reports the backend's limits.
 func (b *Backend) Capabilities() driver.Capabilities {
 	return driver.Capabilities{MaxBody: b.cfg.MaxBody, MinLease: MinLease, RedeliversOnClose: false}
@@ -234,14 +223,11 @@ func (b *Backend) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Declare checks the queue name and that Redis answers. Keys are created on
-// first use, so there is nothing else to declare.
+// Declare checks that Redis answers. Keys are created on first use, so there
+// is nothing else to declare.
 func (b *Backend) Declare(ctx context.Context, queue string) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
-	}
-	if err := checkQueue(queue); err != nil {
-		return err
 	}
 	if err := b.rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis: declare %q: %w", queue, err)
@@ -253,9 +239,6 @@ func (b *Backend) Declare(ctx context.Context, queue string) error {
 func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Message) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
-	}
-	if err := checkQueue(queue); err != nil {
-		return err
 	}
 	if len(msgs) == 0 {
 		return nil
@@ -273,154 +256,10 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 	return nil
 }
 
-func unixMs(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
-func leaseMs(d time.Duration) int64 {
-	return max(d.Milliseconds(), 1)
-}
-
-// Receive claims up to max messages. When the queue is empty it waits for a
-// wake-up signal (one BLPOP per queue and Backend, shared by every idle
-// Receive), for the next scheduled job or lease deadline, or IdleWait,
-// whichever comes first, and claims again.
-func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
-	if b.closed.Load() {
-		return nil, driver.ErrClosed
-	}
-	if err := checkQueue(queue); err != nil {
-		return nil, err
-	}
-	if max < 1 {
-		return nil, fmt.Errorf("redis: receive from %q: max %d must be at least 1", queue, max)
-	}
-	if lease <= 0 {
-		return nil, fmt.Errorf("redis: receive from %q: lease %v must be positive", queue, lease)
-	}
-	max = min(max, maxClaim)
-	w := b.waiter(queue)
-	keys := b.keys(queue)
-	for {
-		// Take the wake channel before claiming, so a signal that arrives
-		// between an empty claim and the wait is not missed.
-		wake := w.current()
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		ds, wait, err := b.claim(ctx, queue, keys, max, lease)
-		if err != nil || len(ds) > 0 {
-			return ds, err
-		}
-		d := b.cfg.IdleWait
-		if wait >= 0 && wait < d {
-			d = wait
-		}
-		w.enter(b, keys[keySignal])
-		t := time.NewTimer(d)
-		select {
-		case <-wake:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-b.ctx.Done():
-		}
-		t.Stop()
-		w.leave()
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if b.closed.Load() {
-			return nil, driver.ErrClosed
-		}
-	}
-}
-
-// claim runs the claim script once. Once started, it is not cancelled with
-// ctx: a claim cut off after the script ran would leave its jobs leased to
-// nobody, to come back only after the lease with a crash counted. Redis
-// client timeouts still bound it.
-func (b *Backend) claim(ctx context.Context, queue string, keys []string, max int, lease time.Duration) ([]*driver.Delivery, time.Duration, error) {
-	res, err := claimScript.Run(context.WithoutCancel(ctx), b.rdb, keys[:keySignal+1], max, leaseMs(lease), b.token()).Slice()
-	if err != nil {
-		return nil, 0, fmt.Errorf("redis: receive from %q: %w", queue, err)
-	}
-	if len(res) < 1 || (len(res)-1)%4 != 0 {
-		return nil, 0, fmt.Errorf("redis: receive from %q: unexpected reply of %d items", queue, len(res))
-	}
-	wait, _ := res[0].(int64)
-	if len(res) == 1 {
-		return nil, time.Duration(wait) * time.Millisecond, nil
-	}
-	ds := make([]*driver.Delivery, 0, (len(res)-1)/4)
-	for i := 1; i < len(res); i += 4 {
-		id, _ := res[i].(string)
-		n, _ := res[i+1].(int64)
-		tok, _ := res[i+2].(string)
-		body, _ := res[i+3].(string)
-		ds = append(ds, &driver.Delivery{
-			Queue:      queue,
-			Body:       []byte(body),
-			Deliveries: int(n),
-			Handle:     handle{id: id, token: tok},
-		})
-	}
-	return ds, 0, nil
-}
-
-// settle runs one of the token-checked scripts for d.
-func (b *Backend) settle(ctx context.Context, what string, s *goredis.Script, d *driver.Delivery, args ...any) error {
-	if b.closed.Load() {
-		return driver.ErrClosed
-	}
-	if d == nil {
-		return fmt.Errorf("redis: %s: nil delivery", what)
-	}
-	h, ok := d.Handle.(handle)
-	if !ok {
-		return fmt.Errorf("redis: %s: delivery handle %T is not from this backend", what, d.Handle)
-	}
-	args = append([]any{h.id, h.token}, args...)
-	n, err := s.Run(ctx, b.rdb, b.keys(d.Queue), args...).Int()
-	if err != nil {
-		return fmt.Errorf("redis: %s on %q: %w", what, d.Queue, err)
-	}
-	if n == 0 {
-		return fmt.Errorf("redis: %s on %q: %w", what, d.Queue, driver.ErrLeaseLost)
-	}
-	return nil
-}
-
-// Extend renews the delivery's lease to lease from now (server time).
-func (b *Backend) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
-	if lease <= 0 {
-		return fmt.Errorf("redis: extend: lease %v must be positive", lease)
-	}
-	return b.settle(ctx, "extend", extendScript, d, leaseMs(lease))
-}
-
-// Requeue replaces the delivered message with msg in one script.
-func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Message) error {
-	if b.cfg.MaxBody > 0 && len(msg.Body) > b.cfg.MaxBody {
-		return fmt.Errorf("redis: requeue %q: %d bytes, over %d: %w", msg.ID, len(msg.Body), b.cfg.MaxBody, driver.ErrTooLarge)
-	}
-	return b.settle(ctx, "requeue", requeueScript, d, unixMs(msg.NotBefore), msg.Body)
-}
-
-// DeadLetter moves the delivered message to the dead list in one script.
-func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
-	return b.settle(ctx, "dead-letter", deadLetterScript, d, encodeDead(rec))
-}
-
 // DeleteQueue removes every key of the queue and its dead letters.
 func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
-	}
-	if err := checkQueue(queue); err != nil {
-		return err
 	}
 	if err := b.rdb.Del(ctx, b.keys(queue)...).Err(); err != nil {
 		return fmt.Errorf("redis: delete queue %q: %w", queue, err)
@@ -433,9 +272,6 @@ func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error) {
 	if b.closed.Load() {
 		return driver.Stats{}, driver.ErrClosed
-	}
-	if err := checkQueue(queue); err != nil {
-		return driver.Stats{}, err
 	}
 	v, err := statsScript.Run(ctx, b.rdb, b.keys(queue)).Int64Slice()
 	if err != nil {

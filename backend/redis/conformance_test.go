@@ -2,7 +2,10 @@ package redis
 
 import (
 	"context"
+	"crypto/rand"
+	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -12,26 +15,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/asyncplatform/asyncplatform/conformance"
+	"github.com/asyncplatform/asyncplatform/conformance/faults"
 	"github.com/asyncplatform/asyncplatform/driver"
-	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
-
-// redisAddr is the shared Redis the tests use.
-func redisAddr() string { return testenv.Getenv("ASYNCPLATFORM_REDIS_ADDR", "127.0.0.1:6379") }
-
-// realRedis returns the address of the machine's Redis, or ends the test.
-func realRedis(t testing.TB) string {
-	t.Helper()
-	addr := redisAddr()
-	c := goredis.NewClient(&goredis.Options{Addr: addr})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		testenv.Unreachable(t, "Redis at "+addr, err)
-	}
-	return addr
-}
 
 // harness opens each backend on a client of its own, as a separate worker
 // process would, and closes the client when the backend closes.
@@ -56,7 +42,7 @@ func (b clientClosing) Close() error {
 
 func (h *harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
 	c := goredis.NewClient(&goredis.Options{Addr: h.addr})
-	b, err := New(Config{Client: c, Prefix: h.prefix, DeadHold: time.Second, IdleWait: 500 * time.Millisecond})
+	b, err := New(ctx, Config{Client: c, Prefix: h.prefix, DeadHold: time.Second, IdleWait: 500 * time.Millisecond})
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -115,4 +101,60 @@ func TestConformance(t *testing.T) {
 			return &harness{addr: addr, prefix: "apt"}, nil
 		}, conformance.Options{Lease: 2 * time.Second})
 	})
+}
+
+// faultsPrefix is the key prefix of the fault suite's queues.
+const faultsPrefix = "faults"
+
+// TestFaults runs the fault suite (conformance/faults) on the machine's
+// Redis, and BrokerRestart and BrokerKill on a redis-server of its own.
+func TestFaults(t *testing.T) {
+	t.Parallel()
+	addr := realRedis(t)
+	faults.Run(t, faults.Target{
+		Name:  "redis",
+		Lease: 500 * time.Millisecond,
+		Addr:  addr,
+		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
+			c := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1})
+			b, err := New(ctx, Config{Client: c, Prefix: faultsPrefix, DeadHold: 2 * time.Second, IdleWait: 200 * time.Millisecond, Logger: faults.Logger()})
+			if err != nil {
+				c.Close()
+				return nil, err
+			}
+			return clientClosing{b, c}, nil
+		},
+		HostPort: func(addr string) string { return addr },
+		Via:      func(_, hostport string) string { return hostport },
+		Private:  privateRedis,
+		Garbage: func(ctx context.Context, addr, queue string, raw []byte) error {
+			c := goredis.NewClient(&goredis.Options{Addr: addr})
+			defer c.Close()
+			// The layout of scripts.go: the body is the field <id> of the
+			// jobs hash, and the id goes on the ready list.
+			k := "{" + faultsPrefix + ":" + queue + "}:"
+			id := "garbage-" + rand.Text()
+			_, err := c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+				p.HSet(ctx, k+"jobs", id, raw)
+				p.LPush(ctx, k+"ready", id)
+				return nil
+			})
+			return err
+		},
+	})
+}
+
+// privateRedis runs a redis-server of the test's own with an append-only
+// file synced on every write; Restart kills it with SIGKILL.
+func privateRedis(t *testing.T) *faults.Broker {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skipf("no redis-server binary for a broker of the test's own: %v", err)
+	}
+	dir, port := t.TempDir(), faults.FreePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	s := faults.StartServer(t, faults.ServerConfig{Bin: bin, Dir: dir, HostPort: addr,
+		Args: []string{"--bind", "127.0.0.1", "--port", fmt.Sprint(port), "--dir", dir,
+			"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--maxmemory-policy", "noeviction"}})
+	return &faults.Broker{Addr: addr, Restart: s.Restart}
 }
