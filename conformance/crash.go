@@ -180,9 +180,9 @@ wait:
 
 // runChild is the worker process of the ProcessKill case: it takes one job,
 // says so on stdout, and hangs until it is killed.
-func runChild(t *testing.T, makeHarness HarnessMaker, opts Options, queue string) {
+func runChild(t *testing.T, makeHarness HarnessMaker, opts Options, scale float64, queue string) {
 	t.Run("Crash/ProcessKill", func(t *testing.T) {
-		e := newEnv(t, makeHarness, opts, queue)
+		e := newEnv(t, makeHarness, opts, scale, queue)
 		cfg := e.config()
 		cfg.Queues = map[string]ap.QueueConfig{queue: {Concurrency: 1, Prefetch: ap.Limit(0)}}
 		w := e.worker(cfg).handle(t, "k", func(ctx context.Context, j *ap.Job) error {

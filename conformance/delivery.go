@@ -62,7 +62,7 @@ func testExactlyOnce(t *testing.T, e *env) {
 
 func testNotBefore(t *testing.T, e *env) {
 	w := e.worker(e.config()).handle(t, "nb", ok)
-	at := time.Now().Add(800 * time.Millisecond)
+	at := time.Now().Add(e.scaled(800 * time.Millisecond))
 	later := &ap.Job{Type: "nb", NotBefore: at}
 	now := &ap.Job{Type: "nb"}
 	e.enqueue(w.P, later, now)
@@ -72,6 +72,6 @@ func testNotBefore(t *testing.T, e *env) {
 		t.Errorf("a job delayed until %v ran %v early", at.Format(time.StampMilli), at.Sub(got))
 	}
 	if got := e.rec.of(now.ID)[0].At; !got.Before(at) {
-		t.Errorf("an undelayed job waited behind a delayed one")
+		t.Errorf("an undelayed job waited behind a delayed one%s", e.stallNote())
 	}
 }

@@ -26,13 +26,15 @@ type env struct {
 	queue string
 	caps  driver.Capabilities
 	lease time.Duration
+	scale float64   // ASYNCPLATFORM_CONFORMANCE_SCALE
+	start time.Time // when the case began
 	rec   *recorder
 
 	mu       sync.Mutex
 	backends []driver.Backend
 }
 
-func newEnv(t *testing.T, makeHarness HarnessMaker, opts Options, queue string) *env {
+func newEnv(t *testing.T, makeHarness HarnessMaker, opts Options, scale float64, queue string) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), opts.Wait)
 	defer cancel()
@@ -40,7 +42,7 @@ func newEnv(t *testing.T, makeHarness HarnessMaker, opts Options, queue string) 
 	if err != nil {
 		t.Fatalf("making the harness: %v", err)
 	}
-	e := &env{t: t, h: h, opts: opts, queue: queue, rec: &recorder{}}
+	e := &env{t: t, h: h, opts: opts, queue: queue, scale: scale, start: time.Now(), rec: &recorder{}}
 	t.Cleanup(e.close) // registered first, so it runs after the platforms stop
 	b := e.backend()
 	e.caps = b.Capabilities()
@@ -205,14 +207,28 @@ func (e *env) waitLonger(extra time.Duration, what string, cond func() bool) {
 	deadline := time.Now().Add(e.opts.Wait + extra)
 	for !cond() {
 		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out after %v waiting for %s\n%s", e.opts.Wait, what, e.rec)
+			e.t.Fatalf("timed out after %v waiting for %s%s\n%s", e.opts.Wait+extra, what, e.stallNote(), e.rec)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
 // settle waits a little to let anything that should not happen show itself.
-func (e *env) settle() { time.Sleep(max(3*e.lease/2, 300*time.Millisecond)) }
+func (e *env) settle() { time.Sleep(max(3*e.lease/2, e.scaled(300*time.Millisecond))) }
+
+// scaled stretches one of the suite's own delays by
+// ASYNCPLATFORM_CONFORMANCE_SCALE.
+func (e *env) scaled(d time.Duration) time.Duration { return scaled(d, e.scale) }
+
+// stallNote says, for a failure message, how long this process stalled
+// during the case, when that was long enough to matter.
+func (e *env) stallNote() string {
+	if d := stalls.longest(e.start); d >= 100*time.Millisecond {
+		return fmt.Sprintf(" (this test process stalled for up to %v during the case: the machine is loaded; %s=2 or more stretches the suite's timings)",
+			d.Round(time.Millisecond), scaleEnv)
+	}
+	return ""
+}
 
 // dead lists every dead letter of the queue.
 func (e *env) dead(p *ap.Platform) []ap.DeadLetter {

@@ -1,19 +1,3 @@
-// Package conformance is the shared test suite that every asyncplatform
-// backend must pass. It drives a real asyncplatform.Platform over the backend
-// under test, so it checks the whole behaviour contract (SPEC.md) end to end:
-// try counts, retry and poison limits, dead letters, leases, shutdown.
-//
-// A backend's own test calls Run with a function that makes a Harness:
-//
-//	func TestConformance(t *testing.T) {
-//		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
-//			return &harness{addr: addr}, nil
-//		})
-//	}
-//
-// Every case is a named subtest. The suite adapts to what the backend declares
-// in driver.Capabilities (its message limit, its shortest lease, whether it
-// redelivers at once on a closed connection) and never skips a case silently.
 package conformance
 
 import (
@@ -57,9 +41,20 @@ type HarnessMaker func(ctx context.Context, t *testing.T) (Harness, error)
 
 // Options tune the suite for a backend. The zero value is good for fast
 // backends.
+//
+// On a slow or shared machine, the environment variable
+// ASYNCPLATFORM_CONFORMANCE_SCALE (a number from 1 to 100, 1 when unset)
+// multiplies Lease, Wait and the suite's own short delays. The one case
+// whose outcome depends on the test process being scheduled in time,
+// Lease/ExtendedForSlowHandler, also adapts by itself: when it fails while
+// the process was stalled (the machine, not the backend), it runs again
+// with a lease twice as long, and says so in the log.
 type Options struct {
-	// Lease is the lease the suite's platforms use. It is raised to the
-	// backend's Capabilities.MinLease. Defaults to 500ms.
+	// Lease is the lease the suite's platforms use (Config.Lease). It is
+	// raised to the backend's Capabilities.MinLease. A case that waits for
+	// a lease to lapse takes about this long, and
+	// Lease/ExtendedForSlowHandler runs a handler for ten of them. Defaults
+	// to 500ms.
 	Lease time.Duration
 
 	// Wait bounds how long one case waits for an outcome before it fails.

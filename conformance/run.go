@@ -9,23 +9,26 @@ import (
 	ap "github.com/asyncplatform/asyncplatform"
 )
 
-// Case is one named case of the suite.
-type Case struct {
-	Name string
-	Run  func(t *testing.T, e *env)
+// testCase is one named case of the suite.
+type testCase struct {
+	name string
+	run  func(t *testing.T, e *env)
 }
 
-// Cases lists the suite's cases by name, in the order Run runs them.
+// Cases lists the names of the suite's cases, in the order Run runs them.
+// Each is a subtest of the test that calls Run: "Outcome/Reject" runs as
+// TestConformance/Outcome/Reject.
 func Cases() []string {
 	var names []string
 	for _, c := range cases() {
-		names = append(names, c.Name)
+		names = append(names, c.name)
 	}
 	return names
 }
 
-func cases() []Case {
-	return []Case{
+func cases() []testCase {
+	return []testCase{
+		// roundtrip.go, payload.go
 		{"RoundTrip/AllFields", testRoundTripFields},
 		{"RoundTrip/Payloads", testPayloads},
 		{"RoundTrip/PayloadLimit", testPayloadLimit},
@@ -33,10 +36,12 @@ func cases() []Case {
 		{"Payload/OffloadBoundary", testOffloadBoundary},
 		{"Payload/OffloadMissing", testOffloadMissing},
 		{"Payload/OffloadLifecycle", testOffloadLifecycle},
+		// retry.go
 		{"TryCount/CountsUp", testTryCountUp},
 		{"Retry/DefaultLimit", testDefaultRetryLimit},
 		{"Retry/Precedence", testRetryPrecedence},
 		{"Retry/BackoffRespected", testBackoffRespected},
+		// outcome.go
 		{"Outcome/Invalid", testInvalid},
 		{"Outcome/Permanent", testPermanent},
 		{"Outcome/Reject", testReject},
@@ -46,21 +51,26 @@ func cases() []Case {
 		{"Outcome/UnhandledThenHandled", testUnhandledThenHandled},
 		{"Outcome/Expired", testExpired},
 		{"Outcome/ForeignBytes", testForeignBytes},
+		// crash.go
 		{"Crash/Redelivered", testCrashRedelivered},
 		{"Crash/RetryLimitZeroSurvivesCrash", testRetryZeroSurvivesCrash},
 		{"Crash/Poison", testPoison},
 		{"Crash/PoisonLimitPerType", testPoisonPerType},
 		{"Crash/ProcessKill", testProcessKill},
+		// lease.go
 		{"Lease/ExtendedForSlowHandler", testLeaseExtension},
 		{"Lease/StaleReceiptRefused", testStaleReceipt},
+		// deadletter.go
 		{"DeadLetter/Empty", testDeadEmpty},
 		{"DeadLetter/PopKeepError", testDeadPopKeepError},
 		{"DeadLetter/ConcurrentCallers", testDeadConcurrent},
 		{"DeadLetter/ListingLeavesQueue", testDeadListing},
 		{"DeadLetter/Redrive", testRedrive},
 		{"DeadLetter/Purge", testPurge},
+		// stop.go
 		{"Stop/HandsBackUncounted", testStopHandsBack},
 		{"Stop/FinishesRunning", testStopFinishes},
+		// delivery.go
 		{"Delivery/ExactlyOnceWithoutFaults", testExactlyOnce},
 		{"Delivery/NotBeforeNotEarly", testNotBefore},
 	}
@@ -70,7 +80,10 @@ func cases() []Case {
 const childEnv = "ASYNCPLATFORM_CONFORMANCE_CHILD"
 
 // Run runs every case of the suite against the backends that makeHarness
-// opens, each case a parallel subtest with a queue of its own.
+// opens, each case a parallel subtest of t with a queue of its own (see
+// Cases). Call it from one test function of the backend's package,
+// TestConformance by convention. It reads ASYNCPLATFORM_CONFORMANCE_SCALE:
+// see Options.
 func Run(t *testing.T, makeHarness HarnessMaker, opts Options) {
 	t.Helper()
 	if opts.Lease <= 0 {
@@ -79,15 +92,21 @@ func Run(t *testing.T, makeHarness HarnessMaker, opts Options) {
 	if opts.Wait <= 0 {
 		opts.Wait = 20 * time.Second
 	}
+	scale, err := timeScale()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Lease, opts.Wait = scaled(opts.Lease, scale), scaled(opts.Wait, scale)
 	if q := os.Getenv(childEnv); q != "" {
-		runChild(t, makeHarness, opts, q)
+		runChild(t, makeHarness, opts, scale, q)
 		return
 	}
+	t.Cleanup(stalls.start()) // runs once every case has finished
 	for _, c := range cases() {
-		t.Run(c.Name, func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, makeHarness, opts, queueName(c.Name))
-			c.Run(t, e)
+			e := newEnv(t, makeHarness, opts, scale, queueName(c.name))
+			c.run(t, e)
 		})
 	}
 }

@@ -1,0 +1,53 @@
+package conformance_test
+
+import (
+	"fmt"
+
+	"github.com/asyncplatform/asyncplatform/conformance"
+)
+
+// The suite's cases, grouped by the part of the contract they prove. A
+// failing case shows as TestConformance/<name> in the backend's test.
+func ExampleCases() {
+	for _, name := range conformance.Cases() {
+		fmt.Println(name)
+	}
+	// Output:
+	// RoundTrip/AllFields
+	// RoundTrip/Payloads
+	// RoundTrip/PayloadLimit
+	// Payload/Offload10MiB
+	// Payload/OffloadBoundary
+	// Payload/OffloadMissing
+	// Payload/OffloadLifecycle
+	// TryCount/CountsUp
+	// Retry/DefaultLimit
+	// Retry/Precedence
+	// Retry/BackoffRespected
+	// Outcome/Invalid
+	// Outcome/Permanent
+	// Outcome/Reject
+	// Outcome/Panic
+	// Outcome/Timeout
+	// Outcome/Unhandled
+	// Outcome/UnhandledThenHandled
+	// Outcome/Expired
+	// Outcome/ForeignBytes
+	// Crash/Redelivered
+	// Crash/RetryLimitZeroSurvivesCrash
+	// Crash/Poison
+	// Crash/PoisonLimitPerType
+	// Crash/ProcessKill
+	// Lease/ExtendedForSlowHandler
+	// Lease/StaleReceiptRefused
+	// DeadLetter/Empty
+	// DeadLetter/PopKeepError
+	// DeadLetter/ConcurrentCallers
+	// DeadLetter/ListingLeavesQueue
+	// DeadLetter/Redrive
+	// DeadLetter/Purge
+	// Stop/HandsBackUncounted
+	// Stop/FinishesRunning
+	// Delivery/ExactlyOnceWithoutFaults
+	// Delivery/NotBeforeNotEarly
+}

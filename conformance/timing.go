@@ -1,0 +1,111 @@
+package conformance
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// scaleEnv names the environment variable that stretches the suite's
+// timings for a slow or shared machine: a number, 1 by default, that
+// multiplies Options.Lease, Options.Wait and the suite's own short delays.
+const scaleEnv = "ASYNCPLATFORM_CONFORMANCE_SCALE"
+
+// timeScale reads scaleEnv.
+func timeScale() (float64, error) {
+	v := os.Getenv(scaleEnv)
+	if v == "" {
+		return 1, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || f < 1 || f > 100 {
+		return 0, fmt.Errorf("%s=%q: want a number from 1 to 100", scaleEnv, v)
+	}
+	return f, nil
+}
+
+func scaled(d time.Duration, f float64) time.Duration { return time.Duration(float64(d) * f) }
+
+// stallWatch notices when this test process does not run: a goroutine that
+// sleeps a few milliseconds at a time records every wake-up that came late.
+// On a loaded machine such stalls, not the backend, are what lets a lease
+// lapse while its handler runs (the platform renews a lease when a third of
+// it is spent, so a stall of half a lease can cost it). The cases that
+// depend on a renewal arriving in time ask the watch what it saw, and say
+// so when they fail.
+type stallWatch struct {
+	mu     sync.Mutex
+	users  int
+	stop   chan struct{}
+	stalls []stall // the most recent, oldest first
+}
+
+type stall struct {
+	end time.Time     // when the process ran again
+	d   time.Duration // how late it was
+}
+
+const (
+	stallTick = 5 * time.Millisecond
+	stallMin  = 20 * time.Millisecond // a wake-up later than this is a stall
+	stallKeep = 256
+)
+
+var stalls stallWatch
+
+// start starts watching, once for any number of callers; the func it returns
+// ends this caller's interest, and the watch stops with the last one.
+func (w *stallWatch) start() (done func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.users++
+	if w.users == 1 {
+		w.stop = make(chan struct{})
+		go w.watch(w.stop)
+	}
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.users--; w.users == 0 {
+			close(w.stop)
+		}
+	}
+}
+
+func (w *stallWatch) watch(stop <-chan struct{}) {
+	timer := time.NewTimer(stallTick)
+	defer timer.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-timer.C:
+		}
+		now := time.Now()
+		if late := now.Sub(last) - stallTick; late >= stallMin {
+			w.mu.Lock()
+			w.stalls = append(w.stalls, stall{end: now, d: late})
+			if len(w.stalls) > stallKeep {
+				w.stalls = w.stalls[len(w.stalls)-stallKeep:]
+			}
+			w.mu.Unlock()
+		}
+		last = now
+		timer.Reset(stallTick)
+	}
+}
+
+// longest returns the longest stall that ended after since.
+func (w *stallWatch) longest(since time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var d time.Duration
+	for i := len(w.stalls) - 1; i >= 0 && w.stalls[i].end.After(since); i-- {
+		d = max(d, w.stalls[i].d)
+	}
+	return d
+}
