@@ -404,15 +404,12 @@ func (b *Backend) Capabilities() driver.Capabilities {
 
 // Declare implements driver.Backend. The streams are made by New and the
 // consumers lazily (the work consumer by Receive, whose lease sets its
-// AckWait), so Declare checks the name and that a work consumer of that name,
-// if one exists, is ours: a pull consumer with explicit acks on the queue's
+// AckWait), so Declare checks that a work consumer of the queue's name, if
+// one exists, is ours: a pull consumer with explicit acks on the queue's
 // subject.
 func (b *Backend) Declare(ctx context.Context, queue string) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
-	}
-	if err := checkQueue(queue); err != nil {
-		return err
 	}
 	c, err := b.work.Consumer(ctx, workConsumer(queue))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -429,19 +426,6 @@ func (b *Backend) Declare(ctx context.Context, queue string) error {
 		return fmt.Errorf("nats: declare queue %s: consumer %s has ack policy %v, want explicit", queue, workConsumer(queue), got.AckPolicy)
 	case got.DeliverSubject != "":
 		return fmt.Errorf("nats: declare queue %s: consumer %s is a push consumer, want pull", queue, workConsumer(queue))
-	}
-	return nil
-}
-
-func checkQueue(q string) error {
-	if q == "" || len(q) > 100 {
-		return fmt.Errorf("nats: queue name %q: want 1 to 100 bytes", q)
-	}
-	for i := 0; i < len(q); i++ {
-		c := q[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("nats: queue name %q: byte %q is not in [A-Za-z0-9._-]", q, c)
-		}
 	}
 	return nil
 }
@@ -463,9 +447,6 @@ func (b *Backend) queue(q string) *queueState {
 func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Message) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
-	}
-	if err := checkQueue(queue); err != nil {
-		return err
 	}
 	out := make([]*gonats.Msg, 0, len(msgs))
 	for i := range msgs {
@@ -554,9 +535,6 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 	if b.closed.Load() {
 		return driver.Stats{}, driver.ErrClosed
 	}
-	if err := checkQueue(queue); err != nil {
-		return driver.Stats{}, err
-	}
 	var st driver.Stats
 	var err error
 	if st.Scheduled, err = b.subjectCount(ctx, b.delay, b.delaySubject(queue)); err != nil {
@@ -592,9 +570,6 @@ func (b *Backend) subjectCount(ctx context.Context, s jetstream.Stream, subj str
 func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
-	}
-	if err := checkQueue(queue); err != nil {
-		return err
 	}
 	b.mu.Lock()
 	delete(b.queues, queue)

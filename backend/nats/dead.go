@@ -24,9 +24,6 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	if b.closed.Load() {
 		return nil, driver.ErrClosed
 	}
-	if err := checkQueue(queue); err != nil {
-		return nil, err
-	}
 	qs := b.queue(queue)
 	recreated, rescues := false, 0
 	for {
@@ -295,9 +292,6 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 	if b.closed.Load() {
 		return nil, "", driver.ErrClosed
 	}
-	if err := checkQueue(queue); err != nil {
-		return nil, "", err
-	}
 	if limit < 1 {
 		return nil, "", fmt.Errorf("nats: list dead letters of %s: limit %d: want at least 1", queue, limit)
 	}
@@ -433,9 +427,6 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	if b.closed.Load() {
 		return 0, driver.ErrClosed
 	}
-	if err := checkQueue(queue); err != nil {
-		return 0, err
-	}
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
@@ -508,9 +499,6 @@ func (b *Backend) deleteDeadSeqs(ctx context.Context, queue string, seqs []uint6
 func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	if b.closed.Load() {
 		return 0, driver.ErrClosed
-	}
-	if err := checkQueue(queue); err != nil {
-		return 0, err
 	}
 	return b.deleteAll(ctx, b.dead, b.deadSubject(queue))
 }

@@ -2,6 +2,19 @@
 // nats.go and its jetstream package. It works on nats-server 2.9 and later
 // (checked on 2.9.10 and, in process, 2.15).
 //
+//	b, err := nats.New(ctx, nats.Config{URL: "nats://127.0.0.1:4222"})
+//	p, err := asyncplatform.New(b, asyncplatform.Config{})
+//
+// # URLs
+//
+// Importing the package registers the nats scheme for asyncplatform.Open:
+//
+//	nats://user:password@127.0.0.1:4222?stream=JOBS
+//
+// The query parameter stream sets Config.Stream; the rest of the URL is
+// Config.URL. A Backend opened from a URL dials its own connection and
+// closes it on Close.
+//
 // # Layout
 //
 // A platform (Config.Stream, "ASYNCPLATFORM" by default; S below) owns three
@@ -26,52 +39,48 @@
 // the same copy is stored once within Config.DuplicateWindow. Bodies are
 // stored untouched; everything of the backend's own is in headers.
 //
-// # Counting
-//
-// Delivery.Deliveries is the consumer's NumDelivered, read from the ack
-// subject, plus the message's Asyncplatform-Base header when it has one.
-// Every Requeue and DeadLetter writes a new message (a new stream sequence),
-// whose count starts again at 1 with no base. The base is only written by
-// a hand-back (see Receiving): it carries the deliveries of the old message
-// before the one handed back, so earlier crashes stay counted. Nak is never
-// used on the work stream.
-//
-// Requeue and DeadLetter publish the new copy, wait for its publish ack, and
-// only then ack the delivery: a crash in between leaves a duplicate, never a
-// loss.
-//
-// # Delays
-//
-// nats-server 2.9 has no delayed publish, and NakWithDelay cannot change a
-// message. A copy due later goes to S_DELAY. Every Backend runs a mover
-// goroutine (stopped by Close) that pulls from the mover consumer: a due copy
-// is published to S with its Nats-Msg-Id, and the delayed copy is acked
-// once that publish is acked; a copy not yet due is naked with its remaining
-// delay, so it returns to some mover when due and the mover never polls.
-// The mover consumer has MaxAckPending unlimited, so copies scheduled far
-// ahead never block due ones. A message is never moved before its
+// Delays. nats-server 2.9 has no delayed publish, and NakWithDelay cannot
+// change a message. A copy due later goes to S_DELAY. Every Backend runs a
+// mover goroutine (stopped by Close) that pulls from the mover consumer: a
+// due copy is published to S with its Nats-Msg-Id, and the delayed copy is
+// acked once that publish is acked; a copy not yet due is naked with its
+// remaining delay, so it returns to some mover when due and the mover never
+// polls. The mover consumer has MaxAckPending unlimited, so copies scheduled
+// far ahead never block due ones. A message is never moved before its
 // NotBefore by the mover's clock; it is usually moved within milliseconds
 // after. Clocks of the enqueuer and the mover should agree. A delayed copy
 // held by a mover that closed or died comes back after Config.MoverAckWait
 // (5s), so it can be that late.
 //
-// # Leases and stale receipts
+// # Counting
 //
-// The server does not check which delivery an ack belongs to: an ack, a
-// progress update or a term names only the stream sequence, so once a
-// message was redelivered, the first delivery's ack subject acts on the new
-// delivery (TestRawAckIsNotChecked shows 2.9.10 acking it; in the 2.15
-// source progress updates and terms, too, look at the stream sequence
-// only). So the backend keeps each delivery's lease itself, from below. The
-// lease starts when a no-wait pull request was sent (before the server could
-// deliver), or when a long-polled message was read (the server sent it
-// earlier, by one transit plus however long this process took to read it).
-// Extend restarts it only when the server confirmed the InProgress before
-// the lease ended. Nothing is sent for a delivery once less than a fifth of
-// the AckWait (at most 2s) is left: Ack, Extend, Requeue and DeadLetter
-// return driver.ErrLeaseLost instead. Acks are double acks (the server
-// confirms). What that margin does not cover (an ack in transit longer than
-// it, or a process that stalls longer than it between the socket and the
+// Delivery.Deliveries is the consumer's NumDelivered, read from the ack
+// subject, plus the message's Asyncplatform-Base header when it has one.
+// Every Requeue and DeadLetter writes a new message (a new stream sequence),
+// whose count starts again at 1 with no base. The base is only written by a
+// hand-back (see Receiving, below): it carries the deliveries of the old
+// message before the one handed back, so earlier crashes stay counted. Nak is
+// never used on the work stream.
+//
+// Requeue and DeadLetter publish the new copy, wait for its publish ack, and
+// only then ack the delivery: a crash in between leaves a duplicate, never a
+// loss.
+//
+// Leases and stale receipts. The server does not check which delivery an ack
+// belongs to: an ack, a progress update or a term names only the stream
+// sequence, so once a message was redelivered, the first delivery's ack
+// subject acts on the new delivery (TestRawAckIsNotChecked shows 2.9.10
+// acking it; in the 2.15 source progress updates and terms, too, look at the
+// stream sequence only). So the backend keeps each delivery's lease itself,
+// from below. The lease starts when a no-wait pull request was sent (before
+// the server could deliver), or when a long-polled message was read (the
+// server sent it earlier, by one transit plus however long this process took
+// to read it). Extend restarts it only when the server confirmed the
+// InProgress before the lease ended. Nothing is sent for a delivery once less
+// than a fifth of the AckWait (at most 2s) is left: Ack, Extend, Requeue and
+// DeadLetter return driver.ErrLeaseLost instead. Acks are double acks (the
+// server confirms). What that margin does not cover (an ack in transit longer
+// than it, or a process that stalls longer than it between the socket and the
 // read of a long-polled message) can still act on a newer delivery, which
 // only ever causes a duplicate.
 //
@@ -87,12 +96,10 @@
 // Close abandons unsettled deliveries (they come back after AckWait, with
 // the crash counted): Capabilities.RedeliversOnClose is false.
 //
-// # Receiving
-//
-// Receive uses its own pull requests rather than jetstream's Fetch. Each
-// Receive subscribes a fresh inbox, asks for up to max messages without
-// waiting and, if none are ready, long-polls (Config.PollWait) for one and
-// takes whatever else is ready without waiting.
+// Receiving. Receive uses its own pull requests rather than jetstream's
+// Fetch. Each Receive subscribes a fresh inbox, asks for up to max messages
+// without waiting and, if none are ready, long-polls (Config.PollWait) for
+// one and takes whatever else is ready without waiting.
 //
 // A pull request cannot be withdrawn. Unsubscribing its inbox makes the
 // server skip it for new deliveries (it checks interest first), but a
@@ -136,13 +143,11 @@
 // stream (a copy published, then the original deleted), where the consumer
 // finds it. ListDead lists such records after the others.
 //
-// # No purges
-//
-// The backend never purges a stream. On nats-server 2.9.10 a purge filtered
-// on one subject moves every consumer of the stream past all its messages,
-// those of other subjects included: they stay in the stream and are never
-// delivered (TestFilteredPurgeFact shows it; 2.15 is fine). PurgeDead and
-// DeleteQueue therefore delete message by message, two round trips each.
+// No purges. The backend never purges a stream. On nats-server 2.9.10 a purge
+// filtered on one subject moves every consumer of the stream past all its
+// messages, those of other subjects included: they stay in the stream and are
+// never delivered (TestFilteredPurgeFact shows it; 2.15 is fine). PurgeDead
+// and DeleteQueue therefore delete message by message, two round trips each.
 //
 // # Limits
 //
@@ -152,12 +157,11 @@
 // carries a job of up to MaxBody plus its reason and error history. IDs are
 // limited to MaxIDLen bytes.
 //
-// # Reconnects and restarts
-//
-// The connection reconnects forever (every 250ms). Deliveries survive a
-// reconnect and a server restart (JetStream keeps the consumer state), so
-// their receipts stay valid for as long as their lease lasts. The 2.9 file
-// store syncs every 60s: an OS crash can lose acknowledged writes.
+// Reconnects and restarts. The connection reconnects forever (every 250ms).
+// Deliveries survive a reconnect and a server restart (JetStream keeps the
+// consumer state), so their receipts stay valid for as long as their lease
+// lasts. The 2.9 file store syncs every 60s: an OS crash can lose
+// acknowledged writes.
 //
 // A SIGKILL of the server loses its last moments of consumer state (written
 // at most every 100 ms): acked messages can come back, and a delivery be

@@ -11,9 +11,8 @@ func init() {
 	driver.Register("nats", openURL)
 }
 
-// openURL opens a Backend for asyncplatform.Open from a URL such as
-// nats://user:password@127.0.0.1:4222?stream=JOBS. The query parameter
-// stream sets Config.Stream. The Backend dials, and closes, its own
+// openURL opens a Backend for asyncplatform.Open from a nats:// URL (see the
+// package documentation, URLs). The Backend dials, and closes, its own
 // connection.
 func openURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	cfg := Config{Stream: u.Query().Get("stream")}

@@ -72,9 +72,6 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 	if b.closed.Load() {
 		return nil, driver.ErrClosed
 	}
-	if err := checkQueue(queue); err != nil {
-		return nil, err
-	}
 	if max < 1 {
 		return nil, fmt.Errorf("nats: receive from %s: max %d: want at least 1", queue, max)
 	}

@@ -19,14 +19,10 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
-	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	gonats "github.com/nats-io/nats.go"
 
 	"github.com/asyncplatform/asyncplatform/backend/azure"
 	"github.com/asyncplatform/asyncplatform/backend/memory"
-	natsb "github.com/asyncplatform/asyncplatform/backend/nats"
 	"github.com/asyncplatform/asyncplatform/backend/rabbit"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/testenv"
@@ -40,7 +36,6 @@ func TestFaults(t *testing.T) {
 	}{
 		{"memory", memoryTarget},
 		{"rabbit", rabbitTarget},
-		{"nats", natsTarget},
 		{"azure", azureTarget},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -208,70 +203,6 @@ func sharedPrivate(owner *testing.T, start func(t, owner *testing.T) *Broker) fu
 		}
 		return b
 	}
-}
-
-// ---- NATS ----
-
-const natsStream = "FAULTS"
-
-func natsTarget(t *testing.T) Target {
-	u := testenv.Getenv("ASYNCPLATFORM_NATS_URL", natsb.DefaultURL)
-	nc, err := gonats.Connect(u, gonats.Timeout(2*time.Second))
-	if err != nil {
-		testenv.Unreachable(t, "NATS at "+u, err)
-	}
-	nc.Close()
-	return Target{
-		Name:  "nats",
-		Lease: 500 * time.Millisecond,
-		Addr:  u,
-		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
-			return natsb.New(ctx, natsb.Config{URL: addr, Stream: natsStream, DeadLease: 2 * time.Second, PollWait: 500 * time.Millisecond,
-				Options: []gonats.Option{gonats.ReconnectWait(100 * time.Millisecond)}, Logger: quiet()})
-		},
-		HostPort: func(addr string) string {
-			u, _ := url.Parse(addr)
-			return u.Host
-		},
-		Via: func(addr, hostport string) string {
-			u, _ := url.Parse(addr)
-			u.Host = hostport
-			return u.String()
-		},
-		Private: privateNATS,
-		Garbage: func(ctx context.Context, addr, queue string, raw []byte) error {
-			nc, err := gonats.Connect(addr)
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				return err
-			}
-			// The work subject of a queue name without '.' or '_'.
-			_, err = js.Publish(ctx, natsStream+".q."+queue, raw)
-			return err
-		},
-	}
-}
-
-// privateNATS runs a nats-server of the test's own with JetStream on file
-// storage. A SIGKILL of it loses its last moments of consumer state (and,
-// on 2.9, of deletes): acked jobs can come back, and a delivery be
-// forgotten, so that it comes again as a first delivery (TestNATSKillFact).
-func privateNATS(t *testing.T) *Broker {
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		t.Skipf("no nats-server binary for a broker of the test's own: %v", err)
-	}
-	dir, port := t.TempDir(), freePort(t)
-	hostport := fmt.Sprintf("127.0.0.1:%d", port)
-	args := []string{"-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", dir}
-	p := startServer(t, bin, args, dir, hostport)
-	return &Broker{Addr: "nats://" + hostport, Restart: p.restart,
-		KillLeaves: "a SIGKILL of nats-server forgets the deliveries of its last ~100 ms (TestNATSKillFact): a worker that dies holding one " +
-			"in that window has its crash uncounted, which RandomFaults' random worker kills can hit (BrokerKill kills no worker)"}
 }
 
 // ---- Azure (Azurite) ----

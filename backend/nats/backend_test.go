@@ -15,7 +15,6 @@ import (
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	gonats "github.com/nats-io/nats.go"
 
-	"github.com/asyncplatform/asyncplatform/conformance"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
@@ -67,47 +66,6 @@ func testConfig(url string) Config {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return cfg
-}
-
-type harness struct{ url string }
-
-func (h harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
-	return New(ctx, testConfig(h.url))
-}
-
-func (harness) Close() {}
-
-// inprocessEnv carries the in-process server's URL to the suite's child
-// processes.
-const inprocessEnv = "ASYNCPLATFORM_NATS_TEST_INPROCESS_URL"
-
-// suiteOptions sets the suite's lease to three times its default, and its
-// wait to match, because on a loaded two-core machine (other suites
-// running, -race, load average 8 and more) a 500ms lease now and then lapses
-// while a job or the lease keeper waits for a CPU, which the suite rightly
-// counts as a duplicate or a lost lease.
-var suiteOptions = conformance.Options{Lease: 1500 * time.Millisecond, Wait: 30 * time.Second}
-
-func TestConformance(t *testing.T) {
-	t.Run("server", func(t *testing.T) {
-		url := realURL(t)
-		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
-			return harness{url: url}, nil
-		}, suiteOptions)
-	})
-	t.Run("inprocess", func(t *testing.T) {
-		// The suite's ProcessKill case re-runs this test in a child process,
-		// which must reach the parent's server: pass its URL down.
-		url := os.Getenv(inprocessEnv)
-		if url == "" {
-			url = startServer(t, t.TempDir(), 0).ClientURL()
-			os.Setenv(inprocessEnv, url)
-			t.Cleanup(func() { os.Unsetenv(inprocessEnv) })
-		}
-		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
-			return harness{url: url}, nil
-		}, suiteOptions)
-	})
 }
 
 // queueName derives a unique queue name from the test's name.

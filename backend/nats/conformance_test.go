@@ -1,0 +1,119 @@
+package nats
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	gonats "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/asyncplatform/asyncplatform/conformance"
+	"github.com/asyncplatform/asyncplatform/conformance/faults"
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+type harness struct{ url string }
+
+func (h harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
+	return New(ctx, testConfig(h.url))
+}
+
+func (harness) Close() {}
+
+// inprocessEnv carries the in-process server's URL to the suite's child
+// processes.
+const inprocessEnv = "ASYNCPLATFORM_NATS_TEST_INPROCESS_URL"
+
+// suiteOptions sets the suite's lease to three times its default, and its
+// wait to match, because on a loaded two-core machine (other suites
+// running, -race, load average 8 and more) a 500ms lease now and then lapses
+// while a job or the lease keeper waits for a CPU, which the suite rightly
+// counts as a duplicate or a lost lease.
+var suiteOptions = conformance.Options{Lease: 1500 * time.Millisecond, Wait: 30 * time.Second}
+
+func TestConformance(t *testing.T) {
+	t.Run("server", func(t *testing.T) {
+		url := realURL(t)
+		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
+			return harness{url: url}, nil
+		}, suiteOptions)
+	})
+	t.Run("inprocess", func(t *testing.T) {
+		// The suite's ProcessKill case re-runs this test in a child process,
+		// which must reach the parent's server: pass its URL down.
+		url := os.Getenv(inprocessEnv)
+		if url == "" {
+			url = startServer(t, t.TempDir(), 0).ClientURL()
+			os.Setenv(inprocessEnv, url)
+			t.Cleanup(func() { os.Unsetenv(inprocessEnv) })
+		}
+		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
+			return harness{url: url}, nil
+		}, suiteOptions)
+	})
+}
+
+// faultsStream is the stream of the fault suite's queues.
+const faultsStream = "FAULTS"
+
+// TestFaults runs the fault suite (conformance/faults) on the machine's
+// server, and BrokerRestart and BrokerKill on a nats-server of its own.
+func TestFaults(t *testing.T) {
+	t.Parallel()
+	faults.Run(t, faults.Target{
+		Name:  "nats",
+		Lease: 500 * time.Millisecond,
+		Addr:  realURL(t),
+		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
+			return New(ctx, Config{URL: addr, Stream: faultsStream, DeadLease: 2 * time.Second, PollWait: 500 * time.Millisecond,
+				Options: []gonats.Option{gonats.ReconnectWait(100 * time.Millisecond)}, Logger: faults.Logger()})
+		},
+		HostPort: func(addr string) string {
+			u, _ := url.Parse(addr)
+			return u.Host
+		},
+		Via: func(addr, hostport string) string {
+			u, _ := url.Parse(addr)
+			u.Host = hostport
+			return u.String()
+		},
+		Private: privateNATS,
+		Garbage: func(ctx context.Context, addr, queue string, raw []byte) error {
+			nc, err := gonats.Connect(addr)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			// The work subject of a queue name without '.' or '_'.
+			_, err = js.Publish(ctx, faultsStream+".q."+queue, raw)
+			return err
+		},
+	})
+}
+
+// privateNATS runs a nats-server of the test's own with JetStream on file
+// storage. A SIGKILL of it loses its last moments of consumer state (and,
+// on 2.9, of deletes): acked jobs can come back, and a delivery be
+// forgotten, so that it comes again as a first delivery (TestNATSKillFact).
+func privateNATS(t *testing.T) *faults.Broker {
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		t.Skipf("no nats-server binary for a broker of the test's own: %v", err)
+	}
+	dir, port := t.TempDir(), faults.FreePort(t)
+	hostport := fmt.Sprintf("127.0.0.1:%d", port)
+	s := faults.StartServer(t, faults.ServerConfig{Bin: bin, Dir: dir, HostPort: hostport,
+		Args: []string{"-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", dir}})
+	return &faults.Broker{Addr: "nats://" + hostport, Restart: s.Restart,
+		KillLeaves: "a SIGKILL of nats-server forgets the deliveries of its last ~100 ms (TestNATSKillFact): a worker that dies holding one " +
+			"in that window has its crash uncounted, which RandomFaults' random worker kills can hit (BrokerKill kills no worker)"}
+}
