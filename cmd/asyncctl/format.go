@@ -19,6 +19,19 @@ import (
 
 func schemes() []string { return driver.Schemes() }
 
+// redactSecrets replaces the secrets of the backend URL raw (see secrets)
+// in s, longest first so that no part of one is left.
+func redactSecrets(s, raw string) string {
+	secs := secrets(raw)
+	sort.Slice(secs, func(i, j int) bool { return len(secs[i]) > len(secs[j]) })
+	for _, sec := range secs {
+		if len(sec) >= 3 {
+			s = strings.ReplaceAll(s, sec, "xxxxx")
+		}
+	}
+	return s
+}
+
 // writeJSON prints v as indented JSON.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)

@@ -303,46 +303,69 @@ var getenv = os.Getenv
 // whose values are secrets.
 var secretKey = regexp.MustCompile(`(?i)(password|passwd|secret|token|key|sig|signature)[^=;&]*=([^;&]+)`)
 
-// secrets returns the secret parts of a backend URL: the password and the
-// values of parameters named like keys, tokens or signatures.
+// secrets returns the secret parts of a backend URL, in every form an error
+// may quote them: the user part as written, decoded and re-encoded; the
+// password; a user with no password (a token: NATS token auth); and the
+// values of parameters named like keys, tokens or signatures, raw and
+// decoded.
 func secrets(raw string) []string {
 	var out []string
+	add := func(s string) {
+		out = append(out, s, url.QueryEscape(s), url.PathEscape(s))
+		if v, err := url.PathUnescape(s); err == nil {
+			out = append(out, v)
+		}
+		if v, err := url.QueryUnescape(s); err == nil {
+			out = append(out, v)
+		}
+	}
+	if _, rest, ok := strings.Cut(raw, "://"); ok {
+		if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+			rest = rest[:i]
+		}
+		if i := strings.LastIndex(rest, "@"); i >= 0 {
+			userinfo := rest[:i]
+			add(userinfo)
+			if user, pw, ok := strings.Cut(userinfo, ":"); ok {
+				add(pw)
+			} else {
+				add(user)
+			}
+		}
+	}
 	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			out = append(out, pw, url.QueryEscape(pw), url.PathEscape(pw))
+		add(u.User.String())
+		if pw, ok := u.User.Password(); ok {
+			add(pw)
+		} else {
+			add(u.User.Username())
 		}
 	}
 	for _, m := range secretKey.FindAllStringSubmatch(raw, -1) {
-		out = append(out, m[2])
-		if v, err := url.QueryUnescape(m[2]); err == nil {
-			out = append(out, v)
-		}
+		add(m[2])
 	}
 	return out
 }
 
-// redact removes the URL's secrets from s.
+// redact removes the URL's secrets from s, longest first so that no part of
+// one is left.
 func (c *cli) redact(s string) string {
-	for _, sec := range secrets(c.url) {
-		if len(sec) >= 3 {
-			s = strings.ReplaceAll(s, sec, "xxxxx")
-		}
-	}
-	return s
+	return redactSecrets(s, c.url)
 }
 
-// redactURL returns the URL fit to print: no password, no secret parameter.
+// redactURL returns the URL fit to print: no user part but the user name
+// beside a password, no secret parameter.
 func redactURL(raw string) string {
 	s := raw
 	if u, err := url.Parse(raw); err == nil {
+		if u.User != nil {
+			if _, ok := u.User.Password(); !ok {
+				u.User = url.User("xxxxx") // a token
+			}
+		}
 		s = u.Redacted()
 	}
-	for _, sec := range secrets(raw) {
-		if len(sec) >= 3 {
-			s = strings.ReplaceAll(s, sec, "xxxxx")
-		}
-	}
-	return s
+	return redactSecrets(s, raw)
 }
 
 // line reads one line of stdin, trimmed; io.EOF when stdin is done. It
