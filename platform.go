@@ -151,6 +151,21 @@ type Config struct {
 	// without a SigningKey. Defaults to none.
 	VerifyKeys [][]byte
 
+	// DisableIsolation turns off the isolation of suspects. A suspect is a
+	// delivered job with a crash behind it (Crashes > 0): it was held by a
+	// worker that died. By default the platform runs a suspect alone: it
+	// stops taking jobs on every queue, hands back uncounted the jobs it
+	// claimed ahead, waits for the running handlers to finish, runs the
+	// suspect, then resumes. So a job that kills its worker is charged every
+	// crash it causes, and the jobs beside it none after the first: an
+	// innocent job comes back once with Crashes 1, runs alone once and
+	// succeeds. The cost falls only after a crash: its suspects run one at a
+	// time, each after the handlers running beside it have finished.
+	// Turning it off keeps full concurrency after a crash, and lets jobs
+	// that keep landing beside a poison job reach the poison limit with it.
+	// Defaults to false: suspects are isolated.
+	DisableIsolation bool
+
 	// Middleware wraps every handler, the first element outermost. Defaults
 	// to none.
 	Middleware []Middleware
@@ -214,6 +229,7 @@ type Attempt struct {
 	Reason   Reason        // the dead-letter reason, for OutcomeDeadLettered
 	Duration time.Duration // how long the handler ran
 	RetryAt  time.Time     // when it will be offered again, for retries and rejects
+	Isolated bool          // the job ran alone, as a suspect (see Config.DisableIsolation)
 }
 
 // Hooks are called synchronously by the worker that handled the job; keep
@@ -272,6 +288,7 @@ type Platform struct {
 	handlers atomic.Pointer[registry]
 	declared sync.Map // queue name → struct{}
 	health   health.Gate
+	suspect  sync.Mutex // held while a suspect runs alone
 
 	mu       sync.Mutex // guards handlers writes and the fields below
 	started  bool
@@ -867,7 +884,7 @@ func (p *Platform) Stats(ctx context.Context, queue string) (QueueStats, error) 
 }
 
 // Healthy reports whether every health check passed on its last run.
-func (p *Platform) Healthy() bool { return p.health.OK() }
+func (p *Platform) Healthy() bool { return p.health.Healthy() }
 
 // Health returns the last result of each health check: nil for a pass.
 func (p *Platform) Health() map[string]error { return p.health.Results() }

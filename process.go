@@ -60,6 +60,14 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		p.handBack(f)
 		return
 	}
+	isolated := false
+	if j.Crashes > 0 && !p.cfg.DisableIsolation { // a suspect: it was in a process that died
+		if !p.isolate(f) {
+			return
+		}
+		defer p.endIsolation()
+		isolated = true
+	}
 	h := reg.byType[j.Type]
 	in := p.input(j, h, qp)
 	p.warnTries(j)
@@ -89,7 +97,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	in.Now = time.Now()
 	in.Jitter = rand.Float64()
 	d := decide.Decide(in)
-	a := Attempt{Job: j, Err: herr, Duration: dur, RetryAt: d.RetryAt}
+	a := Attempt{Job: j, Err: herr, Duration: dur, RetryAt: d.RetryAt, Isolated: isolated}
 	text := ""
 	if herr != nil {
 		text = herr.Error()
@@ -117,6 +125,48 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	if hook := p.cfg.Hooks.AfterAttempt; hook != nil {
 		hook(context.Background(), a)
 	}
+}
+
+// isolate makes f's job, a suspect, the only delivery this platform holds:
+// it closes the gate (no queue takes jobs), hands back uncounted the
+// deliveries claimed ahead, and waits for the running handlers to finish and
+// settle. If the suspect then kills the process, the crash is charged to it
+// alone. Only one suspect is isolated at a time: another is handed back and
+// comes again. It returns false when f was handed back instead (another
+// suspect is running alone, or the platform is stopping).
+func (p *Platform) isolate(f *inflight) bool {
+	if !p.suspect.TryLock() {
+		p.handBack(f)
+		return false
+	}
+	p.health.Hold()
+	for {
+		for _, q := range p.queues {
+			q.HandBackQueued(p.handBack)
+		}
+		held, receiving := 0, false
+		for _, q := range p.queues {
+			h, r := q.Quiet()
+			held, receiving = held+h, receiving || r
+		}
+		if held <= 1 && !receiving {
+			break
+		}
+		if p.stopping.Load() {
+			p.endIsolation()
+			p.handBack(f)
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	j := &f.Job
+	p.log.Warn("asyncplatform: running a suspect alone (a worker holding it died)", "queue", j.Queue, "id", j.ID, "type", j.Type, "crashes", j.Crashes)
+	return true
+}
+
+func (p *Platform) endIsolation() {
+	p.health.Release()
+	p.suspect.Unlock()
 }
 
 // input gathers what the decision depends on, before the handler runs.

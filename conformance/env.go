@@ -302,6 +302,26 @@ func (r *recorder) died(dl ap.DeadLetter) {
 	r.deaths = append(r.deaths, dl)
 }
 
+// deathsOf returns the dead letters of one job.
+func (r *recorder) deathsOf(id string) []ap.DeadLetter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []ap.DeadLetter
+	for _, dl := range r.deaths {
+		if dl.Job.ID == id {
+			out = append(out, dl)
+		}
+	}
+	return out
+}
+
+// allDeaths returns every dead letter recorded.
+func (r *recorder) allDeaths() []ap.DeadLetter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]ap.DeadLetter(nil), r.deaths...)
+}
+
 // of returns the attempts of one job.
 func (r *recorder) of(id string) []attempt {
 	r.mu.Lock()

@@ -56,6 +56,7 @@ func cases() []testCase {
 		{"Crash/RetryLimitZeroSurvivesCrash", testRetryZeroSurvivesCrash},
 		{"Crash/Poison", testPoison},
 		{"Crash/PoisonLimitPerType", testPoisonPerType},
+		{"Crash/PoisonIsolation", testPoisonIsolation},
 		{"Crash/ProcessKill", testProcessKill},
 		// lease.go
 		{"Lease/ExtendedForSlowHandler", testLeaseExtension},

@@ -24,7 +24,8 @@ type Gate struct {
 	mu      sync.Mutex
 	last    map[string]error
 	healthy bool
-	fast    atomic.Bool   // healthy, readable without the lock on the hot path
+	held    bool          // Hold: closed whatever the checks say
+	fast    atomic.Bool   // open (healthy and not held), readable without the lock on the hot path
 	wake    chan struct{} // closed when health returns; replaced when it is lost
 	again   chan struct{} // a request to re-check now
 	// period is cancelled when health is lost, so a fetcher blocked in
@@ -56,7 +57,8 @@ func (h *Gate) AddPinger(b driver.Backend) {
 	}
 }
 
-// OK reports the last result, without a lock.
+// OK reports, without a lock, whether the gate is open: healthy and not
+// held.
 func (h *Gate) OK() bool { return h.fast.Load() }
 
 // Results returns the last result of each check: nil for a pass.
@@ -76,7 +78,7 @@ func (h *Gate) Start(base context.Context) {
 	defer h.mu.Unlock()
 	h.base = base
 	h.period, h.cancel = context.WithCancel(base)
-	if !h.healthy {
+	if !h.fast.Load() {
 		h.cancel()
 	}
 }
@@ -131,21 +133,59 @@ func (h *Gate) Run(ctx context.Context, log *slog.Logger) bool {
 		return healthy
 	}
 	h.healthy = healthy
-	h.fast.Store(healthy)
 	if healthy {
+		log.Info("asyncplatform: healthy again; taking jobs")
+	} else {
+		log.Warn("asyncplatform: unhealthy; no new jobs are taken until the checks pass", "results", fmt.Sprint(results))
+	}
+	h.apply()
+	return healthy
+}
+
+// Hold closes the gate whatever the checks say, until Release: no job is
+// taken, and deliveries already taken are handed back (the platform runs a
+// suspect alone).
+func (h *Gate) Hold() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held = true
+	h.apply()
+}
+
+// Release undoes Hold.
+func (h *Gate) Release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held = false
+	h.apply()
+}
+
+// Healthy reports whether every check passed on its last run (a Hold does
+// not change it).
+func (h *Gate) Healthy() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.healthy
+}
+
+// apply opens or closes the gate to match healthy and held; h.mu is held.
+func (h *Gate) apply() {
+	open := h.healthy && !h.held
+	if open == h.fast.Load() {
+		return
+	}
+	h.fast.Store(open)
+	if open {
 		if h.base != nil {
 			h.period, h.cancel = context.WithCancel(h.base)
 		}
 		close(h.wake)
-		log.Info("asyncplatform: healthy again; taking jobs")
 	} else {
 		if h.cancel != nil {
 			h.cancel()
 		}
 		h.wake = make(chan struct{})
-		log.Warn("asyncplatform: unhealthy; no new jobs are taken until the checks pass", "results", fmt.Sprint(results))
 	}
-	return healthy
 }
 
 func safeCheck(ctx context.Context, check Check) (err error) {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
@@ -118,6 +119,8 @@ type Queue[J any] struct {
 	slots chan struct{}     // one token per free claim slot
 	jobs  chan *Delivery[J] // claimed, waiting for a worker
 
+	receiving atomic.Int32 // the fetcher is in Receive or adding what it got to held
+
 	mu   sync.Mutex
 	held map[*Delivery[J]]struct{} // claimed and not yet released
 }
@@ -162,6 +165,7 @@ func (q *Queue[J]) Fetch(ctx context.Context) {
 				break more
 			}
 		}
+		q.receiving.Add(1)
 		ds, err := q.cfg.Backend.Receive(rctx, q.cfg.Name, n, q.cfg.Lease)
 		for range n - len(ds) {
 			q.slots <- struct{}{}
@@ -174,6 +178,7 @@ func (q *Queue[J]) Fetch(ctx context.Context) {
 			q.mu.Unlock()
 			q.jobs <- f
 		}
+		q.receiving.Add(-1)
 		switch {
 		case err == nil:
 			retry = 50 * time.Millisecond
@@ -271,6 +276,15 @@ func (q *Queue[J]) HandBackQueued(handBack func(*Delivery[J]) error) {
 			return
 		}
 	}
+}
+
+// Quiet reports how many deliveries are held and whether the fetcher is
+// taking more.
+func (q *Queue[J]) Quiet() (held int, receiving bool) {
+	q.mu.Lock()
+	held = len(q.held)
+	q.mu.Unlock()
+	return held, q.receiving.Load() > 0
 }
 
 // Held returns the deliveries claimed and not yet released.

@@ -1,0 +1,104 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// testPoisonIsolation: one poison job among 40 innocent ones, at
+// Concurrency 10 with the default prefetch, its worker dying (its backend
+// closed under it) each time the poison job runs, a new worker started after
+// each death. The crashes must be charged to the poison job alone: every
+// innocent job succeeds, none is dead-lettered, none is seen with more than
+// one crash (the one it was present at), and the poison job is dead-lettered
+// poisoned after its handler ran exactly PoisonLimit+1 times.
+func testPoisonIsolation(t *testing.T, e *env) {
+	const innocents = 40
+	var jobs []*ap.Job
+	bad := &ap.Job{Type: "poison"}
+	for i := range innocents {
+		jobs = append(jobs, &ap.Job{Type: "good", Payload: fmt.Appendf(nil, "%d", i)})
+		if i == 4 {
+			jobs = append(jobs, bad) // it runs with others beside it and claimed behind it
+		}
+	}
+	e.enqueue(e.producer(), jobs...)
+
+	var succeeded sync.Map
+	var poisonRuns atomic.Int32
+	deadline := time.Now().Add(e.opts.Wait * 4)
+	for round := 0; ; round++ {
+		if round > ap.DefaultPoisonLimit+5 || time.Now().After(deadline) {
+			t.Fatalf("after %d workers: %d innocent jobs succeeded, the poison job ran %d times\n%s", round, count(&succeeded), poisonRuns.Load(), e.rec)
+		}
+		crashed := make(chan struct{})
+		var once sync.Once
+		cfg := e.config()
+		cfg.Queues = map[string]ap.QueueConfig{e.queue: {Concurrency: 10}}
+		var w *worker
+		w = e.worker(cfg).
+			handle(t, "good", func(ctx context.Context, j *ap.Job) error {
+				time.Sleep(e.scaled(30 * time.Millisecond))
+				succeeded.Store(j.ID, true)
+				return nil
+			}).
+			handle(t, "poison", func(ctx context.Context, j *ap.Job) error {
+				poisonRuns.Add(1)
+				once.Do(func() {
+					_ = w.B.Close() // the process dies with everything it holds
+					close(crashed)
+				})
+				<-ctx.Done()
+				return ctx.Err()
+			})
+		w.start(t)
+		done := false
+		for !done {
+			select {
+			case <-crashed:
+				done = true
+			case <-time.After(20 * time.Millisecond):
+				if count(&succeeded) == innocents && len(e.rec.deathsOf(bad.ID)) == 1 {
+					done = true
+				}
+			}
+		}
+		go func() { // the dead worker's leftovers; its backend is closed
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = w.P.Stop(ctx)
+		}()
+		if count(&succeeded) == innocents && len(e.rec.deathsOf(bad.ID)) == 1 {
+			break
+		}
+	}
+	for _, dl := range e.rec.allDeaths() {
+		if dl.Job.ID != bad.ID {
+			t.Errorf("innocent job %s dead-lettered %s after %d crashes", dl.Job.ID, dl.Reason, dl.Job.Crashes)
+		}
+	}
+	for _, j := range jobs {
+		for _, a := range e.rec.of(j.ID) {
+			if j != bad && a.Crashes > 1 {
+				t.Errorf("innocent job %s ran with %d crashes behind it (try %d); a crash it did not cause was charged to it", j.ID, a.Crashes, a.TryCount)
+			}
+		}
+	}
+	dl := e.rec.deathsOf(bad.ID)[0]
+	limit := ap.DefaultPoisonLimit
+	if dl.Reason != ap.ReasonPoisoned || int(poisonRuns.Load()) != limit+1 || dl.Job.Crashes != limit+1 {
+		t.Errorf("poison job: %s with %d crashes after %d runs; want poisoned after PoisonLimit+1 = %d", dl.Reason, dl.Job.Crashes, poisonRuns.Load(), limit+1)
+	}
+}
+
+func count(m *sync.Map) int {
+	n := 0
+	m.Range(func(any, any) bool { n++; return true })
+	return n
+}
