@@ -98,7 +98,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	in.Jitter = rand.Float64()
 	d := decide.Decide(in)
 	a := Attempt{Job: j, Err: herr, Duration: dur, RetryAt: d.RetryAt, Isolated: isolated}
-	text := ""
+	text, settled := "", j
 	if herr != nil {
 		text = herr.Error()
 		if timedOut {
@@ -111,10 +111,10 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		if errors.As(herr, &pe) {
 			text += "\n" + string(pe.Stack)
 		}
-		j = &next
+		settled = &next
 	}
 	a.Outcome, a.Reason = outcomeOf(d)
-	serr := p.apply(f, j, d, text) // settle
+	serr := p.apply(f, settled, d, text) // settle
 	switch {
 	case serr == nil:
 	case errors.Is(serr, runner.ErrSettled):
