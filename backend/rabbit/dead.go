@@ -27,8 +27,8 @@ type deadReceipt struct {
 // caller until SettleDead, or until the channel or connection closes, which
 // puts it back where it was.
 func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDelivery, error) {
-	if err := b.check(queue); err != nil {
-		return nil, err
+	if b.isClosed() {
+		return nil, driver.ErrClosed
 	}
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return nil, err
@@ -156,8 +156,8 @@ func scanDead(ctx context.Context, ch *amqp.Channel, name string, want int, fn f
 // returns every record to its place. The cursor is the number of records to
 // skip, so a page costs skip+limit records streamed.
 func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int) ([]driver.DeadMessage, string, error) {
-	if err := b.check(queue); err != nil {
-		return nil, "", err
+	if b.isClosed() {
+		return nil, "", driver.ErrClosed
 	}
 	if limit < 1 {
 		return nil, "", fmt.Errorf("rabbit: ListDead limit is %d, must be at least 1", limit)
@@ -199,8 +199,8 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 // scanDead), acks the records whose ID is among ids, and closes the channel,
 // which returns the others to their place.
 func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (int, error) {
-	if err := b.check(queue); err != nil {
-		return 0, err
+	if b.isClosed() {
+		return 0, driver.ErrClosed
 	}
 	if len(ids) == 0 {
 		return 0, nil
@@ -240,8 +240,8 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 // PurgeDead purges the dead-letter queue (queue.purge): records held by a
 // NextDead caller are left alone.
 func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
-	if err := b.check(queue); err != nil {
-		return 0, err
+	if b.isClosed() {
+		return 0, driver.ErrClosed
 	}
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return 0, err

@@ -1,10 +1,24 @@
 // Package rabbit is the RabbitMQ backend of asyncplatform, on
 // github.com/rabbitmq/amqp091-go. It needs RabbitMQ 3.10 or later and no
-// plugin. Importing it registers the amqp:// and amqps:// schemes for
-// asyncplatform.Open (query parameters prefix and prefetch set Config.Prefix
-// and Config.Prefetch).
+// plugin.
 //
-// # Broker layout
+//	b, err := rabbit.New(ctx, rabbit.Config{URL: "amqp://guest:guest@127.0.0.1:5672/"})
+//	p, err := asyncplatform.New(b, asyncplatform.Config{})
+//
+// # URLs
+//
+// Importing the package registers the amqp and amqps schemes for
+// asyncplatform.Open:
+//
+//	amqp://guest:guest@127.0.0.1:5672/?prefix=jobs&prefetch=20
+//	amqps://user:password@broker.example.com:5671/vhost
+//
+// The query parameters prefix and prefetch set Config.Prefix and
+// Config.Prefetch; the rest of the URL, other parameters included, is
+// Config.URL for the AMQP client. Errors show the URL with its password
+// hidden.
+//
+// # Layout
 //
 // For a queue q and Config.Prefix p (default "asyncplatform"), all on the
 // default exchange:
@@ -34,27 +48,40 @@
 // at once (basic.nack with requeue, counted), since nothing else would
 // release it before its channel closes.
 //
-// # Delays
+// Delays. Per-message TTL only expires at the head of a queue, so a delay
+// queue holds only messages of one TTL, and FIFO order is expiry order: a
+// short retry never waits behind a long one. A message due after d is
+// published to the largest step not longer than d (the smallest when d is
+// shorter than it), with what is left of d in the header
+// x-asyncplatform-delay-ms. When it comes back to the work queue with time
+// left, Receive does not hand it out: it publishes it on to the next step
+// (largest first), confirms, and acks it, so an arbitrary delay takes a few
+// hops and is never delivered early; it is late by at most one smallest step
+// plus the broker's expiry latency. Delayed messages wait for a consumer of
+// their queue to move them on: with no worker running, a message between hops
+// sits in the work queue (counted in Stats as Ready) until one starts.
+// Dead-lettering out of the delay queues is at-least-once (RabbitMQ 3.10 or
+// later): a message leaves a delay queue only once the work queue has
+// confirmed its copy, so a restart of the node can duplicate a delayed job
+// but not drop it. Classic delay queues, whose dead-lettering is
+// at-most-once, dropped the messages they held across a graceful restart
+// (docs/reliability.md, finding 13).
 //
-// Per-message TTL only expires at the head of a queue, so a delay queue
-// holds only messages of one TTL, and FIFO order is expiry order: a short
-// retry never waits behind a long one. A message due after d is published to
-// the largest step not longer than d (the smallest when d is shorter than
-// it), with what is left of d in the header x-asyncplatform-delay-ms. When it
-// comes back to the work queue with time left, Receive does not hand it out:
-// it publishes it on to the next step (largest first), confirms, and acks
-// it, so an arbitrary delay takes a few hops and is never delivered early;
-// it is late by at most one smallest step plus the broker's expiry latency.
-// Delayed messages wait for a consumer of their queue to move them on: with
-// no worker running, a message between hops sits in the work queue (counted
-// in Stats as Ready) until one starts. Dead-lettering out of the delay
-// queues is at-least-once (RabbitMQ 3.10 or later): a message leaves a delay
-// queue only once the work queue has confirmed its copy, so a restart of the
-// node can duplicate a delayed job but not drop it. Classic delay queues,
-// whose dead-lettering is at-most-once, dropped the messages they held
-// across a graceful restart (docs/reliability.md, finding 13).
+// Connections. A Backend holds one connection: one confirm-mode channel for
+// publishing, one channel per consumed queue, and short-lived channels for
+// topology and dead letters. A supervisor redials a lost connection with
+// capped, fully jittered backoff (Config.ReconnectMin to ReconnectMax),
+// declares every known queue again, and consumers start again on the next
+// Receive. Every delivery carries the channel it came from (its generation):
+// a settle on a channel that has closed returns driver.ErrLeaseLost and can
+// never ack another message, even though the new channel reuses the same
+// delivery tags; Requeue and DeadLetter do not publish again for a delivery
+// whose channel closed meanwhile. While the broker blocks the connection
+// (connection.blocked: a memory or disk alarm), publishing methods wait up to
+// Config.BlockedTimeout and then fail with ErrBlocked; a publish already sent
+// may still be stored once the alarm clears.
 //
-// # Counts
+// # Counting
 //
 // Delivery.Deliveries is the quorum queue's x-delivery-count plus one (plus
 // x-asyncplatform-base, below): x-delivery-count is absent on a message's
@@ -71,52 +98,31 @@
 // a lease, and on Close. A killed process cannot do that: its buffered
 // messages come back with one more delivery counted, like the ones it held.
 //
-// # Acks
+// Acks. Settles on a consumer channel are coalesced like a group commit. The
+// first Ack writes its frame; Acks arriving meanwhile queue up, and the next
+// frame settles them together: one basic.ack with multiple set, up to the
+// highest queued tag H such that every tag up to H on the channel is queued
+// or already settled (acked, or nacked by a failed hand-back or delay hop). A
+// tag that is not (its delivery is held by a running handler, moved by a
+// delay hop or hand-back, or not yet handed out) blocks a multiple ack past
+// it, since the broker would settle it too. An Ack above such a tag waits up
+// to 200µs for the tags below it, then goes out on its own; once such a wait
+// has run out, Acks above the same tag go out on their own at once, so a long
+// handler delays the Acks above it once, by 200µs, and never by its own
+// length. On a quorum queue each ack frame is a Raft command, so fewer frames
+// take load off the broker (about 2.5 settles a frame in BenchmarkEndToEnd).
+// Ack, Requeue and DeadLetter return once the frame that settles their
+// delivery is written. A multiple ack never leaves the channel of the
+// receipt, so the channel-generation check below holds as before.
 //
-// Settles on a consumer channel are coalesced like a group commit. The
-// first Ack writes its frame; Acks arriving meanwhile queue up, and the
-// next frame settles them together: one basic.ack with multiple set, up to
-// the highest queued tag H such that every tag up to H on the channel is
-// queued or already settled (acked, or nacked by a failed hand-back or delay
-// hop). A tag that is not (its delivery is held by a running handler, moved
-// by a delay hop or hand-back, or not yet handed out) blocks a multiple ack
-// past it, since the broker would settle it too. An Ack above such a tag
-// waits up to 200µs for the tags below it, then goes out on its own; once
-// such a wait has run out, Acks above the same tag go out on their own at
-// once, so a long handler delays the Acks above it once, by 200µs, and never
-// by its own length. On a quorum queue each ack frame is a Raft command, so
-// fewer frames take load off the broker (about 2.5 settles a frame in
-// BenchmarkEndToEnd). Ack, Requeue and DeadLetter return once the frame
-// that settles their delivery is written. A multiple ack never leaves the
-// channel of the receipt, so the channel-generation check below holds as
-// before.
-//
-// # Leases and consumer_timeout
-//
-// An unacked delivery is held by its channel for as long as the channel
-// lives; Extend is a no-op that only reports whether the channel is still
-// there. RabbitMQ 3.10 closes a channel whose delivery stays unacked longer
-// than consumer_timeout (30 minutes by default, a global setting in
-// rabbitmq.conf; per-queue values came in later versions): a handler running
-// longer loses its lease (its settle returns driver.ErrLeaseLost) and the
-// job is redelivered with a crash counted. Raise consumer_timeout for longer
-// jobs.
-//
-// # Connections
-//
-// A Backend holds one connection: one confirm-mode channel for publishing,
-// one channel per consumed queue, and short-lived channels for topology and
-// dead letters. A supervisor redials a lost connection with capped, fully
-// jittered backoff (Config.ReconnectMin to ReconnectMax), declares every
-// known queue again, and consumers start again on the next Receive. Every
-// delivery carries the channel it came from (its generation): a settle on a
-// channel that has closed returns driver.ErrLeaseLost and can never ack
-// another message, even though the new channel reuses the same delivery
-// tags; Requeue and DeadLetter do not publish again for a delivery whose
-// channel closed meanwhile. While the broker blocks the connection
-// (connection.blocked: a memory or disk alarm), publishing methods wait up to
-// Config.BlockedTimeout and then fail with ErrBlocked; a publish already
-// sent may still be stored once the alarm clears.
+// Leases and consumer_timeout. An unacked delivery is held by its channel for
+// as long as the channel lives; Extend is a no-op that only reports whether
+// the channel is still there. RabbitMQ 3.10 closes a channel whose delivery
+// stays unacked longer than consumer_timeout (30 minutes by default, a global
+// setting in rabbitmq.conf; per-queue values came in later versions): a
+// handler running longer loses its lease (its settle returns
+// driver.ErrLeaseLost) and the job is redelivered with a crash counted. Raise
+// consumer_timeout for longer jobs.
 //
 // # Dead letters
 //
@@ -132,7 +138,7 @@
 // DeleteDead streams the whole queue (about 80µs a record here); records
 // held by NextDead callers are not seen. PurgeDead is queue.purge.
 //
-// # Limits and caveats
+// # Limits
 //
 //   - MaxBody defaults to 16 MiB (the broker's max_message_size is 128 MiB).
 //   - Stats.Ready is the work queue's ready count; Stats.InFlight is -1 (AMQP

@@ -14,10 +14,8 @@ func init() {
 	driver.Register("amqps", openURL)
 }
 
-// openURL opens a Backend for asyncplatform.Open from an AMQP URL such as
-// amqp://guest:guest@127.0.0.1:5672/?prefix=jobs&prefetch=20. The query
-// parameters prefix and prefetch set Config.Prefix and Config.Prefetch;
-// the others go to the AMQP client.
+// openURL opens a Backend for asyncplatform.Open from an amqp:// or
+// amqps:// URL (see the package documentation, URLs).
 func openURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	var cfg Config
 	q := u.Query()

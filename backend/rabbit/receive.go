@@ -306,8 +306,8 @@ func copyOf(d amqp.Delivery) amqp.Publishing {
 // other Receive reads the queue, the consumer is cancelled and the messages
 // it had buffered are handed back uncounted.
 func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
-	if err := b.check(queue); err != nil {
-		return nil, err
+	if b.isClosed() {
+		return nil, driver.ErrClosed
 	}
 	if max < 1 {
 		return nil, fmt.Errorf("rabbit: Receive max is %d, must be at least 1", max)
@@ -596,8 +596,8 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 // Enqueue publishes msgs with confirms and returns once the broker has
 // confirmed every one.
 func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Message) error {
-	if err := b.check(queue); err != nil {
-		return err
+	if b.isClosed() {
+		return driver.ErrClosed
 	}
 	for _, m := range msgs {
 		if b.cfg.MaxBody > 0 && len(m.Body) > b.cfg.MaxBody {

@@ -62,21 +62,6 @@ func (b *Backend) delayArgs(queue string, k int) amqp.Table {
 	}
 }
 
-func validQueue(queue string) error {
-	if queue == "" {
-		return errors.New("rabbit: empty queue name")
-	}
-	if len(queue) > 100 {
-		return fmt.Errorf("rabbit: queue name %.20q... is %d bytes, at most 100 allowed", queue, len(queue))
-	}
-	for _, r := range queue {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return fmt.Errorf("rabbit: queue name %q has %q; allowed are [A-Za-z0-9._-]", queue, r)
-		}
-	}
-	return nil
-}
-
 var inequivalentArg = regexp.MustCompile(`inequivalent arg '([^']+)'`)
 
 // declareQueue declares one durable queue, turning PRECONDITION_FAILED into
@@ -134,8 +119,8 @@ func (b *Backend) ensureQueue(ctx context.Context, queue string) error {
 // Declare declares the queue's quorum work queue and its classic dead-letter
 // queue. Delay queues are declared when first used.
 func (b *Backend) Declare(ctx context.Context, queue string) error {
-	if err := b.check(queue); err != nil {
-		return err
+	if b.isClosed() {
+		return driver.ErrClosed
 	}
 	if err := b.ensure(ctx, b.workName(queue), workArgs()); err != nil {
 		return fmt.Errorf("rabbit: declare work queue of %q: %w", queue, err)
@@ -152,8 +137,8 @@ func (b *Backend) Declare(ctx context.Context, queue string) error {
 // DeleteQueue deletes the queue's work queue, its dead-letter queue and its
 // delay queues, with every message in them.
 func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
-	if err := b.check(queue); err != nil {
-		return err
+	if b.isClosed() {
+		return driver.ErrClosed
 	}
 	b.consMu.Lock()
 	b.mu.Lock()
@@ -213,8 +198,8 @@ func (b *Backend) inspect(ctx context.Context, ch **amqp.Channel, name string) (
 // queues) and Dead (ready records of the dead-letter queue). InFlight is -1:
 // AMQP does not tell unacknowledged counts without the management plugin.
 func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error) {
-	if err := b.check(queue); err != nil {
-		return driver.Stats{}, err
+	if b.isClosed() {
+		return driver.Stats{}, driver.ErrClosed
 	}
 	st := driver.Stats{InFlight: -1}
 	conn, err := b.connection(ctx)

@@ -7,23 +7,19 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/asyncplatform/asyncplatform/backend/azure"
 	"github.com/asyncplatform/asyncplatform/backend/memory"
-	"github.com/asyncplatform/asyncplatform/backend/rabbit"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
@@ -35,7 +31,6 @@ func TestFaults(t *testing.T) {
 		target func(t *testing.T) Target
 	}{
 		{"memory", memoryTarget},
-		{"rabbit", rabbitTarget},
 		{"azure", azureTarget},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,144 +59,6 @@ func memoryTarget(*testing.T) Target {
 			defer b.Close()
 			return b.Enqueue(ctx, queue, []driver.Message{{ID: "garbage", Body: raw}})
 		},
-	}
-}
-
-// ---- RabbitMQ ----
-
-const rabbitPrefix = "faults"
-
-func rabbitTarget(t *testing.T) Target {
-	u := testenv.Getenv(rabbit.URLEnv, rabbit.DefaultURL)
-	conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(2 * time.Second)})
-	if err != nil {
-		testenv.Unreachable(t, "RabbitMQ", err)
-	}
-	conn.Close()
-	return Target{
-		Name: "rabbit",
-		Addr: u,
-		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
-			return rabbit.New(ctx, rabbit.Config{URL: addr, Prefix: rabbitPrefix, ReconnectMin: 20 * time.Millisecond,
-				ReconnectMax: 500 * time.Millisecond, PublishTimeout: 10 * time.Second, Logger: quiet()})
-		},
-		HostPort: func(addr string) string {
-			u, _ := url.Parse(addr)
-			return u.Host
-		},
-		Via: func(addr, hostport string) string {
-			u, _ := url.Parse(addr)
-			u.Host = hostport
-			return u.String()
-		},
-		Private: sharedPrivate(t, privateRabbit),
-		Garbage: func(ctx context.Context, addr, queue string, raw []byte) error {
-			conn, err := amqp.Dial(addr)
-			if err != nil {
-				return err
-			}
-			defer conn.Close()
-			ch, err := conn.Channel()
-			if err != nil {
-				return err
-			}
-			if err := ch.Confirm(false); err != nil {
-				return err
-			}
-			c, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", rabbitPrefix+"."+queue, true, false,
-				amqp.Publishing{DeliveryMode: amqp.Persistent, Body: raw})
-			if err != nil {
-				return err
-			}
-			if ok, err := c.WaitContext(ctx); err != nil || !ok {
-				return fmt.Errorf("garbage publish not confirmed: %v", err)
-			}
-			return nil
-		},
-	}
-}
-
-// rabbitServerEnv names the rabbitmq-server script for a node of the
-// test's own; by default the one of Debian's package.
-const rabbitServerEnv = "ASYNCPLATFORM_RABBITMQ_SERVER"
-
-// privateRabbit runs a RabbitMQ node of the test's own: its own node name,
-// AMQP and distribution ports, data, log and configuration in a temporary
-// directory (HOME too, for its Erlang cookie), no plugins; it registers
-// with the machine's epmd beside the shared node, which it never touches.
-// The script execs the Erlang VM itself (RUNNING_UNDER_SYSTEMD), so the
-// process the test holds is the node: SIGTERM stops it gracefully, SIGKILL
-// kills it. It boots in 6 to 10 s here. Its directory and its stop belong
-// to owner (t or a parent of t).
-func privateRabbit(t, owner *testing.T) *Broker {
-	bin := os.Getenv(rabbitServerEnv)
-	if bin == "" {
-		bin = "/usr/lib/rabbitmq/bin/rabbitmq-server"
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Skipf("no rabbitmq-server for a broker of the test's own (set %s): %v", rabbitServerEnv, err)
-	}
-	dir, port, dist := owner.TempDir(), freePort(t), freePort(t)
-	hostport := fmt.Sprintf("127.0.0.1:%d", port)
-	conf := filepath.Join(dir, "rabbitmq.conf")
-	plugins := filepath.Join(dir, "enabled_plugins")
-	envConf := filepath.Join(dir, "rabbitmq-env.conf")
-	for path, text := range map[string]string{
-		conf:    "listeners.tcp.default = " + hostport + "\n",
-		plugins: "[].\n",
-		envConf: "", // not the machine's /etc/rabbitmq/rabbitmq-env.conf
-	} {
-		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	env := []string{
-		"HOME=" + dir,
-		"RUNNING_UNDER_SYSTEMD=true",
-		"RABBITMQ_NODENAME=faults-" + randHex() + "@localhost",
-		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
-		"RABBITMQ_NODE_PORT=" + fmt.Sprint(port),
-		"RABBITMQ_DIST_PORT=" + fmt.Sprint(dist),
-		"RABBITMQ_CONFIG_FILE=" + conf,
-		"RABBITMQ_CONF_ENV_FILE=" + envConf,
-		"RABBITMQ_ENABLED_PLUGINS_FILE=" + plugins,
-		"RABBITMQ_MNESIA_BASE=" + filepath.Join(dir, "mnesia"),
-		"RABBITMQ_LOG_BASE=" + filepath.Join(dir, "log"),
-		"RABBITMQ_PID_FILE=" + filepath.Join(dir, "node.pid"),
-		"ERL_EPMD_ADDRESS=127.0.0.1",
-	}
-	p := startServerBoot(t, owner, 90*time.Second, bin, nil, dir, hostport, env...)
-	return &Broker{Addr: "amqp://guest:guest@" + hostport + "/", Restart: p.restart, KillAge: 2 * time.Second, KillLeaves: rabbitKillLeaves}
-}
-
-// rabbitKillLeaves is why RandomFaults restarts RabbitMQ gracefully only,
-// and why BrokerKill waits until its queues are 2 s old (KillAge): RabbitMQ
-// 3.10.8's ra saves the name of a new quorum queue's Raft server to disk
-// only every 0.5 s, so a SIGKILL within ~0.8 s of a quorum queue's creation
-// brings it back with a new, empty log and no leader: what was confirmed
-// into it is lost and nothing is confirmed again (TestRabbitKillFact,
-// "fresh"; fixed upstream in ra #443). An older queue recovers with every
-// message ("registered"). The backend creates delay queues when a delay
-// first needs them, which RandomFaults does at random moments.
-const rabbitKillLeaves = "RabbitMQ 3.10.8 loses a quorum queue SIGKILLed within ~0.8 s of its creation (TestRabbitKillFact), " +
-	"and the backend creates delay queues at their first use, at random moments here"
-
-// sharedPrivate starts one broker of the backend's own on first use, for
-// every scenario of the backend (they run one after another; each uses
-// queues of its own), and stops it when owner, the backend's test, ends: a
-// broker that takes seconds to boot boots once.
-func sharedPrivate(owner *testing.T, start func(t, owner *testing.T) *Broker) func(*testing.T) *Broker {
-	var (
-		mu sync.Mutex
-		b  *Broker
-	)
-	return func(t *testing.T) *Broker {
-		mu.Lock()
-		defer mu.Unlock()
-		if b == nil {
-			b = start(t, owner)
-		}
-		return b
 	}
 }
 

@@ -1,4 +1,4 @@
-package faults
+package rabbit
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/asyncplatform/asyncplatform/conformance/faults"
 )
 
 // TestRabbitKillFact records why BrokerKill kills RabbitMQ only once its
@@ -52,8 +54,8 @@ import (
 // It boots two RabbitMQ nodes, one after the other, and takes a minute and
 // a half, so it runs in the soak mode only.
 func TestRabbitKillFact(t *testing.T) {
-	if Soak() == 0 {
-		t.Skipf("soak mode only (set %s): it boots two RabbitMQ nodes and takes a minute and a half", SoakEnv)
+	if faults.Soak() == 0 {
+		t.Skipf("soak mode only (set %s): it boots two RabbitMQ nodes and takes a minute and a half", faults.SoakEnv)
 	}
 	t.Run("fresh", func(t *testing.T) {
 		killUnderLoad(t, 700*time.Millisecond)
@@ -223,8 +225,8 @@ func publish(ch *amqp.Channel, q string, d time.Duration) error {
 // nothing across the same restart (195 confirmed, all 195 reached the work
 // queue, one twice, in the run that led to the change).
 func TestRabbitDelayRestartFact(t *testing.T) {
-	if Soak() == 0 {
-		t.Skipf("soak mode only (set %s): it boots a RabbitMQ node", SoakEnv)
+	if faults.Soak() == 0 {
+		t.Skipf("soak mode only (set %s): it boots a RabbitMQ node", faults.SoakEnv)
 	}
 	classic := amqp.Table{"x-message-ttl": int64(50), "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "work"}
 	t.Run("classic", func(t *testing.T) {
