@@ -18,15 +18,17 @@ import (
 type outcomeRow struct {
 	readme string // the README row's first cell
 
-	notAJob    bool  // the message is not a job
-	failures   int   // the job's failures before this delivery
-	crashes    int   // crashes before this delivery (its deliveries ended with no outcome)
-	unhandled  int   // requeues for want of a handler so far
-	noHandler  bool  // no handler registered for its type
-	expired    bool  // its Deadline has passed
-	err        error // what the handler returned
-	timedOut   bool  // the handler ran past its timeout
-	retryLimit int
+	notAJob     bool  // the message is not a job
+	failures    int   // the job's failures before this delivery
+	crashes     int   // crashes before this delivery (its deliveries ended with no outcome)
+	unhandled   int   // requeues for want of a handler so far
+	noHandler   bool  // no handler registered for its type
+	expired     bool  // its Deadline has passed
+	err         error // what the handler returned
+	stopping    bool  // the platform is stopping
+	payloadGone bool  // its offloaded payload is gone
+	timedOut    bool  // the handler ran past its timeout
+	retryLimit  int
 
 	want        Outcome
 	wantReason  Reason
@@ -41,7 +43,8 @@ func TestOutcomeTable(t *testing.T) {
 	rows := []outcomeRow{
 		{readme: "returns nil", want: OutcomeSucceeded},
 		{readme: "returns an ordinary error", err: errors.New("boom"), failures: 2, retryLimit: 3, want: OutcomeRetried, wantCounted: true},
-		{readme: "returns an ordinary error", err: errors.New("boom"), failures: 3, retryLimit: 3, want: OutcomeDeadLettered, wantReason: ReasonRetriesExceeded, wantCounted: true},
+		{readme: "fails more often than `RetryLimit` allows", err: errors.New("boom"), failures: 3, retryLimit: 3, want: OutcomeDeadLettered, wantReason: ReasonRetriesExceeded, wantCounted: true},
+		{readme: "fails more often than `RetryLimit` allows", err: errors.New("boom"), retryLimit: 0, want: OutcomeDeadLettered, wantReason: ReasonRetriesExceeded, wantCounted: true},
 		{readme: "panics", err: &PanicError{Value: "oops"}, failures: 2, retryLimit: 3, want: OutcomeRetried, wantCounted: true},
 		{readme: "panics", err: &PanicError{Value: "oops"}, failures: 3, retryLimit: 3, want: OutcomeDeadLettered, wantReason: ReasonRetriesExceeded, wantCounted: true},
 		{readme: "runs past its timeout", err: context.DeadlineExceeded, timedOut: true, failures: 2, retryLimit: 3, want: OutcomeRetried, wantCounted: true},
@@ -55,7 +58,9 @@ func TestOutcomeTable(t *testing.T) {
 		{readme: "(no handler registered for its type)", noHandler: true, unhandled: DefaultUnhandledRetries - 1, want: OutcomeHandedBack, wantDelay: DefaultUnhandledDelay},
 		{readme: "(no handler registered for its type)", noHandler: true, unhandled: DefaultUnhandledRetries, want: OutcomeDeadLettered, wantReason: ReasonUnhandled},
 		{readme: "(its `Deadline` passed before it could run)", expired: true, want: OutcomeDeadLettered, wantReason: ReasonExpired},
+		{readme: "(its offloaded payload is gone)", payloadGone: true, failures: 1, want: OutcomeDeadLettered, wantReason: ReasonPayloadMissing},
 		{readme: "(the message is not a job at all)", notAJob: true, want: OutcomeDeadLettered, wantReason: ReasonInvalid},
+		{readme: "(the platform stops before it finishes)", err: context.Canceled, stopping: true, failures: 2, retryLimit: 2, want: OutcomeHandedBack},
 	}
 	mem, err := memory.New(context.Background(), memory.Config{})
 	if err != nil {
@@ -107,6 +112,10 @@ func decideRow(p *Platform, h *handlerEntry, r outcomeRow, now time.Time) (Outco
 	d := decide.Decide(in)
 	if d.Outcome == decide.Run {
 		in.Result, in.RejectAfter = classify(r.err)
+		if r.payloadGone {
+			in.Result = decide.PayloadGone
+		}
+		in.Stopping = r.stopping
 		in.Now, in.Jitter = now, 1
 		d = decide.Decide(in)
 	}

@@ -75,7 +75,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		p.apply(f, j, d, "")
 		return
 	}
-	if !p.loadPayload(f, j) {
+	if !p.loadPayload(f, j, in) {
 		return
 	}
 	herr, start, dur, timedOut, ok := p.run(t, f, h, in.Policy.Timeout) // run
@@ -262,9 +262,9 @@ func (p *Platform) warnTries(j *Job) {
 // loadPayload makes j's payload the handler's own: fetched from the store
 // when it was offloaded, else a copy of the delivered bytes (which must stay
 // as they were: a retry, a hand-back or a redelivery is built from them).
-func (p *Platform) loadPayload(f *inflight, j *Job) bool {
+func (p *Platform) loadPayload(f *inflight, j *Job, in decide.Input) bool {
 	if j.payloadRef != "" {
-		return p.fetchPayload(f, j)
+		return p.fetchPayload(f, j, in)
 	}
 	if len(j.Payload) > 0 {
 		j.Payload = bytes.Clone(j.Payload)
@@ -302,10 +302,12 @@ func (p *Platform) run(t *jobctx.Timer, f *inflight, h *handlerEntry, timeout ti
 
 // fetchPayload loads an offloaded payload into j. When it cannot, it settles
 // the delivery itself (dead letter or uncounted requeue) and returns false.
-func (p *Platform) fetchPayload(f *inflight, j *Job) bool {
+func (p *Platform) fetchPayload(f *inflight, j *Job, in decide.Input) bool {
+	in.Now = time.Now()
 	store := p.cfg.PayloadStore
 	if store == nil {
-		p.dead(f, j, ReasonPayloadMissing, fmt.Sprintf("the payload was offloaded (reference %q) but this worker has no PayloadStore configured", j.payloadRef), nil)
+		in.Result = decide.PayloadGone
+		p.apply(f, j, decide.Decide(in), fmt.Sprintf("the payload was offloaded (reference %q) but this worker has no PayloadStore configured", j.payloadRef))
 		return false
 	}
 	ctx, cancel := context.WithTimeout(p.workCtx, p.cfg.Lease)
@@ -316,11 +318,12 @@ func (p *Platform) fetchPayload(f *inflight, j *Job) bool {
 		j.Payload = b
 		return true
 	case errors.Is(err, ErrPayloadNotFound):
-		p.dead(f, j, ReasonPayloadMissing, fmt.Sprintf("the offloaded payload is gone from the store (reference %q): %v", j.payloadRef, err), nil)
-	default: // the store is unreachable: not the job's fault
+		in.Result = decide.PayloadGone
+		p.apply(f, j, decide.Decide(in), fmt.Sprintf("the offloaded payload is gone from the store (reference %q): %v", j.payloadRef, err))
+	default: // the store is unreachable: not the job's fault, so a rejection
 		p.log.Warn("asyncplatform: fetching an offloaded payload failed; requeued uncounted", "queue", j.Queue, "id", j.ID, "ref", j.payloadRef, "error", err)
-		p.requeue(f, j, time.Now().Add(p.cfg.RejectDelay))
-		p.health.Recheck()
+		in.Result = decide.Rejection
+		p.apply(f, j, decide.Decide(in), "")
 	}
 	return false
 }

@@ -56,6 +56,7 @@ const (
 	Poisoned        Reason = "poisoned"
 	Unhandled       Reason = "unhandled"
 	Expired         Reason = "expired"
+	PayloadMissing  Reason = "payload_missing"
 )
 
 // Result is the handler's result, as the platform classified its error.
@@ -73,8 +74,12 @@ const (
 	InvalidInput
 	// PermanentFailure: it returned Permanent.
 	PermanentFailure
-	// Rejection: it returned Reject.
+	// Rejection: it returned Reject (or the payload store could not be
+	// reached, which is not the job's fault either).
 	Rejection
+	// PayloadGone: the job's offloaded payload is gone from the store; the
+	// handler cannot run.
+	PayloadGone
 )
 
 // Policy is a resolved policy: every field set.
@@ -129,7 +134,8 @@ type Decision struct {
 // passed deadline expires the job, crashes beyond the poison limit poison it,
 // and a missing handler requeues it until UnhandledRetries are spent; else
 // the handler runs. After it ran: nil succeeds; a shutdown hands the job back
-// uncounted; Reject requeues it uncounted; Invalid and Permanent dead-letter
+// uncounted; Reject requeues it uncounted; a payload gone from the store
+// dead-letters it uncounted; Invalid and Permanent dead-letter
 // it at once; any other failure is retried with backoff until the failures
 // pass the retry limit. Every failure counts; nothing else does.
 func Decide(in Input) Decision {
@@ -156,6 +162,9 @@ func Decide(in Input) Decision {
 	switch in.Result {
 	case OK:
 		d.Outcome = Succeeded
+		return d
+	case PayloadGone:
+		d.Outcome, d.Reason = DeadLettered, PayloadMissing
 		return d
 	}
 	if in.Stopping {
