@@ -1,0 +1,61 @@
+package asyncplatform
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// What a handler does to its *Job is not carried into the retry.
+func TestRetryIsBuiltFromTheDeliveredJob(t *testing.T) {
+	seen := make(chan string, 2)
+	p := startPlatform(t, Config{Policy: Policy{BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}},
+		map[string]Handler{"t": func(_ context.Context, j *Job) error {
+			seen <- string(j.Payload) + "/" + j.Headers["k"]
+			if j.TryCount == 1 {
+				j.Payload[0] = 'X'
+				j.Headers["k"] = "changed"
+				return errors.New("fail once")
+			}
+			return nil
+		}})
+	_ = p.Enqueue(context.Background(), &Job{Type: "t", Payload: []byte("hello"), Headers: map[string]string{"k": "v"}})
+	if first, second := <-seen, <-seen; first != "hello/v" || second != "hello/v" {
+		t.Errorf("attempts saw %q then %q; the retry must see the job as enqueued", first, second)
+	}
+}
+
+// A panic in a hook or a handler's runtime.Goexit neither kills the process
+// nor pins the job: it comes back and, each time the same, ends poisoned.
+func TestGoexitAndHookPanicsAreContained(t *testing.T) {
+	for name, cfg := range map[string]Config{
+		"goexit":     {},
+		"hook panic": {Hooks: Hooks{AfterAttempt: func(context.Context, Attempt) { panic("hook bug") }}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg.Lease = 60 * time.Millisecond
+			cfg.Policy.PoisonLimit = Limit(1)
+			var dead atomic.Int32
+			cfg.Hooks.OnDeadLetter = func(context.Context, DeadLetter) { dead.Add(1) }
+			goexit := name == "goexit"
+			p := startPlatform(t, cfg, map[string]Handler{"t": func(context.Context, *Job) error {
+				if goexit {
+					runtime.Goexit()
+				}
+				return nil
+			}})
+			_ = p.Enqueue(context.Background(), &Job{Type: "t"})
+			if goexit {
+				waitUntil(t, "the job to end poisoned", func() bool { return dead.Load() == 1 })
+			} else {
+				waitUntil(t, "the job to be acked", func() bool {
+					st, _ := p.Stats(context.Background(), DefaultQueue)
+					return st.Ready == 0 && st.InFlight == 0 && st.Scheduled == 0
+				})
+			}
+		})
+	}
+}
