@@ -54,3 +54,22 @@ func quoteByte(c byte) string {
 func queueByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
 }
+
+// CheckPrefix reports whether prefix is a valid name prefix for a backend's
+// keys, queues or subjects (Config.Prefix, the URL's prefix=): 1 to
+// MaxQueueLen bytes of [A-Za-z0-9._:-]. The error matches ErrBadQueue. A
+// backend adds rules of its broker's own (RabbitMQ reserves "amq.").
+func CheckPrefix(prefix string) error {
+	if prefix == "" {
+		return badQueue("prefix is empty")
+	}
+	if len(prefix) > MaxQueueLen {
+		return badQueue(fmt.Sprintf("prefix %.20q... is %d bytes, the limit is %d", prefix, len(prefix), MaxQueueLen))
+	}
+	for i := 0; i < len(prefix); i++ {
+		if c := prefix[i]; !queueByte(c) && c != ':' {
+			return badQueue(fmt.Sprintf("prefix %q has %s at byte %d; use letters, digits, '.', '_', ':' and '-'", prefix, quoteByte(c), i))
+		}
+	}
+	return nil
+}

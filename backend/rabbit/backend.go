@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,8 +139,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("rabbit: Config.BlockedTimeout is %v, must not be negative", c.BlockedTimeout)
 	case c.ReconnectMin < 0 || c.ReconnectMax < c.ReconnectMin:
 		return fmt.Errorf("rabbit: Config.ReconnectMin (%v) and ReconnectMax (%v) must satisfy 0 <= min <= max", c.ReconnectMin, c.ReconnectMax)
-	case len(c.Prefix) > 100:
-		return fmt.Errorf("rabbit: Config.Prefix is %d bytes, at most 100 allowed", len(c.Prefix))
+	case driver.CheckPrefix(c.Prefix) != nil:
+		return fmt.Errorf("rabbit: Config.Prefix: %w", driver.CheckPrefix(c.Prefix))
+	case strings.HasPrefix(c.Prefix, "amq."):
+		return fmt.Errorf("rabbit: Config.Prefix %q: %w: RabbitMQ reserves names starting with \"amq.\"", c.Prefix, driver.ErrBadQueue)
 	}
 	if _, err := amqp.ParseURI(c.URL); err != nil {
 		return fmt.Errorf("rabbit: Config.URL: %w", err)

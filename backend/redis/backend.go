@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,8 +90,8 @@ func (c Config) validate() error {
 	switch {
 	case c.Client == nil:
 		return errors.New("redis: Config.Client is required")
-	case strings.ContainsAny(c.Prefix, "{}"):
-		return fmt.Errorf("redis: Config.Prefix %q must not contain '{' or '}'", c.Prefix)
+	case driver.CheckPrefix(c.Prefix) != nil:
+		return fmt.Errorf("redis: Config.Prefix: %w", driver.CheckPrefix(c.Prefix))
 	case c.DeadHold < 3*time.Millisecond:
 		return fmt.Errorf("redis: Config.DeadHold %v must be at least 3ms", c.DeadHold)
 	case c.IdleWait < time.Millisecond:
