@@ -62,7 +62,7 @@ func openBackend(ctx context.Context, name, tag string, owner bool, srv servers)
 		if srv.Azure == "" {
 			return nil, nil, fmt.Errorf("%w: no Azurite connection string", errUnavailable)
 		}
-		b, err := azure.New(azure.Config{ConnectionString: srv.Azure, Prefix: "bench", Logger: quiet})
+		b, err := azure.New(ctx, azure.Config{ConnectionString: srv.Azure, Prefix: "bench", Logger: quiet})
 		return b, cleanup, err
 	}
 	return nil, nil, fmt.Errorf("unknown backend %q", name)

@@ -116,7 +116,7 @@ func roundFacade(b *testing.B, be *Backend, q string, c int) (enq, drain time.Du
 
 func roundRaw(b *testing.B, be *Backend, q string, c, batch int) (enq, drain time.Duration) {
 	ctx := context.Background()
-	wq := be.svc.NewQueueClient(mustNames(b, be, q).work)
+	wq := be.svc.NewQueueClient(be.names(q).work)
 	text := workFrame{body: make([]byte, 100)}.encode()
 	t0 := time.Now()
 	parallel(b, DefaultEnqueueParallel, benchJobs, func() error {

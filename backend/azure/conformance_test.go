@@ -2,17 +2,26 @@ package azure
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
+
 	"github.com/asyncplatform/asyncplatform/conformance"
+	"github.com/asyncplatform/asyncplatform/conformance/faults"
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
 
 type harness struct{ cs string }
 
 func (h harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
-	return New(Config{ConnectionString: h.cs, ClientOptions: clientOptions(), DeadLease: 2 * time.Second})
+	return New(ctx, Config{ConnectionString: h.cs, ClientOptions: clientOptions(), DeadLease: 2 * time.Second})
 }
 
 func (harness) Close() {}
@@ -29,4 +38,67 @@ func TestConformance(t *testing.T) {
 		// DequeueCount, which no client can prevent.
 		DuplicatesWithoutFaults: "Azurite can hand one message to two concurrent dequeues (same DequeueCount)",
 	})
+}
+
+// TestFaults runs the fault suite (conformance/faults) on the package's
+// Azurite, and BrokerRestart on an Azurite of its own that keeps its data on
+// disk.
+func TestFaults(t *testing.T) {
+	t.Parallel()
+	faults.Run(t, faults.Target{
+		Name: "azure",
+		Addr: needAzurite(t),
+		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
+			return New(ctx, Config{ConnectionString: addr, Prefix: "fl", DeadLease: 2 * time.Second,
+				PollInterval: 50 * time.Millisecond, Logger: faults.Logger()})
+		},
+		HostPort: func(addr string) string { return queueEndpoint.FindStringSubmatch(addr)[1] },
+		Via: func(addr, hostport string) string {
+			return queueEndpoint.ReplaceAllString(addr, "QueueEndpoint=http://"+hostport+"/")
+		},
+		Private: func(t *testing.T) *faults.Broker { return privateAzurite(t, true) },
+		Garbage: func(ctx context.Context, addr, queue string, raw []byte) error {
+			svc, err := azqueue.NewServiceClientFromConnectionString(addr, nil)
+			if err != nil {
+				return err
+			}
+			// The work queue of a lower-case queue name of at most 34 characters.
+			_, err = svc.NewQueueClient("flw"+queue).EnqueueMessage(ctx, base64.StdEncoding.EncodeToString(raw), nil)
+			return err
+		},
+	})
+}
+
+// queueEndpoint finds the queue endpoint's host and port in a connection
+// string.
+var queueEndpoint = regexp.MustCompile(`QueueEndpoint=http://([^/;]+)/`)
+
+// privateAzurite runs an Azurite of the test's own from .tools/azurite
+// (scripts/azurite.sh install). With disk true it keeps its data in a
+// directory, and Restart stops it with SIGTERM (Azurite writes its data to
+// disk every few seconds and on shutdown: a SIGKILL would test Azurite, not
+// us).
+func privateAzurite(t *testing.T, disk bool) *faults.Broker {
+	bin, err := filepath.Abs("../../.tools/azurite/node_modules/.bin/azurite-queue")
+	if err == nil {
+		_, err = os.Stat(bin)
+	}
+	if err != nil {
+		testenv.Unreachable(t, "Azurite (run scripts/azurite.sh install)", err)
+	}
+	dir, port := t.TempDir(), faults.FreePort(t)
+	args := []string{"--queueHost", "127.0.0.1", "--queuePort", fmt.Sprint(port), "--disableTelemetry",
+		"--skipApiVersionCheck", "--loose", "--silent"}
+	if disk {
+		args = append(args, "--location", dir)
+	} else {
+		args = append(args, "--inMemoryPersistence")
+	}
+	hostport := fmt.Sprintf("127.0.0.1:%d", port)
+	s := faults.StartServer(t, faults.ServerConfig{Bin: bin, Args: args, Dir: dir, HostPort: hostport,
+		Env: []string{"AZURITE_ACCOUNTS=" + devAccount + ":" + devKey}})
+	cs := fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;QueueEndpoint=http://%s/%s;",
+		devAccount, devKey, hostport, devAccount)
+	return &faults.Broker{Addr: cs, Restart: s.Restart,
+		NoKill: "Azurite persists to disk every few seconds, so a SIGKILL tests Azurite, not the backend"}
 }

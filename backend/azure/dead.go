@@ -45,10 +45,7 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 	if err != nil {
 		return err
 	}
-	n, err := b.names(d.Queue)
-	if err != nil {
-		return err
-	}
+	n := b.names(d.Queue)
 	// Check the lease first (and renew it for the write): a stale receipt
 	// must not write a record.
 	_, content, err := r.current(ctx)
@@ -223,12 +220,9 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	if b.isClosed() {
 		return nil, driver.ErrClosed
 	}
-	n, err := b.names(queue)
-	if err != nil {
-		return nil, err
-	}
+	n := b.names(queue)
 	var dd *driver.DeadDelivery
-	err = b.eachRecord(ctx, n.dead, "", func(l listed) (bool, error) {
+	err := b.eachRecord(ctx, n.dead, "", func(l listed) (bool, error) {
 		var err error
 		dd, err = b.tryHold(ctx, l.name)
 		return dd != nil, err
@@ -319,10 +313,7 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 	if b.isClosed() {
 		return nil, "", driver.ErrClosed
 	}
-	n, err := b.names(queue)
-	if err != nil {
-		return nil, "", err
-	}
+	n := b.names(queue)
 	if limit <= 0 {
 		return nil, "", fmt.Errorf("azure: list dead letters: limit %d: want a positive number", limit)
 	}
@@ -334,7 +325,7 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 		last string
 		more bool
 	)
-	err = b.eachRecord(ctx, n.dead, cursor, func(l listed) (bool, error) {
+	err := b.eachRecord(ctx, n.dead, cursor, func(l listed) (bool, error) {
 		if len(recs) == limit {
 			more = true
 			return true, nil
@@ -386,16 +377,13 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	if b.isClosed() {
 		return 0, driver.ErrClosed
 	}
-	n, err := b.names(queue)
-	if err != nil {
-		return 0, err
-	}
+	n := b.names(queue)
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
 	}
 	count := 0
-	err = b.eachRecord(ctx, n.dead, "", func(l listed) (bool, error) {
+	err := b.eachRecord(ctx, n.dead, "", func(l listed) (bool, error) {
 		id := l.id
 		if id == nil {
 			rec, ok, err := b.peekRecord(ctx, l.name)
@@ -421,10 +409,7 @@ func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	if b.isClosed() {
 		return 0, driver.ErrClosed
 	}
-	n, err := b.names(queue)
-	if err != nil {
-		return 0, err
-	}
+	n := b.names(queue)
 	return b.purge(ctx, n.dead)
 }
 

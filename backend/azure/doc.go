@@ -2,9 +2,20 @@
 // (github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue), tested against
 // Azurite, Microsoft's emulator.
 //
-//	b, err := azure.New(azure.Config{ConnectionString: os.Getenv("AZURE_STORAGE_CONNECTION_STRING")})
+//	b, err := azure.New(ctx, azure.Config{ConnectionString: os.Getenv("AZURE_STORAGE_CONNECTION_STRING")})
 //	// or, with a token credential or SAS: azure.Config{Client: svc} for any *azqueue.ServiceClient
 //	p, err := asyncplatform.New(b, asyncplatform.Config{...})
+//
+// # URLs
+//
+// Importing the package registers the azure scheme for asyncplatform.Open,
+// in either form:
+//
+//	azure:DefaultEndpointsProtocol=https;AccountName=...;AccountKey=...;   the connection string itself
+//	azure://?prefix=jobs                                                    the connection string from $ASYNCPLATFORM_AZURE_CONNECTION_STRING
+//
+// The query parameter prefix (second form) sets Config.Prefix. Errors never
+// quote the connection string: it holds the account key.
 //
 // # Layout
 //
@@ -24,7 +35,7 @@
 // a per-process sequence, random digits). LL makes the dead-letter prefixes
 // prefix-free, so listing one queue's records never walks another's.
 //
-// # Messages and counts
+// # Counting
 //
 // Message text is always base64 (raw bytes do not survive the service) of a
 // 15-byte frame followed by the platform's body: magic "aw", a version, a
@@ -110,9 +121,6 @@
 //   - Stats: Azure reports only an approximate count of all messages, so
 //     Ready is counted with Peek when fewer than 32 are visible (else -1);
 //     Scheduled and InFlight are -1. Dead counts the record queues.
-//
-// # Caveats
-//
 //   - Azure does not promise FIFO order; neither does the platform.
 //   - Dead-letter order is creation time on the writers' clocks; records
 //     written in the same millisecond by different processes may list in
@@ -136,12 +144,4 @@
 //   - Azurite keeps data in memory (the tests start it with
 //     --inMemoryPersistence) or saves to disk every few seconds: it is no
 //     oracle for broker-crash durability.
-//
-// # Tests
-//
-// scripts/azurite.sh install puts a pinned Azurite from the npm registry into
-// .tools/azurite. The package's tests then start it themselves on a free
-// loopback port (or use ASYNCPLATFORM_AZURE_CONNECTION_STRING when set) and
-// stop it after; without either they skip, or fail when
-// ASYNCPLATFORM_REQUIRE_SERVERS is set.
 package azure

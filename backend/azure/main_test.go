@@ -179,7 +179,7 @@ func queueName(t testing.TB) string {
 func newBackend(t testing.TB, cfg Config) (*Backend, string) {
 	t.Helper()
 	cfg = testConfig(t, cfg)
-	b, err := New(cfg)
+	b, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func newBackend(t testing.TB, cfg Config) (*Backend, string) {
 	}
 	t.Cleanup(func() {
 		b.Close()
-		c, err := New(cfg)
+		c, err := New(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,21 +37,17 @@ const (
 )
 
 var (
-	facadeNameRe = regexp.MustCompile(`^[A-Za-z0-9._-]{1,100}$`)
 	simpleBaseRe = regexp.MustCompile(`^[a-z0-9]+(-[a-z0-9]+)*$`)
 	hashedBaseRe = regexp.MustCompile(`(^|-)h[0-9a-f]{20}$`)
 	prefixRe     = regexp.MustCompile(`^[a-z0-9]{1,8}$`)
 	notAlnumRe   = regexp.MustCompile(`[^a-z0-9]+`)
 )
 
-// baseName maps a facade queue name to the part every Azure name of that
-// queue shares.
-func baseName(queue string) (string, error) {
-	if !facadeNameRe.MatchString(queue) {
-		return "", fmt.Errorf("azure: invalid queue name %q: want 1 to 100 characters of [A-Za-z0-9._-]", queue)
-	}
+// baseName maps a facade queue name (valid: see driver.CheckQueue) to the
+// part every Azure name of that queue shares.
+func baseName(queue string) string {
 	if len(queue) <= maxBaseLen && simpleBaseRe.MatchString(queue) && !hashedBaseRe.MatchString(queue) {
-		return queue, nil
+		return queue
 	}
 	sum := sha256.Sum256([]byte(queue))
 	h := "h" + hex.EncodeToString(sum[:])[:hashHexLen]
@@ -61,9 +57,9 @@ func baseName(queue string) (string, error) {
 		s = strings.TrimRight(s[:sanitizedLen], "-")
 	}
 	if s == "" {
-		return h, nil
+		return h
 	}
-	return s + "-" + h, nil
+	return s + "-" + h
 }
 
 // names are the Azure names of one facade queue.
@@ -72,15 +68,12 @@ type names struct {
 	dead string // the prefix of its dead-letter record queues
 }
 
-func (b *Backend) names(queue string) (names, error) {
-	base, err := baseName(queue)
-	if err != nil {
-		return names{}, err
-	}
+func (b *Backend) names(queue string) names {
+	base := baseName(queue)
 	return names{
 		work: b.prefix + "w" + base,
 		dead: fmt.Sprintf("%sd%02d%s", b.prefix, len(base), base),
-	}, nil
+	}
 }
 
 // isRecordQueue reports whether name, listed under the dead prefix, is a

@@ -15,13 +15,9 @@ const ConnectionStringEnv = "ASYNCPLATFORM_AZURE_CONNECTION_STRING"
 
 func init() { driver.Register("azure", openURL) }
 
-// openURL opens a Backend for asyncplatform.Open from either form:
-//
-//	azure:DefaultEndpointsProtocol=https;AccountName=...;AccountKey=...;  the connection string itself
-//	azure://?prefix=jobs                                                  the connection string from $ASYNCPLATFORM_AZURE_CONNECTION_STRING
-//
-// The query parameter prefix (second form) sets Config.Prefix. Errors never
-// quote the connection string: it holds the account key.
+// openURL opens a Backend for asyncplatform.Open from an azure: URL in
+// either form (see the package documentation, URLs). Errors never quote the
+// connection string: it holds the account key.
 func openURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	cfg := Config{}
 	if u.Opaque != "" {
@@ -34,7 +30,7 @@ func openURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
 			return nil, errors.New("azure: azure:// takes its connection string from $" + ConnectionStringEnv + ", which is empty; or write azure:<connection string>")
 		}
 	}
-	b, err := New(cfg)
+	b, err := New(ctx, cfg)
 	if err != nil {
 		return nil, errors.New("azure: opening the queue service failed (the connection string is not shown): " + redact(err.Error(), cfg.ConnectionString))
 	}
