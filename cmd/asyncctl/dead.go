@@ -12,6 +12,7 @@ import (
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 // filter selects dead letters by the flags --type, --reason and --older-than.
@@ -126,6 +127,15 @@ func queueFlag(fs *flag.FlagSet, q *string) {
 	fs.StringVar(q, "queue", ap.DefaultQueue, "the `QUEUE` whose dead letters to work on")
 }
 
+// checkQueue refuses a bad queue name as a bad command line (exit 2), before
+// the backend is opened.
+func checkQueue(flag, q string) error {
+	if err := driver.CheckQueue(q); err != nil {
+		return usageErrorf("%s%w", flag, err)
+	}
+	return nil
+}
+
 func deadListCmd() *command {
 	return &command{
 		name:    "dead list",
@@ -167,6 +177,9 @@ Examples:
 					limit = 0
 				}
 				if err := f.check(); err != nil {
+					return err
+				}
+				if err := checkQueue("--queue: ", queue); err != nil {
 					return err
 				}
 				return c.deadList(ctx, queue, &f, cursor, limit)
@@ -240,6 +253,9 @@ Examples:
 			return func(ctx context.Context, c *cli, args []string) error {
 				if len(args) != 1 {
 					return usageErrorf("give one dead letter ID")
+				}
+				if err := checkQueue("--queue: ", queue); err != nil {
+					return err
 				}
 				return c.deadShow(ctx, queue, args[0])
 			}
@@ -315,6 +331,9 @@ Examples:
 				if maxN < 0 {
 					return usageErrorf("--max must be 0 or more")
 				}
+				if err := checkQueue("--queue: ", queue); err != nil {
+					return err
+				}
 				return c.deadPop(ctx, queue, yes, maxN)
 			}
 		},
@@ -385,7 +404,7 @@ func (c *cli) deadPop(ctx context.Context, queue string, yes bool, maxN int) err
 				return err
 			}
 			if n == 0 {
-				return fmt.Errorf("dead letter %s was not redriven: it is no longer in queue %q", id, queue)
+				return fmt.Errorf("dead letter %q was not redriven: it is no longer in queue %q", id, queue)
 			}
 			redriven++
 		}
@@ -420,7 +439,7 @@ func (c *cli) printPopped(dl ap.DeadLetter) error {
 	if c.json {
 		return json1(c.stdout, toJSON(dl))
 	}
-	fmt.Fprintf(c.stdout, "popped %s %s %s: %s\n", dl.Job.ID, dl.Job.Type, dl.Reason, shorten(dl.Error, 60))
+	fmt.Fprintf(c.stdout, "popped %s %s %s: %s\n", field(dl.Job.ID), field(dl.Job.Type), field(string(dl.Reason)), shorten(dl.Error, 60))
 	return nil
 }
 
@@ -467,6 +486,9 @@ Examples:
 					return usageErrorf("--rate must be 0 or more")
 				}
 				if err := f.check(); err != nil {
+					return err
+				}
+				if err := checkQueue("--queue: ", queue); err != nil {
 					return err
 				}
 				if len(args) > 0 {
@@ -587,6 +609,9 @@ Examples:
 			return func(ctx context.Context, c *cli, args []string) error {
 				if len(args) > 0 {
 					return usageErrorf("unexpected arguments %q", args)
+				}
+				if err := checkQueue("--queue: ", queue); err != nil {
+					return err
 				}
 				return c.deadPurge(ctx, queue, yes)
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	ap "github.com/asyncplatform/asyncplatform"
@@ -32,22 +34,101 @@ func redactSecrets(s, raw string) string {
 	return s
 }
 
-// writeJSON prints v as indented JSON.
+// writeJSON prints v as indented JSON, with every character a terminal
+// might act on escaped (see jsonSafe).
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("writing JSON: %w", err)
+	}
+	if _, err := w.Write(append(jsonSafe(b), '\n')); err != nil {
 		return fmt.Errorf("writing JSON: %w", err)
 	}
 	return nil
 }
 
-// json1 prints v as JSON on one line.
+// json1 prints v as JSON on one line, escaped as writeJSON does.
 func json1(w io.Writer, v any) error {
-	if err := json.NewEncoder(w).Encode(v); err != nil {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("writing JSON: %w", err)
+	}
+	if _, err := w.Write(append(jsonSafe(b), '\n')); err != nil {
 		return fmt.Errorf("writing JSON: %w", err)
 	}
 	return nil
+}
+
+// jsonSafe escapes, in JSON that encoding/json wrote, the characters it
+// leaves as they are but a terminal may act on: DEL, the C1 controls
+// (U+0080 to U+009F: U+009B is CSI to some terminals) and Unicode format
+// characters (bidirectional overrides, zero-width ones). encoding/json
+// already escapes the C0 controls, U+2028 and U+2029, and writes invalid
+// UTF-8 as U+FFFD. Outside strings JSON is ASCII, so every such character
+// is in a string, where \uXXXX means the same.
+func jsonSafe(b []byte) []byte {
+	if !bytes.ContainsFunc(b, unsafeInJSON) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+64)
+	for _, r := range string(b) {
+		if !unsafeInJSON(r) {
+			out = utf8.AppendRune(out, r)
+			continue
+		}
+		if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			out = fmt.Appendf(out, "\\u%04x\\u%04x", r1, r2)
+		} else {
+			out = fmt.Appendf(out, "\\u%04x", r)
+		}
+	}
+	return out
+}
+
+func unsafeInJSON(r rune) bool {
+	return r == 0x7f || 0x80 <= r && r <= 0x9f || unicode.Is(unicode.Cf, r)
+}
+
+// Text printed for people from a message or a dead-letter record (IDs,
+// types, reasons, errors, worker names, headers, payload text) goes through
+// field or block, so that no escape sequence reaches the terminal and no
+// newline forges a line: a control character (C0, DEL, C1), an invalid
+// UTF-8 byte or any other character that is not printable (a bidirectional
+// override, a zero-width character) is shown as an escape in the manner of
+// strconv.Quote: \n, \t, \r, \x1b, \u009b, \u202e.
+
+// field escapes s for a one-line field: a newline or tab is escaped too.
+func field(s string) string { return escape(s, false) }
+
+// block escapes s for a multi-line block: it keeps newlines and tabs.
+func block(s string) string { return escape(s, true) }
+
+func escape(s string, lines bool) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || r != ' ' && !strconv.IsPrint(r) && !(lines && (r == '\n' || r == '\t')) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case lines && (r == '\n' || r == '\t'), r == ' ', strconv.IsPrint(r):
+			b.WriteString(s[i : i+size])
+		default:
+			q := strconv.QuoteRuneToASCII(r) // '\n', '\x1b', '\u009b'
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // table prints rows under a header, in aligned columns.
@@ -89,11 +170,12 @@ func age(now, t time.Time) string {
 	}
 }
 
-// shorten returns the first line of s, cut to n runes.
+// shorten returns the first line of s, escaped (field), cut to n runes.
 func shorten(s string, n int) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i]
 	}
+	s = field(s)
 	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
@@ -158,7 +240,7 @@ var deadHeader = []string{"ID", "TYPE", "REASON", "TRIES", "DEAD", "ERROR"}
 func deadRows(now time.Time, dls []ap.DeadLetter) [][]string {
 	rows := make([][]string, len(dls))
 	for i, dl := range dls {
-		rows[i] = []string{dl.Job.ID, dl.Job.Type, string(dl.Reason), strconv.Itoa(dl.Job.TryCount), age(now, dl.DeadAt) + " ago", shorten(dl.Error, 60)}
+		rows[i] = []string{field(dl.Job.ID), field(dl.Job.Type), field(string(dl.Reason)), strconv.Itoa(dl.Job.TryCount), age(now, dl.DeadAt) + " ago", shorten(dl.Error, 60)}
 	}
 	return rows
 }
@@ -169,15 +251,15 @@ const maxShown = 4096
 // printDead prints one dead letter in full, for people.
 func printDead(w io.Writer, now time.Time, dl ap.DeadLetter) {
 	j := dl.Job
-	fmt.Fprintf(w, "ID:        %s\n", j.ID)
-	fmt.Fprintf(w, "Type:      %s\n", j.Type)
-	fmt.Fprintf(w, "Queue:     %s\n", dl.Queue)
-	fmt.Fprintf(w, "Reason:    %s\n", dl.Reason)
+	fmt.Fprintf(w, "ID:        %s\n", field(j.ID))
+	fmt.Fprintf(w, "Type:      %s\n", field(j.Type))
+	fmt.Fprintf(w, "Queue:     %s\n", field(dl.Queue))
+	fmt.Fprintf(w, "Reason:    %s\n", field(string(dl.Reason)))
 	fmt.Fprintf(w, "Tries:     %d (failures %d, crashes %d)\n", j.TryCount, j.Failures, j.Crashes)
 	if !j.EnqueuedAt.IsZero() {
 		fmt.Fprintf(w, "Enqueued:  %s (%s ago)\n", j.EnqueuedAt.UTC().Format(time.RFC3339), age(now, j.EnqueuedAt))
 	}
-	fmt.Fprintf(w, "Dead:      %s (%s ago) on %s\n", dl.DeadAt.UTC().Format(time.RFC3339), age(now, dl.DeadAt), dl.Worker)
+	fmt.Fprintf(w, "Dead:      %s (%s ago) on %s\n", dl.DeadAt.UTC().Format(time.RFC3339), age(now, dl.DeadAt), field(dl.Worker))
 	if len(j.Headers) > 0 {
 		keys := make([]string, 0, len(j.Headers))
 		for k := range j.Headers {
@@ -186,7 +268,7 @@ func printDead(w io.Writer, now time.Time, dl ap.DeadLetter) {
 		sort.Strings(keys)
 		fmt.Fprintf(w, "Headers:\n")
 		for _, k := range keys {
-			fmt.Fprintf(w, "  %s: %s\n", k, j.Headers[k])
+			fmt.Fprintf(w, "  %s: %s\n", field(k), field(j.Headers[k]))
 		}
 	}
 	if dl.Raw != nil {
@@ -196,9 +278,13 @@ func printDead(w io.Writer, now time.Time, dl ap.DeadLetter) {
 		fmt.Fprintf(w, "Payload:   %d bytes\n", len(j.Payload))
 		printBytes(w, j.Payload)
 	}
-	fmt.Fprintf(w, "Error:\n%s\n", indent(dl.Error))
+	fmt.Fprintf(w, "Error:\n%s\n", indent(block(dl.Error)))
 	if len(j.Errors) > 0 {
-		fmt.Fprintf(w, "History:\n%s\n", indent(strings.Join(j.Errors, "\n")))
+		lines := make([]string, len(j.Errors))
+		for i, e := range j.Errors {
+			lines[i] = field(e) // one line each: a newline in one would pass for the next
+		}
+		fmt.Fprintf(w, "History:\n%s\n", indent(strings.Join(lines, "\n")))
 	}
 }
 
@@ -208,7 +294,7 @@ func printBytes(w io.Writer, b []byte) {
 	}
 	cut := b[:min(len(b), maxShown)]
 	if isText(b) {
-		fmt.Fprintln(w, indent(string(cut)))
+		fmt.Fprintln(w, indent(block(string(cut))))
 	} else {
 		fmt.Fprint(w, hex.Dump(cut))
 	}

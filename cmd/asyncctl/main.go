@@ -199,7 +199,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if errors.As(err, &ee) {
 		code = ee.code
 	}
-	fmt.Fprintf(stderr, "asyncctl %s: %s\n", cmd.name, c.redact(err.Error()))
+	// Escaped: an error may quote a record's ID or type; a line of it
+	// after the first is indented, so that none passes for a line of ours.
+	fmt.Fprintf(stderr, "asyncctl %s: %s\n", cmd.name, strings.ReplaceAll(block(c.redact(err.Error())), "\n", "\n  "))
 	if code == exitUsage {
 		fmt.Fprintf(stderr, "Run \"asyncctl %s --help\" for usage.\n", cmd.name)
 	}

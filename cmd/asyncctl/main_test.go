@@ -181,7 +181,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"help", "nope"}, `no command "nope"`},
 		{[]string{"queues", "--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"queues"}, "no backend URL: give --url or set ASYNCPLATFORM_URL"},
-		{[]string{"queues", "--url", url, "bad/name"}, "invalid job"},
+		{[]string{"queues", "--url", url, "bad/name"}, `queue name "bad/name" has '/' at byte 3`},
 		{[]string{"enqueue", "--url", url, "--payload", "x"}, "--type is required"},
 		{[]string{"enqueue", "--url", url, "--type", "t", "--payload", "x", "--file", "f"}, "not both"},
 		{[]string{"enqueue", "--url", url, "--type", "t", "--payload", "x", "--header", "novalue"}, "is not KEY=VALUE"},

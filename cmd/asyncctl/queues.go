@@ -43,6 +43,11 @@ Examples:
 				if len(names) == 0 {
 					names = []string{ap.DefaultQueue}
 				}
+				for _, q := range names {
+					if err := checkQueue("", q); err != nil {
+						return err
+					}
+				}
 				return c.queues(ctx, names)
 			}
 		},
@@ -80,7 +85,7 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 	}
 	rows := make([][]string, len(out))
 	for i, s := range out {
-		rows[i] = []string{s.Queue, count(s.Ready), count(s.Scheduled), count(s.InFlight), count(s.Dead)}
+		rows[i] = []string{field(s.Queue), count(s.Ready), count(s.Scheduled), count(s.InFlight), count(s.Dead)}
 	}
 	return table(c.stdout, []string{"QUEUE", "READY", "SCHEDULED", "IN FLIGHT", "DEAD"}, rows)
 }
@@ -137,6 +142,9 @@ type enqueueOpts struct {
 func (c *cli) enqueue(ctx context.Context, e enqueueOpts) error {
 	if e.typ == "" {
 		return usageErrorf("--type is required")
+	}
+	if err := checkQueue("--queue: ", e.queue); err != nil {
+		return err
 	}
 	if e.payloadSet && e.file != "" {
 		return usageErrorf("give --payload or --file, not both")
