@@ -21,12 +21,8 @@ import (
 
 	ap "github.com/asyncplatform/asyncplatform"
 
-	// Every backend, so that its scheme is registered with the driver.
-	_ "github.com/asyncplatform/asyncplatform/backend/azure"
-	_ "github.com/asyncplatform/asyncplatform/backend/memory"
-	_ "github.com/asyncplatform/asyncplatform/backend/nats"
-	_ "github.com/asyncplatform/asyncplatform/backend/rabbit"
-	_ "github.com/asyncplatform/asyncplatform/backend/redis"
+	// Every backend, so that its URL schemes are registered with the driver.
+	_ "github.com/asyncplatform/asyncplatform/backend/all"
 )
 
 // Exit codes, documented in the top-level help.

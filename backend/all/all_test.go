@@ -1,0 +1,18 @@
+package all_test
+
+import (
+	"slices"
+	"testing"
+
+	_ "github.com/asyncplatform/asyncplatform/backend/all"
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// TestSchemes checks that importing the package registers every backend's
+// URL schemes.
+func TestSchemes(t *testing.T) {
+	want := []string{"amqp", "amqps", "azure", "memory", "nats", "redis", "rediss"}
+	if got := driver.Schemes(); !slices.Equal(got, want) {
+		t.Errorf("registered schemes %v, want %v", got, want)
+	}
+}
