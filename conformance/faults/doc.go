@@ -44,12 +44,20 @@
 // earlier attempt is judged by how it ended in the end (check.go,
 // checkStarts).
 //
-// The short mode is part of the ordinary test run (seconds per backend).
-// ASYNCPLATFORM_SOAK=10m (see Soak) runs every scenario with five times the
-// jobs and faults, plus RandomFaults: minutes of random kills, SIGTERMs,
-// cuts, broker restarts and garbage under a mixed load. Set
-// ASYNCPLATFORM_FAULTS_REPORT to a file to collect each scenario's figures
-// as Markdown table rows, and ASYNCPLATFORM_FAULTS_VERBOSE=1 for the
+// The suite runs per backend: each backend's folder has a TestFaults (in its
+// conformance_test.go) that calls Run with a Target opening that backend,
+// so a backend of its own adds itself without touching this package, which
+// imports no backend. The broker fact tests (what a broker itself does,
+// shown with its client library alone) live beside their backend too.
+//
+// The short mode is part of the ordinary test run (seconds per backend);
+// "go test -run TestFaults ./backend/..." runs the suite alone on every
+// backend, and ./backend/redis/ on one. ASYNCPLATFORM_SOAK=10m (see Soak)
+// runs every scenario with five times the jobs and faults, plus
+// RandomFaults: minutes of random kills, SIGTERMs, cuts, broker restarts and
+// garbage under a mixed load. Set ASYNCPLATFORM_FAULTS_REPORT to a file to
+// collect each scenario's figures as Markdown table rows (every backend's
+// rows in the one file), and ASYNCPLATFORM_FAULTS_VERBOSE=1 for the
 // platforms' warnings.
 //
 // Everything is loopback-only and bounded: every wait is capped (patience),

@@ -101,15 +101,26 @@ func Soak() time.Duration {
 }
 
 // ReportEnv names a file to which every scenario appends its figures as a
-// Markdown table row (backend, scenario, figures, duration).
+// Markdown table row (backend, scenario, figures, duration). Each backend's
+// suite runs in its own test binary, and go test runs several at once: each
+// row is one write to a file opened for appending, so the rows of every
+// backend gather in the file whole.
 const ReportEnv = "ASYNCPLATFORM_FAULTS_REPORT"
 
-// Run runs every fault scenario on the target, each as a named subtest.
+// Run runs every fault scenario on the target, each as a named subtest. A
+// backend calls it from its own folder, in a test of its own (TestFaults in
+// its conformance_test.go), with a Target that opens the backend:
+//
+//	func TestFaults(t *testing.T) {
+//		t.Parallel()
+//		faults.Run(t, faults.Target{Name: "mybackend", Addr: addr, Open: open, ...})
+//	}
 //
 // Scenarios that kill worker processes re-execute the test binary with
 // -test.run set to t.Name(): the child reaches Run again and becomes a
 // worker instead, so t.Name() must lead to this call with nothing else of
-// consequence on the way.
+// consequence on the way, and the Target must be built the same way in the
+// child (its environment is the parent's).
 func Run(t *testing.T, tg Target) {
 	if js := os.Getenv(childEnv); js != "" {
 		runChild(tg, js)
@@ -602,7 +613,12 @@ func (r *run) record(rep *Report, took time.Duration) {
 	if !rep.Empty {
 		empty = "no: " + rep.Leftover
 	}
-	fmt.Fprintf(f, "| %s | %s | %d | %d | %d | %d | %d | %d | %s | %d | %d | %d | %s |\n", r.tg.Name, r.name,
+	// One write per row: other backends' test processes append to the
+	// same file at the same time (see ReportEnv).
+	row := fmt.Sprintf("| %s | %s | %d | %d | %d | %d | %d | %d | %s | %d | %d | %d | %s |\n", r.tg.Name, r.name,
 		rep.Lost, rep.Duplicated, rep.Redelivered, rep.StoredTwice, rep.Unexpected, rep.WrongTries, empty,
 		rep.Enqueued, rep.Completed, rep.DeadLettered, took.Round(100*time.Millisecond))
+	if _, err := f.WriteString(row); err != nil {
+		r.t.Logf("report file: %v", err)
+	}
 }
