@@ -1,6 +1,7 @@
 package health_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -74,6 +77,8 @@ func TestLiveness(t *testing.T) {
 	}
 }
 
+// TestReadiness shows the error texts (ShowErrors); TestReadinessHidesErrors
+// checks that they are not shown by default.
 func TestReadiness(t *testing.T) {
 	t.Parallel()
 	var dbDown atomic.Bool
@@ -85,7 +90,7 @@ func TestReadiness(t *testing.T) {
 			return nil
 		},
 	})
-	h := health.Handler(p)
+	h := health.Handler(p, health.ShowErrors())
 
 	// Not started: the handler runs the checks itself.
 	code, rep := get(t, h, http.MethodGet, "/readyz")
@@ -184,4 +189,74 @@ func equal(a, b map[string]health.CheckResult) bool {
 		}
 	}
 	return true
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Item 7 of issue 17: /readyz tells any HTTP client only which checks pass;
+// a check's error text (a DSN with its password, a panic value) goes to the
+// log, once per change, not to the client.
+func TestReadinessHidesErrors(t *testing.T) {
+	t.Parallel()
+	const secret = "postgres://app:hunter22@10.0.0.7/orders"
+	var text atomic.Value
+	text.Store("dial " + secret + ": connection refused")
+	p, b := newPlatform(t, map[string]ap.HealthCheck{
+		"db": func(context.Context) error { return errors.New(text.Load().(string)) },
+	})
+	b.down.Store(true)
+	var logs syncBuffer
+	h := health.Handler(p, health.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	for range 3 {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		body := rec.Body.String()
+		if rec.Code != http.StatusServiceUnavailable || strings.Contains(body, "hunter22") || strings.Contains(body, "connection refused") {
+			t.Fatalf("GET /readyz = %d %s; want 503 and no error text", rec.Code, body)
+		}
+		var rep health.Report
+		if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]health.CheckResult{"broker": {OK: false}, "db": {OK: false}}
+		if !equal(rep.Checks, want) {
+			t.Errorf("checks = %+v, want %+v", rep.Checks, want)
+		}
+	}
+	out := logs.String()
+	if n := strings.Count(out, "hunter22"); n != 1 {
+		t.Errorf("the db check's error is logged %d times over 3 probes, want once:\n%s", n, out)
+	}
+	if n := strings.Count(out, "check=broker"); n != 1 || !strings.Contains(out, "127.0.0.1:6379: connection refused") {
+		t.Errorf("the broker check's error is not logged once:\n%s", out)
+	}
+
+	// A new text is logged; a check passing again is said once.
+	text.Store("db: too many connections")
+	p.CheckHealth(context.Background())
+	get(t, h, http.MethodGet, "/readyz")
+	b.down.Store(false)
+	p.CheckHealth(context.Background())
+	get(t, h, http.MethodGet, "/readyz")
+	get(t, h, http.MethodGet, "/readyz")
+	out = logs.String()
+	if !strings.Contains(out, "too many connections") || strings.Count(out, "passes again") != 1 {
+		t.Errorf("logs after a change:\n%s", out)
+	}
 }
