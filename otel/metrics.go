@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -21,6 +24,68 @@ type Metrics struct {
 	tries       metric.Int64Histogram
 	duration    metric.Float64Histogram
 	deadLetters metric.Int64Counter
+	types       *typeLabels
+}
+
+// typeLabels chooses the job type label of a job (see "Job type labels" in
+// the package documentation).
+type typeLabels struct {
+	known sync.Map // string → struct{}: declared, or a handler ran for it
+
+	mu     sync.Mutex
+	others map[string]struct{} // labeled by name from dead letters, at most max
+	max    int
+}
+
+func newTypeLabels(c Config) *typeLabels {
+	l := &typeLabels{others: map[string]struct{}{}, max: c.MaxJobTypes}
+	if l.max == 0 {
+		l.max = DefaultMaxJobTypes
+	}
+	for _, t := range c.JobTypes {
+		l.known.Store(t, struct{}{})
+	}
+	return l
+}
+
+// handled returns the label of a type a handler ran for, which is
+// registered: its name.
+func (l *typeLabels) handled(t string) string {
+	if _, ok := l.known.Load(t); !ok {
+		l.known.Store(t, struct{}{})
+	}
+	return t
+}
+
+// label returns the label of a type seen in a dead letter.
+func (l *typeLabels) label(t string) string {
+	if _, ok := l.known.Load(t); ok {
+		return t
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.others[t]; ok {
+		return t
+	}
+	if len(l.others) >= l.max || !fitLabel(t) {
+		return OtherJobType
+	}
+	l.others[t] = struct{}{}
+	return t
+}
+
+// fitLabel reports whether t may be a label value: at most 100 bytes of
+// printable UTF-8.
+func fitLabel(t string) bool {
+	if len(t) > 100 || !utf8.ValidString(t) {
+		return false
+	}
+	for _, r := range t {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // Histogram bucket boundaries.
@@ -36,7 +101,7 @@ const ObserveTimeout = 10 * time.Second
 // NewMetrics makes the instruments with c's meter provider.
 func NewMetrics(c Config) (*Metrics, error) {
 	c = c.withDefaults()
-	m := &Metrics{meter: c.MeterProvider.Meter(ScopeName)}
+	m := &Metrics{meter: c.MeterProvider.Meter(ScopeName), types: newTypeLabels(c)}
 	var err, e error
 	m.attempts, e = m.meter.Int64Counter("asyncplatform.attempts",
 		metric.WithDescription("Handler calls, by outcome."), metric.WithUnit("{attempt}"))
@@ -77,9 +142,23 @@ func (m *Metrics) Hooks(next ap.Hooks) ap.Hooks {
 	}
 }
 
+// Middleware returns a middleware that notes the type of every job that
+// reaches a handler as registered, so that its dead letters are labeled by
+// name even when they come before the attempt is recorded (see "Job type
+// labels" in the package documentation). Instrument adds it; give it to
+// Config.Middleware when using Hooks without Instrument.
+func (m *Metrics) Middleware() ap.Middleware {
+	return func(next ap.Handler) ap.Handler {
+		return func(ctx context.Context, j *ap.Job) error {
+			m.types.handled(j.Type)
+			return next(ctx, j)
+		}
+	}
+}
+
 // AfterAttempt records one attempt; it is a Hooks.AfterAttempt.
 func (m *Metrics) AfterAttempt(ctx context.Context, a ap.Attempt) {
-	attrs := []attribute.KeyValue{keyQueue.String(queueOf(a.Job.Queue)), keyType.String(a.Job.Type), keyOutcome.String(string(a.Outcome))}
+	attrs := []attribute.KeyValue{keyQueue.String(queueOf(a.Job.Queue)), keyType.String(m.types.handled(a.Job.Type)), keyOutcome.String(string(a.Outcome))}
 	set := metric.WithAttributeSet(attribute.NewSet(attrs...))
 	if a.Outcome == ap.OutcomeDeadLettered {
 		m.attempts.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(append(attrs, keyReason.String(string(a.Reason)))...)))
@@ -92,7 +171,7 @@ func (m *Metrics) AfterAttempt(ctx context.Context, a ap.Attempt) {
 
 // OnDeadLetter counts one dead letter; it is a Hooks.OnDeadLetter.
 func (m *Metrics) OnDeadLetter(ctx context.Context, dl ap.DeadLetter) {
-	m.deadLetters.Add(ctx, 1, metric.WithAttributes(keyQueue.String(queueOf(dl.Queue)), keyType.String(dl.Job.Type), keyReason.String(string(dl.Reason))))
+	m.deadLetters.Add(ctx, 1, metric.WithAttributes(keyQueue.String(queueOf(dl.Queue)), keyType.String(m.types.label(dl.Job.Type)), keyReason.String(string(dl.Reason))))
 }
 
 // ObserveQueues registers the queue gauges for the named queues of p: at

@@ -43,6 +43,23 @@
 // The attributes are asyncplatform.queue, asyncplatform.job.type,
 // asyncplatform.outcome, asyncplatform.reason and asyncplatform.state. A
 // Prometheus exporter shows them as asyncplatform_attempts_total{asyncplatform_queue="emails",...}.
+//
+// # Job type labels
+//
+// A job's type comes from the message, which anyone who can write to the
+// broker writes, so the asyncplatform.job.type label is bounded: every new
+// value would be a new series in the metrics backend. A type is labeled by
+// name when a handler ran for it (it is registered with Platform.Handle; it
+// is noted by Metrics.Middleware, which Instrument adds, and by
+// AfterAttempt), when it is in Config.JobTypes, or when it is one of the first
+// Config.MaxJobTypes (DefaultMaxJobTypes, 100) distinct other types seen, of
+// at most 100 bytes of printable UTF-8: these appear only in dead letters
+// (unhandled, invalid, expired, payload_missing…). Every other type is
+// labeled OtherJobType ("other"). A registered type dead-lettered before any
+// of its jobs reached its handler may be labeled "other" once the bound is
+// reached; list it in Config.JobTypes to have it by name from the start.
+// Queue labels are bounded already: a worker serves the queues it is
+// configured with. Spans carry the job type as it is (they are not series).
 package otel
 
 import (
@@ -72,7 +89,26 @@ type Config struct {
 	// Propagator carries the trace context in job headers. Defaults to the
 	// W3C trace context and baggage propagators.
 	Propagator propagation.TextMapPropagator
+
+	// JobTypes are job types the metrics label by name from the start,
+	// besides those a handler ran for (which are registered, so bounded).
+	// See "Job type labels" in the package documentation.
+	JobTypes []string
+
+	// MaxJobTypes bounds the other job types, seen only in dead letters,
+	// that the metrics label by name: the first MaxJobTypes distinct ones
+	// are, later ones are labeled OtherJobType. Defaults to
+	// DefaultMaxJobTypes; a negative value labels every one of them
+	// OtherJobType.
+	MaxJobTypes int
 }
+
+// DefaultMaxJobTypes is the default of Config.MaxJobTypes.
+const DefaultMaxJobTypes = 100
+
+// OtherJobType is the job type label of a job whose type the metrics do not
+// label by name.
+const OtherJobType = "other"
 
 func (c Config) withDefaults() Config {
 	if c.TracerProvider == nil {
@@ -102,16 +138,17 @@ const (
 	keyOperation = attribute.Key("messaging.operation.type")
 )
 
-// Instrument adds tracing (EnqueueMiddleware first, Middleware first) and
-// the metrics' hooks (before hooks already set) to cfg, and returns the
-// Metrics so that the caller can observe queue depths once the platform
-// exists (Metrics.ObserveQueues).
+// Instrument adds tracing (EnqueueMiddleware first, Middleware first), the
+// metrics' hooks (before hooks already set) and Metrics.Middleware to cfg,
+// and returns the Metrics so that the caller can observe queue depths once
+// the platform exists (Metrics.ObserveQueues).
 func Instrument(cfg *ap.Config, c Config) (*Metrics, error) {
 	m, err := NewMetrics(c)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Middleware = append([]ap.Middleware{Middleware(c)}, cfg.Middleware...)
+	tracing, note := Middleware(c), m.Middleware()
+	cfg.Middleware = append([]ap.Middleware{func(next ap.Handler) ap.Handler { return tracing(note(next)) }}, cfg.Middleware...)
 	cfg.EnqueueMiddleware = append([]ap.EnqueueMiddleware{EnqueueMiddleware(c)}, cfg.EnqueueMiddleware...)
 	cfg.Hooks = m.Hooks(cfg.Hooks)
 	return m, nil
