@@ -37,6 +37,7 @@ func ExampleCases() {
 	// Crash/RetryLimitZeroSurvivesCrash
 	// Crash/Poison
 	// Crash/PoisonLimitPerType
+	// Crash/PoisonIsolation
 	// Crash/ProcessKill
 	// Lease/ExtendedForSlowHandler
 	// Lease/StaleReceiptRefused
