@@ -50,7 +50,10 @@
 //
 // TryCount is Failures + Crashes + 1 inside a handler. A job that always
 // fails runs RetryLimit+1 times (default 10+1); one that always kills its
-// worker runs PoisonLimit+1 times (default 3+1). The limits, the backoff and
+// worker runs PoisonLimit+1 times (default 3+1). A job that comes back after
+// a crash runs alone, so the jobs that were beside it are charged at most
+// one of the crashes it causes ([Config].DisableIsolation). The limits, the
+// backoff and
 // the timeout are set in a [Policy] at four levels, the most specific
 // winning: the job's, its type's (given to Handle), its queue's
 // ([QueueConfig]) and the platform's ([Config]). Outcomes are matched with
