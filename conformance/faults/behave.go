@@ -54,7 +54,7 @@ func handler(log *Log, worker string, crash func(), running *sync.WaitGroup) ap.
 		if err := json.Unmarshal(j.Payload, &p); err != nil {
 			return ap.Invalid(err)
 		}
-		e := Event{ID: j.ID, Worker: worker, Try: j.TryCount, Failures: j.Failures, Crashes: j.Crashes, Copy: j.Copy()}
+		e := Event{ID: j.ID, Worker: worker, Try: j.TryCount, Failures: j.Failures, Crashes: j.Crashes, Copy: j.CopyNumber()}
 		start := e
 		start.Kind = KindStart
 		log.Add(start)

@@ -202,7 +202,7 @@ func explainDup(h History, dead []ap.DeadLetter, indeterminate bool) string {
 		}
 	}
 	for _, dl := range dead {
-		ends = append(ends, end{"dead-lettered " + string(dl.Reason), dl.Job.Copy(), ""})
+		ends = append(ends, end{"dead-lettered " + string(dl.Reason), dl.Job.CopyNumber(), ""})
 	}
 	var parts []string
 	for _, x := range ends {

@@ -127,11 +127,11 @@ func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *
 		Logger:           quiet(),
 		Hooks: ap.Hooks{
 			OnDeadLetter: func(_ context.Context, dl ap.DeadLetter) {
-				log.Add(Event{Kind: KindDead, ID: dl.Job.ID, Worker: spec.Name, Result: string(dl.Reason), Copy: dl.Job.Copy()})
+				log.Add(Event{Kind: KindDead, ID: dl.Job.ID, Worker: spec.Name, Result: string(dl.Reason), Copy: dl.Job.CopyNumber()})
 			},
 			AfterAttempt: func(_ context.Context, a ap.Attempt) {
 				log.Add(Event{Kind: KindAck, ID: a.Job.ID, Worker: spec.Name, Result: string(a.Outcome),
-					Try: a.Job.TryCount, Failures: a.Job.Failures, Crashes: a.Job.Crashes, Copy: a.Job.Copy()})
+					Try: a.Job.TryCount, Failures: a.Job.Failures, Crashes: a.Job.Crashes, Copy: a.Job.CopyNumber()})
 			},
 		},
 	}
