@@ -108,12 +108,12 @@ func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(con
 		case serr != nil && err == nil:
 			err = fmt.Errorf("asyncplatform: settling dead letter %s of queue %q: %w", dd.ID, queue, serr)
 		case serr == nil && remove:
-			p.dropPayload(sctx, dl.PayloadRef) // nothing points at it any more
+			p.dropPayload(sctx, dl.Job.ID, dl.PayloadRef) // nothing points at it any more
 		}
 	}()
 	dl = p.decodeDeadRecord(queue, dd.DeadMessage)
 	if dl.PayloadRef != "" && p.cfg.PayloadStore != nil {
-		b, gerr := p.cfg.PayloadStore.Get(ctx, dl.PayloadRef)
+		b, gerr := p.getPayload(ctx, dl.Job.ID, dl.PayloadRef)
 		switch {
 		case gerr == nil:
 			dl.Job.Payload = b
@@ -238,7 +238,8 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 // delete from it).
 func (p *Platform) redriveChunk(ctx context.Context, queue string, chunk []DeadLetter) (int, error) {
 	jobs := make([]*Job, 0, len(chunk))
-	var ids, oldRefs, newRefs []string
+	var ids []string
+	var oldRefs, newRefs []payloadKey
 	for _, dl := range chunk {
 		j := dl.Job
 		j.Queue = queue
@@ -252,7 +253,7 @@ func (p *Platform) redriveChunk(ctx context.Context, queue string, chunk []DeadL
 		// the job never share one: whichever goes first cannot take the
 		// other's.
 		if dl.PayloadRef != "" && p.cfg.PayloadStore != nil {
-			b, err := p.cfg.PayloadStore.Get(ctx, dl.PayloadRef)
+			b, err := p.getPayload(ctx, dl.Job.ID, dl.PayloadRef)
 			if err == nil {
 				j.payloadRef, err = p.cfg.PayloadStore.Put(ctx, j.ID, b)
 			}
@@ -260,8 +261,8 @@ func (p *Platform) redriveChunk(ctx context.Context, queue string, chunk []DeadL
 				p.dropPayloads(ctx, newRefs)
 				return 0, fmt.Errorf("asyncplatform: redriving job %s: copying its offloaded payload: %w", j.ID, err)
 			}
-			newRefs = append(newRefs, j.payloadRef)
-			oldRefs = append(oldRefs, dl.PayloadRef)
+			newRefs = append(newRefs, payloadKey{j.ID, j.payloadRef})
+			oldRefs = append(oldRefs, payloadKey{dl.Job.ID, dl.PayloadRef})
 		}
 		jobs = append(jobs, &j)
 		ids = append(ids, dl.ID)
@@ -283,7 +284,7 @@ func (p *Platform) redriveChunk(ctx context.Context, queue string, chunk []DeadL
 }
 
 // unreferenced returns the refs no dead letter of the queue points at.
-func (p *Platform) unreferenced(ctx context.Context, queue string, refs []string) []string {
+func (p *Platform) unreferenced(ctx context.Context, queue string, refs []payloadKey) []payloadKey {
 	still := map[string]bool{}
 	for cursor := ""; ; {
 		page, err := p.DeadLetters(ctx, queue, cursor, 1000)
@@ -297,9 +298,9 @@ func (p *Platform) unreferenced(ctx context.Context, queue string, refs []string
 			break
 		}
 	}
-	var out []string
+	var out []payloadKey
 	for _, r := range refs {
-		if !still[r] {
+		if !still[r.ref] {
 			out = append(out, r)
 		}
 	}
@@ -324,11 +325,12 @@ func (p *Platform) PurgeDeadLetters(ctx context.Context, queue string) (int, err
 			if err != nil {
 				return removed, err
 			}
-			var ids, refs []string
+			var ids []string
+			var refs []payloadKey
 			for _, dl := range page.Letters {
 				ids = append(ids, dl.ID)
 				if dl.PayloadRef != "" {
-					refs = append(refs, dl.PayloadRef)
+					refs = append(refs, payloadKey{dl.Job.ID, dl.PayloadRef})
 				}
 			}
 			if len(ids) == 0 {

@@ -84,19 +84,46 @@ func (p *Platform) offload(ctx context.Context, j *Job) (*Job, error) {
 	return &off, nil
 }
 
+// JobPayloadStore is a PayloadStore that also checks that a reference was
+// made for the job that presents it, so a forged job cannot name another
+// job's payload. The platform uses GetJob and DeleteJob when the store has
+// them (dirstore does).
+type JobPayloadStore interface {
+	PayloadStore
+	GetJob(ctx context.Context, jobID, ref string) ([]byte, error)
+	DeleteJob(ctx context.Context, jobID, ref string) error
+}
+
+// payloadKey names an offloaded payload: its job and its reference.
+type payloadKey struct{ job, ref string }
+
+// getPayload fetches the payload of a job's reference.
+func (p *Platform) getPayload(ctx context.Context, jobID, ref string) ([]byte, error) {
+	if s, ok := p.cfg.PayloadStore.(JobPayloadStore); ok {
+		return s.GetJob(ctx, jobID, ref)
+	}
+	return p.cfg.PayloadStore.Get(ctx, ref)
+}
+
 // dropPayload deletes a payload nothing points at any more; a failure leaks
 // it, so it is logged.
-func (p *Platform) dropPayload(ctx context.Context, ref string) {
+func (p *Platform) dropPayload(ctx context.Context, jobID, ref string) {
 	if ref == "" || p.cfg.PayloadStore == nil {
 		return
 	}
-	if err := p.cfg.PayloadStore.Delete(ctx, ref); err != nil {
+	var err error
+	if s, ok := p.cfg.PayloadStore.(JobPayloadStore); ok {
+		err = s.DeleteJob(ctx, jobID, ref)
+	} else {
+		err = p.cfg.PayloadStore.Delete(ctx, ref)
+	}
+	if err != nil {
 		p.log.WarnContext(ctx, "asyncplatform: deleting an offloaded payload failed; it stays in the store", "ref", ref, "error", err)
 	}
 }
 
-func (p *Platform) dropPayloads(ctx context.Context, refs []string) {
-	for _, ref := range refs {
-		p.dropPayload(ctx, ref)
+func (p *Platform) dropPayloads(ctx context.Context, keys []payloadKey) {
+	for _, k := range keys {
+		p.dropPayload(ctx, k.job, k.ref)
 	}
 }

@@ -610,7 +610,7 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 	if err := p.declare(ctx, queue); err != nil {
 		return err
 	}
-	var refs []string
+	var refs []payloadKey
 	msgs := make([]driver.Message, len(jobs))
 	for i, j := range jobs {
 		if check && p.cfg.PayloadStore != nil {
@@ -620,7 +620,7 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 				return err
 			}
 			if off != j {
-				refs = append(refs, off.payloadRef)
+				refs = append(refs, payloadKey{off.ID, off.payloadRef})
 				j = off
 			}
 		}

@@ -226,7 +226,7 @@ func (p *Platform) apply(f *inflight, j *Job, d decide.Decision, text string) er
 	case decide.Succeeded:
 		err := p.settle(f, true, nil, nil)
 		if err == nil {
-			p.dropPayload(context.Background(), j.payloadRef)
+			p.dropPayload(context.Background(), j.ID, j.payloadRef)
 		}
 		return err
 	case decide.HandedBack:
@@ -312,7 +312,7 @@ func (p *Platform) fetchPayload(f *inflight, j *Job, in decide.Input) bool {
 	}
 	ctx, cancel := context.WithTimeout(p.workCtx, p.cfg.Lease)
 	defer cancel()
-	b, err := store.Get(ctx, j.payloadRef)
+	b, err := p.getPayload(ctx, j.ID, j.payloadRef)
 	switch {
 	case err == nil:
 		j.Payload = b

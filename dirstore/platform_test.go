@@ -35,6 +35,14 @@ func (c *counting) Get(ctx context.Context, ref string) ([]byte, error) {
 	return c.DirStore.Get(ctx, ref)
 }
 
+// GetJob is what the platform calls: the store is an ap.JobPayloadStore.
+func (c *counting) GetJob(ctx context.Context, jobID, ref string) ([]byte, error) {
+	c.gets.Add(1)
+	return c.DirStore.GetJob(ctx, jobID, ref)
+}
+
+var _ ap.JobPayloadStore = (*counting)(nil)
+
 // Item 3 of issue 17: a job whose reference names a directory, is too long
 // for a file name, holds a NUL byte or names a file the store did not make is
 // dead-lettered once as payload_missing, not requeued uncounted for ever.
@@ -93,5 +101,56 @@ func TestForgedJobIsPayloadMissing(t *testing.T) {
 				t.Errorf("config.yaml: %v", err)
 			}
 		})
+	}
+}
+
+// A forged job that names another job's payload (a reference the store
+// really made) is dead-lettered payload_missing, and the other job's payload
+// is neither read nor deleted: the platform presents the job's ID with the
+// reference (ap.JobPayloadStore).
+func TestForgedJobCannotTakeAnotherJobsPayload(t *testing.T) {
+	ctx := context.Background()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	store, err := dirstore.New(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, err := store.Put(ctx, "victim-job", []byte("the victim's secret payload"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker := memory.NewBroker()
+	producer, err := ap.New(broker.Connect(), ap.Config{Logger: quiet, PayloadStore: forger{victim}, OffloadThreshold: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := producer.Enqueue(ctx, &ap.Job{ID: "forged-job", Type: "t", Payload: []byte("more than eight bytes")}); err != nil {
+		t.Fatal(err)
+	}
+	dead := make(chan ap.DeadLetter, 1)
+	var ran atomic.Int32
+	p, err := ap.New(broker.Connect(), ap.Config{Logger: quiet, PayloadStore: store,
+		Hooks: ap.Hooks{OnDeadLetter: func(_ context.Context, dl ap.DeadLetter) { dead <- dl }}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = p.Handle("t", func(context.Context, *ap.Job) error { ran.Add(1); return nil })
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	select {
+	case dl := <-dead:
+		if dl.Reason != ap.ReasonPayloadMissing {
+			t.Errorf("dead-lettered as %s, want payload_missing", dl.Reason)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the forged job was not dead-lettered")
+	}
+	if ran.Load() != 0 {
+		t.Error("the forged job's handler ran with another job's payload")
+	}
+	if b, err := store.GetJob(ctx, "victim-job", victim); err != nil || string(b) != "the victim's secret payload" {
+		t.Errorf("the victim's payload: %q, %v", b, err)
 	}
 }
