@@ -220,6 +220,19 @@ func (e *env) settle() { time.Sleep(max(3*e.lease/2, e.scaled(300*time.Milliseco
 // ASYNCPLATFORM_CONFORMANCE_SCALE.
 func (e *env) scaled(d time.Duration) time.Duration { return scaled(d, e.scale) }
 
+// stallExcuse returns, when this process stalled long enough during the case
+// for a held lease to lapse before its next renewal (a quarter of the lease
+// or more, as the stall watch sees it), why a duplicate delivery is then no
+// fault of the backend's; else "". A lease that lapses while its process is
+// not running may be handed to another worker: at least once.
+func (e *env) stallExcuse() string {
+	if d := stalls.longest(e.start); d >= e.lease/4 {
+		return fmt.Sprintf("this test process stalled for up to %v during the case (lease %v): a lease may have lapsed while it was not running",
+			d.Round(time.Millisecond), e.lease)
+	}
+	return ""
+}
+
 // stallNote says, for a failure message, how long this process stalled
 // during the case, when that was long enough to matter.
 func (e *env) stallNote() string {

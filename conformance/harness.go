@@ -44,11 +44,12 @@ type HarnessMaker func(ctx context.Context, t *testing.T) (Harness, error)
 //
 // On a slow or shared machine, the environment variable
 // ASYNCPLATFORM_CONFORMANCE_SCALE (a number from 1 to 100, 1 when unset)
-// multiplies Lease, Wait and the suite's own short delays. The one case
-// whose outcome depends on the test process being scheduled in time,
-// Lease/ExtendedForSlowHandler, also adapts by itself: when it fails while
-// the process was stalled (the machine, not the backend), it runs again
-// with a lease twice as long, and says so in the log.
+// multiplies Lease, Wait and the suite's own short delays. The suite also
+// watches for stalls of the test process itself (a loaded machine, not the
+// backend): when a lease may have lapsed because the process was not
+// running, Lease/ExtendedForSlowHandler runs again with a lease twice as
+// long, the cases that count deliveries log a duplicate instead of failing,
+// and a time-out says how long the process stalled.
 type Options struct {
 	// Lease is the lease the suite's platforms use (Config.Lease). It is
 	// raised to the backend's Capabilities.MinLease. A case that waits for

@@ -151,7 +151,11 @@ func testPayloadLimit(t *testing.T, e *env) {
 			t.Fatalf("limit-sized payloads not delivered intact (sizes delivered: %v; want %d and %d)%s\n%s", seen, limit-1, limit, e.stallNote(), e.rec)
 		}
 	}
-	if seen[limit-1] != 1 || seen[limit] != 1 {
-		t.Errorf("deliveries by size %v, want one each of %d and %d%s", seen, limit-1, limit, e.stallNote())
+	switch excuse := e.stallExcuse(); {
+	case seen[limit-1] == 1 && seen[limit] == 1:
+	case excuse != "":
+		t.Logf("deliveries by size %v, duplicates allowed because: %s", seen, excuse)
+	default:
+		t.Errorf("deliveries by size %v, want one each of %d and %d", seen, limit-1, limit)
 	}
 }
