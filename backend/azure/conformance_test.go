@@ -27,6 +27,7 @@ func (h harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
 func (harness) Close() {}
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	cs := needAzurite(t)
 	conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
 		return harness{cs: cs}, nil

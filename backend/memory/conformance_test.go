@@ -19,6 +19,7 @@ func (h harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
 func (h harness) Close() {}
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	conformance.Run(t, func(context.Context, *testing.T) (conformance.Harness, error) {
 		return harness{memory.NewBroker()}, nil
 	}, conformance.Options{

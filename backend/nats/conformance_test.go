@@ -37,6 +37,7 @@ const inprocessEnv = "ASYNCPLATFORM_NATS_TEST_INPROCESS_URL"
 var suiteOptions = conformance.Options{Lease: 1500 * time.Millisecond, Wait: 30 * time.Second}
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	t.Run("server", func(t *testing.T) {
 		url := realURL(t)
 		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {

@@ -80,6 +80,7 @@ func (h *harness) Close() {
 }
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	probe, err := New(ctx, Config{URL: testURL()})
 	cancel()

@@ -71,6 +71,7 @@ const miniredisEnv = "ASYNCPLATFORM_REDIS_TEST_MINIREDIS"
 // -race) takes milliseconds per script, as it builds a Lua state per call.
 
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	t.Run("redis", func(t *testing.T) {
 		addr := realRedis(t)
 		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {

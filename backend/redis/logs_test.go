@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 // go-redis's own log lines go to the logger given to SetClientLogger, not to
 // stderr.
 func TestSetClientLogger(t *testing.T) {
-	var buf bytes.Buffer
+	var buf lockedBuffer // go-redis logs from its pool's goroutines
 	SetClientLogger(slog.New(slog.NewTextHandler(&buf, nil)))
 	t.Cleanup(func() { SetClientLogger(slog.Default()) })
 	// A pool connection that fails to dial makes go-redis log.
@@ -25,4 +26,22 @@ func TestSetClientLogger(t *testing.T) {
 	if !strings.Contains(buf.String(), "component=go-redis") {
 		t.Errorf("logged: %q", buf.String())
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

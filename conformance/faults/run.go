@@ -44,10 +44,11 @@ type Target struct {
 	Via      func(addr, hostport string) string
 
 	// Private starts a broker instance of the test's own, stopped when the
-	// test ends, for the BrokerRestart scenario. Nil: that scenario
-	// restarts the broker as the worker sees it, through a proxy that cuts
-	// every connection and refuses new ones for a while (the shared broker
-	// itself is never touched).
+	// test ends, for the BrokerRestart and BrokerKill scenarios (StartServer
+	// runs one; SharedPrivate boots a slow one once for every scenario).
+	// Nil: BrokerRestart restarts the broker as the worker sees it, through
+	// a proxy that cuts every connection and refuses new ones for a while
+	// (the shared broker itself is never touched), and BrokerKill skips.
 	Private func(t *testing.T) *Broker
 
 	// Garbage writes raw bytes straight to the queue with the broker's own
