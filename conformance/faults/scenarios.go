@@ -31,6 +31,7 @@ type scenario struct {
 var scenarios = []scenario{
 	{"KillMidJob", killMidJob},
 	{"PoisonJob", poisonJob},
+	{"PoisonIsolation", poisonIsolation},
 	{"BrokerRestart", func(t *testing.T, r *run) *Report { return brokerRestart(t, r, false) }},
 	{"BrokerKill", func(t *testing.T, r *run) *Report { return brokerRestart(t, r, true) }},
 	{"ConnectionCut", connectionCut},
@@ -88,6 +89,56 @@ func killMidJob(t *testing.T, r *run) *Report {
 	r.waitResolved(patience)
 	rep := r.finish(nil, true)
 	r.judge(rep, true)
+	return rep
+}
+
+// PoisonIsolation: one job kills its worker on every attempt, among 40
+// innocent ones, at Concurrency 10 with the default prefetch. The crashes are
+// charged to the poison job alone (its later attempts run alone, as
+// suspects): it is attempted exactly PoisonLimit+1 times and dead-lettered
+// poisoned; no innocent job is dead-lettered, and none is seen with more than
+// the one crash it was present at.
+func poisonIsolation(t *testing.T, r *run) *Report {
+	r.mustEnqueue(jobs("m", 5, Plan{SleepMin: 10, SleepMax: 30})...)
+	r.mustEnqueue(newJob("poison", Plan{Kill: true}))
+	r.mustEnqueue(jobs("n", scale(35), Plan{SleepMin: 10, SleepMax: 30})...)
+	spec := func() WorkerSpec {
+		s := r.spec()
+		s.Concurrency, s.Prefetch = 10, 10 // the platform's default prefetch
+		return s
+	}
+	live := r.start(spec(), true)
+	restarts := 0
+	deadline := time.Now().Add(patience)
+	for !r.done() && time.Now().Before(deadline) && restarts < 4*(r.lim.PoisonLimit+1) {
+		select {
+		case <-live.Done():
+			live = r.start(spec(), true)
+			restarts++
+		default:
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("workers restarted %d times", restarts)
+	rep := r.finish(nil, false)
+	h := r.history()
+	if n := h.count(KindStart, "")["poison"]; n != r.lim.PoisonLimit+1 {
+		rep.Wrong("poison", "attempted %d times, want exactly PoisonLimit+1 = %d", n, r.lim.PoisonLimit+1)
+	}
+	for _, dl := range r.dead {
+		if dl.Job.ID == "poison" && dl.Reason != ap.ReasonPoisoned {
+			rep.Wrong("poison", "dead-lettered %s, want poisoned", dl.Reason)
+		}
+		if dl.Job.ID != "poison" {
+			rep.Wrong(dl.Job.ID, "an innocent job was dead-lettered %s", dl.Reason)
+		}
+	}
+	for _, e := range h {
+		if e.Kind == KindStart && e.ID != "poison" && e.Crashes > 1 {
+			rep.Wrong(e.ID, "an innocent job saw %d crashes: a crash it did not cause was charged to it", e.Crashes)
+		}
+	}
+	r.judge(rep, false)
 	return rep
 }
 
