@@ -24,6 +24,7 @@ type Metrics struct {
 	tries       metric.Int64Histogram
 	duration    metric.Float64Histogram
 	deadLetters metric.Int64Counter
+	isolated    metric.Int64Counter
 	types       *typeLabels
 }
 
@@ -117,6 +118,9 @@ func NewMetrics(c Config) (*Metrics, error) {
 	m.deadLetters, e = m.meter.Int64Counter("asyncplatform.dead_letters",
 		metric.WithDescription("Jobs dead-lettered, by reason."), metric.WithUnit("{job}"))
 	err = errors.Join(err, e)
+	m.isolated, e = m.meter.Int64Counter("asyncplatform.attempts.isolated",
+		metric.WithDescription("Attempts of suspects (jobs with a crash behind them) run alone in their process, by outcome."), metric.WithUnit("{attempt}"))
+	err = errors.Join(err, e)
 	if err != nil {
 		return nil, fmt.Errorf("asyncplatform/otel: making instruments: %w", err)
 	}
@@ -167,6 +171,9 @@ func (m *Metrics) AfterAttempt(ctx context.Context, a ap.Attempt) {
 	}
 	m.tries.Record(ctx, int64(a.Job.TryCount), set)
 	m.duration.Record(ctx, a.Duration.Seconds(), set)
+	if a.Isolated {
+		m.isolated.Add(ctx, 1, set)
+	}
 }
 
 // OnDeadLetter counts one dead letter; it is a Hooks.OnDeadLetter.
