@@ -193,7 +193,15 @@ type Backend struct {
 	queues map[string]*queueState
 
 	moverSweep *sweeper
+
+	claimMu    sync.Mutex       // guards claims and claimInbox (see claim.go)
+	claims     jetstream.Stream // the claims stream, once made
+	claimInbox string           // where the answers to claim deletes go
 }
+
+// warnedClaims says whether New warned about a server that needs claims
+// (once a process).
+var warnedClaims atomic.Bool
 
 var (
 	_ driver.Backend      = (*Backend)(nil)
@@ -252,6 +260,10 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err := b.setup(ctx); err != nil {
 		b.closeConn()
 		return nil, err
+	}
+	if v := b.nc.ConnectedServerVersion(); needsClaims(v) && warnedClaims.CompareAndSwap(false, true) {
+		b.log.Warn("nats: this nats-server can hand a message a live worker holds out again as a first delivery (fixed in 2.10.14); "+
+			"the backend claims every first delivery to refuse such a one, one more write per job: upgrade to 2.10.14 or later", "version", v)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.wg.Add(1)
@@ -588,7 +600,7 @@ func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 			return err
 		}
 	}
-	return nil
+	return b.deleteClaims(ctx, queue)
 }
 
 // deleteAll deletes every message of subj from s, one by one, and returns

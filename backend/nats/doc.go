@@ -18,8 +18,8 @@
 // # Layout
 //
 // A platform (Config.Stream, "ASYNCPLATFORM" by default; S below) owns three
-// streams; a queue q appears in each as one subject token, q with '_'
-// written "__" and '.' written "_d":
+// streams, four on an old server; a queue q appears in each as one subject
+// token, q with '_' written "__" and '.' written "_d":
 //
 //   - S, work-queue retention, subjects S.q.*: the jobs. Each queue has a
 //     durable pull consumer "w_<q>" filtered on S.q.<q>, explicit ack,
@@ -31,10 +31,14 @@
 //   - S_DEAD, limits retention with no limits, subjects S.dead.*: dead
 //     letters, each with an Asyncplatform-Id header (the job ID). Each queue
 //     has a durable pull consumer "d_<q>" used only to hand records out.
+//   - S_CLAIM, on nats-server before 2.10.14 only, limits retention,
+//     subjects S.claim.>: one claim per first delivery in flight (see
+//     Counting), made on first use.
 //
 // Storage (file by default), replicas and the MaxMsgs/MaxBytes limits apply to
-// all three streams. Limits use the "new" discard policy: a full stream
-// refuses publishes with an error, and never drops a stored message.
+// the first three streams (S_CLAIM takes the storage and replicas, never a
+// limit). Limits use the "new" discard policy: a full stream refuses
+// publishes with an error, and never drops a stored message.
 // Publishes carry Nats-Msg-Id = <q>/<Message.ID>, so a retried publish of
 // the same copy is stored once within Config.DuplicateWindow. Bodies are
 // stored untouched; everything of the backend's own is in headers.
@@ -65,6 +69,24 @@
 // Requeue and DeadLetter publish the new copy, wait for its publish ack, and
 // only then ack the delivery: a crash in between leaves a duplicate, never a
 // loss.
+//
+// Claims. nats-server before 2.10.14 can hand a message that a live worker
+// holds out again, as a first delivery: when a lapsed lease's redelivery
+// finds only stale pull requests waiting (a killed worker's long poll
+// stays on the server until it next looks), the server drops it and moves
+// the consumer back onto the newest message it delivered
+// (TestStaleRequestFact; nats-server PR #5305). Two workers would then hold
+// one message, one of them seeing its crashes uncounted. On such a server
+// (New logs a warning) each first delivery is claimed before Receive hands
+// it out: a publish to S_CLAIM on a subject naming the message (its stream
+// sequence and timestamp) with Nats-Expected-Last-Subject-Sequence 0, all
+// of a Receive's claims at once, one round trip. A delivery whose claim is
+// refused was handed out before: it is not handed out, and nothing is sent
+// for it, so the earlier holder keeps it or it comes back with its crash
+// counted (TestNoSecondHolderAfterStaleRequest). Once a delivery is
+// settled its claim is deleted, without waiting for the answer; a claim
+// left behind (a worker killed in between) names a message that never
+// comes again. See claim.go.
 //
 // Leases and stale receipts. The server does not check which delivery an ack
 // belongs to: an ack, a progress update or a term names only the stream
@@ -143,11 +165,12 @@
 // stream (a copy published, then the original deleted), where the consumer
 // finds it. ListDead lists such records after the others.
 //
-// No purges. The backend never purges a stream. On nats-server 2.9.10 a purge
-// filtered on one subject moves every consumer of the stream past all its
-// messages, those of other subjects included: they stay in the stream and are
-// never delivered (TestFilteredPurgeFact shows it; 2.15 is fine). PurgeDead
-// and DeleteQueue therefore delete message by message, two round trips each.
+// No purges. The backend never purges a stream that has consumers. On
+// nats-server 2.9.10 a purge filtered on one subject moves every consumer of
+// the stream past all its messages, those of other subjects included: they
+// stay in the stream and are never delivered (TestFilteredPurgeFact shows it;
+// 2.15 is fine). PurgeDead and DeleteQueue therefore delete message by
+// message, two round trips each (S_CLAIM, which has no consumer, is purged).
 //
 // # Limits
 //
@@ -167,7 +190,9 @@
 // at most every 100 ms): acked messages can come back, and a delivery be
 // forgotten and handed out again as a first delivery. Both are duplicates
 // under at-least-once; the forgotten delivery's attempt goes uncounted if
-// its worker died too. On 2.9 it also loses recent deletes, which leaves
+// its worker died too (before 2.10.14, the claims refuse such a delivery
+// when its claim outlived the kill: see Counting). On 2.9 it also loses
+// recent deletes, which leaves
 // acked messages in the stream below the consumer's ack floor, never
 // delivered again. The backend sweeps those: when it first pulls from a
 // consumer and after every reconnect, it deletes its messages below the ack

@@ -48,6 +48,9 @@ type receipt struct {
 	deadline time.Time
 	done     bool // settled, or its hold handed back by Close
 
+	claimSubj string // its claim's subject, "" when claims are not made (see claim.go)
+	claimSeq  uint64 // its claim's sequence, when this delivery made it
+
 	stop    context.CancelFunc // dead letters: stops the renewer
 	stopped chan struct{}      // dead letters: closed when the renewer ends
 }
@@ -85,6 +88,9 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 			return nil, err
 		}
 		ds, err := b.receive(ctx, qs, queue, max, ackWait)
+		if len(ds) == 0 && err == nil {
+			continue // every message was dropped (see claim.go)
+		}
 		if errors.Is(err, errNoConsumer) {
 			b.log.Debug("nats: receive: no consumer", "queue", queue)
 			qs.mu.Lock()
@@ -102,10 +108,14 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 func (b *Backend) receive(ctx context.Context, qs *queueState, queue string, max int, ackWait time.Duration) ([]*driver.Delivery, error) {
 	msgs, start, err := b.fetch(ctx, b.cfg.Stream, workConsumer(queue), max, b.handBack, qs.sweep)
 	if len(msgs) > 0 {
-		return deliveries(queue, msgs, start, ackWait), nil
+		msgs, subjs, seqs := b.claim(token(queue), msgs, min(ackWait, claimWait))
+		return deliveries(queue, msgs, subjs, seqs, start, ackWait), nil
 	}
 	return nil, err
 }
+
+// claimWait bounds the wait for the claims of one Receive (see claim.go).
+const claimWait = 10 * time.Second
 
 // fetch returns up to max messages from a consumer, blocking until there is
 // at least one, and when their leases start (see pull). It asks without
@@ -133,18 +143,24 @@ func (b *Backend) fetch(ctx context.Context, stream, consumer string, max int, l
 	return nil, start, err
 }
 
-func deliveries(queue string, msgs []*gonats.Msg, start time.Time, ackWait time.Duration) []*driver.Delivery {
+// deliveries makes the deliveries of msgs, whose claims (none when
+// claimSubjs is nil) are claimSubjs and claimSeqs.
+func deliveries(queue string, msgs []*gonats.Msg, claimSubjs []string, claimSeqs []uint64, start time.Time, ackWait time.Duration) []*driver.Delivery {
 	ds := make([]*driver.Delivery, 0, len(msgs))
-	for _, m := range msgs {
+	for i, m := range msgs {
 		md, err := parseAck(m.Reply)
 		if err != nil {
 			continue // not a JetStream delivery; can't happen on our inbox
+		}
+		r := &receipt{reply: m.Reply, seq: md.seq, msgID: m.Header.Get(hdrMsgID), ackWait: ackWait, deadline: start.Add(ackWait)}
+		if claimSubjs != nil {
+			r.claimSubj, r.claimSeq = claimSubjs[i], claimSeqs[i]
 		}
 		ds = append(ds, &driver.Delivery{
 			Queue:      queue,
 			Body:       m.Data,
 			Deliveries: int(md.delivered) + base(m),
-			Handle:     &receipt{reply: m.Reply, seq: md.seq, msgID: m.Header.Get(hdrMsgID), ackWait: ackWait, deadline: start.Add(ackWait)},
+			Handle:     r,
 		})
 	}
 	return ds
@@ -318,6 +334,12 @@ func (b *Backend) handBack(m *gonats.Msg) {
 	if err != nil {
 		return
 	}
+	// A first delivery may be a second one of a message a live worker
+	// holds: claim it like any other (see claim.go).
+	claimSubj, claimSeq, ok := b.claimOne(m, 5*time.Second)
+	if !ok {
+		return
+	}
 	cp := &gonats.Msg{Subject: m.Subject, Data: m.Data, Header: gonats.Header{}}
 	for k, v := range m.Header {
 		if !strings.HasPrefix(k, "Nats-") {
@@ -334,7 +356,9 @@ func (b *Backend) handBack(m *gonats.Msg) {
 	}
 	if _, err := b.nc.RequestWithContext(ctx, m.Reply, ackAck); err != nil {
 		b.log.Warn("nats: ack a handed-back delivery; it may come twice", "subject", m.Subject, "err", err)
+		return
 	}
+	b.unclaim(claimSubj, claimSeq)
 }
 
 type pullRequest struct {
@@ -396,6 +420,7 @@ func (b *Backend) abandon(sub *gonats.Subscription, ch chan *gonats.Msg, msgs []
 type ackMeta struct {
 	delivered uint64
 	seq       uint64
+	ts        string // the message's timestamp, unix nanoseconds
 }
 
 // parseAck reads $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<dseq>.<ts>.<pending>
@@ -417,7 +442,7 @@ func parseAck(reply string) (ackMeta, error) {
 	if err1 != nil || err2 != nil {
 		return ackMeta{}, fmt.Errorf("nats: %q: bad ack subject numbers", reply)
 	}
-	return ackMeta{delivered: dc, seq: seq}, nil
+	return ackMeta{delivered: dc, seq: seq, ts: t[i+3]}, nil
 }
 
 func handle(h any) (*receipt, error) {
@@ -463,6 +488,7 @@ func (b *Backend) Ack(ctx context.Context, d *driver.Delivery) error {
 		return err
 	}
 	r.done = true
+	b.unclaim(r.claimSubj, r.claimSeq)
 	return nil
 }
 
@@ -551,6 +577,7 @@ func (b *Backend) replace(ctx context.Context, r *receipt, m *gonats.Msg) error 
 		return err
 	}
 	r.done = true
+	b.unclaim(r.claimSubj, r.claimSeq)
 	return nil
 }
 

@@ -1,0 +1,160 @@
+package nats
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	gonats "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// TestNoSecondHolderAfterStaleRequest is TestStaleRequestFact through the
+// backend: a worker holds r (it dies: r is never settled) and s (alive: it
+// extends s), a killed worker's pull request is left on the server, r's
+// lease runs out, and then another worker receives. It must get r with its
+// crash counted, and must not get s, which the first worker still holds: on
+// nats-server before 2.10.14 the server hands s out again as a first
+// delivery (see claim.go).
+func TestNoSecondHolderAfterStaleRequest(t *testing.T) {
+	for name, url := range map[string]func(t *testing.T) string{
+		"server":    func(t *testing.T) string { return realURL(t) },
+		"inprocess": func(t *testing.T) string { return startServer(t, t.TempDir(), 0).ClientURL() },
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			u := url(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			q := queueName(t)
+			holder := newBackend(t, u, q)
+			const lease = time.Second
+			if err := holder.Enqueue(ctx, q, []driver.Message{{ID: "r", Body: []byte("r")}, {ID: "s", Body: []byte("s")}}); err != nil {
+				t.Fatal(err)
+			}
+			held, err := holder.Receive(ctx, q, 2, lease)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(held) != 2 || string(held[1].Body) != "s" {
+				t.Fatalf("got %d deliveries, want r and s", len(held))
+			}
+			s := held[1]
+			alive := make(chan struct{})
+			extended := make(chan error, 1)
+			go func() {
+				tick := time.NewTicker(lease / 4)
+				defer tick.Stop()
+				for {
+					select {
+					case <-alive:
+						extended <- nil
+						return
+					case <-tick.C:
+						if err := holder.Extend(ctx, s, lease); err != nil {
+							extended <- err
+							return
+						}
+					}
+				}
+			}()
+
+			// A worker killed while its long poll is out.
+			nc, err := gonats.Connect(u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inbox := nc.NewInbox()
+			if _, err := nc.SubscribeSync(inbox); err != nil {
+				t.Fatal(err)
+			}
+			data, _ := json.Marshal(pullRequest{Batch: 1, Expires: time.Minute})
+			if err := nc.PublishRequest("$JS.API.CONSUMER.MSG.NEXT."+testStream+"."+workConsumer(q), inbox, data); err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			nc.Close()
+
+			time.Sleep(lease + lease/2) // r's lease runs out
+			other := newBackend(t, u, q)
+			var gotR bool
+			rctx, rcancel := context.WithTimeout(ctx, 3*lease)
+			defer rcancel()
+			for !gotR {
+				ds, err := other.Receive(rctx, q, 10, lease)
+				if err != nil {
+					t.Fatalf("r did not come back: %v", err)
+				}
+				for _, d := range ds {
+					switch string(d.Body) {
+					case "s":
+						t.Fatalf("s handed to a second worker (deliveries %d) while the first one holds it (server %s)", d.Deliveries, other.nc.ConnectedServerVersion())
+					case "r":
+						if d.Deliveries < 2 {
+							t.Fatalf("r came back with deliveries %d: its crash is not counted", d.Deliveries)
+						}
+						if err := other.Ack(ctx, d); err != nil {
+							t.Fatal(err)
+						}
+						gotR = true
+					}
+				}
+			}
+			close(alive)
+			if err := <-extended; err != nil {
+				t.Fatalf("the first worker lost s: %v", err)
+			}
+			if err := holder.Ack(ctx, s); err != nil {
+				t.Fatalf("the first worker's ack of s: %v", err)
+			}
+			// Every claim is deleted once its message is settled.
+			left := int64(-1)
+			for end := time.Now().Add(5 * time.Second); left != 0 && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+				left = claimsOf(t, holder, q)
+			}
+			if left != 0 {
+				t.Fatalf("%d claims left after every message was settled", left)
+			}
+		})
+	}
+}
+
+// claimsOf counts the queue's claims (0 when there is no claims stream).
+func claimsOf(t *testing.T, b *Backend, q string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	s, err := b.js.Stream(ctx, b.claimName())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(b.cfg.Stream+".claim."+token(q)+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, c := range info.State.Subjects {
+		n += int64(c)
+	}
+	return n
+}
+
+func TestNeedsClaims(t *testing.T) {
+	for v, want := range map[string]bool{
+		"2.9.10": true, "2.9.25": true, "2.10.0": true, "2.10.13": true, "2.10.14": false, "2.10.29": false,
+		"2.11.0-RC.1": false, "2.11.0": false, "2.15.2": false, "3.0.0": false, "1.4.0": true, "": true, "dev": true,
+	} {
+		if got := needsClaims(v); got != want {
+			t.Errorf("needsClaims(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
