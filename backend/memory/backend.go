@@ -13,8 +13,9 @@ import (
 type Broker struct {
 	mu     sync.Mutex
 	queues map[string]*queue
-	token  uint64 // last lease token handed out
-	seq    uint64 // orders scheduled messages with equal due times
+	token  uint64  // last lease token handed out
+	seq    uint64  // orders scheduled messages with equal due times
+	kv     kvState // the store (store.go), with its own lock
 }
 
 // NewBroker returns an empty broker.

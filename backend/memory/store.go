@@ -1,0 +1,195 @@
+package memory
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// The store (driver.Store) of a Broker: a map of entries and the keys in
+// byte order, under a lock of its own, shared by the Broker's connections.
+// Revisions come from one counter per broker, so a revision is never given
+// twice. Expiry is judged by this process's monotonic clock; expired entries
+// are dropped when a method meets them, and by a sweep every sweepEvery
+// writes.
+
+var _ driver.Store = (*Backend)(nil)
+
+const sweepEvery = 1024
+
+type kvEntry struct {
+	value   []byte
+	rev     uint64
+	expires time.Time // zero: never
+}
+
+func (e *kvEntry) live(now time.Time) bool {
+	return e != nil && (e.expires.IsZero() || now.Before(e.expires))
+}
+
+// kvState is the store of one Broker. The zero value is ready to use.
+type kvState struct {
+	mu      sync.Mutex
+	entries map[string]*kvEntry
+	keys    []string // every key of entries, sorted
+	rev     uint64   // last revision given
+	writes  int      // since the last sweep
+}
+
+func (b *Backend) kv() (*kvState, error) {
+	select {
+	case <-b.done:
+		return nil, driver.ErrClosed
+	default:
+	}
+	kv := &b.broker.kv
+	kv.mu.Lock()
+	if kv.entries == nil {
+		kv.entries = make(map[string]*kvEntry)
+	}
+	return kv, nil
+}
+
+// remove drops key. The lock is held.
+func (kv *kvState) remove(key string) {
+	if _, ok := kv.entries[key]; !ok {
+		return
+	}
+	delete(kv.entries, key)
+	if i, ok := slices.BinarySearch(kv.keys, key); ok {
+		kv.keys = slices.Delete(kv.keys, i, i+1)
+	}
+}
+
+// put writes key and returns its new revision. The lock is held.
+func (kv *kvState) put(key string, value []byte, ttl time.Duration, now time.Time) string {
+	e := kv.entries[key]
+	if e == nil {
+		e = &kvEntry{}
+		kv.entries[key] = e
+		if i, ok := slices.BinarySearch(kv.keys, key); !ok {
+			kv.keys = slices.Insert(kv.keys, i, key)
+		}
+	}
+	kv.rev++
+	e.value, e.rev, e.expires = slices.Clone(value), kv.rev, time.Time{}
+	if e.value == nil {
+		e.value = []byte{}
+	}
+	if ttl > 0 {
+		e.expires = now.Add(ttl)
+	}
+	if kv.writes++; kv.writes >= sweepEvery {
+		kv.writes = 0
+		for k, e := range kv.entries {
+			if !e.live(now) {
+				kv.remove(k)
+			}
+		}
+	}
+	return strconv.FormatUint(e.rev, 10)
+}
+
+// at returns the live entry of key at revision rev, or nil. The lock is
+// held.
+func (kv *kvState) at(key, rev string, now time.Time) *kvEntry {
+	e := kv.entries[key]
+	if !e.live(now) || strconv.FormatUint(e.rev, 10) != rev {
+		return nil
+	}
+	return e
+}
+
+// Get implements driver.Store.
+func (b *Backend) Get(ctx context.Context, key string) ([]byte, string, error) {
+	kv, err := b.kv()
+	if err != nil {
+		return nil, "", err
+	}
+	defer kv.mu.Unlock()
+	e := kv.entries[key]
+	if !e.live(time.Now()) {
+		return nil, "", driver.ErrKeyNotFound
+	}
+	return slices.Clone(e.value), strconv.FormatUint(e.rev, 10), nil
+}
+
+// Create implements driver.Store.
+func (b *Backend) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
+	kv, err := b.kv()
+	if err != nil {
+		return "", err
+	}
+	defer kv.mu.Unlock()
+	now := time.Now()
+	if kv.entries[key].live(now) {
+		return "", driver.ErrKeyExists
+	}
+	return kv.put(key, value, ttl, now), nil
+}
+
+// Update implements driver.Store.
+func (b *Backend) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (string, error) {
+	kv, err := b.kv()
+	if err != nil {
+		return "", err
+	}
+	defer kv.mu.Unlock()
+	now := time.Now()
+	if kv.at(key, rev, now) == nil {
+		return "", driver.ErrRevision
+	}
+	return kv.put(key, value, ttl, now), nil
+}
+
+// Delete implements driver.Store.
+func (b *Backend) Delete(ctx context.Context, key, rev string) error {
+	kv, err := b.kv()
+	if err != nil {
+		return err
+	}
+	defer kv.mu.Unlock()
+	if rev != "" && kv.at(key, rev, time.Now()) == nil {
+		return driver.ErrRevision
+	}
+	kv.remove(key)
+	return nil
+}
+
+// List implements driver.Store.
+func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	kv, err := b.kv()
+	if err != nil {
+		return nil, err
+	}
+	defer kv.mu.Unlock()
+	now := time.Now()
+	from := prefix
+	if after > from {
+		from = after
+	}
+	i, _ := slices.BinarySearch(kv.keys, from)
+	var out []string
+	for i < len(kv.keys) && len(out) < limit {
+		k := kv.keys[i]
+		if !strings.HasPrefix(k, prefix) {
+			break
+		}
+		if k == after {
+			i++
+			continue
+		}
+		if !kv.entries[k].live(now) {
+			kv.remove(k) // keys[i] is now the next key
+			continue
+		}
+		out = append(out, k)
+		i++
+	}
+	return out, nil
+}

@@ -1,0 +1,710 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+func testBasic(t *testing.T, e *env) {
+	s, ctx := e.store, e.ctx()
+	_, _, err := s.Get(ctx, "k")
+	is(t, "Get of an absent key", err, ap.ErrKeyNotFound)
+	_, err = s.Update(ctx, "k", []byte("x"), "1", 0)
+	is(t, "Update of an absent key", err, ap.ErrRevision)
+	must(t, "Delete of an absent key without a revision", s.Delete(ctx, "k", ""))
+	is(t, "Delete of an absent key at a revision", s.Delete(ctx, "k", "1"), ap.ErrRevision)
+
+	r1, err := s.Create(ctx, "k", []byte("one"), 0)
+	must(t, "Create", err)
+	if r1 == "" || len(r1) > driver.MaxRevisionLen {
+		t.Fatalf("Create returned the revision %q: want 1 to %d bytes", r1, driver.MaxRevisionLen)
+	}
+	v, rev, err := s.Get(ctx, "k")
+	must(t, "Get", err)
+	if string(v) != "one" || rev != r1 {
+		t.Fatalf("Get = %q at %q, want %q at %q", v, rev, "one", r1)
+	}
+	_, err = s.Create(ctx, "k", []byte("two"), 0)
+	is(t, "Create of a present key", err, ap.ErrKeyExists)
+
+	r2, err := s.Update(ctx, "k", []byte("two"), r1, 0)
+	must(t, "Update at the current revision", err)
+	if r2 == r1 || r2 == "" {
+		t.Fatalf("Update returned the revision %q after %q: want a new one", r2, r1)
+	}
+	_, err = s.Update(ctx, "k", []byte("three"), r1, 0)
+	is(t, "Update at a stale revision", err, ap.ErrRevision)
+	_, err = s.Update(ctx, "k", []byte("three"), "not-a-revision", 0)
+	is(t, "Update at a made-up revision", err, ap.ErrRevision)
+	is(t, "Delete at a stale revision", s.Delete(ctx, "k", r1), ap.ErrRevision)
+	is(t, "Delete at a made-up revision", s.Delete(ctx, "k", "not-a-revision"), ap.ErrRevision)
+	if v, rev, err := s.Get(ctx, "k"); err != nil || string(v) != "two" || rev != r2 {
+		t.Fatalf("Get after the refused writes = %q at %q (%v), want %q at %q", v, rev, err, "two", r2)
+	}
+
+	// Another key's revision is not this key's.
+	ro, err := s.Create(ctx, "other", []byte("o"), 0)
+	must(t, "Create other", err)
+	_, err = s.Update(ctx, "k", []byte("x"), ro, 0)
+	is(t, "Update at another key's revision", err, ap.ErrRevision)
+
+	must(t, "Delete at the current revision", s.Delete(ctx, "k", r2))
+	_, _, err = s.Get(ctx, "k")
+	is(t, "Get after Delete", err, ap.ErrKeyNotFound)
+	must(t, "Delete without a revision", s.Delete(ctx, "other", ""))
+	_, _, err = s.Get(ctx, "other")
+	is(t, "Get after an unconditional Delete", err, ap.ErrKeyNotFound)
+
+	// A second connection sees the same keys at once.
+	s2 := e.in(e.connect())
+	r3, err := s2.Create(ctx, "k", []byte("again"), 0)
+	must(t, "Create on a second connection", err)
+	if v, rev, err := s.Get(ctx, "k"); err != nil || string(v) != "again" || rev != r3 {
+		t.Fatalf("Get on the first connection = %q at %q (%v), want %q at %q", v, rev, err, "again", r3)
+	}
+}
+
+func testRevisionNeverReused(t *testing.T, e *env) {
+	s, ctx := e.store, e.ctx()
+	seen := map[string]string{}
+	note := func(what, rev string) {
+		t.Helper()
+		if prev, ok := seen[rev]; ok {
+			t.Fatalf("%s returned the revision %q, given before by %s", what, rev, prev)
+		}
+		seen[rev] = what
+	}
+	var old []string
+	for i := range 3 {
+		r, err := s.Create(ctx, "k", []byte("v"), 0)
+		must(t, "Create", err)
+		note(fmt.Sprintf("Create %d", i), r)
+		r2, err := s.Update(ctx, "k", []byte("w"), r, 0)
+		must(t, "Update", err)
+		note(fmt.Sprintf("Update %d", i), r2)
+		// Every revision of an earlier life of the key is refused.
+		for _, o := range append(old, r) {
+			_, err := s.Update(ctx, "k", []byte("x"), o, 0)
+			is(t, "Update at a revision of an earlier life", err, ap.ErrRevision)
+			is(t, "Delete at a revision of an earlier life", s.Delete(ctx, "k", o), ap.ErrRevision)
+		}
+		old = append(old, r, r2)
+		must(t, "Delete", s.Delete(ctx, "k", r2))
+	}
+}
+
+// testCreateRaceConnections races Creates of one key from independent
+// connections, several rounds: exactly one wins each.
+func testCreateRaceConnections(t *testing.T, e *env) {
+	const conns, rounds = 6, 5
+	stores := []*ap.Store{e.store}
+	for len(stores) < conns {
+		stores = append(stores, e.in(e.connect()))
+	}
+	ctx := e.ctx()
+	for round := range rounds {
+		key := fmt.Sprintf("race/%d", round)
+		var (
+			wg    sync.WaitGroup
+			start = make(chan struct{})
+			errs  = make([]error, conns)
+			revs  = make([]string, conns)
+		)
+		for i, s := range stores {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				revs[i], errs[i] = s.Create(ctx, key, []byte(strconv.Itoa(i)), 0)
+			}()
+		}
+		close(start)
+		wg.Wait()
+		winner := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && winner >= 0:
+				t.Fatalf("round %d: connections %d and %d both created %s", round, winner, i, key)
+			case err == nil:
+				winner = i
+			default:
+				is(t, fmt.Sprintf("round %d: the Create of a loser", round), err, ap.ErrKeyExists)
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: no connection created %s: %v", round, key, errs)
+		}
+		v, rev, err := e.store.Get(ctx, key)
+		must(t, "Get", err)
+		if string(v) != strconv.Itoa(winner) || rev != revs[winner] {
+			t.Fatalf("round %d: %s holds %q at %q, want the winner's %q at %q", round, key, v, rev, strconv.Itoa(winner), revs[winner])
+		}
+	}
+}
+
+// testCASContention runs increments of one counter from workers on
+// independent connections: read, add one, Update at the revision read,
+// again on ErrRevision. Every increment must count once.
+func testCASContention(t *testing.T, e *env) {
+	const conns, perConn, each = 4, 2, 6
+	ctx := e.ctx()
+	_, err := e.store.Create(ctx, "counter", []byte("0"), 0)
+	must(t, "Create", err)
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		revs    = map[string]int{} // revision written → the count it holds
+		retries int
+		fail    error
+	)
+	for c := range conns {
+		s := e.store
+		if c > 0 {
+			s = e.in(e.connect())
+		}
+		for range perConn {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range each {
+					for {
+						v, rev, err := s.Get(ctx, "counter")
+						if err == nil {
+							var n int
+							n, err = strconv.Atoi(string(v))
+							if err == nil {
+								var nr string
+								nr, err = s.Update(ctx, "counter", []byte(strconv.Itoa(n+1)), rev, 0)
+								if err == nil {
+									mu.Lock()
+									if prev, dup := revs[nr]; dup {
+										fail = fmt.Errorf("revision %q was given to counts %d and %d", nr, prev, n+1)
+									}
+									revs[nr] = n + 1
+									mu.Unlock()
+									break
+								}
+							}
+						}
+						if !errors.Is(err, ap.ErrRevision) {
+							mu.Lock()
+							fail = err
+							mu.Unlock()
+							return
+						}
+						mu.Lock()
+						retries++
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if fail != nil {
+		t.Fatal(fail)
+	}
+	want := conns * perConn * each
+	v, _, err := e.store.Get(ctx, "counter")
+	must(t, "Get", err)
+	if string(v) != strconv.Itoa(want) {
+		t.Fatalf("the counter is %s after %d increments, want %d", v, want, want)
+	}
+	if len(revs) != want {
+		t.Fatalf("%d distinct revisions for %d increments", len(revs), want)
+	}
+	t.Logf("%d increments from %d workers on %d connections, %d retries on ErrRevision", want, conns*perConn, conns, retries)
+}
+
+// probe is one Get of a TTL case: when it began and ended, and whether it
+// found the key.
+type probe struct {
+	start, end time.Time
+	found      bool
+}
+
+// testTTLExpiry writes a key with a TTL and reads it until well after: every
+// read that ended before the TTL (counted from before the write) found it,
+// every read that began after it (counted from after the write) did not.
+// On a machine too loaded to read in time it tries again with a longer TTL.
+func testTTLExpiry(t *testing.T, e *env) {
+	const guard = 5 * time.Millisecond // clock granularity: milliseconds, two clocks
+	ttl := e.scaled(400 * time.Millisecond)
+	for try := 1; ; try++ {
+		ok := ttlOnce(t, e, ttl, guard, try)
+		if ok || t.Failed() {
+			return
+		}
+		if try == 3 {
+			t.Fatalf("no read of the key ended within its TTL of %v in %d tries: the machine is too loaded (%s stretches the suite's timings)", ttl, try, scaleEnv)
+		}
+		t.Logf("try %d: no read ended within the TTL of %v (the machine is loaded); again with twice the TTL", try, ttl)
+		ttl *= 2
+	}
+}
+
+func ttlOnce(t *testing.T, e *env, ttl, guard time.Duration, try int) bool {
+	s, ctx := e.store, e.ctx()
+	key := fmt.Sprintf("ttl/%d", try)
+	t0 := time.Now()
+	rev, err := s.Create(ctx, key, []byte("v"), ttl)
+	t1 := time.Now()
+	must(t, "Create with a TTL", err)
+	var probes []probe
+	for time.Since(t1) < ttl+e.scaled(300*time.Millisecond) {
+		g0 := time.Now()
+		_, _, err := s.Get(ctx, key)
+		g1 := time.Now()
+		if err != nil && !errors.Is(err, ap.ErrKeyNotFound) {
+			t.Fatalf("Get: %v", err)
+		}
+		probes = append(probes, probe{g0, g1, err == nil})
+		time.Sleep(10 * time.Millisecond)
+	}
+	early, lateFound := 0, 0
+	for _, p := range probes {
+		switch {
+		case p.end.Before(t0.Add(ttl-guard)) && !p.found:
+			t.Errorf("the key was gone %v after the write began, before its TTL of %v", p.end.Sub(t0), ttl)
+		case p.end.Before(t0.Add(ttl - guard)):
+			early++
+		case p.start.After(t1.Add(ttl+guard)) && p.found:
+			lateFound++
+			t.Errorf("the key was still there %v after the write ended, past its TTL of %v", p.start.Sub(t1), ttl)
+		}
+	}
+	if early == 0 {
+		return false
+	}
+	if lateFound == 0 && !probes[len(probes)-1].found {
+		// Gone for every method, not only for Get.
+		page, err := s.List(ctx, "ttl/", "", 10)
+		must(t, "List", err)
+		if slices.Contains(page.Keys, key) {
+			t.Errorf("List shows the expired key %s", key)
+		}
+		_, err = s.Update(ctx, key, []byte("w"), rev, 0)
+		is(t, "Update at the revision of an expired key", err, ap.ErrRevision)
+		is(t, "Delete at the revision of an expired key", s.Delete(ctx, key, rev), ap.ErrRevision)
+		r2, err := s.Create(ctx, key, []byte("new"), 0)
+		must(t, "Create in place of an expired key", err)
+		if r2 == rev {
+			t.Errorf("the new key got the expired key's revision %q", rev)
+		}
+		if v, _, err := s.Get(ctx, key); err != nil || string(v) != "new" {
+			t.Errorf("Get after the Create = %q, %v; want %q", v, err, "new")
+		}
+	}
+	t.Logf("TTL %v: %d reads within it found the key; %d reads in all", ttl, early, len(probes))
+	return true
+}
+
+// testTTLSetByEachWrite checks that every write sets the TTL anew: an
+// Update with a TTL gives one to a key that had none, an Update without one
+// takes it away, and an Update with a TTL renews it.
+func testTTLSetByEachWrite(t *testing.T, e *env) {
+	s, ctx := e.store, e.ctx()
+	ttl := e.scaled(500 * time.Millisecond)
+	rGain, err := s.Create(ctx, "gain", []byte("v"), 0)
+	must(t, "Create gain", err)
+	rLose, err := s.Create(ctx, "lose", []byte("v"), ttl)
+	must(t, "Create lose", err)
+	rRenew, err := s.Create(ctx, "renew", []byte("v"), ttl)
+	must(t, "Create renew", err)
+	_, err = s.Update(ctx, "gain", []byte("w"), rGain, ttl)
+	must(t, "Update gain", err)
+	_, err = s.Update(ctx, "lose", []byte("w"), rLose, 0)
+	must(t, "Update lose", err)
+	written := time.Now()
+	time.Sleep(ttl / 2)
+	_, err = s.Update(ctx, "renew", []byte("w"), rRenew, ttl)
+	must(t, "Update renew", err)
+	renewed := time.Now()
+	time.Sleep(time.Until(written.Add(ttl + e.scaled(100*time.Millisecond))))
+	if _, _, err := s.Get(ctx, "gain"); !errors.Is(err, ap.ErrKeyNotFound) {
+		t.Errorf("a key given a TTL by Update is still there after it: %v", err)
+	}
+	if _, _, err := s.Get(ctx, "lose"); err != nil {
+		t.Errorf("a key whose TTL Update took away is gone: %v", err)
+	}
+	_, _, err = s.Get(ctx, "renew")
+	if time.Since(renewed) < ttl-5*time.Millisecond {
+		if err != nil {
+			t.Errorf("a key whose TTL Update renewed is gone %v after the renewal, before its TTL of %v: %v", time.Since(renewed), ttl, err)
+		}
+	} else {
+		t.Logf("the renewed key was read too late to judge (%v after the renewal)", time.Since(renewed))
+	}
+}
+
+// listing is a set of keys with the order List must give them.
+var listing = []string{
+	"a", "a-b", "a.b", "a/b", "a/b/c", "a/b/c:d", "a/b=c", "a/b0", "a/bc", "a0", "a:b", "a=b",
+	"A", "Z", "_", "-", "b", "b/a", "ba", "z/z/z",
+}
+
+func testListOrderAndPaging(t *testing.T, e *env) {
+	s, ctx := e.store, e.ctx()
+	shuffled := slices.Clone(listing)
+	for i := range shuffled { // any order but the sorted one
+		j := (i * 7) % len(shuffled)
+		shuffled[i], shuffled[j] = shuffled[j], shuffled[i]
+	}
+	for _, k := range shuffled {
+		_, err := s.Create(ctx, k, []byte(k), 0)
+		must(t, "Create "+k, err)
+	}
+	want := slices.Clone(listing)
+	slices.Sort(want) // byte order
+	for _, limit := range []int{1, 2, 3, 7, len(want) - 1, len(want), len(want) + 1, 0} {
+		got := listAll(t, ctx, s, "", limit)
+		if !slices.Equal(got, want) {
+			t.Fatalf("List by pages of %d:\n got %q\nwant %q", limit, got, want)
+		}
+	}
+	// A full page with nothing after it says so with an empty Next.
+	page, err := s.List(ctx, "", "", len(want))
+	must(t, "List", err)
+	if page.Next != "" || len(page.Keys) != len(want) {
+		t.Errorf("List of exactly every key: %d keys, Next %q; want %d and none", len(page.Keys), page.Next, len(want))
+	}
+	// Paging goes on when the cursor's key and a key not yet listed are
+	// deleted between pages.
+	page, err = s.List(ctx, "", "a/b", 3)
+	must(t, "List", err)
+	must(t, "Delete", s.Delete(ctx, page.Next, ""))
+	must(t, "Delete", s.Delete(ctx, "z/z/z", ""))
+	got := append(page.Keys, listAllFrom(t, ctx, s, "", page.Next, 3)...)
+	wantAfter := slices.DeleteFunc(slices.Clone(want[slices.Index(want, "a/b")+1:]), func(k string) bool { return k == "z/z/z" })
+	if !slices.Equal(got, wantAfter) {
+		t.Fatalf("List after a/b, with keys deleted between pages:\n got %q\nwant %q", got, wantAfter)
+	}
+	// A cursor past every key.
+	page, err = s.List(ctx, "", "zzz", 10)
+	must(t, "List", err)
+	if len(page.Keys) != 0 || page.Next != "" {
+		t.Errorf("List after the last key: %q, Next %q; want nothing", page.Keys, page.Next)
+	}
+}
+
+func testListPrefixes(t *testing.T, e *env) {
+	s, ctx := e.store, e.ctx()
+	for _, k := range listing {
+		_, err := s.Create(ctx, k, nil, 0)
+		must(t, "Create "+k, err)
+	}
+	sorted := slices.Clone(listing)
+	slices.Sort(sorted)
+	for _, prefix := range []string{"a", "a/", "a/b", "a/b/", "a/b/c", "a/b/c:", "b", "z/", "zz", "A", "q/"} {
+		var want []string
+		for _, k := range sorted {
+			if strings.HasPrefix(k, prefix) {
+				want = append(want, k)
+			}
+		}
+		for _, limit := range []int{1, 2, 100} {
+			got := listAll(t, ctx, s, prefix, limit)
+			if !slices.Equal(got, want) {
+				t.Errorf("List %q by pages of %d:\n got %q\nwant %q", prefix, limit, got, want)
+			}
+		}
+	}
+}
+
+func listAll(t *testing.T, ctx context.Context, s *ap.Store, prefix string, limit int) []string {
+	t.Helper()
+	return listAllFrom(t, ctx, s, prefix, "", limit)
+}
+
+func listAllFrom(t *testing.T, ctx context.Context, s *ap.Store, prefix, cursor string, limit int) []string {
+	t.Helper()
+	var all []string
+	for pages := 0; ; pages++ {
+		if pages > 1000 {
+			t.Fatalf("List %q: more than 1000 pages", prefix)
+		}
+		page, err := s.List(ctx, prefix, cursor, limit)
+		must(t, "List", err)
+		if limit > 0 && len(page.Keys) > limit {
+			t.Fatalf("List %q with limit %d returned %d keys", prefix, limit, len(page.Keys))
+		}
+		if page.Next != "" && len(page.Keys) == 0 {
+			t.Fatalf("List %q returned an empty page with a next cursor %q", prefix, page.Next)
+		}
+		all = append(all, page.Keys...)
+		if page.Next == "" {
+			return all
+		}
+		cursor = page.Next
+	}
+}
+
+func testValueSizes(t *testing.T, e *env) {
+	s, ctx := e.store, e.ctx()
+	every := make([]byte, 512)
+	for i := range every {
+		every[i] = byte(i)
+	}
+	largest := make([]byte, ap.MaxStoreValue)
+	_, _ = rand.Read(largest)
+	for _, c := range []struct {
+		name  string
+		value []byte
+	}{
+		{"nil", nil}, {"empty", []byte{}}, {"zero", []byte{0}}, {"every-byte", every},
+		{"not-utf8", []byte{0xff, 0xfe, 0xc3, 0x28}}, {"largest", largest},
+	} {
+		rev, err := s.Create(ctx, c.name, c.value, 0)
+		must(t, "Create "+c.name, err)
+		v, _, err := s.Get(ctx, c.name)
+		must(t, "Get "+c.name, err)
+		if !bytes.Equal(v, c.value) {
+			t.Errorf("%s: Get returned %d bytes that differ from the %d written", c.name, len(v), len(c.value))
+		}
+		flipped := slices.Clone(c.value)
+		for i := range flipped {
+			flipped[i] ^= 0x5a
+		}
+		_, err = s.Update(ctx, c.name, flipped, rev, 0)
+		must(t, "Update "+c.name, err)
+		v, _, err = s.Get(ctx, c.name)
+		must(t, "Get "+c.name, err)
+		if !bytes.Equal(v, flipped) {
+			t.Errorf("%s: Get after Update returned %d bytes that differ from the %d written", c.name, len(v), len(flipped))
+		}
+	}
+	// The value Get returned is the caller's.
+	v, _, err := s.Get(ctx, "every-byte")
+	must(t, "Get", err)
+	clear(v)
+	if v2, _, _ := s.Get(ctx, "every-byte"); bytes.Equal(v2, v) {
+		t.Errorf("changing the value Get returned changed the store")
+	}
+	_, err = s.Create(ctx, "too-large", make([]byte, ap.MaxStoreValue+1), 0)
+	is(t, "Create of a value one byte over the limit", err, ap.ErrValueTooLarge)
+}
+
+// spy counts the calls that reach a store.
+type spy struct {
+	driver.Store
+	mu    sync.Mutex
+	calls []string
+}
+
+func (s *spy) note(op string) {
+	s.mu.Lock()
+	s.calls = append(s.calls, op)
+	s.mu.Unlock()
+}
+
+func (s *spy) Get(ctx context.Context, key string) ([]byte, string, error) {
+	s.note("Get " + key)
+	return s.Store.Get(ctx, key)
+}
+
+func (s *spy) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
+	s.note("Create " + key)
+	return s.Store.Create(ctx, key, value, ttl)
+}
+
+func (s *spy) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (string, error) {
+	s.note("Update " + key)
+	return s.Store.Update(ctx, key, value, rev, ttl)
+}
+
+func (s *spy) Delete(ctx context.Context, key, rev string) error {
+	s.note("Delete " + key)
+	return s.Store.Delete(ctx, key, rev)
+}
+
+func (s *spy) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	s.note("List " + prefix)
+	return s.Store.List(ctx, prefix, after, limit)
+}
+
+func testLimitsRefused(t *testing.T, e *env) {
+	sp := &spy{Store: e.raw}
+	s, ctx := e.in(sp), e.ctx()
+	longest := strings.Repeat("k", ap.MaxStoreKey)
+	badKeys := []string{"", "/a", "a/", "a//b", "a b", "a\x00", "é", "a*", "a?b", "a\\b", "a%2F", longest + "k", "a\nb"}
+	for _, k := range badKeys {
+		_, _, err := s.Get(ctx, k)
+		is(t, fmt.Sprintf("Get %q", k), err, ap.ErrBadKey)
+		_, err = s.Create(ctx, k, nil, 0)
+		is(t, fmt.Sprintf("Create %q", k), err, ap.ErrBadKey)
+		_, err = s.Update(ctx, k, nil, "1", 0)
+		is(t, fmt.Sprintf("Update %q", k), err, ap.ErrBadKey)
+		is(t, fmt.Sprintf("Delete %q", k), s.Delete(ctx, k, ""), ap.ErrBadKey)
+		if k != "" {
+			_, err = s.List(ctx, "", k, 10)
+			is(t, fmt.Sprintf("List after the cursor %q", k), err, ap.ErrBadKey)
+		}
+	}
+	for _, p := range []string{"/", "/a", "a//", "a b", "a*", longest + "/"} {
+		_, err := s.List(ctx, p, "", 10)
+		is(t, fmt.Sprintf("List %q", p), err, ap.ErrBadKey)
+	}
+	for _, ttl := range []time.Duration{-1, -time.Hour, time.Nanosecond, ap.MinStoreTTL - 1, ap.MaxStoreTTL + 1} {
+		_, err := s.Create(ctx, "k", nil, ttl)
+		is(t, fmt.Sprintf("Create with the TTL %v", ttl), err, ap.ErrBadTTL)
+		_, err = s.Update(ctx, "k", nil, "1", ttl)
+		is(t, fmt.Sprintf("Update with the TTL %v", ttl), err, ap.ErrBadTTL)
+	}
+	_, err := s.Create(ctx, "k", make([]byte, ap.MaxStoreValue+1), 0)
+	is(t, "Create of a value over the limit", err, ap.ErrValueTooLarge)
+	_, err = s.Update(ctx, "k", make([]byte, ap.MaxStoreValue+1), "1", 0)
+	is(t, "Update of a value over the limit", err, ap.ErrValueTooLarge)
+	_, err = s.Update(ctx, "k", nil, "", 0)
+	is(t, "Update at an empty revision", err, ap.ErrRevision)
+	_, err = s.Update(ctx, "k", nil, strings.Repeat("1", driver.MaxRevisionLen+1), 0)
+	is(t, "Update at a revision longer than any", err, ap.ErrRevision)
+	sp.mu.Lock()
+	calls := sp.calls
+	sp.mu.Unlock()
+	if len(calls) > 0 {
+		t.Errorf("refused input reached the store: %q", calls)
+	}
+
+	// Right at the limits, everything goes through.
+	rev, err := s.Create(ctx, longest, nil, ap.MaxStoreTTL)
+	must(t, "Create of the longest key with the longest TTL", err)
+	_, err = s.Update(ctx, longest, nil, rev, ap.MinStoreTTL)
+	must(t, "Update with the shortest TTL", err)
+	_, err = s.Create(ctx, "ttl/rounded", nil, time.Nanosecond+ap.MinStoreTTL) // rounded up to 2ms
+	must(t, "Create with a TTL that is not whole milliseconds", err)
+	if _, err := ap.NewStore(e.raw, "_platform"); !errors.Is(err, ap.ErrBadKey) {
+		t.Errorf("NewStore with a namespace starting with '_': %v, want ErrBadKey", err)
+	}
+	if _, err := ap.NewStore(e.raw, "a/b"); !errors.Is(err, ap.ErrBadKey) {
+		t.Errorf("NewStore with the namespace \"a/b\": %v, want ErrBadKey", err)
+	}
+	var zero ap.Store
+	if _, _, err := zero.Get(ctx, "k"); err == nil {
+		t.Errorf("Get on the zero Store succeeded")
+	}
+}
+
+// testLongestKey gives the store keys of MaxStoreKeyLen bytes, the longest
+// the portable layer and a companion's prefix can make.
+func testLongestKey(t *testing.T, e *env) {
+	ctx := e.ctx()
+	base := e.ns + "/" + strings.Repeat("a/", 40)
+	keys := []string{
+		base + strings.Repeat("x", driver.MaxStoreKeyLen-len(base)),
+		base + strings.Repeat("y", driver.MaxStoreKeyLen-len(base)-1),
+		base + strings.Repeat(".", driver.MaxStoreKeyLen-len(base)),
+	}
+	for _, k := range keys {
+		if err := driver.CheckKey(strings.TrimPrefix(k, e.ns+"/")[:ap.MaxStoreKey]); err != nil {
+			t.Fatalf("test key: %v", err)
+		}
+		rev, err := e.raw.Create(ctx, k, []byte("v"), 0)
+		must(t, fmt.Sprintf("Create of a %d-byte key", len(k)), err)
+		v, r, err := e.raw.Get(ctx, k)
+		if err != nil || string(v) != "v" || r != rev {
+			t.Fatalf("Get of a %d-byte key = %q at %q, %v", len(k), v, r, err)
+		}
+	}
+	got, err := e.raw.List(ctx, base, "", 10)
+	must(t, "List", err)
+	want := slices.Clone(keys)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("List of the longest keys:\n got %q\nwant %q", got, want)
+	}
+	for _, k := range keys {
+		must(t, "Delete", e.raw.Delete(ctx, k, ""))
+	}
+}
+
+func testNamespaces(t *testing.T, e *env) {
+	ctx := e.ctx()
+	other, err := ap.NewStore(e.raw, e.ns+"-other")
+	must(t, "NewStore", err)
+	t.Cleanup(func() { e.clean(other) })
+	_, err = e.store.Create(ctx, "k", []byte("mine"), 0)
+	must(t, "Create", err)
+	if _, _, err := other.Get(ctx, "k"); !errors.Is(err, ap.ErrKeyNotFound) {
+		t.Fatalf("another namespace sees the key: %v", err)
+	}
+	_, err = other.Create(ctx, "k", []byte("theirs"), 0)
+	must(t, "Create in another namespace", err)
+	page, err := e.store.List(ctx, "", "", 10)
+	must(t, "List", err)
+	if !slices.Equal(page.Keys, []string{"k"}) {
+		t.Fatalf("List shows %q, want only this namespace's [k]", page.Keys)
+	}
+	if v, _, err := e.store.Get(ctx, "k"); err != nil || string(v) != "mine" {
+		t.Fatalf("Get = %q, %v; want this namespace's value", v, err)
+	}
+}
+
+// testRestart writes keys to a server of the test's own, restarts it, and
+// requires them back as they were.
+func testRestart(t *testing.T, e *env) {
+	if e.opts.Restart == nil {
+		if e.opts.NoRestart == "" {
+			t.Fatal("the store declares neither Options.Restart nor, with a reason, Options.NoRestart")
+		}
+		t.Skipf("not run on this store: %s", e.opts.NoRestart)
+	}
+	mk, restart := e.opts.Restart(t)
+	e.make = mk
+	s := e.in(e.connect())
+	ctx := e.ctx()
+	long := e.scaled(time.Minute)
+	short := e.scaled(1500 * time.Millisecond)
+	rPlain, err := s.Create(ctx, "plain", []byte("p"), 0)
+	must(t, "Create plain", err)
+	rLong, err := s.Create(ctx, "long", []byte("l"), long)
+	must(t, "Create long", err)
+	_, err = s.Create(ctx, "short", []byte("s"), short)
+	must(t, "Create short", err)
+	written := time.Now()
+	rGone, err := s.Create(ctx, "gone", []byte("g"), 0)
+	must(t, "Create gone", err)
+	must(t, "Delete gone", s.Delete(ctx, "gone", rGone))
+
+	restart(t)
+
+	s = e.in(e.connect())
+	ctx = e.ctx()
+	deadline := time.Now().Add(e.opts.Wait)
+	for { // the server may take a moment to take requests
+		_, _, err = s.Get(ctx, "plain")
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, c := range []struct{ key, value, rev string }{{"plain", "p", rPlain}, {"long", "l", rLong}} {
+		v, rev, err := s.Get(ctx, c.key)
+		if err != nil || string(v) != c.value || rev != c.rev {
+			t.Errorf("after the restart, %s = %q at %q (%v); want %q at %q", c.key, v, rev, err, c.value, c.rev)
+		}
+	}
+	if _, _, err := s.Get(ctx, "gone"); !errors.Is(err, ap.ErrKeyNotFound) {
+		t.Errorf("after the restart, the deleted key: %v, want ErrKeyNotFound", err)
+	}
+	_, err = s.Update(ctx, "plain", []byte("p2"), rPlain, 0)
+	must(t, "Update at the revision from before the restart", err)
+	_, err = s.Create(ctx, "plain", nil, 0)
+	is(t, "Create of a key from before the restart", err, ap.ErrKeyExists)
+	time.Sleep(time.Until(written.Add(short + e.scaled(100*time.Millisecond))))
+	if _, _, err := s.Get(ctx, "short"); !errors.Is(err, ap.ErrKeyNotFound) {
+		t.Errorf("after the restart, a key past its TTL: %v, want ErrKeyNotFound", err)
+	}
+	e.clean(s)
+}
