@@ -1,0 +1,209 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// The store (driver.Store): four keys under the hash tag {<Prefix>}, so one
+// script reaches them all on a cluster too, and a queue's keys
+// ({<Prefix>:<queue>}) never meet them.
+//
+//	{P}:store:data  hash: "m:"..key → "<revision>:<expiry µs>", "v:"..key → value
+//	{P}:store:idx   zset, every key at score 0: the byte order of List
+//	{P}:store:exp   zset of the keys with a TTL, by expiry
+//	{P}:store:rev   the last revision given (INCR): never given twice
+//
+// Every operation is one script, on the server's clock (TIME, in
+// microseconds): a key with expiry e is present while now < e. Expired keys
+// are absent at once, and their space is reclaimed by the writes and Lists
+// that come after (up to 16 keys each).
+
+var _ driver.Store = (*Backend)(nil)
+
+const luaKV = `
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function fmt(x)
+  return string.format('%d', x)
+end
+-- meta returns the revision and expiry (0: none) of a live key, else nil.
+local function meta(k, now)
+  local m = redis.call('HGET', KEYS[1], 'm:' .. k)
+  if not m then return nil end
+  local r, e = string.match(m, '^(%d+):(%d+)$')
+  e = tonumber(e)
+  if e ~= 0 and now >= e then return nil end
+  return r, e
+end
+local function drop(k)
+  redis.call('HDEL', KEYS[1], 'm:' .. k, 'v:' .. k)
+  redis.call('ZREM', KEYS[2], k)
+  redis.call('ZREM', KEYS[3], k)
+end
+local function sweep(now, n)
+  for _, k in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', fmt(now), 'LIMIT', 0, n)) do
+    drop(k)
+  end
+end
+-- put writes key k and returns its new revision.
+local function put(k, v, ttl_ms, now)
+  sweep(now, 16)
+  local rev = fmt(redis.call('INCR', KEYS[4]))
+  local e = 0
+  if ttl_ms > 0 then e = now + ttl_ms * 1000 end
+  redis.call('HSET', KEYS[1], 'm:' .. k, rev .. ':' .. fmt(e), 'v:' .. k, v)
+  redis.call('ZADD', KEYS[2], 0, k)
+  if e > 0 then
+    redis.call('ZADD', KEYS[3], fmt(e), k)
+  else
+    redis.call('ZREM', KEYS[3], k)
+  end
+  return rev
+end
+`
+
+var (
+	// ARGV: key. Returns {revision, value}, or nil when absent.
+	storeGetScript = goredis.NewScript(luaKV + `
+local r = meta(ARGV[1], now_us())
+if not r then return false end
+return {r, redis.call('HGET', KEYS[1], 'v:' .. ARGV[1])}
+`)
+	// ARGV: key, value, TTL ms. Returns the revision, or nil when present.
+	storeCreateScript = goredis.NewScript(luaKV + `
+local now = now_us()
+if meta(ARGV[1], now) then return false end
+return put(ARGV[1], ARGV[2], tonumber(ARGV[3]), now)
+`)
+	// ARGV: key, value, revision, TTL ms. Returns the new revision, or nil
+	// when the key is not at that revision.
+	storeUpdateScript = goredis.NewScript(luaKV + `
+local now = now_us()
+if meta(ARGV[1], now) ~= ARGV[3] then return false end
+return put(ARGV[1], ARGV[2], tonumber(ARGV[4]), now)
+`)
+	// ARGV: key, revision or "". Returns 0 when the key is not at that
+	// revision, else 1.
+	storeDeleteScript = goredis.NewScript(luaKV + `
+if ARGV[2] ~= '' and meta(ARGV[1], now_us()) ~= ARGV[2] then return 0 end
+drop(ARGV[1])
+return 1
+`)
+	// ARGV: lower bound, upper bound (ZRANGEBYLEX syntax), limit. Returns
+	// the live keys in the range, up to limit.
+	storeListScript = goredis.NewScript(luaKV + `
+local now = now_us()
+sweep(now, 16)
+local lo, limit, out = ARGV[1], tonumber(ARGV[3]), {}
+while #out < limit do
+  local want = limit - #out
+  local ks = redis.call('ZRANGEBYLEX', KEYS[2], lo, ARGV[2], 'LIMIT', 0, want)
+  for _, k in ipairs(ks) do
+    if meta(k, now) then out[#out + 1] = k end
+  end
+  if #ks < want then break end
+  lo = '(' .. ks[#ks]
+end
+return out
+`)
+)
+
+// storeKeys returns the store's keys, in the scripts' order.
+func (b *Backend) storeKeys() []string {
+	tag := "{" + b.cfg.Prefix + "}:store:"
+	return []string{tag + "data", tag + "idx", tag + "exp", tag + "rev"}
+}
+
+// Get implements driver.Store.
+func (b *Backend) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if b.closed.Load() {
+		return nil, "", driver.ErrClosed
+	}
+	v, err := storeGetScript.Run(ctx, b.rdb, b.storeKeys(), key).Slice()
+	if errors.Is(err, goredis.Nil) {
+		return nil, "", driver.ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("redis: store get: %w", err)
+	}
+	if len(v) != 2 {
+		return nil, "", fmt.Errorf("redis: store get: unexpected reply of %d items", len(v))
+	}
+	rev, _ := v[0].(string)
+	val, _ := v[1].(string)
+	return []byte(val), rev, nil
+}
+
+// Create implements driver.Store.
+func (b *Backend) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
+	if b.closed.Load() {
+		return "", driver.ErrClosed
+	}
+	rev, err := storeCreateScript.Run(ctx, b.rdb, b.storeKeys(), key, value, ttl.Milliseconds()).Text()
+	if errors.Is(err, goredis.Nil) {
+		return "", driver.ErrKeyExists
+	}
+	if err != nil {
+		return "", fmt.Errorf("redis: store create: %w", err)
+	}
+	return rev, nil
+}
+
+// Update implements driver.Store.
+func (b *Backend) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (string, error) {
+	if b.closed.Load() {
+		return "", driver.ErrClosed
+	}
+	nrev, err := storeUpdateScript.Run(ctx, b.rdb, b.storeKeys(), key, value, rev, ttl.Milliseconds()).Text()
+	if errors.Is(err, goredis.Nil) {
+		return "", driver.ErrRevision
+	}
+	if err != nil {
+		return "", fmt.Errorf("redis: store update: %w", err)
+	}
+	return nrev, nil
+}
+
+// Delete implements driver.Store.
+func (b *Backend) Delete(ctx context.Context, key, rev string) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	n, err := storeDeleteScript.Run(ctx, b.rdb, b.storeKeys(), key, rev).Int()
+	if err != nil {
+		return fmt.Errorf("redis: store delete: %w", err)
+	}
+	if n == 0 {
+		return driver.ErrRevision
+	}
+	return nil
+}
+
+// List implements driver.Store.
+func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	lo := "[" + prefix
+	if after != "" && after >= prefix {
+		lo = "(" + after
+	}
+	hi := "+"
+	if prefix != "" {
+		hi = "[" + prefix + "\xff" // keys are ASCII: every key with the prefix sorts below
+	}
+	keys, err := storeListScript.Run(ctx, b.rdb, b.storeKeys(), lo, hi, limit).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: store list: %w", err)
+	}
+	return keys, nil
+}
