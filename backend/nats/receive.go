@@ -106,6 +106,13 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 }
 
 func (b *Backend) receive(ctx context.Context, qs *queueState, queue string, max int, ackWait time.Duration) ([]*driver.Delivery, error) {
+	if b.claiming() {
+		// Made before anything is pulled: a claims stream that cannot be
+		// made is this call's error, not a drop of every delivery.
+		if _, err := b.claimStream(ctx); err != nil {
+			return nil, err
+		}
+	}
 	msgs, start, err := b.fetch(ctx, b.cfg.Stream, workConsumer(queue), max, b.handBack, qs.sweep)
 	if len(msgs) > 0 {
 		msgs, subjs, seqs := b.claim(token(queue), msgs, min(ackWait, claimWait))
