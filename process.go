@@ -78,10 +78,11 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	if !p.loadPayload(f, j, in) {
 		return
 	}
-	herr, start, dur, timedOut, ok := p.run(t, f, h, in.Policy.Timeout) // run
+	res, ok := p.run(t, f, h, in.Policy.Timeout) // run
 	if !ok {
 		return
 	}
+	herr, start, dur, timedOut := res.err, res.start, res.dur, res.timedOut
 	f.Ctx.Cancel(context.Canceled)
 	q.FreeSlot(f)
 
@@ -272,9 +273,17 @@ func (p *Platform) loadPayload(f *inflight, j *Job, in decide.Input) bool {
 	return true
 }
 
+// ran is what a handler call came to.
+type ran struct {
+	err      error
+	start    time.Time
+	dur      time.Duration
+	timedOut bool
+}
+
 // run calls the handler under its context. ok is false when the job must
 // not run here (its lease lapsed while it waited).
-func (p *Platform) run(t *jobctx.Timer, f *inflight, h *handlerEntry, timeout time.Duration) (herr error, start time.Time, dur time.Duration, timedOut, ok bool) {
+func (p *Platform) run(t *jobctx.Timer, f *inflight, h *handlerEntry, timeout time.Duration) (r ran, ok bool) {
 	j := &f.Job
 	j.TryCount++ // this attempt
 	f.Ctx = jobctx.Context{Parent: p.workCtx}
@@ -283,7 +292,7 @@ func (p *Platform) run(t *jobctx.Timer, f *inflight, h *handlerEntry, timeout ti
 	}
 	ctx := &f.Ctx
 	if f.Start() { // its lease lapsed while it waited: another worker has it now
-		return nil, start, 0, false, false
+		return r, false
 	}
 	if p.workCtx.Err() != nil { // Stop gave up waiting before it was started
 		ctx.Cancel(context.Canceled)
@@ -292,12 +301,12 @@ func (p *Platform) run(t *jobctx.Timer, f *inflight, h *handlerEntry, timeout ti
 		p.log.Debug("asyncplatform: attempt", "queue", j.Queue, "id", j.ID, "type", j.Type, "try", j.TryCount)
 	}
 	t.Begin(ctx)
-	start = time.Now()
-	herr = call(ctx, h.h, j)
-	dur = time.Since(start)
+	r.start = time.Now()
+	r.err = call(ctx, h.h, j)
+	r.dur = time.Since(r.start)
 	t.End()
-	timedOut = herr != nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
-	return herr, start, dur, timedOut, true
+	r.timedOut = r.err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
+	return r, true
 }
 
 // fetchPayload loads an offloaded payload into j. When it cannot, it settles
