@@ -11,16 +11,19 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// The store (driver.Store) of a Broker: a map of entries and the keys in
-// byte order, under a lock of its own, shared by the Broker's connections.
-// Revisions come from one counter per broker, so a revision is never given
-// twice. Expiry is judged by this process's monotonic clock; expired entries
-// are dropped when a method meets them, and by a sweep every sweepEvery
-// writes.
+// The store (driver.Store) of a Broker: a map of entries under a lock of its
+// own, shared by the Broker's connections, and the keys in byte order for
+// List, sorted again by the first List after a new key (so a write costs
+// O(1), and a List after writes O(n log n)). Revisions come from one counter
+// per broker, so a revision is never given twice. Expiry is judged by this
+// process's monotonic clock; expired entries are dropped when a method
+// meets them, and by a sweep once the writes since the last one outnumber
+// the entries.
 
 var _ driver.Store = (*Backend)(nil)
 
-const sweepEvery = 1024
+// sweepMin is the fewest writes between two sweeps.
+const sweepMin = 1024
 
 type kvEntry struct {
 	value   []byte
@@ -36,7 +39,9 @@ func (e *kvEntry) live(now time.Time) bool {
 type kvState struct {
 	mu      sync.Mutex
 	entries map[string]*kvEntry
-	keys    []string // every key of entries, sorted
+	keys    []string // sorted; may hold keys since removed from entries
+	unseen  bool     // entries has keys that keys lacks
+	removed int      // keys removed from entries since keys was sorted
 	rev     uint64   // last revision given
 	writes  int      // since the last sweep
 }
@@ -57,13 +62,24 @@ func (b *Backend) kv() (*kvState, error) {
 
 // remove drops key. The lock is held.
 func (kv *kvState) remove(key string) {
-	if _, ok := kv.entries[key]; !ok {
-		return
+	if _, ok := kv.entries[key]; ok {
+		delete(kv.entries, key)
+		kv.removed++
 	}
-	delete(kv.entries, key)
-	if i, ok := slices.BinarySearch(kv.keys, key); ok {
-		kv.keys = slices.Delete(kv.keys, i, i+1)
+}
+
+// sorted returns every key in byte order, and maybe some since removed.
+// The lock is held.
+func (kv *kvState) sorted() []string {
+	if kv.unseen || kv.removed > len(kv.keys)/2 {
+		kv.keys = kv.keys[:0]
+		for k := range kv.entries {
+			kv.keys = append(kv.keys, k)
+		}
+		slices.Sort(kv.keys)
+		kv.unseen, kv.removed = false, 0
 	}
+	return kv.keys
 }
 
 // put writes key and returns its new revision. The lock is held.
@@ -72,9 +88,7 @@ func (kv *kvState) put(key string, value []byte, ttl time.Duration, now time.Tim
 	if e == nil {
 		e = &kvEntry{}
 		kv.entries[key] = e
-		if i, ok := slices.BinarySearch(kv.keys, key); !ok {
-			kv.keys = slices.Insert(kv.keys, i, key)
-		}
+		kv.unseen = true
 	}
 	kv.rev++
 	e.value, e.rev, e.expires = slices.Clone(value), kv.rev, time.Time{}
@@ -84,7 +98,7 @@ func (kv *kvState) put(key string, value []byte, ttl time.Duration, now time.Tim
 	if ttl > 0 {
 		e.expires = now.Add(ttl)
 	}
-	if kv.writes++; kv.writes >= sweepEvery {
+	if kv.writes++; kv.writes >= max(sweepMin, len(kv.entries)) {
 		kv.writes = 0
 		for k, e := range kv.entries {
 			if !e.live(now) {
@@ -173,23 +187,22 @@ func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]
 	if after > from {
 		from = after
 	}
-	i, _ := slices.BinarySearch(kv.keys, from)
+	keys := kv.sorted()
+	i, _ := slices.BinarySearch(keys, from)
 	var out []string
-	for i < len(kv.keys) && len(out) < limit {
-		k := kv.keys[i]
+	for ; i < len(keys) && len(out) < limit; i++ {
+		k := keys[i]
 		if !strings.HasPrefix(k, prefix) {
 			break
 		}
-		if k == after {
-			i++
-			continue
+		e, ok := kv.entries[k]
+		switch {
+		case k == after || !ok:
+		case !e.live(now):
+			kv.remove(k)
+		default:
+			out = append(out, k)
 		}
-		if !kv.entries[k].live(now) {
-			kv.remove(k) // keys[i] is now the next key
-			continue
-		}
-		out = append(out, k)
-		i++
 	}
 	return out, nil
 }
