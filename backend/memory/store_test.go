@@ -22,6 +22,7 @@ func storeOn(br *memory.Broker) storetest.Maker {
 }
 
 func TestStore(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, storeOn(memory.NewBroker()), storetest.Options{
 		SingleProcess: "the memory broker lives inside one process",
 		NoRestart:     "the memory broker keeps nothing across a restart of its process",

@@ -194,6 +194,8 @@ type Backend struct {
 
 	moverSweep *sweeper
 
+	store storeState // the store's bucket, once open (store.go)
+
 	claimMu    sync.Mutex       // guards claims and claimInbox (see claim.go)
 	claims     jetstream.Stream // the claims stream, once made
 	claimInbox string           // where the answers to claim deletes go

@@ -27,6 +27,7 @@ func storeOn(addr string) storetest.Maker {
 }
 
 func TestStore(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, storeOn(realRedis(t)), storetest.Options{Restart: restartableRedis})
 }
 

@@ -1,0 +1,330 @@
+package nats
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// The store (driver.Store) is a JetStream KV bucket named
+// Config.Stream+"_STORE" (its stream is KV_<Stream>_STORE), with the
+// streams' storage and replicas and a history of one, made on first use.
+//
+// Keys: each '/'-separated segment of a store key is one token of the KV
+// key, with the bytes KV keys cannot hold ('.', ':', '=') written as "=XX"
+// (hex): "app/jobs/a.b" is "app.jobs.a=2Eb".
+//
+// Revisions are the KV revisions (stream sequences, never reused), with the
+// expiry after a '.' for a key that has one: "<seq>" or "<seq>.<expiry µs>".
+//
+// TTLs: NATS 2.9 has no per-key TTL, so each value starts with a header of
+// nine bytes (a version byte, then the expiry in Unix microseconds, zero for
+// none) and an expired key is treated as absent. Expiry is judged by the
+// clock of the process that reads, against the one that wrote: keep the
+// workers' clocks in sync. Update and Delete at a revision check the expiry
+// the revision carries, so each is one conditional publish
+// (Nats-Expected-Last-Subject-Sequence). An expired key keeps its space
+// until it is written again or deleted; a deleted one leaves a delete
+// marker, as KV deletes do.
+//
+// List watches the keys under the longest whole-segment part of the prefix
+// (a subject filter) and sorts them: its cost grows with the keys under that
+// part, not with the page.
+
+var _ driver.Store = (*Backend)(nil)
+
+// storeSuffix ends the name of the store's bucket.
+const storeSuffix = "_STORE"
+
+// storeVersion is the first byte of every stored value.
+const storeVersion = 1
+
+// storeState opens the bucket once.
+type storeState struct {
+	mu sync.Mutex
+	kv jetstream.KeyValue
+}
+
+// bucket returns the store's KV bucket, making it on first use.
+func (b *Backend) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	s := &b.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kv != nil {
+		return s.kv, nil
+	}
+	name := b.cfg.Stream + storeSuffix
+	kv, err := b.js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      name,
+			Description: "asyncplatform store",
+			History:     1,
+			Storage:     b.cfg.Storage,
+			Replicas:    b.cfg.Replicas,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = b.js.KeyValue(ctx, name) // made by another process meanwhile
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("nats: store bucket %s: %w", name, err)
+	}
+	s.kv = kv
+	return kv, nil
+}
+
+// kvKey maps a store key (or a whole-segment prefix) to a KV key.
+func kvKey(key string) string {
+	var b strings.Builder
+	for i := 0; i < len(key); i++ {
+		switch c := key[i]; {
+		case c == '/':
+			b.WriteByte('.')
+		case c == '.' || c == ':' || c == '=':
+			fmt.Fprintf(&b, "=%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// storeKey maps a KV key back to the store key.
+func storeKey(k string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; c {
+		case '.':
+			b.WriteByte('/')
+		case '=':
+			if i+2 >= len(k) {
+				return "", false
+			}
+			n, err := strconv.ParseUint(k[i+1:i+3], 16, 8)
+			if err != nil {
+				return "", false
+			}
+			b.WriteByte(byte(n))
+			i += 2
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), true
+}
+
+// expiryOf returns the expiry of a key written now with ttl, in Unix
+// microseconds rounded up (zero: none).
+func expiryOf(ttl time.Duration) int64 {
+	if ttl <= 0 {
+		return 0
+	}
+	return (time.Now().Add(ttl).UnixNano() + 999) / 1000
+}
+
+func expired(exp int64) bool { return exp != 0 && time.Now().UnixMicro() >= exp }
+
+func encodeValue(value []byte, exp int64) []byte {
+	out := make([]byte, 9, 9+len(value))
+	out[0] = storeVersion
+	binary.BigEndian.PutUint64(out[1:], uint64(exp))
+	return append(out, value...)
+}
+
+func decodeValue(raw []byte) (value []byte, exp int64, err error) {
+	if len(raw) < 9 || raw[0] != storeVersion {
+		return nil, 0, errors.New("nats: store: a value not written by this store")
+	}
+	return raw[9:], int64(binary.BigEndian.Uint64(raw[1:9])), nil
+}
+
+func formatRev(seq uint64, exp int64) string {
+	if exp == 0 {
+		return strconv.FormatUint(seq, 10)
+	}
+	return strconv.FormatUint(seq, 10) + "." + strconv.FormatInt(exp, 10)
+}
+
+// parseRev returns the sequence and expiry of a revision; ok is false for
+// one this store cannot have made.
+func parseRev(rev string) (seq uint64, exp int64, ok bool) {
+	s, e, dot := strings.Cut(rev, ".")
+	seq, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || seq == 0 {
+		return 0, 0, false
+	}
+	if dot {
+		if exp, err = strconv.ParseInt(e, 10, 64); err != nil || exp <= 0 {
+			return 0, 0, false
+		}
+	}
+	return seq, exp, true
+}
+
+// Get implements driver.Store.
+func (b *Backend) Get(ctx context.Context, key string) ([]byte, string, error) {
+	kv, err := b.bucket(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	e, err := kv.Get(ctx, kvKey(key))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, "", driver.ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("nats: store get: %w", err)
+	}
+	v, exp, err := decodeValue(e.Value())
+	if err != nil {
+		return nil, "", err
+	}
+	if expired(exp) {
+		return nil, "", driver.ErrKeyNotFound
+	}
+	return v, formatRev(e.Revision(), exp), nil
+}
+
+// Create implements driver.Store: a KV Create, or, over an expired key, a
+// KV Update at its revision.
+func (b *Backend) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
+	kv, err := b.bucket(ctx)
+	if err != nil {
+		return "", err
+	}
+	k, exp := kvKey(key), expiryOf(ttl)
+	raw := encodeValue(value, exp)
+	for {
+		seq, err := kv.Create(ctx, k, raw)
+		if err == nil {
+			return formatRev(seq, exp), nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return "", fmt.Errorf("nats: store create: %w", err)
+		}
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // deleted meanwhile: create again
+		}
+		if err != nil {
+			return "", fmt.Errorf("nats: store create: %w", err)
+		}
+		_, old, err := decodeValue(e.Value())
+		if err == nil && !expired(old) {
+			return "", driver.ErrKeyExists
+		}
+		seq, err = kv.Update(ctx, k, raw, e.Revision())
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return "", driver.ErrKeyExists // another process took its place first
+		}
+		if err != nil {
+			return "", fmt.Errorf("nats: store create: %w", err)
+		}
+		return formatRev(seq, exp), nil
+	}
+}
+
+// Update implements driver.Store: one KV Update at the revision's sequence,
+// unless the revision's expiry has passed.
+func (b *Backend) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (string, error) {
+	seq, old, ok := parseRev(rev)
+	if !ok || expired(old) {
+		if b.closed.Load() {
+			return "", driver.ErrClosed
+		}
+		return "", driver.ErrRevision
+	}
+	kv, err := b.bucket(ctx)
+	if err != nil {
+		return "", err
+	}
+	exp := expiryOf(ttl)
+	nseq, err := kv.Update(ctx, kvKey(key), encodeValue(value, exp), seq)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return "", driver.ErrRevision
+	}
+	if err != nil {
+		return "", fmt.Errorf("nats: store update: %w", err)
+	}
+	return formatRev(nseq, exp), nil
+}
+
+// Delete implements driver.Store: a KV Delete (a delete marker), at the
+// revision's sequence when one is given.
+func (b *Backend) Delete(ctx context.Context, key, rev string) error {
+	var opts []jetstream.KVDeleteOpt
+	if rev != "" {
+		seq, exp, ok := parseRev(rev)
+		if !ok || expired(exp) {
+			if b.closed.Load() {
+				return driver.ErrClosed
+			}
+			return driver.ErrRevision
+		}
+		opts = append(opts, jetstream.LastRevision(seq))
+	}
+	kv, err := b.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	err = kv.Delete(ctx, kvKey(key), opts...)
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return driver.ErrRevision
+	}
+	if err != nil {
+		return fmt.Errorf("nats: store delete: %w", err)
+	}
+	return nil
+}
+
+// List implements driver.Store.
+func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	kv, err := b.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	filter := ">"
+	if i := strings.LastIndexByte(prefix, '/'); i > 0 {
+		filter = kvKey(prefix[:i]) + ".>"
+	}
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("nats: store list: %w", err)
+	}
+	defer w.Stop()
+	var keys []string
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case e = <-w.Updates():
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if e == nil {
+			break // every key present when the watch began has been seen
+		}
+		k, ok := storeKey(e.Key())
+		if !ok || !strings.HasPrefix(k, prefix) || k <= after {
+			continue
+		}
+		if _, exp, err := decodeValue(e.Value()); err != nil || expired(exp) {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys[:min(len(keys), limit)], nil
+}
