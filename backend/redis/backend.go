@@ -222,13 +222,13 @@ func (b *Backend) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Declare checks that Redis answers. Keys are created on first use, so there
-// is nothing else to declare.
+// Declare adds the queue to the registry set that Queues lists (which also
+// checks that Redis answers). Its keys are created on first use.
 func (b *Backend) Declare(ctx context.Context, queue string) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
 	}
-	if err := b.rdb.Ping(ctx).Err(); err != nil {
+	if err := b.rdb.SAdd(ctx, b.registryKey(), queue).Err(); err != nil {
 		return fmt.Errorf("redis: declare %q: %w", queue, err)
 	}
 	return nil
@@ -255,12 +255,16 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 	return nil
 }
 
-// DeleteQueue removes every key of the queue and its dead letters.
+// DeleteQueue removes every key of the queue and its dead letters, then the
+// queue from the registry set.
 func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
 	}
 	if err := b.rdb.Del(ctx, b.keys(queue)...).Err(); err != nil {
+		return fmt.Errorf("redis: delete queue %q: %w", queue, err)
+	}
+	if err := b.rdb.SRem(ctx, b.registryKey(), queue).Err(); err != nil {
 		return fmt.Errorf("redis: delete queue %q: %w", queue, err)
 	}
 	return nil

@@ -35,6 +35,7 @@
 //	{asyncplatform:mail}:dead      list    dead-letter records, oldest first (RPUSH in)
 //	{asyncplatform:mail}:held      zset    hold token -> hold deadline (ms), records out with NextDead
 //	{asyncplatform:mail}:heldrec   hash    hold token -> the held record
+//	{asyncplatform}:queues         set     every declared queue's name (Queues), outside the queues' slots
 //
 // A copy is one stored version of a job's message: Enqueue writes one, and
 // Requeue replaces one with a new copy under a new id, so a copy's delivery
