@@ -1,0 +1,411 @@
+// Package pgstore is an asyncplatform store (driver.Store) in a PostgreSQL
+// table: the companion store for RabbitMQ, which keeps no state of its own,
+// and for anyone who already runs PostgreSQL.
+//
+//	st, err := pgstore.New(ctx, pgstore.Config{URL: "postgres://app@db/app"})
+//	defer st.Close()
+//	b, err := rabbit.New(ctx, rabbit.Config{Store: st})
+//
+// # Layout
+//
+// One table (Config.Table, "asyncplatform_store" by default) and a sequence
+// beside it, both made by New when absent:
+//
+//	CREATE TABLE <table> (
+//	    key        text COLLATE "C" PRIMARY KEY,  -- byte order, for List
+//	    value      bytea NOT NULL,
+//	    rev        bigint NOT NULL,               -- nextval('<table>_rev')
+//	    expires_at timestamptz                    -- NULL: never
+//	);
+//
+// Every operation is one statement in a transaction of its own: Create is
+// an INSERT ... ON CONFLICT DO UPDATE that only takes the place of an
+// expired row, Update and Delete at a revision are conditional on the row's
+// rev. Revisions come from the sequence, so no revision is ever given
+// twice. Several platforms can share the table: their keys are namespaced
+// (asyncplatform.Store, and the RabbitMQ backend's prefix).
+//
+// # TTLs
+//
+// Expiry is judged by the server's clock (now()): a row is present while
+// now() < expires_at. Expired rows are absent at once, and deleted by a
+// sweep every Config.SweepInterval (a thousand rows per statement).
+//
+// # Limits
+//
+// Those of every store (asyncplatform.Store): keys up to 512 bytes with the
+// namespace, values up to 64 KiB. A Store is safe for concurrent use; its
+// durability is PostgreSQL's (a write is committed before it returns).
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// Defaults of Config.
+const (
+	DefaultTable         = "asyncplatform_store"
+	DefaultSweepInterval = time.Minute
+)
+
+// URLEnv names the environment variable that Config.URL falls back to.
+const URLEnv = "ASYNCPLATFORM_POSTGRES_URL"
+
+// sweepBatch is how many expired rows one sweep statement deletes.
+const sweepBatch = 1000
+
+// Config configures a Store.
+type Config struct {
+	// Pool is the connection pool to use. The Store does not close it.
+	// Defaults to nil: New opens a pool on URL, and Close closes it.
+	Pool *pgxpool.Pool
+
+	// URL is the connection string (a postgres:// URL or key=value pairs)
+	// when Pool is nil. Defaults to the ASYNCPLATFORM_POSTGRES_URL
+	// environment variable, or, when that is empty, to libpq's defaults and
+	// PG* environment variables.
+	URL string
+
+	// Table is the table's name: 1 to 50 bytes of [a-z0-9_], not starting
+	// with a digit. Its sequence is Table+"_rev". Defaults to DefaultTable.
+	Table string
+
+	// SweepInterval is how often expired rows are deleted. Defaults to
+	// DefaultSweepInterval.
+	SweepInterval time.Duration
+
+	// Logger receives sweep errors. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.URL == "" {
+		c.URL = os.Getenv(URLEnv)
+	}
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if !validTable(c.Table) {
+		return fmt.Errorf("pgstore: Config.Table %q: want 1 to 50 bytes of [a-z0-9_], not starting with a digit", c.Table)
+	}
+	if c.SweepInterval < 10*time.Millisecond {
+		return fmt.Errorf("pgstore: Config.SweepInterval %v: want at least 10ms", c.SweepInterval)
+	}
+	return nil
+}
+
+func validTable(s string) bool {
+	if s == "" || len(s) > 50 || '0' <= s[0] && s[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Store is a driver.Store in a PostgreSQL table. Create one with New.
+type Store struct {
+	pool    *pgxpool.Pool
+	ownPool bool
+	log     *slog.Logger
+	q       queries
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+}
+
+var _ driver.Store = (*Store)(nil)
+
+// queries are the statements, with the table's name in them.
+type queries struct {
+	get, create, update, del, delAt, list, sweep string
+}
+
+func makeQueries(t string) queries {
+	const live = `(expires_at IS NULL OR expires_at > now())`
+	exp := func(arg string) string {
+		return `CASE WHEN ` + arg + `::bigint > 0 THEN now() + ` + arg + `::bigint * interval '1 millisecond' END`
+	}
+	return queries{
+		get: `SELECT value, rev FROM ` + t + ` WHERE key = $1 AND ` + live,
+		create: `INSERT INTO ` + t + ` AS t (key, value, rev, expires_at) VALUES ($1, $2, nextval('` + t + `_rev'), ` + exp("$3") + `)
+			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at
+			WHERE t.expires_at IS NOT NULL AND t.expires_at <= now()
+			RETURNING rev`,
+		update: `UPDATE ` + t + ` SET value = $2, rev = nextval('` + t + `_rev'), expires_at = ` + exp("$4") + `
+			WHERE key = $1 AND rev = $3 AND ` + live + ` RETURNING rev`,
+		del:   `DELETE FROM ` + t + ` WHERE key = $1`,
+		delAt: `DELETE FROM ` + t + ` WHERE key = $1 AND rev = $2 AND ` + live,
+		list: `SELECT key FROM ` + t + ` WHERE key >= $1 COLLATE "C" AND ($2 = '' OR key < $2 COLLATE "C") AND key > $3 COLLATE "C" AND ` + live + `
+			ORDER BY key LIMIT $4`,
+		sweep: `DELETE FROM ` + t + ` WHERE key IN (SELECT key FROM ` + t + ` WHERE expires_at <= now() LIMIT ` + strconv.Itoa(sweepBatch) + `)`,
+	}
+}
+
+// New connects (when cfg.Pool is nil), makes the table and its sequence when
+// they are absent, and starts the sweep of expired rows.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	pool, own := cfg.Pool, false
+	if pool == nil {
+		pc, err := pgxpool.ParseConfig(cfg.URL)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: Config.URL: %w", err)
+		}
+		if pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
+			return nil, fmt.Errorf("pgstore: connecting: %w", err)
+		}
+		own = true
+	}
+	if err := ensureTable(ctx, pool, cfg.Table); err != nil {
+		if own {
+			pool.Close()
+		}
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	s := &Store{pool: pool, ownPool: own, log: cfg.Logger, q: makeQueries(cfg.Table), ctx: sctx, cancel: cancel}
+	s.wg.Add(1)
+	go s.sweeper(cfg.SweepInterval)
+	return s, nil
+}
+
+// ensureTable makes the table, its sequence and its expiry index, under an
+// advisory lock so that processes starting together do not collide.
+func ensureTable(ctx context.Context, pool *pgxpool.Pool, t string) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('asyncplatform pgstore ' || $1))`, t); err != nil {
+			return err
+		}
+		for _, stmt := range []string{
+			`CREATE TABLE IF NOT EXISTS ` + t + ` (key text COLLATE "C" PRIMARY KEY, value bytea NOT NULL, rev bigint NOT NULL, expires_at timestamptz)`,
+			`CREATE SEQUENCE IF NOT EXISTS ` + t + `_rev`,
+			`CREATE INDEX IF NOT EXISTS ` + t + `_expires ON ` + t + ` (expires_at) WHERE expires_at IS NOT NULL`,
+		} {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pgstore: making the table %s: %w", t, err)
+	}
+	return nil
+}
+
+func (s *Store) sweeper(every time.Duration) {
+	defer s.wg.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := s.Sweep(s.ctx); err != nil && s.ctx.Err() == nil {
+			s.log.Warn("pgstore: sweeping expired rows", "err", err)
+		}
+	}
+}
+
+// Sweep deletes every expired row now and returns how many it deleted. The
+// Store also runs it every Config.SweepInterval.
+func (s *Store) Sweep(ctx context.Context) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	var n int64
+	for {
+		tag, err := s.pool.Exec(ctx, s.q.sweep)
+		if err != nil {
+			return n, fmt.Errorf("pgstore: sweep: %w", err)
+		}
+		n += tag.RowsAffected()
+		if tag.RowsAffected() < sweepBatch {
+			return n, nil
+		}
+	}
+}
+
+// Close stops the sweep and, when New opened the pool, closes it. Methods
+// called after it return driver.ErrClosed. It is idempotent.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		s.cancel()
+		s.wg.Wait()
+		if s.ownPool {
+			s.pool.Close()
+		}
+	})
+	return nil
+}
+
+func (s *Store) check() error {
+	if s.ctx.Err() != nil {
+		return driver.ErrClosed
+	}
+	return nil
+}
+
+// Ping checks the connection to PostgreSQL.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("pgstore: ping: %w", err)
+	}
+	return nil
+}
+
+// parseRev returns the rev column of a revision; ok is false for one this
+// store cannot have made.
+func parseRev(rev string) (int64, bool) {
+	n, err := strconv.ParseInt(rev, 10, 64)
+	return n, err == nil && n > 0
+}
+
+// Get implements driver.Store.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if err := s.check(); err != nil {
+		return nil, "", err
+	}
+	var (
+		v   []byte
+		rev int64
+	)
+	err := s.pool.QueryRow(ctx, s.q.get, key).Scan(&v, &rev)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, "", driver.ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("pgstore: get: %w", err)
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, strconv.FormatInt(rev, 10), nil
+}
+
+// Create implements driver.Store.
+func (s *Store) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
+	if err := s.check(); err != nil {
+		return "", err
+	}
+	var rev int64
+	err := s.pool.QueryRow(ctx, s.q.create, key, nonNil(value), ttl.Milliseconds()).Scan(&rev)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", driver.ErrKeyExists
+	}
+	if err != nil {
+		return "", fmt.Errorf("pgstore: create: %w", err)
+	}
+	return strconv.FormatInt(rev, 10), nil
+}
+
+// Update implements driver.Store.
+func (s *Store) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (string, error) {
+	if err := s.check(); err != nil {
+		return "", err
+	}
+	old, ok := parseRev(rev)
+	if !ok {
+		return "", driver.ErrRevision
+	}
+	var nrev int64
+	err := s.pool.QueryRow(ctx, s.q.update, key, nonNil(value), old, ttl.Milliseconds()).Scan(&nrev)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", driver.ErrRevision
+	}
+	if err != nil {
+		return "", fmt.Errorf("pgstore: update: %w", err)
+	}
+	return strconv.FormatInt(nrev, 10), nil
+}
+
+// Delete implements driver.Store.
+func (s *Store) Delete(ctx context.Context, key, rev string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if rev == "" {
+		if _, err := s.pool.Exec(ctx, s.q.del, key); err != nil {
+			return fmt.Errorf("pgstore: delete: %w", err)
+		}
+		return nil
+	}
+	old, ok := parseRev(rev)
+	if !ok {
+		return driver.ErrRevision
+	}
+	tag, err := s.pool.Exec(ctx, s.q.delAt, key, old)
+	if err != nil {
+		return fmt.Errorf("pgstore: delete: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return driver.ErrRevision
+	}
+	return nil
+}
+
+// List implements driver.Store.
+func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	// Keys are ASCII: those with the prefix sort below the prefix with its
+	// last byte raised by one.
+	upper := ""
+	if prefix != "" {
+		upper = prefix[:len(prefix)-1] + string(prefix[len(prefix)-1]+1)
+	}
+	rows, err := s.pool.Query(ctx, s.q.list, prefix, upper, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list: %w", err)
+	}
+	return keys, nil
+}
+
+// nonNil keeps an empty value from being written as NULL.
+func nonNil(v []byte) []byte {
+	if v == nil {
+		return []byte{}
+	}
+	return v
+}
