@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // Reason says why a job was dead-lettered.
@@ -65,6 +66,9 @@ type DeadLetter struct {
 	// store keeps it while the dead letter exists; NextDeadLetter fetches it
 	// into Job.Payload, a listing does not).
 	PayloadRef string
+
+	// signed: the record was signed (see Config.SigningKey).
+	signed bool
 
 	// Raw holds the message's bytes as found when it was not a job at all
 	// (Reason is ReasonInvalid); Job is then empty but for its ID, which
@@ -126,7 +130,7 @@ func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(con
 }
 
 func (p *Platform) decodeDeadRecord(queue string, m driver.DeadMessage) DeadLetter {
-	dl := DeadLetter{ID: m.ID}
+	dl := DeadLetter{ID: m.ID, signed: wire.Signed(m.Body)}
 	body, err := p.unwrap(m.Body)
 	if err == nil {
 		err = decodeDead(body, &dl)
@@ -202,6 +206,7 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 	}
 	// Collect first: deleting while paging would shift the cursor.
 	var picked []DeadLetter
+	unsigned := 0
 	seen := make(map[string]bool)
 	for cursor := ""; ; {
 		page, err := p.DeadLetters(ctx, queue, cursor, 1000)
@@ -210,6 +215,10 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 		}
 		for _, dl := range page.Letters {
 			if dl.Raw != nil || seen[dl.ID] || (len(ids) > 0 && !want[dl.Job.ID] && !want[dl.ID]) {
+				continue
+			}
+			if dl.signed && p.keys == nil { // its job would come back unsigned, and signed workers refuse it
+				unsigned++
 				continue
 			}
 			seen[dl.ID] = true
@@ -230,6 +239,9 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 		}
 	}
 	p.log.InfoContext(ctx, "asyncplatform: redrove dead letters", "queue", queue, "count", done)
+	if unsigned > 0 {
+		return done, fmt.Errorf("asyncplatform: %w: %d signed dead letters of queue %q were left: redrive them from a platform with the SigningKey", ErrNoSigningKey, unsigned, queue)
+	}
 	return done, nil
 }
 

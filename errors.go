@@ -33,6 +33,11 @@ var (
 	// Platform{}).
 	ErrNotNew = errors.New("the Platform was not made by New")
 
+	// ErrNoSigningKey is returned by Redrive for signed dead letters it left
+	// because the platform has no SigningKey (their jobs would be written
+	// unsigned, and signed workers would refuse them).
+	ErrNoSigningKey = errors.New("signed records need the SigningKey")
+
 	// ErrInvalidConfig is wrapped by every configuration error from New,
 	// Handle and Start.
 	ErrInvalidConfig = errors.New("invalid configuration")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/internal/decide"
@@ -156,6 +157,10 @@ func (p Policy) merge(q Policy) Policy {
 // validate names the first bad setting of p, prefixed with where it was given.
 func (p Policy) validate(where string) error {
 	switch {
+	case p.RetryLimit != nil && (*p.RetryLimit < 0 || *p.RetryLimit > math.MaxInt32):
+		return fmt.Errorf("%w: %s: RetryLimit is %d, it must be 0 to %d", ErrInvalidConfig, where, *p.RetryLimit, math.MaxInt32)
+	case p.PoisonLimit != nil && *p.PoisonLimit > math.MaxInt32:
+		return fmt.Errorf("%w: %s: PoisonLimit is %d, at most %d", ErrInvalidConfig, where, *p.PoisonLimit, math.MaxInt32)
 	case p.RetryLimit != nil && *p.RetryLimit < 0:
 		return fmt.Errorf("%w: %s: RetryLimit is %d, it must be 0 or more", ErrInvalidConfig, where, *p.RetryLimit)
 	case p.PoisonLimit != nil && *p.PoisonLimit < 0:

@@ -196,3 +196,60 @@ func TestMisuse(t *testing.T) {
 		t.Errorf("Start after Stop: %v, want ErrStopped (not a closed backend)", err)
 	}
 }
+
+// A dead letter that does not fit even with its history gone and its error
+// cut is written anyway (the backend says why it refuses) instead of
+// re-encoding for ever: fitDead always ends.
+func TestFitDeadEnds(t *testing.T) {
+	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog, MaxMessage: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []byte, 1)
+	go func() {
+		dl := &DeadLetter{Job: Job{ID: "x", Type: "t", Payload: make([]byte, 8000), Errors: []string{"a", "b"}}, Error: strings.Repeat("é", 500)}
+		done <- p.fitDead(dl)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("fitDead did not return for a record that cannot fit")
+	}
+}
+
+func TestKeyAndMessageLimits(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	for name, cfg := range map[string]Config{
+		"an empty VerifyKey": {SigningKey: key, VerifyKeys: [][]byte{nil}},
+		"a short VerifyKey":  {SigningKey: key, VerifyKeys: [][]byte{[]byte("old")}},
+		"a tiny MaxMessage":  {MaxMessage: 100},
+	} {
+		if _, err := New(memory.NewBroker().Connect(), cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
+
+// A platform without the SigningKey leaves signed dead letters where they
+// are and says so: redriven by it, their jobs would be unsigned and signed
+// workers would refuse them.
+func TestKeylessRedriveLeavesSignedRecords(t *testing.T) {
+	ctx := context.Background()
+	broker := memory.NewBroker()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	signer, _ := New(broker.Connect(), Config{Logger: quietLog, SigningKey: key, Policy: Policy{RetryLimit: Limit(0)}})
+	_ = signer.Handle("t", func(context.Context, *Job) error { return Permanent(errors.New("no")) })
+	_ = signer.Enqueue(ctx, &Job{Type: "t"})
+	if err := signer.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the dead letter", func() bool { st, _ := signer.Stats(ctx, DefaultQueue); return st.Dead == 1 })
+	_ = signer.Stop(ctx)
+	keyless, _ := New(broker.Connect(), Config{Logger: quietLog})
+	if n, err := keyless.Redrive(ctx, DefaultQueue); n != 0 || !errors.Is(err, ErrNoSigningKey) {
+		t.Errorf("keyless redrive: %d, %v; want 0 and ErrNoSigningKey", n, err)
+	}
+	if n, err := signer.Redrive(ctx, DefaultQueue); n != 1 || err != nil {
+		t.Errorf("redrive with the key: %d, %v", n, err)
+	}
+}

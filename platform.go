@@ -1,6 +1,7 @@
 package asyncplatform
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -324,8 +325,11 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	if p.caps.MaxBody > 0 && p.caps.MaxBody < p.maxBody {
 		p.maxBody = p.caps.MaxBody
 	}
-	if cfg.SigningKey != nil {
-		p.keys = append([][]byte{cfg.SigningKey}, cfg.VerifyKeys...)
+	if cfg.SigningKey != nil { // copies: the caller's slices may change
+		p.keys = [][]byte{bytes.Clone(cfg.SigningKey)}
+		for _, k := range cfg.VerifyKeys {
+			p.keys = append(p.keys, bytes.Clone(k))
+		}
 	}
 	if p.caps.MinLease > 0 && cfg.Lease < p.caps.MinLease {
 		return nil, fmt.Errorf("%w: Lease %v is shorter than the backend's shortest lease %v", ErrInvalidConfig, cfg.Lease, p.caps.MinLease)
@@ -435,8 +439,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxErrorText < minDeadError {
 		return c, fmt.Errorf("%w: MaxErrorText is %d, it must be at least %d", ErrInvalidConfig, c.MaxErrorText, minDeadError)
 	}
-	if c.SigningKey != nil && len(c.SigningKey) < 16 {
-		return c, fmt.Errorf("%w: SigningKey has %d bytes; use at least 16 random bytes (32 recommended)", ErrInvalidConfig, len(c.SigningKey))
+	if c.SigningKey != nil && len(c.SigningKey) < minKey {
+		return c, fmt.Errorf("%w: SigningKey has %d bytes; use at least %d random bytes (32 recommended)", ErrInvalidConfig, len(c.SigningKey), minKey)
+	}
+	for i, k := range c.VerifyKeys {
+		if len(k) < minKey { // an unset variable after a rotation must not accept anything
+			return c, fmt.Errorf("%w: VerifyKeys[%d] has %d bytes; every key needs at least %d", ErrInvalidConfig, i, len(k), minKey)
+		}
+	}
+	if c.MaxMessage < minMaxMessage {
+		return c, fmt.Errorf("%w: MaxMessage is %d, it must be at least %d", ErrInvalidConfig, c.MaxMessage, minMaxMessage)
 	}
 	if c.WorkerName == "" {
 		host, _ := os.Hostname()
@@ -670,6 +682,12 @@ func messageID(j *Job) string {
 // dead-lettered.
 const envelopeHeadroom = 1024
 
+// minKey is the shortest signing or verifying key, in bytes.
+const minKey = 16
+
+// minMaxMessage is the smallest Config.MaxMessage.
+const minMaxMessage = 4096
+
 // minDeadError is the error text a dead-letter record always has room for.
 const minDeadError = 256
 
@@ -782,7 +800,7 @@ func (p *Platform) Start(ctx context.Context) error {
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	p.bgCancel = bgCancel
 
-	for name, qc := range p.cfg.Queues {
+	for name, qc := range p.cfg.Queues { // every queue exists before any goroutine reads p.queues
 		var q *runner.Queue[Job]
 		q = runner.New(runner.Config[Job]{
 			Name: name, Backend: p.backend, Gate: &p.health, Lease: p.cfg.Lease,
@@ -790,6 +808,9 @@ func (p *Platform) Start(ctx context.Context) error {
 			Process: func(t *jobctx.Timer, f *inflight) { p.process(q, qc.Policy, t, f) },
 		})
 		p.queues = append(p.queues, q)
+	}
+	for _, q := range p.queues {
+		qc := p.cfg.Queues[q.Name()]
 		p.fetchers.Add(1)
 		go func() {
 			defer p.fetchers.Done()

@@ -39,12 +39,38 @@ func (p *Platform) decodeDelivery(d *driver.Delivery, j *Job, reg *registry) err
 		return err
 	}
 	j.Queue = d.Queue
-	for range d.Deliveries - 1 {
-		j.Crashes++
-		j.Errors = appendHistory(j.Errors, fmt.Sprintf("try %d: no outcome (the worker died or lost its lease)", j.Failures+j.Crashes), p.cfg.ErrorHistory)
+	// The count comes from the broker (on some, partly from a header any
+	// writer sets): bound it, and write lines only for the crashes the
+	// history keeps, never one loop turn per claimed delivery.
+	extra := min(max(d.Deliveries-1, 0), maxCrashes-j.Crashes)
+	first := j.Crashes + 1
+	j.Crashes += extra
+	for c := max(first, j.Crashes-p.cfg.ErrorHistory+1); c <= j.Crashes; c++ {
+		j.Errors = appendHistory(j.Errors, fmt.Sprintf("try %d%s", j.Failures+c, crashNote), p.cfg.ErrorHistory)
 	}
 	j.TryCount = j.Failures + j.Crashes
 	return nil
+}
+
+// crashNote ends the history line of a delivery that ended with no outcome.
+const crashNote = ": no outcome (the worker died or lost its lease)"
+
+// maxCrashes bounds a job's crash count, whatever a broker reports.
+const maxCrashes = 1 << 30
+
+// suspect reports whether j was in a process that died and has not reported
+// an outcome since: its newest history line is a crash.
+func suspect(j *Job) bool {
+	return j.Crashes > 0 && len(j.Errors) > 0 && strings.HasSuffix(j.Errors[len(j.Errors)-1], crashNote)
+}
+
+// cleared marks j's newest crash line as followed by an outcome (a
+// suspect's isolated run was rejected): its next copy is no suspect.
+func cleared(j *Job) {
+	if suspect(j) {
+		last := len(j.Errors) - 1
+		j.Errors = append(j.Errors[:last:last], j.Errors[last]+"; it then ran alone and reported an outcome")
+	}
 }
 
 // process takes one delivery through the pipeline: decode → gate → run →
@@ -60,14 +86,6 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		p.handBack(f)
 		return
 	}
-	isolated := false
-	if j.Crashes > 0 && !p.cfg.DisableIsolation { // a suspect: it was in a process that died
-		if !p.isolate(f) {
-			return
-		}
-		defer p.endIsolation()
-		isolated = true
-	}
 	h := reg.byType[j.Type]
 	in := p.input(j, h, qp)
 	p.warnTries(j)
@@ -75,14 +93,24 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		p.apply(f, j, d, "")
 		return
 	}
+	isolated := false
+	if suspect(j) && !p.cfg.DisableIsolation { // it was in a process that died: it runs alone
+		if !p.isolate(f) {
+			return
+		}
+		defer p.endIsolation()
+		isolated = true
+	}
 	if !p.loadPayload(f, j, in) {
 		return
 	}
+	id := j.ID
 	res, ok := p.run(t, f, h, in.Policy.Timeout) // run
 	if !ok {
 		return
 	}
 	herr, start, dur, timedOut := res.err, res.start, res.dur, res.timedOut
+	j.ID = id // the handler may have changed it; the payload and the log go by the job's own
 	f.Ctx.Cancel(context.Canceled)
 	q.FreeSlot(f)
 
@@ -98,6 +126,9 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	in.Now = time.Now()
 	in.Jitter = rand.Float64()
 	d := decide.Decide(in)
+	if isolated && d.Outcome == decide.Rejected {
+		cleared(&next)
+	}
 	a := Attempt{Job: j, Err: herr, Duration: dur, RetryAt: d.RetryAt, Isolated: isolated}
 	text, settled := "", j
 	if herr != nil {
@@ -130,17 +161,26 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 
 // isolate makes f's job, a suspect, the only delivery this platform holds:
 // it closes the gate (no queue takes jobs), hands back uncounted the
-// deliveries claimed ahead, and waits for the running handlers to finish and
+// deliveries claimed ahead (the platform's and those a backend buffered:
+// driver.Releaser), and waits for the running handlers to finish and
 // settle. If the suspect then kills the process, the crash is charged to it
 // alone. Only one suspect is isolated at a time: another is handed back and
 // comes again. It returns false when f was handed back instead (another
-// suspect is running alone, or the platform is stopping).
-func (p *Platform) isolate(f *inflight) bool {
+// suspect is running alone, or the platform is stopping); on false, and on
+// a panic, the isolation is undone here.
+func (p *Platform) isolate(f *inflight) (ok bool) {
 	if !p.suspect.TryLock() {
 		p.handBack(f)
 		return false
 	}
 	p.health.Hold()
+	defer func() {
+		if !ok {
+			p.endIsolation()
+		}
+	}()
+	j := &f.Job
+	since, warned := time.Now(), false
 	for {
 		for _, q := range p.queues {
 			q.HandBackQueued(p.handBack)
@@ -154,13 +194,22 @@ func (p *Platform) isolate(f *inflight) bool {
 			break
 		}
 		if p.stopping.Load() {
-			p.endIsolation()
 			p.handBack(f)
 			return false
 		}
+		if !warned && time.Since(since) > p.cfg.Lease {
+			warned = true
+			p.log.Warn("asyncplatform: a suspect waits for the handlers beside it to finish before it runs alone", "queue", j.Queue, "id", j.ID, "type", j.Type, "held", held-1)
+		}
 		time.Sleep(time.Millisecond)
 	}
-	j := &f.Job
+	if r, isReleaser := p.backend.(driver.Releaser); isReleaser {
+		for _, q := range p.queues {
+			if err := r.Release(context.Background(), q.Name()); err != nil {
+				p.log.Warn("asyncplatform: releasing the backend's buffered messages before a suspect runs failed; they come back after their lease", "queue", q.Name(), "error", err)
+			}
+		}
+	}
 	p.log.Warn("asyncplatform: running a suspect alone (a worker holding it died)", "queue", j.Queue, "id", j.ID, "type", j.Type, "crashes", j.Crashes)
 	return true
 }
@@ -380,7 +429,8 @@ func (p *Platform) requeue(f *inflight, j *Job, at time.Time) error {
 func (p *Platform) handBack(f *inflight) error {
 	var j Job
 	if err := p.decodeDelivery(f.D, &j, nil); err != nil {
-		return err // not a job: it comes back after its lease and is dead-lettered then
+		p.deadRaw(f, err) // not a job: never leave it held
+		return nil
 	}
 	err := p.requeue(f, &j, time.Time{})
 	if err == nil {
@@ -415,13 +465,14 @@ func (p *Platform) fitDead(dl *DeadLetter) []byte {
 		dl.Error = fmt.Sprintf("%s …(cut: the error had %d bytes; Config.MaxErrorText keeps %d)", cutUTF8(dl.Error, p.cfg.MaxErrorText), len(dl.Error), p.cfg.MaxErrorText)
 	}
 	body := encodeDead(dl)
-	for limit := p.maxBody - p.signLen(); len(body) > limit; body = encodeDead(dl) {
+	for limit, last := p.maxBody-p.signLen(), len(body)+1; len(body) > limit && len(body) < last; last, body = len(body), encodeDead(dl) {
 		excess := len(body) - limit
 		switch {
 		case len(dl.Job.Errors) > 0:
 			dl.Job.Errors = dl.Job.Errors[1:]
 		case len(dl.Error) > minDeadError:
-			dl.Error = dl.Error[:max(minDeadError, len(dl.Error)-excess-32)] + " …(cut to fit)"
+			const note = " …(cut to fit)"
+			dl.Error = cutUTF8(dl.Error, max(minDeadError-len(note), len(dl.Error)-excess-32-len(note))) + note
 		case len(dl.Raw) > 0:
 			keep := max(0, len(dl.Raw)-excess-128)
 			dl.Error += fmt.Sprintf(" (the raw message had %d bytes; only the first %d fit in a dead letter)", len(dl.Raw), keep)
@@ -430,7 +481,7 @@ func (p *Platform) fitDead(dl *DeadLetter) []byte {
 			return p.sign(body) // nothing left to cut; the backend will refuse it and say why
 		}
 	}
-	return p.sign(body)
+	return p.sign(body) // fits, or no cut made it smaller: the backend says why it refuses
 }
 
 // cutUTF8 returns s cut to at most n bytes, not inside a UTF-8 sequence.
@@ -457,7 +508,7 @@ func (p *Platform) deadRaw(f *inflight, cause error) {
 
 func appendHistory(h []string, line string, limit int) []string {
 	if len(line) > 1024 {
-		line = line[:1024] + "…"
+		line = cutUTF8(line, 1024) + "…"
 	}
 	keep := h
 	if len(keep) >= limit {

@@ -166,6 +166,13 @@ func (q *Queue[J]) Fetch(ctx context.Context) {
 			}
 		}
 		q.receiving.Add(1)
+		if rctx.Err() != nil { // the gate closed meanwhile (a suspect runs alone): claim nothing
+			for range n {
+				q.slots <- struct{}{}
+			}
+			q.receiving.Add(-1)
+			continue
+		}
 		ds, err := q.cfg.Backend.Receive(rctx, q.cfg.Name, n, q.cfg.Lease)
 		for range n - len(ds) {
 			q.slots <- struct{}{}
@@ -252,8 +259,9 @@ func (q *Queue[J]) release(f *Delivery[J]) {
 // the handler returns, so the fetcher claims the next jobs while the outcome
 // is reported instead of after: a claim and a settle overlap rather than
 // follow each other. The deliveries held at once are then at most
-// Concurrency + Prefetch, plus one being settled per worker. Only f's worker
-// goroutine may call it.
+// Concurrency + Prefetch, plus one being settled per worker. Only the
+// goroutine that owns f (its worker, or whoever took it off the work channel
+// to hand it back) may call it.
 func (q *Queue[J]) FreeSlot(f *Delivery[J]) {
 	if !f.freed {
 		f.freed = true
@@ -262,7 +270,9 @@ func (q *Queue[J]) FreeSlot(f *Delivery[J]) {
 }
 
 // HandBackQueued hands back, at once, the deliveries claimed ahead and not
-// started. Call it after Fetch has returned.
+// started: those waiting in the work channel, which whoever takes one off
+// the channel owns. Stop calls it after Fetch has returned; a suspect's
+// isolation calls it while the gate is held.
 func (q *Queue[J]) HandBackQueued(handBack func(*Delivery[J]) error) {
 	for {
 		select {

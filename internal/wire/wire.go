@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -198,6 +199,17 @@ func (r *reader) varint(what string) int64 {
 	return v
 }
 
+// small reads a counter or a limit: at most MaxInt32, so no sum of them
+// overflows an int.
+func (r *reader) small(what string) int {
+	v := r.uvarint(what)
+	if v > math.MaxInt32 {
+		r.fail(what)
+		return 0
+	}
+	return int(v)
+}
+
 func (r *reader) count(what string) int {
 	v := r.uvarint(what)
 	if v > uint64(len(r.b)) { // every counted item takes at least a byte
@@ -284,13 +296,13 @@ func DecodeJob(b []byte, j *Job, intern func([]byte) string) error {
 	j.EnqueuedAt = r.time("EnqueuedAt")
 	j.NotBefore = r.time("NotBefore")
 	j.Deadline = r.time("Deadline")
-	j.Failures = int(r.uvarint("Failures"))
-	j.Crashes = int(r.uvarint("Crashes"))
-	j.Unhandled = int(r.uvarint("unhandled"))
+	j.Failures = r.small("Failures")
+	j.Crashes = r.small("Crashes")
+	j.Unhandled = r.small("unhandled")
 	j.Copy = r.uvarint("copy")
 	flags := r.byte("Policy")
-	retry := int(r.uvarint("RetryLimit"))
-	poison := int(r.uvarint("PoisonLimit"))
+	retry := r.small("RetryLimit")
+	poison := r.small("PoisonLimit")
 	if flags&1 != 0 {
 		j.Policy.RetryLimit = &retry
 	}
