@@ -37,6 +37,10 @@
 //     and belong to their queue: DeleteQueue removes them with it. (Sharing
 //     them between queues would need the route back in each message, which a
 //     queue-level dead-letter route cannot carry.)
+//   - p:queues: the registry Queues reads (AMQP cannot list queues), a
+//     durable classic queue with one message per Declare, whose body is the
+//     queue's name; each Queues call compacts it, holding the exclusive
+//     queue p:queues-lock meanwhile.
 //
 // Every publish is persistent, mandatory, and waits for its publisher
 // confirm; a returned (unroutable) publish fails with ErrUnroutable, and a

@@ -117,7 +117,8 @@ func (b *Backend) ensureQueue(ctx context.Context, queue string) error {
 }
 
 // Declare declares the queue's quorum work queue and its classic dead-letter
-// queue. Delay queues are declared when first used.
+// queue, and registers the queue for Queues. Delay queues are declared when
+// first used.
 func (b *Backend) Declare(ctx context.Context, queue string) error {
 	if b.isClosed() {
 		return driver.ErrClosed
@@ -127,6 +128,9 @@ func (b *Backend) Declare(ctx context.Context, queue string) error {
 	}
 	if err := b.ensure(ctx, b.deadName(queue), deadArgs()); err != nil {
 		return fmt.Errorf("rabbit: declare dead-letter queue of %q: %w", queue, err)
+	}
+	if err := b.register(ctx, queue); err != nil {
+		b.log.Warn("the queue is declared but Queues may not list it", "queue", queue, "err", err)
 	}
 	b.mu.Lock()
 	b.known[queue] = true
