@@ -89,6 +89,14 @@ type Config struct {
 
 	// Logger receives connection events. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// Store is the companion store of the platform's shared state, which
+	// RabbitMQ cannot keep: pgstore.New (PostgreSQL), or any other
+	// driver.Store (a Redis or NATS backend). Its keys are kept under
+	// Prefix, so platforms of several prefixes can share one. The Backend
+	// does not close it. See Backend.Store. Defaults to nil: no shared
+	// state.
+	Store driver.Store
 }
 
 func (c Config) withDefaults() Config {

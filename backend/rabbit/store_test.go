@@ -1,0 +1,101 @@
+package rabbit
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/conformance/storetest"
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/testenv"
+	"github.com/asyncplatform/asyncplatform/pgstore"
+)
+
+// TestStoreNeedsCompanion checks that without Config.Store the backend has
+// no shared state, and says so, naming the choices, to the platform too.
+func TestStoreNeedsCompanion(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{})
+	_, err := b.Store()
+	if !errors.Is(err, driver.ErrNoStore) {
+		t.Fatalf("Store without Config.Store: %v, want ErrNoStore", err)
+	}
+	for _, want := range []string{"rabbit.Config.Store", "pgstore.New", "PostgreSQL", "Redis", "NATS"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error %q does not name %s", err, want)
+		}
+	}
+	p, err := ap.New(b, ap.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Store(); !errors.Is(err, ap.ErrNoStore) || !strings.Contains(err.Error(), "rabbit.Config.Store") {
+		t.Fatalf("Platform.Store on RabbitMQ without a companion: %v, want ErrNoStore naming rabbit.Config.Store", err)
+	}
+}
+
+// TestStoreCompanionScoped checks that the companion's keys are kept under
+// the backend's prefix: two platforms of different prefixes share one
+// companion without meeting.
+func TestStoreCompanionScoped(t *testing.T) {
+	t.Parallel()
+	companion, _ := memory.New(t.Context(), memory.Config{})
+	ctx := t.Context()
+	var stores []*ap.Store
+	for _, prefix := range []string{"apt-one", "apt-two"} {
+		b := newBackend(t, Config{Prefix: prefix, Store: companion})
+		p, err := ap.New(b, ap.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := p.Store()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Create(ctx, "flag", []byte(prefix), 0); err != nil {
+			t.Fatalf("%s: %v", prefix, err)
+		}
+		stores = append(stores, s)
+	}
+	for i, prefix := range []string{"apt-one", "apt-two"} {
+		v, _, err := stores[i].Get(ctx, "flag")
+		if err != nil || string(v) != prefix {
+			t.Errorf("%s reads %q, %v; want its own value", prefix, v, err)
+		}
+		page, err := stores[i].List(ctx, "", "", 10)
+		if err != nil || !slices.Equal(page.Keys, []string{"flag"}) {
+			t.Errorf("%s lists %q, %v; want [flag]", prefix, page.Keys, err)
+		}
+	}
+	keys, err := companion.List(ctx, "", "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"apt-one/app/flag", "apt-two/app/flag"}; !slices.Equal(keys, want) {
+		t.Fatalf("the companion holds %q, want %q", keys, want)
+	}
+}
+
+// TestStore runs the store suite on the backend's store with a PostgreSQL
+// companion, the one RabbitMQ users most likely run.
+func TestStore(t *testing.T) {
+	t.Parallel()
+	pgURL := testenv.Getenv(pgstore.URLEnv, "postgres://postgres@127.0.0.1:5432/test")
+	storetest.Run(t, func(ctx context.Context, tb testing.TB) (driver.Store, error) {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		pg, err := pgstore.New(pctx, pgstore.Config{URL: pgURL, Table: "asyncplatform_store_test"})
+		if err != nil {
+			testenv.Unreachable(tb, "PostgreSQL at "+pgURL, err)
+		}
+		tb.Cleanup(func() { pg.Close() })
+		return newBackend(tb, Config{Prefix: "apt-store", Store: pg}).Store()
+	}, storetest.Options{
+		NoRestart: "the companion is the machine's PostgreSQL, shared and not the tests' to restart",
+	})
+}
