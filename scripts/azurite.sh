@@ -4,9 +4,11 @@
 # package (and its npm dependencies) from the npm registry.
 #
 #   scripts/azurite.sh install          install the pinned version into .tools/azurite (fast when present)
-#   scripts/azurite.sh start [PORT]     start the queue service on 127.0.0.1:PORT (a free port when omitted),
-#                                       in memory, telemetry off; prints the export line for
-#                                       ASYNCPLATFORM_AZURE_CONNECTION_STRING and writes it to .tools/azurite/env
+#   scripts/azurite.sh start [PORT]     start the queue service on 127.0.0.1:PORT (a free port when omitted)
+#                                       and the blob service beside it on a free port (the Azure backend keeps
+#                                       its dead letters in Blob Storage), in memory, telemetry off; prints the
+#                                       export line for ASYNCPLATFORM_AZURE_CONNECTION_STRING (with QueueEndpoint
+#                                       and BlobEndpoint) and writes it to .tools/azurite/env
 #   scripts/azurite.sh stop             stop the instance that start started
 #   scripts/azurite.sh env              print the export line of the running instance
 #
@@ -16,7 +18,7 @@ set -euo pipefail
 AZURITE_VERSION=3.37.0
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DIR=$ROOT/.tools/azurite
-BIN=$DIR/node_modules/.bin/azurite-queue
+BIN=$DIR/node_modules/.bin/azurite
 PIDFILE=$DIR/azurite.pid
 ENVFILE=$DIR/env
 LOG=$DIR/azurite.log
@@ -53,21 +55,32 @@ running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 start() {
 	[[ -x $BIN ]] || die "Azurite is not installed: run scripts/azurite.sh install"
 	if running; then
-		cat "$ENVFILE"
-		return 0
+		if grep -q BlobEndpoint= "$ENVFILE" 2>/dev/null; then
+			cat "$ENVFILE"
+			return 0
+		fi
+		# Started by an older version of this script, without the blob service.
+		stop
 	fi
 	local port=${1:-$(free_port)}
+	local blobport
+	blobport=$(free_port)
+	while [[ $blobport == "$port" ]]; do blobport=$(free_port); done
 	: >"$LOG"
-	# setsid: the emulator outlives this script but not a kill of its pid.
+	# One process serves the queue and blob services (and the table service,
+	# unused, on a port of the system's choosing). setsid: the emulator
+	# outlives this script but not a kill of its pid.
 	AZURITE_ACCOUNTS="$ACCOUNT:$KEY" setsid "$BIN" \
 		--queueHost 127.0.0.1 --queuePort "$port" \
+		--blobHost 127.0.0.1 --blobPort "$blobport" \
+		--tableHost 127.0.0.1 --tablePort 0 \
 		--inMemoryPersistence --disableTelemetry --skipApiVersionCheck --loose --silent \
 		>>"$LOG" 2>&1 </dev/null &
 	local pid=$!
 	echo "$pid" >"$PIDFILE"
 	for _ in $(seq 1 100); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-			local cs="DefaultEndpointsProtocol=http;AccountName=$ACCOUNT;AccountKey=$KEY;QueueEndpoint=http://127.0.0.1:$port/$ACCOUNT;"
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$blobport") 2>/dev/null; then
+			local cs="DefaultEndpointsProtocol=http;AccountName=$ACCOUNT;AccountKey=$KEY;QueueEndpoint=http://127.0.0.1:$port/$ACCOUNT;BlobEndpoint=http://127.0.0.1:$blobport/$ACCOUNT;"
 			echo "export ASYNCPLATFORM_AZURE_CONNECTION_STRING='$cs'" >"$ENVFILE"
 			cat "$ENVFILE"
 			return 0
@@ -77,7 +90,7 @@ start() {
 	done
 	kill "$pid" 2>/dev/null || true
 	rm -f "$PIDFILE"
-	die "Azurite did not listen on 127.0.0.1:$port within 10s (log: $LOG)"
+	die "Azurite did not listen on 127.0.0.1:$port and :$blobport within 10s (log: $LOG)"
 }
 
 stop() {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue/queueerror"
 
@@ -31,16 +33,20 @@ const MaxBody = maxBody
 // Config.PollInterval.
 const minPoll = 10 * time.Millisecond
 
-// Config configures a Backend. Exactly one of ConnectionString and Client is
-// required.
+// Config configures a Backend. Exactly one of ConnectionString and the pair
+// Client and BlobClient is required.
 type Config struct {
 	// ConnectionString is an Azure Storage connection string, for example
-	// Azurite's "DefaultEndpointsProtocol=http;AccountName=...;AccountKey=...;QueueEndpoint=...".
-	// Defaults to "" (then Client is required).
+	// Azurite's "DefaultEndpointsProtocol=http;AccountName=...;AccountKey=...;QueueEndpoint=...;BlobEndpoint=...".
+	// The backend uses its queue service and its blob service (dead
+	// letters); a string that names a QueueEndpoint must name a
+	// BlobEndpoint too. Defaults to "" (then Client and BlobClient are
+	// required).
 	ConnectionString string
 
-	// ClientOptions are the SDK options for the client made from
-	// ConnectionString (transport, retries, telemetry). Against Azurite,
+	// ClientOptions are the SDK options for the clients made from
+	// ConnectionString (transport, retries, telemetry); the blob client
+	// gets its azcore part. Against Azurite,
 	// whose server closes idle connections after 5s, give it an http.Client
 	// whose Transport has an IdleConnTimeout under 5s: a request sent on a
 	// connection being closed is reset, and the SDK's retry of a delete or
@@ -52,6 +58,20 @@ type Config struct {
 	// a token credential (azidentity) or a SAS URL. Defaults to nil (then
 	// ConnectionString is required).
 	Client *azqueue.ServiceClient
+
+	// BlobClient is a Blob Storage client of the same account, built like
+	// Client; it is required with Client. Its credential must be able to
+	// create, read, list, delete and lease blobs in Container (and create
+	// Container, unless it exists). Defaults to nil (then ConnectionString
+	// is required).
+	BlobClient *azblob.Client
+
+	// Container is the Blob Storage container that holds the backend's
+	// blobs (dead-letter records), created by New when it is missing: 3 to
+	// 63 lowercase letters, digits and single hyphens. Two backends with
+	// different prefixes need different containers. Defaults to Prefix +
+	// "-asyncplatform" (DefaultContainerSuffix).
+	Container string
 
 	// Prefix starts every Azure queue name the backend creates: 1 to 8
 	// lowercase letters or digits. Two backends sharing an account need
@@ -82,6 +102,9 @@ func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
+	if c.Container == "" {
+		c.Container = c.Prefix + DefaultContainerSuffix
+	}
 	if c.DeadLease == 0 {
 		c.DeadLease = DefaultDeadLease
 	}
@@ -101,12 +124,16 @@ func (c Config) validate() error {
 	switch {
 	case c.ConnectionString == "" && c.Client == nil:
 		return errors.New("azure: Config.ConnectionString or Config.Client is required")
-	case c.ConnectionString != "" && c.Client != nil:
-		return errors.New("azure: set only one of Config.ConnectionString and Config.Client")
+	case c.ConnectionString != "" && (c.Client != nil || c.BlobClient != nil):
+		return errors.New("azure: set only one of Config.ConnectionString and Config.Client with Config.BlobClient")
+	case c.Client != nil && c.BlobClient == nil:
+		return errors.New("azure: Config.BlobClient is required with Config.Client: dead letters are kept in Blob Storage")
 	case c.Client != nil && c.ClientOptions != nil:
 		return errors.New("azure: Config.ClientOptions applies to Config.ConnectionString only; configure Config.Client when you build it")
 	case !prefixRe.MatchString(c.Prefix):
 		return fmt.Errorf("azure: Config.Prefix %q: want 1 to %d lowercase letters or digits", c.Prefix, maxPrefixLen)
+	case !validContainer(c.Container):
+		return fmt.Errorf("azure: Config.Container %q: want 3 to 63 lowercase letters, digits and single hyphens", c.Container)
 	case c.DeadLease < time.Second:
 		return fmt.Errorf("azure: Config.DeadLease %v: want at least 1s", c.DeadLease)
 	case c.DeadLease > maxVisibility*time.Second:
@@ -123,6 +150,8 @@ func (c Config) validate() error {
 // concurrent use.
 type Backend struct {
 	svc          *azqueue.ServiceClient
+	blobs        *azblob.Client    // the account's Blob Storage (blob.go)
+	container    *container.Client // Config.Container
 	prefix       string
 	deadLease    time.Duration
 	pollInterval time.Duration
@@ -143,9 +172,9 @@ var (
 	_ driver.Pinger       = (*Backend)(nil)
 )
 
-// New returns a Backend. It does not contact the service (ctx is not used;
-// Declare and Ping contact it).
-func New(_ context.Context, cfg Config) (*Backend, error) {
+// New returns a Backend. It creates Config.Container when it is missing
+// (ctx bounds that request); queues are created by Declare.
+func New(ctx context.Context, cfg Config) (*Backend, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -158,8 +187,18 @@ func New(_ context.Context, cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("azure: Config.ConnectionString: %w", err)
 		}
 	}
+	blobs, err := newBlobClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cc := blobs.ServiceClient().NewContainerClient(cfg.Container)
+	if err := createContainer(ctx, cc); err != nil {
+		return nil, err
+	}
 	return &Backend{
 		svc:          svc,
+		blobs:        blobs,
+		container:    cc,
 		prefix:       cfg.Prefix,
 		deadLease:    cfg.DeadLease,
 		pollInterval: cfg.PollInterval,

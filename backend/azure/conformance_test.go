@@ -80,16 +80,15 @@ var queueEndpoint = regexp.MustCompile(`QueueEndpoint=http://([^/;]+)/`)
 // disk every few seconds and on shutdown: a SIGKILL would test Azurite, not
 // us).
 func privateAzurite(t *testing.T, disk bool) *faults.Broker {
-	bin, err := filepath.Abs("../../.tools/azurite/node_modules/.bin/azurite-queue")
+	bin, err := filepath.Abs(azuriteBin)
 	if err == nil {
 		_, err = os.Stat(bin)
 	}
 	if err != nil {
 		testenv.Unreachable(t, "Azurite (run scripts/azurite.sh install)", err)
 	}
-	dir, port := t.TempDir(), faults.FreePort(t)
-	args := []string{"--queueHost", "127.0.0.1", "--queuePort", fmt.Sprint(port), "--disableTelemetry",
-		"--skipApiVersionCheck", "--loose", "--silent"}
+	dir, port, blobPort := t.TempDir(), faults.FreePort(t), faults.FreePort(t)
+	args := azuriteArgs(port, blobPort)
 	if disk {
 		args = append(args, "--location", dir)
 	} else {
@@ -98,8 +97,7 @@ func privateAzurite(t *testing.T, disk bool) *faults.Broker {
 	hostport := fmt.Sprintf("127.0.0.1:%d", port)
 	s := faults.StartServer(t, faults.ServerConfig{Bin: bin, Args: args, Dir: dir, HostPort: hostport,
 		Env: []string{"AZURITE_ACCOUNTS=" + devAccount + ":" + devKey}})
-	cs := fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;QueueEndpoint=http://%s/%s;",
-		devAccount, devKey, hostport, devAccount)
+	cs := azuriteConnString(hostport, fmt.Sprintf("127.0.0.1:%d", blobPort))
 	return &faults.Broker{Addr: cs, Restart: s.Restart,
 		NoKill: "Azurite persists to disk every few seconds, so a SIGKILL tests Azurite, not the backend"}
 }

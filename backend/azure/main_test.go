@@ -53,7 +53,7 @@ func setupAzurite() (stop func()) {
 		connString = cs
 		return func() {}
 	}
-	bin, err := filepath.Abs("../../.tools/azurite/node_modules/.bin/azurite-queue")
+	bin, err := filepath.Abs(azuriteBin)
 	if err == nil {
 		_, err = os.Stat(bin)
 	}
@@ -62,6 +62,11 @@ func setupAzurite() (stop func()) {
 		return func() {}
 	}
 	port, err := freePort()
+	if err != nil {
+		connErr = err
+		return func() {}
+	}
+	blobPort, err := freePort()
 	if err != nil {
 		connErr = err
 		return func() {}
@@ -76,8 +81,7 @@ func setupAzurite() (stop func()) {
 		connErr = err
 		return func() {}
 	}
-	cmd := exec.Command(bin, "--queueHost", "127.0.0.1", "--queuePort", fmt.Sprint(port),
-		"--inMemoryPersistence", "--disableTelemetry", "--skipApiVersionCheck", "--loose", "--silent")
+	cmd := exec.Command(bin, append(azuriteArgs(port, blobPort), "--inMemoryPersistence")...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "AZURITE_ACCOUNTS="+devAccount+":"+devKey)
 	cmd.Stdout, cmd.Stderr = log, log
@@ -100,10 +104,9 @@ func setupAzurite() (stop func()) {
 		os.RemoveAll(dir)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	blobAddr := fmt.Sprintf("127.0.0.1:%d", blobPort)
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
+		if dialOK(addr) && dialOK(blobAddr) {
 			break
 		}
 		select {
@@ -121,10 +124,40 @@ func setupAzurite() (stop func()) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	connString = fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;QueueEndpoint=http://%s/%s;", devAccount, devKey, addr, devAccount)
+	connString = azuriteConnString(addr, blobAddr)
 	// Child processes (the crash tests' workers) use the same instance.
 	os.Setenv(EnvConnectionString, connString)
 	return stop
+}
+
+// azuriteBin is Azurite's command for all its services, installed by
+// scripts/azurite.sh install (relative to this package's folder).
+const azuriteBin = "../../.tools/azurite/node_modules/.bin/azurite"
+
+// azuriteArgs are the arguments of an Azurite serving the queue and blob
+// services on loopback (the table service, unused, on a port of the
+// system's choosing).
+func azuriteArgs(queuePort, blobPort int) []string {
+	return []string{"--queueHost", "127.0.0.1", "--queuePort", fmt.Sprint(queuePort),
+		"--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(blobPort),
+		"--tableHost", "127.0.0.1", "--tablePort", "0",
+		"--disableTelemetry", "--skipApiVersionCheck", "--loose", "--silent"}
+}
+
+// azuriteConnString is the connection string of the development account on
+// an Azurite with the queue and blob services at these addresses.
+func azuriteConnString(queueAddr, blobAddr string) string {
+	return fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;QueueEndpoint=http://%s/%s;BlobEndpoint=http://%s/%s;",
+		devAccount, devKey, queueAddr, devAccount, blobAddr, devAccount)
+}
+
+func dialOK(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 func freePort() (int, error) {
