@@ -317,10 +317,16 @@ func startAzurite() (stop func(), conn string, err error) {
 	if err != nil {
 		return nil, "", err
 	}
+	blobPort, err := freePort()
+	if err != nil {
+		return nil, "", err
+	}
 	const account = "devstoreaccount1"
 	const key = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-	cmd := exec.Command("../.tools/azurite/node_modules/.bin/azurite-queue",
+	// The queue service, and the blob service for the backend's dead letters.
+	cmd := exec.Command("../.tools/azurite/node_modules/.bin/azurite",
 		"--queueHost", "127.0.0.1", "--queuePort", fmt.Sprint(port),
+		"--blobHost", "127.0.0.1", "--blobPort", fmt.Sprint(blobPort), "--tableHost", "127.0.0.1", "--tablePort", "0",
 		"--inMemoryPersistence", "--disableTelemetry", "--skipApiVersionCheck", "--loose", "--silent")
 	cmd.Env = append(os.Environ(), "AZURITE_ACCOUNTS="+account+":"+key)
 	if err := cmd.Start(); err != nil {
@@ -330,9 +336,9 @@ func startAzurite() (stop func(), conn string, err error) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr, blobAddr := fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.1:%d", blobPort)
 	for i := 0; ; i++ {
-		if dialOK(addr) {
+		if dialOK(addr) && dialOK(blobAddr) {
 			break
 		}
 		if i == 600 {
@@ -341,7 +347,7 @@ func startAzurite() (stop func(), conn string, err error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	conn = fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;QueueEndpoint=http://%s/%s;", account, key, addr, account)
+	conn = fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;QueueEndpoint=http://%s/%s;BlobEndpoint=http://%s/%s;", account, key, addr, account, blobAddr, account)
 	return stop, conn, nil
 }
 
