@@ -234,14 +234,18 @@ func (b *Backend) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Declare implements driver.Backend. It creates the work queue; dead-letter
+// Declare implements driver.Backend. It creates the work queue, labelled
+// with the queue's name when its base is hashed (for Queues); dead-letter
 // records are queues of their own, created as they are written.
 func (b *Backend) Declare(ctx context.Context, queue string) error {
 	if b.isClosed() {
 		return driver.ErrClosed
 	}
 	n := b.names(queue)
-	return b.create(ctx, n.work)
+	if err := b.create(ctx, n.work); err != nil {
+		return err
+	}
+	return b.label(ctx, queue)
 }
 
 func (b *Backend) create(ctx context.Context, name string) error {
