@@ -1,0 +1,96 @@
+package asyncplatform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// QueueInfo is one queue found by Queues.
+type QueueInfo struct {
+	// Name is the queue's name.
+	Name string
+
+	// QueueStats are its depths; -1 where the backend cannot tell.
+	QueueStats
+
+	// OldestDead is when its oldest dead letter was dead-lettered; zero
+	// when it has none (or that record is not a job).
+	OldestDead time.Time
+
+	// Err is why the depths or OldestDead could not be read (the queue
+	// was deleted meanwhile, say); nil when they were.
+	Err error
+}
+
+// queueStatsParallel bounds the queues whose depths Queues reads at once.
+const queueStatsParallel = 8
+
+// QueueNames returns the name of every queue the backend holds, sorted:
+// every queue that holds a job or a dead letter, and every queue declared
+// since it was last deleted (on NATS, only once a worker received from it).
+// The backend must implement driver.QueueLister (all of this module's do);
+// with one that does not, the error matches errors.ErrUnsupported. Names
+// come from the broker, which others can write to, so a name that is not a
+// valid queue name is left out.
+func (p *Platform) QueueNames(ctx context.Context) ([]string, error) {
+	if p.backend == nil {
+		return nil, ErrNotNew
+	}
+	l, ok := p.backend.(driver.QueueLister)
+	if !ok {
+		return nil, fmt.Errorf("asyncplatform: listing queues: %T does not implement driver.QueueLister: %w", p.backend, errors.ErrUnsupported)
+	}
+	names, err := l.Queues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("asyncplatform: listing queues: %w", err)
+	}
+	out := names[:0:0]
+	for i, q := range names {
+		if validQueue(q) == nil && (i == 0 || q != names[i-1]) {
+			out = append(out, q)
+		}
+	}
+	return out, nil
+}
+
+// Queues returns every queue of QueueNames with its depths and the age of
+// its oldest dead letter, read a few queues at a time. A queue whose
+// figures could not be read is listed with Err set; the error is for the
+// listing itself. It costs one Stats per queue, and one page of one dead
+// letter per queue that has dead letters: a live view may call it every
+// second or so.
+func (p *Platform) Queues(ctx context.Context) ([]QueueInfo, error) {
+	names, err := p.QueueNames(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]QueueInfo, len(names))
+	sem := make(chan struct{}, queueStatsParallel)
+	var wg sync.WaitGroup
+	for i, q := range names {
+		out[i].Name = q
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			out[i].QueueStats, out[i].Err = p.Stats(ctx, q)
+			if out[i].Err != nil || out[i].Dead == 0 {
+				return
+			}
+			page, err := p.DeadLetters(ctx, q, "", 1)
+			switch {
+			case err != nil:
+				out[i].Err = err
+			case len(page.Letters) > 0:
+				out[i].OldestDead = page.Letters[0].DeadAt
+			}
+		}()
+	}
+	wg.Wait()
+	return out, nil
+}

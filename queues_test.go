@@ -1,0 +1,126 @@
+package asyncplatform_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// Queues finds every queue of the backend with its depths and the time of
+// its oldest dead letter.
+func TestQueues(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	broker := memory.NewBroker()
+	dead := make(chan ap.DeadLetter, 1)
+	worker, err := ap.New(broker.Connect(), ap.Config{
+		Queues: map[string]ap.QueueConfig{"mail": {}},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Hooks:  ap.Hooks{OnDeadLetter: func(_ context.Context, dl ap.DeadLetter) { dead <- dl }},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Handle("fail", func(context.Context, *ap.Job) error { return ap.Permanent(errors.New("no")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Stop(ctx)
+	before := time.Now()
+	if err := worker.Enqueue(ctx, &ap.Job{Type: "fail", Queue: "mail"}); err != nil {
+		t.Fatal(err)
+	}
+	dl := <-dead
+	p, err := ap.New(broker.Connect(), ap.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []*ap.Job{{Type: "t", Queue: "billing"}, {Type: "t", Queue: "billing"}, {Type: "t", Queue: "a.later", NotBefore: time.Now().Add(time.Hour)}} {
+		if err := p.Enqueue(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	names, err := p.QueueNames(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a.later", "billing", "mail"}; !slices.Equal(names, want) {
+		t.Fatalf("QueueNames = %q, want %q", names, want)
+	}
+	qs, err := p.Queues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ap.QueueInfo{
+		{Name: "a.later", QueueStats: ap.QueueStats{Scheduled: 1}},
+		{Name: "billing", QueueStats: ap.QueueStats{Ready: 2}},
+		{Name: "mail", QueueStats: ap.QueueStats{Dead: 1}, OldestDead: dl.DeadAt},
+	}
+	same := func(a, b ap.QueueInfo) bool {
+		return a.Name == b.Name && a.QueueStats == b.QueueStats && a.OldestDead.Equal(b.OldestDead) && a.Err == nil
+	}
+	if !slices.EqualFunc(qs, want, same) {
+		t.Fatalf("Queues = %+v, want %+v", qs, want)
+	}
+	if dl.DeadAt.Before(before) || time.Since(dl.DeadAt) > time.Minute {
+		t.Errorf("the dead letter's DeadAt is %v, set before %v", dl.DeadAt, before)
+	}
+}
+
+// lister is a backend whose broker lists what it likes.
+type lister struct {
+	driver.Backend
+	names []string
+}
+
+func (l lister) Queues(context.Context) ([]string, error) { return l.names, nil }
+
+// Names off the broker are checked: a name that is not a queue name, as a
+// foreign writer might make one, is left out, and so are duplicates. A
+// queue whose depths cannot be read is listed with its error.
+func TestQueuesUntrusted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, _ := memory.New(ctx, memory.Config{})
+	p, err := ap.New(lister{b, []string{"", "a", "a", "bad\x1b[2J", "b", string(make([]byte, 101))}}, ap.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := p.QueueNames(ctx)
+	if err != nil || !slices.Equal(names, []string{"a", "b"}) {
+		t.Fatalf("QueueNames = %q, %v; want a and b", names, err)
+	}
+	b.Close()
+	qs, err := p.Queues(ctx)
+	if err != nil || len(qs) != 2 || !errors.Is(qs[0].Err, driver.ErrClosed) || !errors.Is(qs[1].Err, driver.ErrClosed) {
+		t.Fatalf("Queues on a closed backend = %+v, %v; want both queues with ErrClosed", qs, err)
+	}
+}
+
+// A backend that cannot list its queues says so.
+func TestQueuesUnsupported(t *testing.T) {
+	t.Parallel()
+	b, _ := memory.New(context.Background(), memory.Config{})
+	defer b.Close()
+	p, err := ap.New(struct{ driver.Backend }{b}, ap.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Queues(context.Background()); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("Queues = %v, want an error matching errors.ErrUnsupported", err)
+	}
+	if _, err := new(ap.Platform).QueueNames(context.Background()); !errors.Is(err, ap.ErrNotNew) {
+		t.Fatalf("QueueNames of a zero Platform = %v, want ErrNotNew", err)
+	}
+}
