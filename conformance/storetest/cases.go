@@ -323,6 +323,8 @@ func testTTLSetByEachWrite(t *testing.T, e *env) {
 	must(t, "Create lose", err)
 	rRenew, err := s.Create(ctx, "renew", []byte("v"), ttl)
 	must(t, "Create renew", err)
+	_, err = s.Create(ctx, "renew", []byte("x"), ttl)
+	is(t, "Create of a present key with a TTL", err, ap.ErrKeyExists)
 	_, err = s.Update(ctx, "gain", []byte("w"), rGain, ttl)
 	must(t, "Update gain", err)
 	_, err = s.Update(ctx, "lose", []byte("w"), rLose, 0)
