@@ -228,6 +228,10 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 			break
 		}
 	}
+	picked, refused, err := p.retakeKeys(ctx, picked) // unique jobs take their keys again
+	if err != nil {
+		return 0, err
+	}
 	done := 0
 	for len(picked) > 0 {
 		chunk := picked[:min(len(picked), 500)]
@@ -239,6 +243,9 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 		}
 	}
 	p.log.InfoContext(ctx, "asyncplatform: redrove dead letters", "queue", queue, "count", done)
+	if len(refused) > 0 {
+		return done, fmt.Errorf("asyncplatform: %d dead letters of queue %q stay: a newer job holds their unique key: %w", len(refused), queue, errors.Join(refused...))
+	}
 	if unsigned > 0 {
 		return done, fmt.Errorf("asyncplatform: %w: %d signed dead letters of queue %q were left: redrive them from a platform with the SigningKey", ErrNoSigningKey, unsigned, queue)
 	}

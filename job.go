@@ -47,6 +47,24 @@ type Job struct {
 	// this job alone. The zero value overrides nothing.
 	Policy Policy
 
+	// UniqueKey, when set, makes the job unique: while a live job holds the
+	// key (waiting, scheduled, running, or waiting for a retry), Enqueue of
+	// another job with the same key stores nothing and returns an error
+	// matching ErrDuplicate. Keys follow the Store's key grammar and are
+	// shared by every queue of the backend. A unique job needs the
+	// backend's store (Platform.Store). See UniqueHeader.
+	UniqueKey string
+
+	// UniqueWindow is the longest the key is held: at its end the key is
+	// free whatever became of the job. Defaults to DefaultUniqueWindow.
+	UniqueWindow time.Duration
+
+	// UniqueRelease says whether the key is released before the window
+	// ends: when the job succeeds or is dead-lettered (ReleaseOnFinish),
+	// when it succeeds (ReleaseOnSuccess), or never (ReleaseOnWindow).
+	// Defaults to ReleaseOnFinish.
+	UniqueRelease UniqueRelease
+
 	// ---- set by the platform ----
 
 	// EnqueuedAt is when the job was first enqueued (kept across retries and

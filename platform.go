@@ -547,6 +547,9 @@ func (p *Platform) enqueueJobs(ctx context.Context, jobs []*Job) error {
 			return err
 		}
 	}
+	if needsUnique(jobs) {
+		return p.enqueueUnique(ctx, jobs)
+	}
 	if len(jobs) == 1 { // the common case, without grouping
 		return p.put(ctx, jobs[0].Queue, jobs, true)
 	}
@@ -598,6 +601,9 @@ func (p *Platform) prepare(j *Job, now time.Time) error {
 	}
 	if err := j.Policy.validate("Policy"); err != nil {
 		return fmt.Errorf("%w: job of type %q: %w", ErrInvalidJob, j.Type, err)
+	}
+	if err := checkUnique(j); err != nil {
+		return err
 	}
 	if j.ID == "" {
 		j.ID = newID(now)

@@ -1,0 +1,224 @@
+package asyncplatform
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/backend/memory"
+)
+
+func TestUniqueConcurrentEnqueue(t *testing.T) {
+	t.Parallel()
+	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var stored, dup atomic.Int32
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := p.Enqueue(ctx, &Job{Type: "t", UniqueKey: "k"})
+			var ue *UniqueError
+			switch {
+			case err == nil:
+				stored.Add(1)
+			case errors.Is(err, ErrDuplicate) && errors.As(err, &ue) && ue.Key == "k" && ue.Holder != "":
+				dup.Add(1)
+			default:
+				t.Errorf("Enqueue: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if stored.Load() != 1 || dup.Load() != 19 {
+		t.Fatalf("stored %d, duplicates %d; want 1 and 19", stored.Load(), dup.Load())
+	}
+	s, err := p.Stats(ctx, DefaultQueue)
+	if err != nil || s.Ready != 1 {
+		t.Fatalf("Stats = %+v, %v; want 1 ready", s, err)
+	}
+}
+
+func TestUniqueBatch(t *testing.T) {
+	t.Parallel()
+	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := p.Enqueue(ctx, &Job{Type: "t", UniqueKey: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	jobs := []*Job{{Type: "t", UniqueKey: "a"}, {Type: "t"}, {Type: "t", UniqueKey: "b"}, {Type: "t", UniqueKey: "b"}}
+	err = p.EnqueueBatch(ctx, jobs)
+	var be *BatchError
+	if !errors.As(err, &be) || !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("EnqueueBatch = %v; want a *BatchError matching ErrDuplicate", err)
+	}
+	want := []bool{true, false, false, true}
+	for i, e := range be.Errs {
+		if (e != nil) != want[i] || (e != nil && !errors.Is(e, ErrDuplicate)) {
+			t.Errorf("Errs[%d] = %v; want a duplicate: %v", i, e, want[i])
+		}
+	}
+	if s, _ := p.Stats(ctx, DefaultQueue); s.Ready != 3 {
+		t.Fatalf("%d ready; want 3 (a, the keyless one, b)", s.Ready)
+	}
+	if jobs[0].Headers != nil {
+		t.Error("the caller's job got headers")
+	}
+}
+
+func TestUniqueRelease(t *testing.T) {
+	t.Parallel()
+	var handled atomic.Int32
+	var fail atomic.Bool
+	p := startPlatform(t, Config{Policy: Policy{RetryLimit: Limit(0)}}, map[string]Handler{
+		"t": func(ctx context.Context, j *Job) error {
+			defer handled.Add(1)
+			if fail.Load() {
+				return Permanent(errors.New("no"))
+			}
+			return nil
+		},
+	})
+	ctx := context.Background()
+	enqueueAndWait := func(j *Job) {
+		t.Helper()
+		n := handled.Load()
+		if err := p.Enqueue(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the job handled", func() bool { return handled.Load() > n })
+	}
+	retry := func(j *Job) error { // the release follows the outcome's report
+		var err error
+		for range 100 {
+			if err = p.Enqueue(ctx, j); !errors.Is(err, ErrDuplicate) {
+				return err
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return err
+	}
+	// Released on success.
+	enqueueAndWait(&Job{Type: "t", UniqueKey: "s"})
+	if err := retry(&Job{Type: "t", UniqueKey: "s"}); err != nil {
+		t.Fatalf("after success: %v", err)
+	}
+	// Released on dead letter (ReleaseOnFinish).
+	fail.Store(true)
+	enqueueAndWait(&Job{Type: "t", UniqueKey: "d"})
+	if err := retry(&Job{Type: "t", UniqueKey: "d"}); err != nil {
+		t.Fatalf("after a dead letter: %v", err)
+	}
+	// ReleaseOnSuccess: a dead letter keeps it; a redrive takes it again.
+	j := &Job{Type: "t", UniqueKey: "o", UniqueRelease: ReleaseOnSuccess}
+	enqueueAndWait(j)
+	time.Sleep(50 * time.Millisecond)
+	if err := p.Enqueue(ctx, &Job{Type: "t", UniqueKey: "o"}); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("after a dead letter with ReleaseOnSuccess: %v; want ErrDuplicate", err)
+	}
+	fail.Store(false)
+	n := handled.Load()
+	waitUntil(t, "the dead letters", func() bool {
+		page, _ := p.DeadLetters(ctx, DefaultQueue, "", 10)
+		return len(page.Letters) >= 3 // d, d again, o
+	})
+	if got, err := p.Redrive(ctx, DefaultQueue, j.ID); got != 1 || err != nil {
+		t.Fatalf("Redrive = %d, %v; want 1, nil", got, err)
+	}
+	waitUntil(t, "the redriven job", func() bool { return handled.Load() > n })
+	if err := retry(&Job{Type: "t", UniqueKey: "o"}); err != nil {
+		t.Fatalf("after the redriven job succeeded: %v", err)
+	}
+	// ReleaseOnWindow: held after success, free after the window.
+	enqueueAndWait(&Job{Type: "t", UniqueKey: "w", UniqueWindow: 300 * time.Millisecond, UniqueRelease: ReleaseOnWindow})
+	if err := p.Enqueue(ctx, &Job{Type: "t", UniqueKey: "w"}); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("inside the window: %v; want ErrDuplicate", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := p.Enqueue(ctx, &Job{Type: "t", UniqueKey: "w"}); err != nil {
+		t.Fatalf("after the window: %v", err)
+	}
+}
+
+func TestUniqueRedriveRefused(t *testing.T) {
+	t.Parallel()
+	p := startPlatform(t, Config{}, map[string]Handler{
+		"t": func(ctx context.Context, j *Job) error { return Permanent(errors.New("no")) },
+	})
+	ctx := context.Background()
+	if err := p.Enqueue(ctx, &Job{Type: "t", UniqueKey: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the dead letter", func() bool {
+		page, _ := p.DeadLetters(ctx, DefaultQueue, "", 10)
+		return len(page.Letters) == 1
+	})
+	var err error
+	for range 100 { // the key is released just after the record is written
+		if err = p.Enqueue(ctx, &Job{Type: "t", UniqueKey: "r", NotBefore: time.Now().Add(time.Hour)}); !errors.Is(err, ErrDuplicate) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := p.Redrive(ctx, DefaultQueue)
+	if n != 0 || !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("Redrive = %d, %v; want 0 and ErrDuplicate", n, err)
+	}
+	if page, _ := p.DeadLetters(ctx, DefaultQueue, "", 10); len(page.Letters) != 1 {
+		t.Fatalf("%d dead letters; want the refused one kept", len(page.Letters))
+	}
+}
+
+func TestUniqueInvalid(t *testing.T) {
+	t.Parallel()
+	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []*Job{
+		{Type: "t", UniqueKey: "a//b"},
+		{Type: "t", UniqueWindow: time.Second},
+		{Type: "t", UniqueKey: "a", UniqueWindow: -1},
+		{Type: "t", UniqueKey: "a", UniqueRelease: 9},
+	} {
+		if err := p.Enqueue(context.Background(), j); !errors.Is(err, ErrInvalidJob) {
+			t.Errorf("Enqueue(%+v) = %v; want ErrInvalidJob", j, err)
+		}
+	}
+}
+
+func TestUniqueStaleHeaderDropped(t *testing.T) {
+	t.Parallel()
+	got := make(chan *Job, 4)
+	p := startPlatform(t, Config{}, map[string]Handler{
+		"t": func(ctx context.Context, j *Job) error { got <- j; return nil },
+	})
+	ctx := context.Background()
+	if err := p.Enqueue(ctx, &Job{Type: "t", UniqueKey: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	j := <-got
+	if _, ok := j.Headers[UniqueHeader]; !ok {
+		t.Fatal("a unique job carries no claim")
+	}
+	again := &Job{Type: "t", Headers: j.Headers}
+	if err := p.Enqueue(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := (<-got).Headers[UniqueHeader]; ok {
+		t.Fatal("a job without a key kept a stale claim")
+	}
+}
