@@ -166,7 +166,7 @@ func (q *Queue[J]) Fetch(ctx context.Context) {
 			}
 		}
 		q.receiving.Add(1)
-		if rctx.Err() != nil { // the gate closed meanwhile (a suspect runs alone): claim nothing
+		if rctx.Err() != nil || !q.cfg.Gate.OK() { // the gate closed meanwhile (a suspect runs alone): claim nothing
 			for range n {
 				q.slots <- struct{}{}
 			}
