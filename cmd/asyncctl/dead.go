@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -307,8 +308,11 @@ stdin:
 
 End of input is quit. While a record is shown no other "dead pop" gets it.
 With --yes it asks nothing and pops up to --max records (all with 0),
-printing each one: with --json, one JSON object per line, to save them
-before they go. Exit code 3 when the dead-letter queue is empty.
+printing each one before it is deleted: with --json, one JSON object per
+line, to save them before they go (enqueue --from re-enqueues such a
+file). On a terminal it shows its progress on stderr; Ctrl-C stops it
+between two records. Exit code 3 when the dead-letter queue is empty, 130
+when interrupted.
 
 Examples:
 
@@ -355,21 +359,21 @@ func (c *cli) deadPop(ctx context.Context, queue string, yes bool, maxN int) err
 		return err
 	}
 	defer closeFn()
+	if yes {
+		return c.popAll(c.interruptible(ctx), p, queue, maxN)
+	}
 	seen, popped, redriven := 0, 0, 0
 	defer func() {
-		if !yes && seen > 0 {
+		if seen > 0 {
 			fmt.Fprintf(c.stderr, "popped %d, redrove %d dead letters of queue %q\n", popped, redriven, queue)
 		}
 	}()
-	for !yes || maxN == 0 || popped < maxN {
+	for {
 		var action popAction
 		var id string
 		err := p.NextDeadLetter(ctx, queue, func(ctx context.Context, dl ap.DeadLetter) (bool, error) {
 			seen++
 			id = dl.Job.ID
-			if yes {
-				return true, c.printPopped(dl)
-			}
 			if c.json {
 				if err := json1(c.stdout, toJSON(dl)); err != nil {
 					return false, err
@@ -408,6 +412,49 @@ func (c *cli) deadPop(ctx context.Context, queue string, yes bool, maxN int) err
 			}
 			redriven++
 		}
+	}
+}
+
+// popAll pops up to maxN records (every one with 0), printing each before
+// it is deleted, with its progress on a terminal; Ctrl-C stops it between
+// two records.
+func (c *cli) popAll(in *interruption, p *ap.Platform, queue string, maxN int) error {
+	s, err := p.Stats(in.ctx, queue)
+	if err != nil {
+		return err
+	}
+	total := s.Dead
+	if maxN > 0 && (total < 0 || total > int64(maxN)) {
+		total = int64(maxN)
+	}
+	prog := c.progress(total, "popping")
+	defer prog.done()
+	popped := 0
+	for maxN == 0 || popped < maxN {
+		if in.stop() {
+			prog.done()
+			return interrupted("popped %d dead letters of queue %q; the others are still there", popped, queue)
+		}
+		err := p.NextDeadLetter(in.work, queue, func(_ context.Context, dl ap.DeadLetter) (bool, error) {
+			var err error
+			prog.print(func() { err = c.printPopped(dl) })
+			return err == nil, err
+		})
+		switch {
+		case errors.Is(err, ap.ErrNoDeadLetters):
+			prog.done()
+			if popped == 0 {
+				return notFoundf("no dead letters in queue %q", queue)
+			}
+			fmt.Fprintf(c.stderr, "the dead-letter queue %q is empty\n", queue)
+			return nil
+		case errors.Is(err, ap.ErrLeaseLost):
+			return fmt.Errorf("after popping %d: %w (the backend released the record while it was printed, so another caller may have it; it was not deleted)", popped, err)
+		case err != nil:
+			return fmt.Errorf("after popping %d: %w", popped, err)
+		}
+		popped++
+		prog.add(1)
 	}
 	return nil
 }
@@ -453,7 +500,11 @@ Redrives the records named by ID, the records matching the filter flags, or
 every record with --all. A redriven job starts again with its counters at 0;
 its error history is kept. --rate throttles it, so a fixed dependency is not
 flooded at once. Records that were not jobs (raw bytes) cannot be redriven.
-Exit code 3 when nothing was redriven.
+The records are listed first, then redriven a chunk at a time, with the
+progress (done/total, rate, time left) on stderr when it is a terminal.
+Ctrl-C stops it between two chunks, says how many were redriven, and
+leaves the others dead letters: none is lost or redriven twice. Exit code
+3 when nothing was redriven, 130 when interrupted.
 
 Examples:
 
@@ -497,58 +548,75 @@ Examples:
 						f.ids[id] = true
 					}
 				}
-				return c.deadRedrive(ctx, queue, &f, all, rate)
+				return c.deadRedrive(ctx, queue, &f, rate)
 			}
 		},
 	}
 }
 
-func (c *cli) deadRedrive(ctx context.Context, queue string, f *filter, all bool, rate float64) error {
+func (c *cli) deadRedrive(ctx context.Context, queue string, f *filter, rate float64) error {
 	p, closeFn, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	var ids []string // nil: all of them, in one call
-	var missing []string
-	if !all || rate > 0 {
-		dls, _, err := collect(ctx, p, queue, f, "", 0)
-		if err != nil {
-			return err
-		}
-		found := map[string]bool{}
-		for _, dl := range dls {
-			if dl.Raw == nil && !found[dl.Job.ID] {
-				found[dl.Job.ID] = true
-				ids = append(ids, dl.Job.ID)
-			}
-		}
-		for id := range f.ids {
-			if !found[id] {
-				missing = append(missing, id)
-			}
-		}
-		if len(ids) == 0 {
-			return notFoundf("no dead letters to redrive in queue %q%s", queue, matching(f))
+	// The records are listed first, and redriven by record ID a chunk at
+	// a time: records dead-lettered meanwhile are left for the next run.
+	dls, _, err := collect(ctx, p, queue, f, "", 0)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	found := map[string]bool{} // job IDs
+	seen := map[string]bool{}  // record IDs
+	for _, dl := range dls {
+		found[dl.Job.ID] = true
+		if dl.Raw == nil && !seen[dl.ID] {
+			seen[dl.ID] = true
+			ids = append(ids, dl.ID)
 		}
 	}
-	n, err := redrive(ctx, p, queue, ids, rate)
-	if err != nil {
-		return fmt.Errorf("after redriving %d: %w", n, err)
+	var missing []string
+	for id := range f.ids {
+		if !found[id] {
+			missing = append(missing, id)
+		}
+	}
+	sort.Strings(missing)
+	if len(ids) == 0 {
+		for _, id := range missing {
+			fmt.Fprintf(c.stderr, "no dead letter %q in queue %q\n", id, queue)
+		}
+		return notFoundf("no dead letters to redrive in queue %q%s", queue, matching(f))
+	}
+	in := c.interruptible(ctx)
+	prog := c.progress(int64(len(ids)), "redriving")
+	n, err := redrive(in, p, queue, ids, rate, prog)
+	prog.done()
+	stopped := errors.Is(err, errStopped)
+	if err != nil && !stopped {
+		return fmt.Errorf("after redriving %d of %d: %w", n, len(ids), err)
 	}
 	for _, id := range missing {
 		fmt.Fprintf(c.stderr, "no dead letter %q in queue %q\n", id, queue)
 	}
 	if c.json {
 		if err := writeJSON(c.stdout, struct {
-			Queue    string   `json:"queue"`
-			Redriven int      `json:"redriven"`
-			Missing  []string `json:"missing,omitempty"`
-		}{queue, n, missing}); err != nil {
+			Queue       string   `json:"queue"`
+			Redriven    int      `json:"redriven"`
+			Of          int      `json:"of"`
+			Interrupted bool     `json:"interrupted,omitempty"`
+			Missing     []string `json:"missing,omitempty"`
+		}{queue, n, len(ids), stopped, missing}); err != nil {
 			return err
 		}
+	} else if stopped {
+		fmt.Fprintf(c.stdout, "redrove %d of %d dead letters to queue %q\n", n, len(ids), queue)
 	} else {
 		fmt.Fprintf(c.stdout, "redrove %d dead letters to queue %q\n", n, queue)
+	}
+	if stopped {
+		return interrupted("redrove %d of %d dead letters to queue %q; the other %d are still dead letters (run the command again to go on)", n, len(ids), queue, len(ids)-n)
 	}
 	if n == 0 {
 		return notFoundf("nothing redriven")
@@ -556,27 +624,36 @@ func (c *cli) deadRedrive(ctx context.Context, queue string, f *filter, all bool
 	return nil
 }
 
-// redrive redrives ids (every record with nil ids), at most rate a second
-// when rate > 0, and returns how many it redrove.
-func redrive(ctx context.Context, p *ap.Platform, queue string, ids []string, rate float64) (int, error) {
-	if rate <= 0 {
-		return p.Redrive(ctx, queue, ids...)
+// errStopped is returned by a long operation that Ctrl-C stopped between
+// two records.
+var errStopped = errors.New("stopped")
+
+// redrive redrives the records ids (record IDs) a chunk at a time, at most
+// rate a second when rate > 0, and returns how many jobs it enqueued. It
+// returns errStopped when Ctrl-C stopped it between two chunks; a chunk
+// under way is finished first (its jobs are enqueued, then its records
+// deleted), so nothing is lost or redriven twice.
+func redrive(in *interruption, p *ap.Platform, queue string, ids []string, rate float64, prog *progress) (int, error) {
+	// Each Redrive call lists the dead-letter queue, so without a rate
+	// the chunks are few: about twenty, of 100 to 1,000 records.
+	chunk := min(max(100, (len(ids)+19)/20), 1000)
+	var pause time.Duration
+	if rate > 0 {
+		// Chunks of about a second's worth, each followed by its share
+		// of time.
+		chunk = max(1, int(rate))
+		pause = time.Duration(float64(chunk) / rate * float64(time.Second))
 	}
-	// Chunks of about a second's worth, each followed by its share of time.
-	chunk := max(1, int(rate))
-	pause := time.Duration(float64(chunk) / rate * float64(time.Second))
 	done := 0
-	t := time.NewTimer(0)
-	defer t.Stop()
+	next := time.Now()
 	for i := 0; i < len(ids); i += chunk {
-		select {
-		case <-ctx.Done():
-			return done, ctx.Err()
-		case <-t.C:
+		if !in.wait(time.Until(next)) {
+			return done, errStopped
 		}
-		t.Reset(pause)
-		n, err := p.Redrive(ctx, queue, ids[i:min(i+chunk, len(ids))]...)
+		next = next.Add(pause)
+		n, err := p.Redrive(in.work, queue, ids[i:min(i+chunk, len(ids))]...)
 		done += n
+		prog.add(n)
 		if err != nil {
 			return done, err
 		}
@@ -591,21 +668,29 @@ func deadPurgeCmd() *command {
 		summary: "delete every dead letter of a queue, for good",
 		help: `
 It asks first (on stderr, reading the answer from stdin) unless --yes is
-given. Consider "dead pop --yes --json > saved.jsonl" first to keep a copy.
-Exit code 3 when there was nothing to delete, 4 when the answer was no.
+given, and deletes the records it counted then, one at a time, showing its
+progress on a terminal; Ctrl-C stops it between two records and says how
+many it deleted. --at-once deletes every record in one backend call
+instead (much faster on Redis and RabbitMQ for very many records, with no
+progress; it cannot be stopped halfway). Consider
+"dead pop --yes --json > saved.jsonl" first to keep a copy. Exit code 3
+when there was nothing to delete, 4 when the answer was no, 130 when
+interrupted.
 
 Examples:
 
 	asyncctl dead purge --queue emails
 	asyncctl dead purge --queue emails --yes --json
+	asyncctl dead purge --queue emails --yes --at-once
 `,
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			var (
-				queue string
-				yes   bool
+				queue       string
+				yes, atOnce bool
 			)
 			queueFlag(fs, &queue)
 			fs.BoolVar(&yes, "yes", false, "do not ask")
+			fs.BoolVar(&atOnce, "at-once", false, "delete them in one backend call: faster on Redis and RabbitMQ, but with no progress, and Ctrl-C cannot stop it halfway")
 			return func(ctx context.Context, c *cli, args []string) error {
 				if len(args) > 0 {
 					return usageErrorf("unexpected arguments %q", args)
@@ -613,26 +698,26 @@ Examples:
 				if err := checkQueue("--queue: ", queue); err != nil {
 					return err
 				}
-				return c.deadPurge(ctx, queue, yes)
+				return c.deadPurge(ctx, queue, yes, atOnce)
 			}
 		},
 	}
 }
 
-func (c *cli) deadPurge(ctx context.Context, queue string, yes bool) error {
+func (c *cli) deadPurge(ctx context.Context, queue string, yes, atOnce bool) error {
 	p, closeFn, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
+	s, err := p.Stats(ctx, queue)
+	if err != nil {
+		return err
+	}
+	if s.Dead == 0 {
+		return notFoundf("no dead letters in queue %q", queue)
+	}
 	if !yes {
-		s, err := p.Stats(ctx, queue)
-		if err != nil {
-			return err
-		}
-		if s.Dead == 0 {
-			return notFoundf("no dead letters in queue %q", queue)
-		}
 		what := "every dead letter"
 		if s.Dead > 0 {
 			what = fmt.Sprintf("%d dead letters", s.Dead)
@@ -645,22 +730,57 @@ func (c *cli) deadPurge(ctx context.Context, queue string, yes bool) error {
 			return &exitErr{exitDeclined, errors.New("nothing deleted")}
 		}
 	}
-	n, err := p.PurgeDeadLetters(ctx, queue)
-	if err != nil {
-		return err
+	var n int
+	stopped := false
+	if atOnce {
+		n, err = p.PurgeDeadLetters(context.WithoutCancel(ctx), queue)
+	} else {
+		n, err = c.purge(c.interruptible(ctx), p, queue, s.Dead)
+		stopped = errors.Is(err, errStopped)
+	}
+	if err != nil && !stopped {
+		return fmt.Errorf("after deleting %d: %w", n, err)
 	}
 	if c.json {
 		if err := writeJSON(c.stdout, struct {
-			Queue  string `json:"queue"`
-			Purged int    `json:"purged"`
-		}{queue, n}); err != nil {
+			Queue       string `json:"queue"`
+			Purged      int    `json:"purged"`
+			Interrupted bool   `json:"interrupted,omitempty"`
+		}{queue, n, stopped}); err != nil {
 			return err
 		}
 	} else {
 		fmt.Fprintf(c.stdout, "deleted %d dead letters of queue %q\n", n, queue)
 	}
+	if stopped {
+		return interrupted("deleted %d dead letters of queue %q; the others are still there", n, queue)
+	}
 	if n == 0 {
 		return notFoundf("no dead letters in queue %q", queue)
 	}
 	return nil
+}
+
+// purge deletes up to total records (every one with total -1), oldest
+// first, one at a time, and returns how many it deleted. It returns
+// errStopped when Ctrl-C stopped it between two records.
+func (c *cli) purge(in *interruption, p *ap.Platform, queue string, total int64) (int, error) {
+	prog := c.progress(total, "deleting")
+	defer prog.done()
+	n := 0
+	for total < 0 || int64(n) < total {
+		if in.stop() {
+			return n, errStopped
+		}
+		err := p.NextDeadLetter(in.work, queue, func(context.Context, ap.DeadLetter) (bool, error) { return true, nil })
+		if errors.Is(err, ap.ErrNoDeadLetters) {
+			break // the rest, if any, are held by "dead pop"s
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+		prog.add(1)
+	}
+	return n, nil
 }

@@ -38,7 +38,11 @@ const (
 const urlEnv = "ASYNCPLATFORM_URL"
 
 func main() {
+	// The first Ctrl-C (or SIGTERM) cancels ctx: a long operation stops
+	// between two records. Then the signals' default comes back, so a
+	// second one ends the process at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

@@ -253,17 +253,36 @@ func TestQueues(t *testing.T) {
 	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "emails", "--type", "email.send", "--payload", "b", "--delay", "1h")
 
 	out := mustCtl(t, exitOK, "", "queues", "--url", url, "emails", "--queue", "other")
-	want := "QUEUE   READY  SCHEDULED  IN FLIGHT  DEAD\n" +
-		"emails  1      1          0          1\n" +
-		"other   0      0          0          0\n"
-	if out != want {
+	want := regexp.MustCompile(`^QUEUE   READY  SCHEDULED  IN FLIGHT  DEAD  OLDEST DEAD
+emails  1      1          0          1     [0-9]s
+other   0      0          0          0     -
+$`)
+	if !want.MatchString(out) {
 		t.Errorf("queues:\n%s\nwant:\n%s", out, want)
 	}
-	if s := stats(t, url, "emails"); s != (queueJSON{Queue: "emails", Ready: 1, Scheduled: 1, Dead: 1}) {
+	s := stats(t, url, "emails")
+	if time.Since(s.OldestDead) > time.Minute {
+		t.Errorf("queues --json: oldest_dead %v", s.OldestDead)
+	}
+	if s.OldestDead = (time.Time{}); s != (queueJSON{Queue: "emails", Ready: 1, Scheduled: 1, Dead: 1}) {
 		t.Errorf("queues --json = %+v", s)
 	}
-	// Global flags before the command name work too, and "default" is the default.
-	if out := mustCtl(t, exitOK, "", "--url", url, "--json", "queues"); !strings.Contains(out, `"queue": "default"`) {
+
+	// With no queue named, every queue of the backend; global flags before
+	// the command name work too.
+	url = memURL(t)
+	mustCtl(t, exitNotFound, "", "--url", url, "queues")
+	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "zeta", "--type", "t", "--payload", "a")
+	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "alpha.x", "--type", "t", "--payload", "b", "--delay", "1h")
+	var qs []queueJSON
+	out = mustCtl(t, exitOK, "", "--url", url, "--json", "queues")
+	if err := json.Unmarshal([]byte(out), &qs); err != nil {
+		t.Fatal(err)
+	}
+	if len(qs) != 2 || qs[0] != (queueJSON{Queue: "alpha.x", Scheduled: 1}) || qs[1] != (queueJSON{Queue: "zeta", Ready: 1}) {
+		t.Errorf("queues with no name: %+v", qs)
+	}
+	if out := mustCtl(t, exitOK, "", "--url", url, "queues"); !strings.HasPrefix(out, "QUEUE    READY") || !strings.Contains(out, "\nalpha.x  0      1 ") || !strings.Contains(out, "\nzeta     1      0 ") {
 		t.Errorf("queues with no name:\n%s", out)
 	}
 }

@@ -23,26 +23,27 @@ func queuesCmd() *command {
 	return &command{
 		name:    "queues",
 		args:    "[QUEUE...]",
-		summary: "show the depths of queues: ready, scheduled, in flight, dead",
+		summary: "show queues and their depths: ready, scheduled, in flight, dead",
 		help: `
-Not every broker can list its queues, so name them: as arguments, with
---queue (repeatable), or both. With none, the queue is "default".
-A depth the backend cannot tell is printed as "-" (-1 in JSON).
+With no queue named, it shows every queue the backend holds: each one that
+holds jobs or dead letters, and each one declared (on NATS: once a worker
+received from it). Name queues as arguments or with --queue (repeatable)
+to show only those. OLDEST DEAD is how long ago the oldest dead letter
+died. A depth the backend cannot tell is printed as "-" (-1 in JSON).
+Exit code 3 when the backend holds no queue.
 
 Examples:
 
+	asyncctl queues
 	asyncctl queues emails billing
 	asyncctl queues --queue emails --json
-	asyncctl --url redis://127.0.0.1:6379/0 queues default
+	asyncctl --url redis://127.0.0.1:6379/0 queues --json | jq -r '.[] | select(.dead > 0) | .queue'
 `,
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			var queues listFlag
-			fs.Var(&queues, "queue", "a `QUEUE` to show (repeatable)")
+			fs.Var(&queues, "queue", "a `QUEUE` to show (repeatable); none: every queue")
 			return func(ctx context.Context, c *cli, args []string) error {
 				names := append(args, queues...)
-				if len(names) == 0 {
-					names = []string{ap.DefaultQueue}
-				}
 				for _, q := range names {
 					if err := checkQueue("", q); err != nil {
 						return err
@@ -56,11 +57,47 @@ Examples:
 
 // queueJSON is one queue's depths as --json prints them.
 type queueJSON struct {
-	Queue     string `json:"queue"`
-	Ready     int64  `json:"ready"`
-	Scheduled int64  `json:"scheduled"`
-	InFlight  int64  `json:"in_flight"`
-	Dead      int64  `json:"dead"`
+	Queue      string    `json:"queue"`
+	Ready      int64     `json:"ready"`
+	Scheduled  int64     `json:"scheduled"`
+	InFlight   int64     `json:"in_flight"`
+	Dead       int64     `json:"dead"`
+	OldestDead time.Time `json:"oldest_dead,omitzero"`
+	Error      string    `json:"error,omitempty"`
+}
+
+// queueInfos returns the named queues' figures, or every queue's when none
+// is named.
+func queueInfos(ctx context.Context, p *ap.Platform, names []string) ([]ap.QueueInfo, error) {
+	if len(names) == 0 {
+		qs, err := p.Queues(ctx)
+		if errors.Is(err, errors.ErrUnsupported) {
+			return nil, fmt.Errorf("%w; name the queues instead (asyncctl queues QUEUE...)", err)
+		}
+		return qs, err
+	}
+	out := make([]ap.QueueInfo, 0, len(names))
+	for _, q := range names {
+		s, err := p.Stats(ctx, q)
+		if errors.Is(err, ap.ErrInvalidJob) {
+			return nil, &exitErr{exitUsage, err}
+		}
+		if err != nil {
+			return nil, err
+		}
+		qi := ap.QueueInfo{Name: q, QueueStats: s}
+		if s.Dead != 0 {
+			page, err := p.DeadLetters(ctx, q, "", 1)
+			if err != nil {
+				return nil, err
+			}
+			if len(page.Letters) > 0 {
+				qi.OldestDead = page.Letters[0].DeadAt
+			}
+		}
+		out = append(out, qi)
+	}
+	return out, nil
 }
 
 func (c *cli) queues(ctx context.Context, names []string) error {
@@ -69,42 +106,76 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 		return err
 	}
 	defer closeFn()
-	out := make([]queueJSON, 0, len(names))
-	for _, q := range names {
-		s, err := p.Stats(ctx, q)
-		if errors.Is(err, ap.ErrInvalidJob) {
-			return &exitErr{exitUsage, err}
+	qs, err := queueInfos(ctx, p, names)
+	if err != nil {
+		return err
+	}
+	out := make([]queueJSON, len(qs))
+	failed := 0
+	for i, q := range qs {
+		out[i] = queueJSON{Queue: q.Name, Ready: q.Ready, Scheduled: q.Scheduled, InFlight: q.InFlight, Dead: q.Dead, OldestDead: q.OldestDead}
+		if q.Err != nil {
+			out[i] = queueJSON{Queue: q.Name, Ready: -1, Scheduled: -1, InFlight: -1, Dead: -1, Error: c.redact(q.Err.Error())}
+			failed++
 		}
-		if err != nil {
-			return err
-		}
-		out = append(out, queueJSON{Queue: q, Ready: s.Ready, Scheduled: s.Scheduled, InFlight: s.InFlight, Dead: s.Dead})
 	}
 	if c.json {
-		return writeJSON(c.stdout, out)
+		if err := writeJSON(c.stdout, out); err != nil {
+			return err
+		}
+	} else if len(out) > 0 {
+		now := time.Now()
+		rows := make([][]string, len(out))
+		for i, s := range out {
+			rows[i] = []string{field(s.Queue), count(s.Ready), count(s.Scheduled), count(s.InFlight), count(s.Dead), age(now, s.OldestDead)}
+		}
+		if err := table(c.stdout, []string{"QUEUE", "READY", "SCHEDULED", "IN FLIGHT", "DEAD", "OLDEST DEAD"}, rows); err != nil {
+			return err
+		}
+		for _, s := range out {
+			if s.Error != "" {
+				fmt.Fprintf(c.stderr, "queue %s: %s\n", field(s.Queue), field(s.Error))
+			}
+		}
 	}
-	rows := make([][]string, len(out))
-	for i, s := range out {
-		rows[i] = []string{field(s.Queue), count(s.Ready), count(s.Scheduled), count(s.InFlight), count(s.Dead)}
+	switch {
+	case failed > 0:
+		return fmt.Errorf("the figures of %d of %d queues could not be read", failed, len(out))
+	case len(out) == 0:
+		return notFoundf("the backend holds no queue")
 	}
-	return table(c.stdout, []string{"QUEUE", "READY", "SCHEDULED", "IN FLIGHT", "DEAD"}, rows)
+	return nil
 }
 
 func enqueueCmd() *command {
 	return &command{
 		name:    "enqueue",
-		args:    "--type TYPE [--payload TEXT | --file PATH | < PAYLOAD]",
-		summary: "enqueue one job",
+		args:    "--type TYPE [--payload TEXT | --file PATH | < PAYLOAD] | --from JOBS.jsonl",
+		summary: "enqueue one job, or every job of a JSON-lines file",
 		help: `
 The payload comes from --payload, from --file (- for stdin), or else from
 stdin when it is not a terminal; give --payload '' for an empty one. It
 prints the job's ID.
+
+With --from it enqueues every line of a JSON-lines file (- for stdin), one
+job a line, as "dead pop --yes --json" writes them: {"type": ...,
+"queue": ..., "id": ..., "headers": {...}, "payload": BASE64} or
+"payload_text": TEXT instead of "payload"; other fields are ignored. --type
+and --queue are the defaults of lines without them; --delay, --deadline,
+--retry-limit, --poison-limit and --header apply to every job. A line's id
+is kept unless --new-ids (on NATS a job enqueued again under its ID within
+the two-minute duplicate window of its first enqueue is dropped as a
+duplicate). It shows its progress on stderr when it is a terminal; Ctrl-C
+stops it between two lines and says which --skip goes on from there.
+Exit code 130 when interrupted.
 
 Examples:
 
 	asyncctl enqueue --type email.send --queue emails --payload '{"to":"ann@example.com"}'
 	asyncctl enqueue --type report.build --file report.json --delay 10m
 	echo -n hello | asyncctl enqueue --type greet --retry-limit 0 --header tenant=acme
+	asyncctl enqueue --from popped.jsonl --new-ids
+	asyncctl enqueue --from popped.jsonl --skip 1200
 `,
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			var e enqueueOpts
@@ -119,6 +190,9 @@ Examples:
 			fs.IntVar(&e.retryLimit, "retry-limit", -1, "failures allowed before the job is dead-lettered (`N`); -1: the worker's policy")
 			fs.IntVar(&e.poisonLimit, "poison-limit", -1, "crashes allowed before the job is dead-lettered as poison (`N`); -1: the worker's policy")
 			fs.Var(&headers, "header", "a `KEY=VALUE` header (repeatable)")
+			fs.StringVar(&e.from, "from", "", "enqueue every job of this JSON-lines `FILE` (- for stdin)")
+			fs.IntVar(&e.skip, "skip", 0, "with --from, skip the first `N` lines (to go on after an interruption)")
+			fs.BoolVar(&e.newIDs, "new-ids", false, "with --from, give every job a new ID")
 			return func(ctx context.Context, c *cli, args []string) error {
 				if len(args) > 0 {
 					return usageErrorf("unexpected arguments %q", args)
@@ -137,9 +211,18 @@ type enqueueOpts struct {
 	delay, deadline               time.Duration
 	retryLimit, poisonLimit       int
 	headers                       []string
+	from                          string // --from: a JSON-lines file of jobs
+	skip                          int
+	newIDs                        bool
 }
 
 func (c *cli) enqueue(ctx context.Context, e enqueueOpts) error {
+	if e.from != "" {
+		return c.enqueueFrom(ctx, e)
+	}
+	if e.skip != 0 || e.newIDs {
+		return usageErrorf("--skip and --new-ids go with --from")
+	}
 	if e.typ == "" {
 		return usageErrorf("--type is required")
 	}
@@ -149,21 +232,11 @@ func (c *cli) enqueue(ctx context.Context, e enqueueOpts) error {
 	if e.payloadSet && e.file != "" {
 		return usageErrorf("give --payload or --file, not both")
 	}
-	if e.delay < 0 || e.deadline < 0 || e.retryLimit < -1 || e.poisonLimit < -1 {
-		return usageErrorf("--delay and --deadline must not be negative, --retry-limit and --poison-limit must be -1 or more")
+	headers, err := e.check()
+	if err != nil {
+		return err
 	}
-	job := &ap.Job{ID: e.id, Type: e.typ, Queue: e.queue}
-	for _, h := range e.headers {
-		k, v, ok := strings.Cut(h, "=")
-		if !ok || k == "" {
-			return usageErrorf("--header %q is not KEY=VALUE", h)
-		}
-		if job.Headers == nil {
-			job.Headers = map[string]string{}
-		}
-		job.Headers[k] = v
-	}
-	var err error
+	job := &ap.Job{ID: e.id, Type: e.typ, Queue: e.queue, Headers: headers}
 	switch {
 	case e.payloadSet:
 		job.Payload = []byte(e.payload)
@@ -179,19 +252,7 @@ func (c *cli) enqueue(ctx context.Context, e enqueueOpts) error {
 	if err != nil {
 		return fmt.Errorf("reading the payload: %w", err)
 	}
-	now := time.Now()
-	if e.delay > 0 {
-		job.NotBefore = now.Add(e.delay)
-	}
-	if e.deadline > 0 {
-		job.Deadline = now.Add(e.delay + e.deadline)
-	}
-	if e.retryLimit >= 0 {
-		job.Policy.RetryLimit = ap.Limit(e.retryLimit)
-	}
-	if e.poisonLimit >= 0 {
-		job.Policy.PoisonLimit = ap.Limit(e.poisonLimit)
-	}
+	e.apply(job, time.Now())
 
 	p, closeFn, err := c.open(ctx)
 	if err != nil {
