@@ -177,6 +177,11 @@ type Config struct {
 
 	// Hooks are called on outcomes. Defaults to none.
 	Hooks Hooks
+
+	// Schedules are periodic jobs this platform's scheduler fires between
+	// Start and Stop (see Schedule and Platform.Schedule). Defaults to
+	// none.
+	Schedules []Schedule
 }
 
 // QueueConfig configures one queue of Config.Queues.
@@ -290,6 +295,7 @@ type Platform struct {
 	declared sync.Map // queue name → struct{}
 	health   health.Gate
 	suspect  sync.Mutex // held while a suspect runs alone
+	sched    scheduler  // periodic jobs (schedule.go)
 
 	mu       sync.Mutex // guards handlers writes and the fields below
 	started  bool
@@ -344,6 +350,11 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	p.enqueue = p.enqueueJobs
 	for i := len(cfg.EnqueueMiddleware) - 1; i >= 0; i-- {
 		p.enqueue = cfg.EnqueueMiddleware[i](p.enqueue)
+	}
+	for _, s := range cfg.Schedules {
+		if err := p.Schedule(s); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }
@@ -843,6 +854,7 @@ func (p *Platform) Start(ctx context.Context) error {
 		defer p.background.Done()
 		p.health.Loop(bgCtx, p.cfg.HealthInterval, p.log)
 	}()
+	p.startSchedules(bgCtx)
 	p.log.InfoContext(ctx, "asyncplatform: started", "queues", len(p.queues), "worker", p.cfg.WorkerName)
 	return nil
 }
