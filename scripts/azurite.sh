@@ -78,7 +78,8 @@ start() {
 		>>"$LOG" 2>&1 </dev/null &
 	local pid=$!
 	echo "$pid" >"$PIDFILE"
-	for _ in $(seq 1 100); do
+	# Booting three services takes a few seconds, more on a loaded machine.
+	for _ in $(seq 1 600); do
 		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && (exec 3<>"/dev/tcp/127.0.0.1/$blobport") 2>/dev/null; then
 			local cs="DefaultEndpointsProtocol=http;AccountName=$ACCOUNT;AccountKey=$KEY;QueueEndpoint=http://127.0.0.1:$port/$ACCOUNT;BlobEndpoint=http://127.0.0.1:$blobport/$ACCOUNT;"
 			echo "export ASYNCPLATFORM_AZURE_CONNECTION_STRING='$cs'" >"$ENVFILE"
@@ -90,7 +91,7 @@ start() {
 	done
 	kill "$pid" 2>/dev/null || true
 	rm -f "$PIDFILE"
-	die "Azurite did not listen on 127.0.0.1:$port and :$blobport within 10s (log: $LOG)"
+	die "Azurite did not listen on 127.0.0.1:$port and :$blobport within 60s (log: $LOG)"
 }
 
 stop() {

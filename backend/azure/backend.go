@@ -25,6 +25,12 @@ const (
 	DefaultEnqueueParallel = 16
 )
 
+// The bounds of Config.DeadLease: Azure's bounds for a blob lease.
+const (
+	MinDeadLease = 15 * time.Second
+	MaxDeadLease = 60 * time.Second
+)
+
 // MaxBody is the largest message body the backend stores: 64 KiB of base64
 // message text, less the backend's 15-byte framing.
 const MaxBody = maxBody
@@ -78,11 +84,12 @@ type Config struct {
 	// prefixes of which neither is a prefix of the other. Defaults to "ap".
 	Prefix string
 
-	// DeadLease is how long NextDead hides a record from other callers; a
-	// caller that vanishes releases it after this long, and a caller that
-	// holds it longer may lose it to another (its SettleDead then fails
-	// with driver.ErrLeaseLost). Whole seconds, at least 1s. Defaults to
-	// 30s.
+	// DeadLease is the duration of the blob lease by which NextDead holds a
+	// record. The holder renews it every DeadLease/3 until SettleDead, so
+	// it only bounds how long a record held by a caller that vanished
+	// (crashed, or closed its Backend) stays hidden from others. Whole
+	// seconds from 15s to 60s, Azure's bounds for a blob lease. Defaults
+	// to 30s.
 	DeadLease time.Duration
 
 	// PollInterval is the longest wait between two receives of an empty
@@ -134,10 +141,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("azure: Config.Prefix %q: want 1 to %d lowercase letters or digits", c.Prefix, maxPrefixLen)
 	case !validContainer(c.Container):
 		return fmt.Errorf("azure: Config.Container %q: want 3 to 63 lowercase letters, digits and single hyphens", c.Container)
-	case c.DeadLease < time.Second:
-		return fmt.Errorf("azure: Config.DeadLease %v: want at least 1s", c.DeadLease)
-	case c.DeadLease > maxVisibility*time.Second:
-		return fmt.Errorf("azure: Config.DeadLease %v: want at most 7 days", c.DeadLease)
+	case c.DeadLease < MinDeadLease || c.DeadLease > MaxDeadLease || c.DeadLease%time.Second != 0:
+		return fmt.Errorf("azure: Config.DeadLease %v: want whole seconds from %v to %v (a blob lease)", c.DeadLease, MinDeadLease, MaxDeadLease)
 	case c.PollInterval < 0:
 		return fmt.Errorf("azure: Config.PollInterval %v: want a positive duration", c.PollInterval)
 	case c.EnqueueParallel < 0:
@@ -159,7 +164,8 @@ type Backend struct {
 	log          *slog.Logger
 
 	mu       sync.Mutex
-	declared map[string]bool // Azure work queue names known to exist
+	declared map[string]bool         // Azure work queue names known to exist
+	legacy   map[string]*legacyState // by legacy prefix (legacy.go)
 
 	bg        sync.WaitGroup // updates that outlive their caller's ctx
 	closeOnce sync.Once
@@ -205,6 +211,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		parallel:     cfg.EnqueueParallel,
 		log:          cfg.Logger,
 		declared:     make(map[string]bool),
+		legacy:       make(map[string]*legacyState),
 		closed:       make(chan struct{}),
 	}, nil
 }
@@ -236,7 +243,7 @@ func (b *Backend) Ping(ctx context.Context) error {
 
 // Declare implements driver.Backend. It creates the work queue, labelled
 // with the queue's name when its base is hashed (for Queues); dead-letter
-// records are queues of their own, created as they are written.
+// records are blobs in the container New made.
 func (b *Backend) Declare(ctx context.Context, queue string) error {
 	if b.isClosed() {
 		return driver.ErrClosed
@@ -351,7 +358,10 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 	if len(resp.Messages) < 32 {
 		st.Ready = int64(len(resp.Messages))
 	}
-	dead, err := b.countDead(ctx, n.dead)
+	if err := b.migrateDue(ctx, n); err != nil {
+		return driver.Stats{}, err
+	}
+	dead, err := b.countDead(ctx, n)
 	if err != nil {
 		return driver.Stats{}, err
 	}
@@ -360,7 +370,8 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 }
 
 // DeleteQueue implements driver.QueueDeleter: it deletes the work queue and
-// every dead-letter record queue of the queue.
+// every dead-letter record of the queue (blobs, and record queues of the
+// legacy layout).
 func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 	if b.isClosed() {
 		return driver.ErrClosed
@@ -370,7 +381,7 @@ func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 		return fmt.Errorf("azure: delete queue %s: %w", n.work, err)
 	}
 	b.forget(n.work)
-	_, err := b.purge(ctx, n.dead)
+	_, err := b.purge(ctx, n)
 	return err
 }
 

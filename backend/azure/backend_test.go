@@ -31,23 +31,29 @@ func TestNames(t *testing.T) {
 	seen := map[string]string{}
 	for _, in := range inputs {
 		n := b.names(in)
-		for _, name := range []string{n.work, n.dead + newKey(), dataQueue(n.dead + newKey())} {
+		for _, name := range []string{n.work, n.legacy + newKey(), dataQueue(n.legacy + newKey())} {
 			if len(name) < 3 || len(name) > 63 || !azureNameRe.MatchString(name) {
 				t.Errorf("names(%q) made invalid Azure name %q (%d chars)", in, name, len(name))
 			}
 		}
-		for _, name := range []string{n.work, n.dead} {
+		if !strings.HasPrefix(n.dead, deadFolder) || !strings.HasSuffix(n.dead, "/") || strings.Count(n.dead, "/") != 2 {
+			t.Errorf("names(%q) made blob prefix %q, want dead/<base>/", in, n.dead)
+		}
+		for _, name := range []string{n.work, n.dead, n.legacy} {
 			if prev, ok := seen[name]; ok {
 				t.Errorf("%q and %q both map to %q", prev, in, name)
 			}
 			seen[name] = in
 		}
 	}
-	// No queue's dead prefix starts another queue's dead prefix.
+	// No queue's dead-letter prefix starts another queue's.
 	for a := range seen {
 		for c := range seen {
-			if a != c && strings.HasPrefix(c, a) && a[len(b.prefix)] == 'd' && c[len(b.prefix)] == 'd' {
-				t.Errorf("dead prefix %q is a prefix of %q", a, c)
+			if a == c || !strings.HasPrefix(c, a) {
+				continue
+			}
+			if strings.HasPrefix(a, deadFolder) || a[len(b.prefix)] == 'd' && c[len(b.prefix)] == 'd' {
+				t.Errorf("dead-letter prefix %q is a prefix of %q", a, c)
 			}
 		}
 	}
@@ -217,12 +223,17 @@ func deadLetterN(t *testing.T, b *Backend, q string, n int, body func(i int) []b
 
 func TestDeadLetters(t *testing.T) {
 	t.Parallel()
-	b, q := newBackend(t, Config{DeadLease: 2 * time.Second})
+	b, q := newBackend(t, Config{})
 	ctx := context.Background()
 	const n = 40
 	deadLetterN(t, b, q, n, func(i int) []byte { return []byte(fmt.Sprintf("rec%d", i)) })
 
-	// Listing past Peek's 32, in pages, oldest first, changes nothing.
+	// No queue per record: the records are blobs.
+	if left := legacyQueues(t, b, q); len(left) != 0 {
+		t.Fatalf("dead letters made queues: %v", left)
+	}
+	// Listing in pages with the service's marker, oldest first, changes
+	// nothing.
 	for range 2 {
 		var all []string
 		cursor := ""
@@ -251,6 +262,13 @@ func TestDeadLetters(t *testing.T) {
 			}
 		}
 	}
+	_, next, err := b.ListDead(ctx, q, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.ListDead(ctx, q+"x", next, 1); err == nil {
+		t.Fatal("ListDead took another queue's cursor")
+	}
 	if st, err := b.Stats(ctx, q); err != nil || st.Dead != n || st.Ready != 0 {
 		t.Fatalf("stats %+v %v", st, err)
 	}
@@ -267,7 +285,7 @@ func TestDeadLetters(t *testing.T) {
 	if err != nil || dd.ID != "id0" {
 		t.Fatalf("NextDead after keep: %v %v", dd, err)
 	}
-	// While held, others get the next record.
+	// While held, others get the next records, never the same one.
 	var wg sync.WaitGroup
 	got := make([]string, 4)
 	held := make([]*driver.DeadDelivery, 4)
@@ -306,25 +324,13 @@ func TestDeadLetters(t *testing.T) {
 	if err != nil || dd.ID != "id1" {
 		t.Fatalf("NextDead after pop: %v %v", dd, err)
 	}
-	// A holder that vanishes releases the record after DeadLease.
-	dd2, err := b.NextDead(ctx, q)
-	if err != nil || dd2.ID != "id2" {
-		t.Fatalf("NextDead while id1 held: %v %v", dd2, err)
+	// DeleteDead leaves a held record alone: a delete without the lease is
+	// refused.
+	if c, err := b.DeleteDead(ctx, q, []string{"id1", "id5", "id6", "nope"}); err != nil || c != 2 {
+		t.Fatalf("DeleteDead = %d %v, want 2 (id1 is held)", c, err)
 	}
-	time.Sleep(2500 * time.Millisecond)
-	dd3, err := b.NextDead(ctx, q)
-	if err != nil || dd3.ID != "id1" {
-		t.Fatalf("NextDead after the holder vanished: %v %v", dd3, err)
-	}
-	if err := b.SettleDead(ctx, dd, false); !errors.Is(err, driver.ErrLeaseLost) {
-		t.Fatalf("settle by the vanished holder: %v, want ErrLeaseLost", err)
-	}
-	if err := b.SettleDead(ctx, dd3, false); err != nil {
+	if err := b.SettleDead(ctx, dd, false); err != nil {
 		t.Fatal(err)
-	}
-
-	if c, err := b.DeleteDead(ctx, q, []string{"id5", "id6", "nope"}); err != nil || c != 2 {
-		t.Fatalf("DeleteDead = %d %v, want 2", c, err)
 	}
 	if c, err := b.PurgeDead(ctx, q); err != nil || c != n-3 {
 		t.Fatalf("PurgeDead = %d %v, want %d", c, err, n-3)
@@ -334,28 +340,76 @@ func TestDeadLetters(t *testing.T) {
 	}
 }
 
+// TestDeadHolds: a holder keeps its record past DeadLease (its lease is
+// renewed), and a holder that vanishes (its Backend closed, as a crashed
+// process's would be) releases its record when its lease ends.
+func TestDeadHolds(t *testing.T) {
+	t.Parallel()
+	b, q := newBackend(t, Config{DeadLease: MinDeadLease})
+	ctx := context.Background()
+	deadLetterN(t, b, q, 3, func(i int) []byte { return []byte{byte(i)} })
+	other := func() *Backend {
+		c, err := New(ctx, testConfig(t, Config{DeadLease: MinDeadLease}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	b2, b3 := other(), other()
+	kept, err := b.NextDead(ctx, q)
+	if err != nil || kept.ID != "id0" {
+		t.Fatalf("NextDead: %v %v", kept, err)
+	}
+	lost, err := b2.NextDead(ctx, q)
+	if err != nil || lost.ID != "id1" {
+		t.Fatalf("NextDead: %v %v", lost, err)
+	}
+	b2.Close() // the holder vanishes
+	if dd, err := b3.NextDead(ctx, q); err != nil || dd.ID != "id2" {
+		t.Fatalf("NextDead while id0 and id1 are held: %v %v", dd, err)
+	}
+	if _, err := b3.NextDead(ctx, q); !errors.Is(err, driver.ErrNoDeadLetters) {
+		t.Fatalf("NextDead with every record held: %v, want ErrNoDeadLetters", err)
+	}
+	time.Sleep(MinDeadLease + 5*time.Second)
+	dd, err := b3.NextDead(ctx, q)
+	if err != nil || dd.ID != "id1" {
+		t.Fatalf("NextDead after the holder of id1 vanished: %v %v, want id1", dd, err)
+	}
+	if _, err := b3.NextDead(ctx, q); !errors.Is(err, driver.ErrNoDeadLetters) {
+		t.Fatalf("NextDead: %v, want ErrNoDeadLetters (id0 is held on)", err)
+	}
+	if err := b.SettleDead(ctx, kept, true); err != nil {
+		t.Fatalf("settle of a record held past DeadLease: %v", err)
+	}
+	if err := b2.SettleDead(ctx, lost, true); !errors.Is(err, driver.ErrClosed) {
+		t.Fatalf("settle by the vanished holder: %v, want ErrClosed", err)
+	}
+}
+
+// TestLargeDeadLetter: a record of any size is one blob (the queue layout
+// stopped at 32 chunks of 48 KiB, about 1.5 MiB).
 func TestLargeDeadLetter(t *testing.T) {
 	t.Parallel()
 	b, q := newBackend(t, Config{})
 	ctx := context.Background()
 	big := func(i int) []byte {
-		p := bytes.Repeat([]byte{byte(i), 0, 0xff}, 60_000) // 180 kB: four chunks
-		return p
+		return bytes.Repeat([]byte{byte(i), 0, 0xff}, 60_000+i*1_000_000) // 180 kB, then 3.2 MB
 	}
 	deadLetterN(t, b, q, 2, big)
 	recs, next, err := b.ListDead(ctx, q, "", 10)
 	if err != nil || next != "" || len(recs) != 2 || !bytes.Equal(recs[1].Body, big(1)) {
 		t.Fatalf("ListDead: %d records, next %q, %v", len(recs), next, err)
 	}
-	dd, err := b.NextDead(ctx, q)
-	if err != nil || dd.ID != "id0" || !bytes.Equal(dd.Body, big(0)) {
-		t.Fatalf("NextDead: %v", err)
-	}
-	if err := b.SettleDead(ctx, dd, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.DeadLetter(ctx, receiveOrEnqueue(t, b, q), driver.DeadMessage{ID: "huge", Body: make([]byte, maxDeadBody+1)}); !errors.Is(err, driver.ErrTooLarge) {
-		t.Fatalf("huge record: %v, want ErrTooLarge", err)
+	for i := range 2 {
+		dd, err := b.NextDead(ctx, q)
+		if err != nil || dd.ID != fmt.Sprintf("id%d", i) || !bytes.Equal(dd.Body, big(i)) {
+			t.Fatalf("NextDead: %v", err)
+		}
+		if err := b.SettleDead(ctx, dd, true); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 type harness struct{ cs string }
 
 func (h harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
-	return New(ctx, Config{ConnectionString: h.cs, ClientOptions: clientOptions(), DeadLease: 2 * time.Second})
+	return New(ctx, Config{ConnectionString: h.cs, ClientOptions: clientOptions(), DeadLease: MinDeadLease})
 }
 
 func (harness) Close() {}
@@ -50,7 +50,7 @@ func TestFaults(t *testing.T) {
 		Name: "azure",
 		Addr: needAzurite(t),
 		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
-			return New(ctx, Config{ConnectionString: addr, Prefix: "fl", DeadLease: 2 * time.Second,
+			return New(ctx, Config{ConnectionString: addr, Prefix: "fl", DeadLease: MinDeadLease,
 				PollInterval: 50 * time.Millisecond, Logger: faults.Logger()})
 		},
 		HostPort: func(addr string) string { return queueEndpoint.FindStringSubmatch(addr)[1] },
@@ -95,7 +95,7 @@ func privateAzurite(t *testing.T, disk bool) *faults.Broker {
 		args = append(args, "--inMemoryPersistence")
 	}
 	hostport := fmt.Sprintf("127.0.0.1:%d", port)
-	s := faults.StartServer(t, faults.ServerConfig{Bin: bin, Args: args, Dir: dir, HostPort: hostport,
+	s := faults.StartServer(t, faults.ServerConfig{Bin: bin, Args: args, Dir: dir, HostPort: hostport, Boot: time.Minute,
 		Env: []string{"AZURITE_ACCOUNTS=" + devAccount + ":" + devKey}})
 	cs := azuriteConnString(hostport, fmt.Sprintf("127.0.0.1:%d", blobPort))
 	return &faults.Broker{Addr: cs, Restart: s.Restart,

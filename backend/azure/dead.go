@@ -1,45 +1,121 @@
 package azure
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"errors"
 	"fmt"
-	"slices"
-	"sort"
+	"io"
+	"strings"
+	"sync"
+	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
-	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
-	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue/queueerror"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/bloberror"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/lease"
 
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// idMeta is the queue metadata key that carries a record's job ID (base64url),
-// so DeleteDead can match IDs from the listing alone.
+// Dead-letter records are blobs named dead/<base>/<key> in the backend's
+// container (see blob.go and names.go): a listing with the prefix
+// dead/<base>/ returns one queue's records in key (creation) order. The
+// blob's content is the record's frame (lockFrame.raw: the job ID and the
+// record), and its metadata carries the ID again (idMeta, base64url) so
+// DeleteDead can match IDs from a listing alone.
 const (
-	idMeta      = "apid"
-	doneMeta    = "apdone" // set once the lock message is written: the record is complete
-	maxIDMeta   = 4096
-	maxDeadBody = maxChunks * maxChunkData
+	idMeta    = "apid"
+	maxIDMeta = 4096 // longer IDs are read from the content
+
+	// nextPage is how many names NextDead asks for at a time: the first
+	// unheld record is almost always on the first page.
+	nextPage = 32
+	// blobParallel bounds the concurrent requests of one ListDead,
+	// DeleteDead or PurgeDead call.
+	blobParallel = 16
 )
 
-// deadReceipt is DeadDelivery.Handle: the held lock message of a record.
-type deadReceipt struct {
-	record  string // the record's lock queue
-	chunked bool
-	id      string
-	pop     string
-	content string
-	closed  chan struct{}
+// deadHold is DeadDelivery.Handle: a record held under a blob lease, which
+// a renewer keeps alive until SettleDead (or Close).
+type deadHold struct {
+	b      *Backend
+	name   string
+	lease  *lease.BlobClient
+	closed chan struct{} // the backend's
+
+	once    sync.Once
+	stop    chan struct{} // closed to end the renewer
+	stopped chan struct{} // closed when the renewer has ended
+
+	mu      sync.Mutex
+	settled bool
+}
+
+// renew renews the lease every DeadLease/3 until stop, the backend's Close
+// or a renewal that finds the lease lost.
+func (h *deadHold) renew(every time.Duration) {
+	defer close(h.stopped)
+	defer h.b.bg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.stop:
+		case <-h.closed:
+		}
+		cancel()
+	}()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, rcancel := context.WithTimeout(ctx, every)
+		_, err := h.lease.RenewLease(rctx, nil)
+		rcancel()
+		if err != nil && ctx.Err() == nil {
+			if deadLeaseLost(err) {
+				return // SettleDead will say so
+			}
+			h.b.log.Warn("azure: renewing a dead-letter hold failed; retrying", "blob", h.name, "err", err)
+		}
+	}
+}
+
+// end stops the renewer and waits for it.
+func (h *deadHold) end() {
+	h.once.Do(func() { close(h.stop) })
+	<-h.stopped
+}
+
+// deadLeaseLost reports whether a lease or leased-write error means the
+// hold is gone: the lease expired or was taken or broken by another, or the
+// blob was deleted.
+func deadLeaseLost(err error) bool {
+	return bloberror.HasCode(err, bloberror.LeaseLost, bloberror.LeaseIDMismatchWithBlobOperation,
+		bloberror.LeaseIDMismatchWithLeaseOperation, bloberror.LeaseNotPresentWithBlobOperation,
+		bloberror.LeaseNotPresentWithLeaseOperation, bloberror.LeaseIsBrokenAndCannotBeRenewed,
+		bloberror.LeaseIsBreakingAndCannotBeChanged, bloberror.BlobNotFound)
 }
 
 // DeadLetter implements driver.Backend. It renews the lease (which checks
-// the pop receipt, so a stale delivery writes nothing), writes the record as
-// a queue of its own (overflow chunks first, then the lock message that makes
-// the record visible) and then deletes the delivered message. When the delete finds the
-// lease lost, ErrLeaseLost is returned and the record stays (a duplicate of
-// whatever the job's next holder does); a crash before the delete also
-// leaves a duplicate, never a loss.
+// the pop receipt, so a stale delivery writes nothing), writes the record
+// as a blob and then deletes the delivered message. When the delete finds
+// the lease lost, ErrLeaseLost is returned and the record stays (a
+// duplicate of whatever the job's next holder does); a crash before the
+// delete also leaves a duplicate, never a loss.
 func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
 	r, err := b.receipt(d)
 	if err != nil {
@@ -58,7 +134,7 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 	if err := r.update(ctx, content, max32(visibility(lease), 1), 0); err != nil {
 		return wrapSettle("dead-letter", err)
 	}
-	if _, err := b.writeDead(ctx, n.dead, rec); err != nil {
+	if err := b.writeDead(ctx, n.dead, rec.ID, lockFrame{id: rec.ID, kind: lockInline, body: rec.Body}.raw()); err != nil {
 		return err
 	}
 	pop, _, err := r.current(ctx)
@@ -73,387 +149,463 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 	return wrapSettle("dead-letter", err)
 }
 
-// writeDead stores one record and returns its lock queue's name.
-func (b *Backend) writeDead(ctx context.Context, prefix string, rec driver.DeadMessage) (string, error) {
-	if len(rec.Body) > maxDeadBody {
-		return "", fmt.Errorf("azure: %w: dead-letter record of %d bytes exceeds the limit of %d bytes (%d messages of 48 KiB)",
-			driver.ErrTooLarge, len(rec.Body), maxDeadBody, maxChunks)
+// writeDead stores one record under prefix with a new key.
+func (b *Backend) writeDead(ctx context.Context, prefix, id string, content []byte) error {
+	for {
+		ok, err := b.putRecord(ctx, prefix+newKey(), id, content)
+		if ok || err != nil {
+			return err
+		}
+		// Another record has this name (a key collision): take another.
 	}
-	record := prefix + newKey()
-	lock := lockFrame{id: rec.ID, kind: lockInline, body: rec.Body}
-	if len(rec.Body) > lockInlineMax(rec.ID) {
-		if lockInlineMax(rec.ID) < 2 {
-			return "", fmt.Errorf("azure: dead-letter record: job ID of %d bytes is too long", len(rec.ID))
-		}
-		chunks := slices.Collect(slices.Chunk(rec.Body, maxChunkData))
-		data := dataQueue(record)
-		if _, err := b.svc.CreateQueue(ctx, data, nil); err != nil {
-			return "", fmt.Errorf("azure: dead-letter record: create %s: %w", data, err)
-		}
-		dq := b.svc.NewQueueClient(data)
-		for i, c := range chunks {
-			if _, err := dq.EnqueueMessage(ctx, encodeChunk(i, len(chunks), c), &azqueue.EnqueueMessageOptions{TimeToLive: to.Ptr(int32(-1))}); err != nil {
-				b.removeRecord(context.WithoutCancel(ctx), record, true)
-				return "", fmt.Errorf("azure: dead-letter record: write chunk %d to %s: %w", i, data, err)
-			}
-		}
-		lock = lockFrame{id: rec.ID, kind: lockChunked, chunks: len(chunks)}
-	}
+}
+
+// putRecord creates the blob name with content unless a blob of that name
+// exists (If-None-Match: *). It reports whether the blob now holds content:
+// true when it wrote it, or when the existing blob has the same content (an
+// earlier try of the SDK's retry, or a migration run twice).
+func (b *Backend) putRecord(ctx context.Context, name, id string, content []byte) (bool, error) {
 	metadata := map[string]*string{}
-	if meta := base64.RawURLEncoding.EncodeToString([]byte(rec.ID)); len(meta) <= maxIDMeta {
+	if meta := base64.RawURLEncoding.EncodeToString([]byte(id)); len(meta) <= maxIDMeta {
 		metadata[idMeta] = &meta
 	}
-	if _, err := b.svc.CreateQueue(ctx, record, &azqueue.CreateOptions{Metadata: metadata}); err != nil {
-		b.removeRecord(context.WithoutCancel(ctx), record, true)
-		return "", fmt.Errorf("azure: dead-letter record: create %s: %w", record, err)
+	_, err := b.container.NewBlockBlobClient(name).Upload(ctx, streaming.NopCloser(bytes.NewReader(content)), &blockblob.UploadOptions{
+		Metadata: metadata,
+		AccessConditions: &blob.AccessConditions{ModifiedAccessConditions: &blob.ModifiedAccessConditions{
+			IfNoneMatch: to.Ptr(azcore.ETagAny),
+		}},
+	})
+	if err == nil {
+		return true, nil
 	}
-	rq := b.svc.NewQueueClient(record)
-	if _, err := rq.EnqueueMessage(ctx, lock.encode(), &azqueue.EnqueueMessageOptions{TimeToLive: to.Ptr(int32(-1))}); err != nil {
-		b.removeRecord(context.WithoutCancel(ctx), record, true)
-		return "", fmt.Errorf("azure: dead-letter record: write %s: %w", record, err)
+	if !bloberror.HasCode(err, bloberror.BlobAlreadyExists, bloberror.ConditionNotMet) {
+		return false, fmt.Errorf("azure: write dead-letter record %s: %w", name, err)
 	}
-	// Only now is the record complete. A crash before this point leaves an
-	// incomplete record queue that every reader skips (purge removes it);
-	// the delivered message is still there and is dead-lettered again.
-	done := "1"
-	metadata[doneMeta] = &done
-	if _, err := rq.SetMetadata(ctx, &azqueue.SetMetadataOptions{Metadata: metadata}); err != nil {
-		b.removeRecord(context.WithoutCancel(ctx), record, true)
-		return "", fmt.Errorf("azure: dead-letter record: complete %s: %w", record, err)
-	}
-	return record, nil
-}
-
-// removeRecord deletes a record's queues, lock queue first, ignoring queues
-// already gone. It reports whether the lock queue was deleted by this call.
-func (b *Backend) removeRecord(ctx context.Context, record string, chunked bool) (bool, error) {
-	deleted := true
-	if _, err := b.svc.DeleteQueue(ctx, record, nil); err != nil {
-		if !queueerror.HasCode(err, queueerror.QueueNotFound) {
-			return false, fmt.Errorf("azure: delete dead-letter record %s: %w", record, err)
-		}
-		deleted = false
-	}
-	if !chunked {
-		return deleted, nil
-	}
-	if _, err := b.svc.DeleteQueue(ctx, dataQueue(record), nil); err != nil && !queueerror.HasCode(err, queueerror.QueueNotFound) {
-		return deleted, fmt.Errorf("azure: delete dead-letter record %s: %w", dataQueue(record), err)
-	}
-	return deleted, nil
-}
-
-// listed is one entry of a dead-letter listing.
-type listed struct {
-	name string
-	id   *string // from metadata, when present
-}
-
-// eachRecord calls fn for the record queues under prefix whose names sort
-// after after ("" for all), in name order, until fn says stop. It does not
-// use the service's continuation marker as a cursor of its own: Azurite's
-// marker is an insertion index that skips names when insertion and name order
-// differ, so pages are walked from the start with names compared here.
-// Only complete records are passed to fn (see writeDead).
-func (b *Backend) eachRecord(ctx context.Context, prefix, after string, fn func(listed) (stop bool, err error)) error {
-	pager := b.svc.NewListQueuesPager(&azqueue.ListQueuesOptions{Prefix: &prefix, Include: azqueue.ListQueuesInclude{Metadata: true}})
-	for pager.More() {
-		resp, err := pager.NextPage(ctx)
-		if err != nil {
-			return fmt.Errorf("azure: list dead-letter queues %s*: %w", prefix, err)
-		}
-		for _, q := range resp.Queues {
-			if q.Name == nil || !isRecordQueue(prefix, *q.Name) || *q.Name <= after || q.Metadata[doneMeta] == nil {
-				continue
-			}
-			l := listed{name: *q.Name}
-			if v := q.Metadata[idMeta]; v != nil {
-				if id, err := base64.RawURLEncoding.DecodeString(*v); err == nil {
-					l.id = to.Ptr(string(id))
-				}
-			}
-			stop, err := fn(l)
-			if err != nil || stop {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// readRecord assembles a record from its lock message text, peeking at the
-// overflow queue for a chunked one.
-func (b *Backend) readRecord(ctx context.Context, record string, lock lockFrame) ([]byte, error) {
-	if lock.kind == lockInline {
-		return lock.body, nil
-	}
-	resp, err := b.svc.NewQueueClient(dataQueue(record)).PeekMessages(ctx, &azqueue.PeekMessagesOptions{NumberOfMessages: to.Ptr(int32(maxChunks))})
+	have, err := b.readBlob(ctx, name, nil)
 	if err != nil {
-		return nil, fmt.Errorf("azure: read dead-letter record %s: %w", record, err)
+		return false, fmt.Errorf("azure: write dead-letter record %s: %w", name, err)
 	}
-	parts := make([][]byte, lock.chunks)
-	for _, m := range resp.Messages {
-		if m.MessageText == nil {
-			continue
-		}
-		i, total, data, err := decodeChunk(*m.MessageText)
-		if err != nil || total != lock.chunks || i >= total {
-			return nil, fmt.Errorf("azure: dead-letter record %s has a bad chunk", record)
-		}
-		parts[i] = data
-	}
-	var body []byte
-	for i, p := range parts {
-		if p == nil {
-			return nil, fmt.Errorf("azure: dead-letter record %s lacks chunk %d of %d", record, i, lock.chunks)
-		}
-		body = append(body, p...)
-	}
-	return body, nil
+	return bytes.Equal(have, content), nil
 }
 
-// NextDead implements driver.Backend. It walks the queue's record queues in
-// name (creation) order and dequeues the first lock message it can; holding
-// the lock message is holding the record, until SettleDead or until
-// Config.DeadLease passes.
+// readBlob returns a blob's content.
+func (b *Backend) readBlob(ctx context.Context, name string, cond *blob.AccessConditions) ([]byte, error) {
+	resp, err := b.container.NewBlobClient(name).DownloadStream(ctx, &blob.DownloadStreamOptions{AccessConditions: cond})
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
+// NextDead implements driver.Backend. It lists the queue's records in name
+// (creation) order, skips those the listing shows leased, and takes a blob
+// lease of Config.DeadLease on the first it can; holding the lease is
+// holding the record. A renewer keeps the lease until SettleDead, so a
+// caller that vanishes releases the record when its last lease ends.
 func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDelivery, error) {
 	if b.isClosed() {
 		return nil, driver.ErrClosed
 	}
 	n := b.names(queue)
-	var dd *driver.DeadDelivery
-	err := b.eachRecord(ctx, n.dead, "", func(l listed) (bool, error) {
-		var err error
-		dd, err = b.tryHold(ctx, l.name)
-		return dd != nil, err
-	})
-	switch {
-	case err != nil:
-		return nil, err
-	case dd == nil:
-		return nil, driver.ErrNoDeadLetters
-	}
-	return dd, nil
-}
-
-// tryHold dequeues the lock message of one record; nil when someone else
-// holds it or it is gone or incomplete.
-func (b *Backend) tryHold(ctx context.Context, record string) (*driver.DeadDelivery, error) {
-	q := b.svc.NewQueueClient(record)
-	resp, err := q.DequeueMessage(ctx, &azqueue.DequeueMessageOptions{VisibilityTimeout: to.Ptr(visibility(b.deadLease))})
-	if queueerror.HasCode(err, queueerror.QueueNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("azure: next dead letter from %s: %w", record, err)
-	}
-	if len(resp.Messages) == 0 {
-		return nil, nil
-	}
-	m := resp.Messages[0]
-	r := &deadReceipt{record: record, id: *m.MessageID, pop: *m.PopReceipt, closed: b.closed}
-	if m.MessageText != nil {
-		r.content = *m.MessageText
-	}
-	lock, err := decodeLock(r.content)
-	if err != nil {
-		b.log.Warn("azure: skipping a dead-letter queue whose message is not a record", "queue", record)
-		return nil, nil
-	}
-	body, err := b.readRecord(ctx, record, lock)
-	if err != nil {
-		// Release it at once; it stays where it is.
-		_, _ = q.UpdateMessage(context.WithoutCancel(ctx), r.id, r.pop, r.content, &azqueue.UpdateMessageOptions{VisibilityTimeout: to.Ptr(int32(0))})
+	if err := b.migrateDue(ctx, n); err != nil {
 		return nil, err
 	}
-	r.chunked = lock.kind == lockChunked
-	return &driver.DeadDelivery{DeadMessage: driver.DeadMessage{ID: lock.id, Body: body}, Handle: r}, nil
+	pager := b.container.NewListBlobsFlatPager(&container.ListBlobsFlatOptions{Prefix: &n.dead, MaxResults: to.Ptr(int32(nextPage))})
+	for pager.More() {
+		resp, err := pager.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("azure: next dead letter of %s: list: %w", queue, err)
+		}
+		for _, it := range resp.Segment.BlobItems {
+			if it.Name == nil || leased(it) {
+				continue
+			}
+			dd, err := b.tryHold(ctx, *it.Name)
+			if err != nil || dd != nil {
+				return dd, err
+			}
+		}
+	}
+	return nil, driver.ErrNoDeadLetters
 }
 
-// SettleDead implements driver.Backend. Remove deletes the lock message
-// (checking the pop receipt) and then the record's queues; keep makes the
-// lock message visible again, and since records are ordered by queue name the
-// record keeps its place.
+// leased reports whether a listed blob is held by a NextDead caller.
+func leased(it *container.BlobItem) bool {
+	p := it.Properties
+	return p != nil && p.LeaseState != nil && (*p.LeaseState == lease.StateTypeLeased || *p.LeaseState == lease.StateTypeBreaking)
+}
+
+// tryHold leases and reads one record; nil when another caller holds it or
+// it is gone.
+func (b *Backend) tryHold(ctx context.Context, name string) (*driver.DeadDelivery, error) {
+	id, err := newLeaseID()
+	if err != nil {
+		return nil, err
+	}
+	lc, err := lease.NewBlobClient(b.container.NewBlobClient(name), &lease.BlobClientOptions{LeaseID: &id})
+	if err != nil {
+		return nil, fmt.Errorf("azure: next dead letter: %w", err)
+	}
+	// An acquire with the same proposed ID is idempotent, so the SDK's
+	// retry of an acquire that had succeeded succeeds too.
+	if _, err := lc.AcquireLease(ctx, int32(b.deadLease/time.Second), nil); err != nil {
+		if bloberror.HasCode(err, bloberror.LeaseAlreadyPresent, bloberror.LeaseIsBreakingAndCannotBeAcquired, bloberror.BlobNotFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("azure: next dead letter: lease %s: %w", name, err)
+	}
+	release := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+		defer cancel()
+		_, _ = lc.ReleaseLease(rctx, nil)
+	}
+	content, err := b.readBlob(ctx, name, &blob.AccessConditions{LeaseAccessConditions: &blob.LeaseAccessConditions{LeaseID: &id}})
+	if err != nil {
+		if bloberror.HasCode(err, bloberror.BlobNotFound) {
+			return nil, nil // purged meanwhile
+		}
+		release()
+		return nil, fmt.Errorf("azure: next dead letter: read %s: %w", name, err)
+	}
+	f, err := decodeLockRaw(content)
+	if err != nil || f.kind != lockInline {
+		release()
+		b.log.Warn("azure: skipping a blob among the dead letters that is not a record", "blob", name)
+		return nil, nil
+	}
+	h := &deadHold{b: b, name: name, lease: lc, closed: b.closed, stop: make(chan struct{}), stopped: make(chan struct{})}
+	b.bg.Add(1)
+	go h.renew(b.deadLease / 3)
+	return &driver.DeadDelivery{DeadMessage: driver.DeadMessage{ID: f.id, Body: f.body}, Handle: h}, nil
+}
+
+// newLeaseID returns a random UUID (version 4) for a proposed lease ID.
+func newLeaseID() (string, error) {
+	var u [16]byte
+	if _, err := rand.Read(u[:]); err != nil {
+		return "", err
+	}
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	h := hex.EncodeToString(u[:])
+	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], nil
+}
+
+// SettleDead implements driver.Backend. Remove deletes the blob under the
+// lease (a conditional delete: it fails when the lease is no longer ours);
+// keep releases the lease, and the record, whose place is its name, is the
+// next NextDead's again.
 func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove bool) error {
 	if b.isClosed() {
 		return driver.ErrClosed
 	}
-	r, ok := d.Handle.(*deadReceipt)
-	if !ok || r == nil {
+	h, ok := d.Handle.(*deadHold)
+	if !ok || h == nil {
 		return fmt.Errorf("azure: dead delivery handle %T is not this backend's", d.Handle)
 	}
-	q := b.svc.NewQueueClient(r.record)
-	if !remove {
-		_, err := q.UpdateMessage(ctx, r.id, r.pop, r.content, &azqueue.UpdateMessageOptions{VisibilityTimeout: to.Ptr(int32(0))})
-		return wrapSettle("settle dead letter", err)
+	if h.closed != b.closed {
+		return fmt.Errorf("azure: dead delivery belongs to another backend: %w", driver.ErrLeaseLost)
 	}
-	if _, err := q.DeleteMessage(ctx, r.id, r.pop, nil); err != nil {
-		if !queueerror.HasCode(err, queueerror.MessageNotFound) || !b.lockGone(ctx, q) {
-			return wrapSettle("settle dead letter", err)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.settled {
+		return fmt.Errorf("azure: settle dead letter %s: %w (settled before)", h.name, driver.ErrLeaseLost)
+	}
+	h.end()
+	h.settled = true
+	var err error
+	if remove {
+		id := h.lease.LeaseID()
+		_, err = b.container.NewBlobClient(h.name).Delete(ctx, &blob.DeleteOptions{
+			AccessConditions: &blob.AccessConditions{LeaseAccessConditions: &blob.LeaseAccessConditions{LeaseID: id}},
+		})
+		if bloberror.HasCode(err, bloberror.BlobNotFound) {
+			// Gone: an earlier try of the SDK's retry deleted it, or
+			// PurgeDead did. Either way it is removed.
+			err = nil
 		}
-		// The lock message is gone (an earlier try of the SDK's retry
-		// deleted it): finish the removal.
+	} else {
+		_, err = h.lease.ReleaseLease(ctx, nil)
 	}
-	_, err := b.removeRecord(ctx, r.record, r.chunked)
-	return err
+	switch {
+	case err == nil:
+		return nil
+	case deadLeaseLost(err):
+		return fmt.Errorf("azure: settle dead letter %s: %w (%v)", h.name, driver.ErrLeaseLost, err)
+	default:
+		h.settled = false // nothing changed: the caller may try again (unrenewed)
+		return fmt.Errorf("azure: settle dead letter %s: %w", h.name, err)
+	}
 }
 
-// lockGone reports whether a record queue holds no message at all, visible
-// or held.
-func (b *Backend) lockGone(ctx context.Context, q *azqueue.QueueClient) bool {
-	props, err := q.GetProperties(ctx, nil)
-	return err == nil && props.ApproximateMessagesCount != nil && *props.ApproximateMessagesCount == 0
-}
-
-// ListDead implements driver.Backend by listing record queues in name order
-// and peeking at each; records held by a NextDead caller are invisible to
-// Peek and left out. The cursor is the last record queue's name. It changes
-// nothing.
+// ListDead implements driver.Backend: one listing of up to limit names
+// from the service's continuation marker, and one read per record (up to
+// 16 at a time). Records held by a NextDead caller are included. The
+// cursor is the service's marker behind a tag of the queue's prefix.
 func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int) ([]driver.DeadMessage, string, error) {
 	if b.isClosed() {
 		return nil, "", driver.ErrClosed
 	}
-	n := b.names(queue)
 	if limit <= 0 {
 		return nil, "", fmt.Errorf("azure: list dead letters: limit %d: want a positive number", limit)
 	}
-	if cursor != "" && !isRecordQueue(n.dead, cursor) {
-		return nil, "", fmt.Errorf("azure: list dead letters: cursor %q is not one of queue %q's", cursor, queue)
+	n := b.names(queue)
+	var marker *string
+	if cursor == "" {
+		if err := b.migrateDue(ctx, n); err != nil {
+			return nil, "", err
+		}
+	} else {
+		tag, m, ok := strings.Cut(cursor, ".")
+		if !ok || tag != cursorTag(n.dead) || m == "" {
+			return nil, "", fmt.Errorf("azure: list dead letters: cursor %q is not one of queue %q's", cursor, queue)
+		}
+		marker = &m
 	}
-	var (
-		recs []driver.DeadMessage
-		last string
-		more bool
-	)
-	err := b.eachRecord(ctx, n.dead, cursor, func(l listed) (bool, error) {
-		if len(recs) == limit {
-			more = true
-			return true, nil
-		}
-		rec, ok, err := b.peekRecord(ctx, l.name)
+	var names []string
+	next := ""
+	pager := b.container.NewListBlobsFlatPager(&container.ListBlobsFlatOptions{Prefix: &n.dead, Marker: marker, MaxResults: to.Ptr(int32(min(limit, 5000)))})
+	for len(names) < limit && pager.More() {
+		resp, err := pager.NextPage(ctx)
 		if err != nil {
-			return true, err
+			return nil, "", fmt.Errorf("azure: list dead letters of %s: %w", queue, err)
 		}
-		if ok {
-			recs = append(recs, rec)
+		for _, it := range resp.Segment.BlobItems {
+			if it.Name != nil {
+				names = append(names, *it.Name)
+			}
 		}
-		last = l.name
-		return false, nil
+		next = ""
+		if resp.NextMarker != nil && *resp.NextMarker != "" {
+			next = cursorTag(n.dead) + "." + *resp.NextMarker
+		}
+		if len(names) > 0 {
+			break // a short page is a page: the cursor says where to go on
+		}
+	}
+	recs := make([]*driver.DeadMessage, len(names))
+	err := eachParallel(ctx, len(names), func(ctx context.Context, i int) error {
+		content, err := b.readBlob(ctx, names[i], nil)
+		if bloberror.HasCode(err, bloberror.BlobNotFound) {
+			return nil // removed since the listing
+		}
+		if err != nil {
+			return fmt.Errorf("azure: list dead letters: read %s: %w", names[i], err)
+		}
+		if f, err := decodeLockRaw(content); err == nil && f.kind == lockInline {
+			recs[i] = &driver.DeadMessage{ID: f.id, Body: f.body}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, "", err
 	}
-	if !more {
-		last = ""
+	out := make([]driver.DeadMessage, 0, len(recs))
+	for _, r := range recs {
+		if r != nil {
+			out = append(out, *r)
+		}
 	}
-	return recs, last, nil
+	return out, next, nil
 }
 
-func (b *Backend) peekRecord(ctx context.Context, record string) (driver.DeadMessage, bool, error) {
-	resp, err := b.svc.NewQueueClient(record).PeekMessage(ctx, nil)
-	if queueerror.HasCode(err, queueerror.QueueNotFound) {
-		return driver.DeadMessage{}, false, nil
-	}
-	if err != nil {
-		return driver.DeadMessage{}, false, fmt.Errorf("azure: list dead letters: peek %s: %w", record, err)
-	}
-	if len(resp.Messages) == 0 || resp.Messages[0].MessageText == nil {
-		return driver.DeadMessage{}, false, nil // held, or not yet written
-	}
-	lock, err := decodeLock(*resp.Messages[0].MessageText)
-	if err != nil {
-		return driver.DeadMessage{}, false, nil
-	}
-	body, err := b.readRecord(ctx, record, lock)
-	if err != nil {
-		return driver.DeadMessage{}, false, err
-	}
-	return driver.DeadMessage{ID: lock.id, Body: body}, true, nil
+// cursorTag ties a ListDead cursor to its queue.
+func cursorTag(prefix string) string {
+	sum := sha256.Sum256([]byte(prefix))
+	return hex.EncodeToString(sum[:4])
 }
 
-// DeleteDead implements driver.Backend. IDs come from the record queues'
-// metadata (or a peek when an ID was too long for it).
+// eachParallel calls fn for 0..n-1, blobParallel at a time, and returns the
+// first error (the calls not yet started are skipped).
+func eachParallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, blobParallel)
+		mu    sync.Mutex
+		first error
+	)
+	for i := range n {
+		sem <- struct{}{}
+		if ctx.Err() != nil {
+			<-sem
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := fn(ctx, i); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// eachRecord calls fn with every page of the queue's records (names and
+// metadata), in name order, 5,000 names a page.
+func (b *Backend) eachRecord(ctx context.Context, prefix string, metadata bool, fn func([]*container.BlobItem) error) error {
+	pager := b.container.NewListBlobsFlatPager(&container.ListBlobsFlatOptions{Prefix: &prefix, Include: container.ListBlobsInclude{Metadata: metadata}})
+	for pager.More() {
+		resp, err := pager.NextPage(ctx)
+		if err != nil {
+			return fmt.Errorf("azure: list dead letters %s: %w", prefix, err)
+		}
+		if err := fn(resp.Segment.BlobItems); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteDead implements driver.Backend. IDs come from the listing's
+// metadata (or the content, for an ID too long for it); each match is
+// deleted without a lease, which the service refuses for a record a
+// NextDead caller holds: those are left alone and not counted.
 func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (int, error) {
 	if b.isClosed() {
 		return 0, driver.ErrClosed
 	}
 	n := b.names(queue)
+	if err := b.migrateDue(ctx, n); err != nil {
+		return 0, err
+	}
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
 	}
-	count := 0
-	err := b.eachRecord(ctx, n.dead, "", func(l listed) (bool, error) {
-		id := l.id
-		if id == nil {
-			rec, ok, err := b.peekRecord(ctx, l.name)
-			if err != nil || !ok {
-				return false, err
+	var (
+		mu    sync.Mutex
+		count int
+	)
+	err := b.eachRecord(ctx, n.dead, true, func(items []*container.BlobItem) error {
+		return eachParallel(ctx, len(items), func(ctx context.Context, i int) error {
+			it := items[i]
+			if it.Name == nil {
+				return nil
 			}
-			id = &rec.ID
-		}
-		if !want[*id] {
-			return false, nil
-		}
-		deleted, err := b.removeRecord(ctx, l.name, true)
-		if deleted {
-			count++
-		}
-		return false, err
+			id, ok := metaID(it.Metadata)
+			if !ok {
+				content, err := b.readBlob(ctx, *it.Name, nil)
+				if bloberror.HasCode(err, bloberror.BlobNotFound) {
+					return nil
+				}
+				if err != nil {
+					return fmt.Errorf("azure: delete dead letters: read %s: %w", *it.Name, err)
+				}
+				f, err := decodeLockRaw(content)
+				if err != nil {
+					return nil
+				}
+				id = f.id
+			}
+			if !want[id] {
+				return nil
+			}
+			_, err := b.container.NewBlobClient(*it.Name).Delete(ctx, nil)
+			switch {
+			case err == nil:
+				mu.Lock()
+				count++
+				mu.Unlock()
+			case bloberror.HasCode(err, bloberror.LeaseIDMissing, bloberror.BlobNotFound):
+				// Held by a NextDead caller, or gone.
+			default:
+				return fmt.Errorf("azure: delete dead letter %s: %w", *it.Name, err)
+			}
+			return nil
+		})
 	})
 	return count, err
 }
 
-// PurgeDead implements driver.Backend.
+// metaID reads the job ID from a record's metadata. The service may return
+// metadata keys in another case.
+func metaID(md map[string]*string) (string, bool) {
+	for k, v := range md {
+		if strings.EqualFold(k, idMeta) && v != nil {
+			id, err := base64.RawURLEncoding.DecodeString(*v)
+			return string(id), err == nil
+		}
+	}
+	return "", false
+}
+
+// PurgeDead implements driver.Backend: every record of the queue, in both
+// layouts, held or not (a held record's lease is broken first).
 func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	if b.isClosed() {
 		return 0, driver.ErrClosed
 	}
-	n := b.names(queue)
-	return b.purge(ctx, n.dead)
+	return b.purge(ctx, b.names(queue))
 }
 
-// purge deletes every queue under the dead prefix (records, their overflow
-// queues and the leftovers of interrupted writes) and counts the records.
-func (b *Backend) purge(ctx context.Context, prefix string) (int, error) {
-	var all []string
-	pager := b.svc.NewListQueuesPager(&azqueue.ListQueuesOptions{Prefix: &prefix})
-	for pager.More() {
-		resp, err := pager.NextPage(ctx)
+// purge deletes the queue's record blobs and what is left of the legacy
+// layout, and counts the records.
+func (b *Backend) purge(ctx context.Context, n names) (int, error) {
+	count, err := b.purgeLegacy(ctx, n.legacy)
+	if err != nil {
+		return count, err
+	}
+	var mu sync.Mutex
+	err = b.eachRecord(ctx, n.dead, false, func(items []*container.BlobItem) error {
+		return eachParallel(ctx, len(items), func(ctx context.Context, i int) error {
+			if items[i].Name == nil {
+				return nil
+			}
+			deleted, err := b.deleteBlob(ctx, *items[i].Name)
+			if deleted {
+				mu.Lock()
+				count++
+				mu.Unlock()
+			}
+			return err
+		})
+	})
+	return count, err
+}
+
+// deleteBlob deletes a blob, breaking a lease on it first; it reports
+// whether this call deleted it.
+func (b *Backend) deleteBlob(ctx context.Context, name string) (bool, error) {
+	bc := b.container.NewBlobClient(name)
+	for range 3 {
+		_, err := bc.Delete(ctx, nil)
+		switch {
+		case err == nil:
+			return true, nil
+		case bloberror.HasCode(err, bloberror.BlobNotFound):
+			return false, nil
+		case !bloberror.HasCode(err, bloberror.LeaseIDMissing):
+			return false, fmt.Errorf("azure: purge dead letters: delete %s: %w", name, err)
+		}
+		// Held: break the lease at once (its holder's settle then fails
+		// with ErrLeaseLost, or finds the record gone) and delete again.
+		lc, err := lease.NewBlobClient(bc, nil)
 		if err != nil {
-			return 0, fmt.Errorf("azure: list dead-letter queues %s*: %w", prefix, err)
+			return false, err
 		}
-		for _, q := range resp.Queues {
-			if q.Name != nil {
-				all = append(all, *q.Name)
-			}
+		if _, err := lc.BreakLease(ctx, &lease.BlobBreakOptions{BreakPeriod: to.Ptr(int32(0))}); err != nil && !bloberror.HasCode(err, bloberror.LeaseNotPresentWithLeaseOperation, bloberror.BlobNotFound) {
+			return false, fmt.Errorf("azure: purge dead letters: break the lease on %s: %w", name, err)
 		}
 	}
-	sort.Strings(all)
-	count := 0
-	for _, name := range all {
-		if len(name) != len(prefix)+keyLen && len(name) != len(prefix)+keyLen+1 {
-			continue // another queue's names cannot start with prefix, but be safe
-		}
-		if _, err := b.svc.DeleteQueue(ctx, name, nil); err != nil {
-			if queueerror.HasCode(err, queueerror.QueueNotFound) {
-				continue
-			}
-			return count, fmt.Errorf("azure: purge dead letters: delete %s: %w", name, err)
-		}
-		if isRecordQueue(prefix, name) {
-			count++
-		}
-	}
-	return count, nil
+	return false, errors.New("azure: purge dead letters: " + name + " is leased again as soon as its lease is broken")
 }
 
-// countDead counts the record queues under prefix.
-func (b *Backend) countDead(ctx context.Context, prefix string) (int64, error) {
+// countDead counts the queue's record blobs.
+func (b *Backend) countDead(ctx context.Context, n names) (int64, error) {
 	var count int64
-	err := b.eachRecord(ctx, prefix, "", func(listed) (bool, error) {
-		count++
-		return false, nil
+	err := b.eachRecord(ctx, n.dead, false, func(items []*container.BlobItem) error {
+		count += int64(len(items))
+		return nil
 	})
 	return count, err
 }

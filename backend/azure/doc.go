@@ -1,9 +1,11 @@
 // Package azure is the asyncplatform backend on Azure Queue Storage
-// (github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue), tested against
+// (github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue), with its dead
+// letters in Blob Storage of the same account
+// (github.com/Azure/azure-sdk-for-go/sdk/storage/azblob), tested against
 // Azurite, Microsoft's emulator.
 //
 //	b, err := azure.New(ctx, azure.Config{ConnectionString: os.Getenv("AZURE_STORAGE_CONNECTION_STRING")})
-//	// or, with a token credential or SAS: azure.Config{Client: svc} for any *azqueue.ServiceClient
+//	// or, with a token credential or SAS: azure.Config{Client: queues, BlobClient: blobs} (*azqueue.ServiceClient, *azblob.Client)
 //	p, err := asyncplatform.New(b, asyncplatform.Config{...})
 //
 // # URLs
@@ -14,8 +16,11 @@
 //	azure:DefaultEndpointsProtocol=https;AccountName=...;AccountKey=...;   the connection string itself
 //	azure://?prefix=jobs                                                    the connection string from $ASYNCPLATFORM_AZURE_CONNECTION_STRING
 //
-// The query parameter prefix (second form) sets Config.Prefix. Errors never
-// quote the connection string: it holds the account key.
+// The query parameter prefix (second form) sets Config.Prefix. A
+// connection string that names a QueueEndpoint must name a BlobEndpoint too
+// (Azurite's do: scripts/azurite.sh starts both services); one with only
+// an account name and key reaches both services of the account. Errors
+// never quote the connection string: it holds the account key.
 //
 // # Layout
 //
@@ -28,12 +33,18 @@
 // to an 80-bit hash collision. With the configured prefix P (default "ap"):
 //
 //	P "w" base                    the work queue: one message per job copy
-//	P "d" LL base key             one queue per dead-letter record (LL = len(base), two digits)
-//	P "d" LL base key "x"         the overflow chunks of a record larger than one message
+//	dead/ base "/" key            one blob per dead-letter record, in the container Config.Container (default P "-asyncplatform")
 //
-// key is 17 characters that sort by creation time (milliseconds in base 36,
-// a per-process sequence, random digits). LL makes the dead-letter prefixes
-// prefix-free, so listing one queue's records never walks another's.
+// New creates the container. key is 17 characters that sort by creation
+// time (milliseconds in base 36, a per-process sequence, random digits), so
+// a listing of the prefix dead/<base>/ returns one queue's records oldest
+// first; a base holds no "/", so no queue's prefix is a prefix of
+// another's. No queue is created per dead letter.
+//
+// Versions before this layout kept each record in a queue of its own
+// (P "d" LL base key, with overflow queues P "d" LL base key "x"; LL is
+// len(base) in two digits). Such records are moved into blobs, keeping
+// their keys and so their order: see Dead letters.
 //
 // # Counting
 //
@@ -67,64 +78,73 @@
 //
 // # Dead letters
 //
-// Azure has no dead-letter queue, Peek returns at most 32 messages and has
-// no cursor, and a receive reorders. So each dead-letter record is a queue
-// of its own holding one "lock" message (the job ID and the record, or the
-// number of overflow chunks). The record queues of one source queue sort by
-// name in creation order, and the service lists queue names in order with a
-// marker, which gives:
+// A record is a blob whose content is a small frame (magic, version, the
+// job ID) followed by the platform's record; its metadata repeats the ID
+// (apid, base64url) when it fits in 4 KiB. Blob Storage gives what a
+// dead-letter queue needs:
 //
-//   - NextDead: list the record queues in order and dequeue the lock message
-//     of the first one that has a visible one (Config.DeadLease, 30s by
-//     default). A dequeue is atomic, so two callers never hold the same
-//     record; a caller that vanishes releases it when DeadLease ends.
-//   - SettleDead(remove): delete the lock message with its pop receipt (a
-//     stale receipt fails with ErrLeaseLost), then the record's queues.
-//     SettleDead(keep): make the lock message visible again. The record's
-//     place is its queue name, so the next NextDead sees the same record.
-//   - ListDead: the cursor is the name of the last record queue returned;
-//     each record is read with Peek, so nothing changes (records held by a
-//     NextDead caller are invisible to Peek and left out). It costs one
-//     request per record, plus the name listing.
+//   - DeadLetter writes the blob with If-None-Match: * (a conditional
+//     create, so no record is ever overwritten; an SDK retry of a write
+//     that had succeeded finds its own content and is done), then deletes
+//     the delivered message. A crash in between leaves a duplicate record,
+//     never a loss.
+//   - NextDead lists the queue's prefix 32 names at a time, skips records
+//     the listing shows leased, and takes a blob lease of Config.DeadLease
+//     (15s to 60s, 30s by default) on the first it can. A lease has one
+//     holder, so two callers never hold the same record. The holder renews
+//     the lease every DeadLease/3 until SettleDead; a caller that vanishes
+//     (a crash, or Close) stops renewing and its record is visible again
+//     when the lease ends. It costs one listing, one lease and one read,
+//     whatever the depth.
+//   - SettleDead(remove) deletes the blob under the lease: the service
+//     refuses a delete with a lease that is no longer the blob's, which is
+//     driver.ErrLeaseLost. SettleDead(keep) releases the lease; the record's
+//     place is its name, so the next NextDead sees it again.
+//   - ListDead is one listing of up to limit names from the service's
+//     continuation marker (the cursor is that marker, tagged with the
+//     queue) and one read per record, 16 at a time. Held records are
+//     listed too. Nothing changes.
+//   - DeleteDead lists the prefix with metadata (5,000 names a request),
+//     matches IDs there, and deletes each match without a lease: the
+//     service refuses that for a held record, which is left alone and not
+//     counted. PurgeDead deletes every record, breaking the lease of a held
+//     one first (its holder's SettleDead then fails with ErrLeaseLost, or
+//     finds the record gone). Both cost one request per record plus the
+//     listing; Stats counts records with the listing alone.
 //
-// The service's own continuation marker is not used as a cursor: Azurite's
-// is an insertion index applied to a name-sorted listing, which skips names
-// whenever insertion order and name order differ (records written
-// concurrently). Listings are walked from the start (5,000 names per
-// request) and names compared here; past 5,000 record queues the SDK's
-// marker is still used, and on Azurite that paging may skip records.
-//   - DeleteDead matches IDs from the record queues' metadata ("apid").
-//
-// DeadLetter writes the overflow chunks (if any), creates the record queue
-// and enqueues its lock message last, then deletes the delivered message.
-// When that delete finds the lease lost, the record is removed again and
-// ErrLeaseLost returned; a crash between the two leaves a duplicate record,
-// never a loss. A crash in the middle of the write leaves a record queue
-// without a lock message (or an overflow queue without a record): invisible
-// to NextDead and ListDead, removed by PurgeDead and DeleteQueue.
-//
-// The trade-off: a dead letter costs a queue create and delete, a listing
-// costs one Peek per record, and an account with many dead letters shows
-// many queues. Dead letters are rare, and this keeps the backend to the
-// queue service alone, so it works with any credential the caller's
-// *azqueue.ServiceClient holds; a blob or table store would need a second
-// client and credential.
+// Records in the legacy layout (a queue per record) are moved, not read in
+// place: each process, at its first dead-letter call on a queue (NextDead,
+// ListDead from the start, DeleteDead, Stats) and again at most once a
+// minute, lists the queue's legacy record queues (one request when there
+// are none), and for each complete one dequeues its lock message (hiding it
+// for 60s), writes the record as a blob under the same key, and deletes the
+// record's queues. Backend.MigrateDeadLetters does the same on demand.
+// Records that a worker of the previous version holds are moved by a later
+// check; records it writes during a rolling upgrade are moved within a
+// minute of the next dead-letter call. Two processes moving one record
+// write the same blob (the second finds its own content), so nothing is
+// lost; at worst, a record popped between the two writes comes back once.
+// PurgeDead and DeleteQueue delete legacy queues directly, incomplete ones
+// included.
 //
 // # Limits
 //
 //   - MaxBody is 49,137 bytes: 64 KiB of base64 text is 49,152 bytes, less
 //     the 15-byte frame. Enqueue returns driver.ErrTooLarge (naming the
 //     limit) before sending anything when a body is larger.
-//   - A dead-letter record may be up to 32 × 49,145 bytes (about 1.5 MiB):
-//     the lock message holds it inline when it fits, otherwise the overflow
-//     queue holds up to 32 chunks, read back with one Peek.
+//   - A dead-letter record is one blob, written with one request: up to
+//     Azure's limit for a single Put Blob (5,000 MiB); the platform's
+//     records are far smaller.
 //   - Stats: Azure reports only an approximate count of all messages, so
 //     Ready is counted with Peek when fewer than 32 are visible (else -1);
-//     Scheduled and InFlight are -1. Dead counts the record queues.
+//     Scheduled and InFlight are -1. Dead counts the record blobs.
 //   - Azure does not promise FIFO order; neither does the platform.
 //   - Dead-letter order is creation time on the writers' clocks; records
 //     written in the same millisecond by different processes may list in
 //     either order.
+//   - The credential needs the Blob Storage permissions named at
+//     Config.BlobClient; a SAS scoped to one container works when that
+//     container exists.
 //   - Updates and deletes are not idempotent: a pop receipt changes with
 //     every UpdateMessage. When a connection is reset after the service
 //     applied a request, the SDK's retry fails (404 MessageNotFound or 400

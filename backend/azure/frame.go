@@ -17,7 +17,7 @@ const (
 	maxBody      = maxRaw - workHeader
 	chunkHeader  = 7 // magic(2) version(1) index(2) total(2)
 	maxChunkData = maxRaw - chunkHeader
-	maxChunks    = 32 // Peek returns at most 32 messages
+	maxChunks    = 32 // Peek returns at most 32 messages (legacy layout)
 	lockHeader   = 4  // magic(2) version(1) kind(1), then uvarint id length and id
 )
 
@@ -68,14 +68,18 @@ func decodeWork(text string) (workFrame, error) {
 	return f, nil
 }
 
-// Lock kinds: the record is inside the lock message, or in the overflow queue.
+// Lock kinds: the record is inside the frame, or (legacy layout only) in
+// the overflow queue.
 const (
 	lockInline  = 0
 	lockChunked = 1
 )
 
-// lockFrame is the single message of a record queue: holding it (dequeued,
-// invisible) is holding the record.
+// lockFrame is a dead-letter record's frame: the content of its blob, with
+// kind lockInline. In the legacy layout (a queue per record, see
+// legacy.go) its base64 text was the record queue's single "lock" message,
+// holding the record or, with kind lockChunked, the number of overflow
+// chunks.
 type lockFrame struct {
 	id     string
 	kind   byte
@@ -83,7 +87,8 @@ type lockFrame struct {
 	chunks int    // lockChunked only
 }
 
-func (f lockFrame) encode() string {
+// raw is the frame's bytes.
+func (f lockFrame) raw() []byte {
 	buf := make([]byte, 0, lockHeader+binary.MaxVarintLen64+len(f.id)+2+len(f.body))
 	buf = append(buf, lockMagic[0], lockMagic[1], frameVersion, f.kind)
 	buf = binary.AppendUvarint(buf, uint64(len(f.id)))
@@ -93,14 +98,20 @@ func (f lockFrame) encode() string {
 	} else {
 		buf = append(buf, f.body...)
 	}
-	return base64.StdEncoding.EncodeToString(buf)
+	return buf
 }
 
+// decodeLock decodes a legacy lock message's text.
 func decodeLock(text string) (lockFrame, error) {
 	buf, err := base64.StdEncoding.DecodeString(text)
 	if err != nil {
 		return lockFrame{}, fmt.Errorf("%w: %v", errNotFrame, err)
 	}
+	return decodeLockRaw(buf)
+}
+
+// decodeLockRaw decodes a frame's bytes. The body aliases buf.
+func decodeLockRaw(buf []byte) (lockFrame, error) {
 	if len(buf) < lockHeader || buf[0] != lockMagic[0] || buf[1] != lockMagic[1] || buf[2] != frameVersion {
 		return lockFrame{}, errNotFrame
 	}
@@ -126,21 +137,7 @@ func decodeLock(text string) (lockFrame, error) {
 	return f, nil
 }
 
-// lockInlineMax is the largest record body that fits in the lock message.
-func lockInlineMax(id string) int {
-	var tmp [binary.MaxVarintLen64]byte
-	return maxRaw - lockHeader - binary.PutUvarint(tmp[:], uint64(len(id))) - len(id)
-}
-
-func encodeChunk(index, total int, data []byte) string {
-	buf := make([]byte, chunkHeader+len(data))
-	buf[0], buf[1], buf[2] = chunkMagic[0], chunkMagic[1], frameVersion
-	binary.BigEndian.PutUint16(buf[3:5], uint16(index))
-	binary.BigEndian.PutUint16(buf[5:7], uint16(total))
-	copy(buf[chunkHeader:], data)
-	return base64.StdEncoding.EncodeToString(buf)
-}
-
+// decodeChunk decodes a legacy overflow chunk.
 func decodeChunk(text string) (index, total int, data []byte, err error) {
 	buf, err := base64.StdEncoding.DecodeString(text)
 	if err != nil {

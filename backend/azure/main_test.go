@@ -105,7 +105,7 @@ func setupAzurite() (stop func()) {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	blobAddr := fmt.Sprintf("127.0.0.1:%d", blobPort)
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	for deadline := time.Now().Add(60 * time.Second); ; {
 		if dialOK(addr) && dialOK(blobAddr) {
 			break
 		}
@@ -119,7 +119,7 @@ func setupAzurite() (stop func()) {
 		}
 		if time.Now().After(deadline) {
 			stop()
-			connErr = fmt.Errorf("Azurite did not listen on %s within 20s", addr)
+			connErr = fmt.Errorf("Azurite did not listen on %s and %s within 60s", addr, blobAddr)
 			return func() {}
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -18,16 +18,18 @@ import (
 // injective (up to an 80-bit hash collision) and keeps readable names
 // readable:
 //
-//	work queue:          <prefix> "w" <base>
-//	dead-letter record:  <prefix> "d" <LL> <base> <key>      (one queue per record)
-//	its overflow chunks: <prefix> "d" <LL> <base> <key> "x"  (records over one message)
+//	work queue:             <prefix> "w" <base>                        (a queue)
+//	dead-letter record:     "dead/" <base> "/" <key>                   (a blob in the backend's container)
+//	legacy record:          <prefix> "d" <LL> <base> <key>             (a queue per record: the layout before blobs)
+//	its overflow chunks:    <prefix> "d" <LL> <base> <key> "x"
 //
 // base is the facade name itself when it is already a valid Azure name part
 // of at most maxBaseLen characters (and does not look like a hashed base);
 // otherwise it is a sanitized, truncated form followed by "-h" and 20 hex
 // digits of the SHA-256 of the facade name. LL is len(base) in two digits, so
-// no queue's dead-letter prefix is a prefix of another queue's names. key is
-// keyLen characters that sort by creation time.
+// no queue's legacy prefix is a prefix of another queue's names; a base has
+// no "/", so no queue's blob prefix is a prefix of another's. key is keyLen
+// characters that sort by creation time.
 const (
 	maxPrefixLen = 8
 	maxBaseLen   = 34
@@ -64,19 +66,24 @@ func baseName(queue string) string {
 
 // names are the Azure names of one facade queue.
 type names struct {
-	work string // the work queue
-	dead string // the prefix of its dead-letter record queues
+	work   string // the work queue
+	dead   string // the prefix of its dead-letter record blobs
+	legacy string // the prefix of its dead-letter record queues in the legacy layout
 }
+
+// deadFolder starts the name of every dead-letter blob.
+const deadFolder = "dead/"
 
 func (b *Backend) names(queue string) names {
 	base := baseName(queue)
 	return names{
-		work: b.prefix + "w" + base,
-		dead: fmt.Sprintf("%sd%02d%s", b.prefix, len(base), base),
+		work:   b.prefix + "w" + base,
+		dead:   deadFolder + base + "/",
+		legacy: fmt.Sprintf("%sd%02d%s", b.prefix, len(base), base),
 	}
 }
 
-// isRecordQueue reports whether name, listed under the dead prefix, is a
+// isRecordQueue reports whether name, listed under a legacy prefix, is a
 // record's lock queue (not its overflow queue).
 func isRecordQueue(prefix, name string) bool {
 	return len(name) == len(prefix)+keyLen && strings.HasPrefix(name, prefix)
