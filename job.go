@@ -95,6 +95,11 @@ type Job struct {
 	// payloadRef points at the payload in the PayloadStore when it was
 	// offloaded; the message then carries no payload.
 	payloadRef string
+	// result is what the handler recorded with SetResult (never encoded).
+	result []byte
+	// track is the job's status record while this worker holds it (nil
+	// when its queue does not track status; never encoded).
+	track *tracked
 }
 
 // CopyNumber numbers the copy of the job being handled: 0 for the copy Enqueue

@@ -28,6 +28,7 @@ type outcomeRow struct {
 	stopping    bool  // the platform is stopping
 	payloadGone bool  // its offloaded payload is gone
 	timedOut    bool  // the handler ran past its timeout
+	cancelled   bool  // Platform.Cancel was called for it
 	retryLimit  int
 
 	want        Outcome
@@ -61,6 +62,9 @@ func TestOutcomeTable(t *testing.T) {
 		{readme: "(its offloaded payload is gone)", payloadGone: true, failures: 1, want: OutcomeDeadLettered, wantReason: ReasonPayloadMissing},
 		{readme: "(the message is not a job at all)", notAJob: true, want: OutcomeDeadLettered, wantReason: ReasonInvalid},
 		{readme: "(the platform stops before it finishes)", err: context.Canceled, stopping: true, failures: 2, retryLimit: 2, want: OutcomeHandedBack},
+		{readme: "(it is cancelled with `Cancel`)", cancelled: true, retryLimit: 3, want: OutcomeDeadLettered, wantReason: ReasonCancelled},
+		{readme: "(it is cancelled with `Cancel`)", cancelled: true, err: ErrJobCancelled, failures: 1, retryLimit: 3, want: OutcomeDeadLettered, wantReason: ReasonCancelled},
+		{readme: "(it is cancelled with `Cancel`)", cancelled: true, crashes: DefaultPoisonLimit + 1, want: OutcomeDeadLettered, wantReason: ReasonCancelled},
 	}
 	mem, err := memory.New(context.Background(), memory.Config{})
 	if err != nil {
@@ -109,6 +113,7 @@ func decideRow(p *Platform, h *handlerEntry, r outcomeRow, now time.Time) (Outco
 	}
 	in := p.input(j, entry, Policy{RetryLimit: Limit(r.retryLimit)})
 	in.Now = now
+	in.Cancelled = r.cancelled
 	d := decide.Decide(in)
 	if d.Outcome == decide.Run {
 		in.Result, in.RejectAfter = classify(r.err)

@@ -182,6 +182,16 @@ type Config struct {
 	// Start and Stop (see Schedule and Platform.Schedule). Defaults to
 	// none.
 	Schedules []Schedule
+
+	// TrackStatus keeps the status of every job of every queue in the
+	// backend's store, for Platform.Status and Platform.Cancel (see
+	// QueueConfig.TrackStatus for one queue). It costs about one store
+	// write per state change of a job. Defaults to false.
+	TrackStatus bool
+
+	// StatusRetention is how long a tracked job's status is kept after
+	// its last change. Defaults to DefaultStatusRetention.
+	StatusRetention time.Duration
 }
 
 // QueueConfig configures one queue of Config.Queues.
@@ -199,6 +209,11 @@ type QueueConfig struct {
 	// Policy is the queue's failure-handling policy (see Policy). Defaults
 	// to the zero Policy.
 	Policy Policy
+
+	// TrackStatus keeps the status of this queue's jobs (see
+	// Config.TrackStatus), on every platform that enqueues or works them:
+	// set it alike on producers and workers. Defaults to false.
+	TrackStatus bool
 }
 
 // HealthCheck reports whether something the handlers need is healthy.
@@ -236,6 +251,7 @@ type Attempt struct {
 	Duration time.Duration // how long the handler ran
 	RetryAt  time.Time     // when it will be offered again, for retries and rejects
 	Isolated bool          // the job ran alone, as a suspect (see Config.DisableIsolation)
+	Result   []byte        // the handler's result (Job.SetResult), on success
 }
 
 // Hooks are called synchronously by the worker that handled the job; keep
@@ -296,6 +312,7 @@ type Platform struct {
 	health   health.Gate
 	suspect  sync.Mutex // held while a suspect runs alone
 	sched    scheduler  // periodic jobs (schedule.go)
+	oc       outcomes   // status tracking and cancellation (status.go)
 
 	mu       sync.Mutex // guards handlers writes and the fields below
 	started  bool
@@ -347,6 +364,9 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	}
 	p.health.Init(checks)
 	p.health.AddPinger(backend)
+	if err := p.initOutcomes(); err != nil {
+		return nil, err
+	}
 	p.enqueue = p.enqueueJobs
 	for i := len(cfg.EnqueueMiddleware) - 1; i >= 0; i-- {
 		p.enqueue = cfg.EnqueueMiddleware[i](p.enqueue)
@@ -398,6 +418,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"RejectDelay", &c.RejectDelay, DefaultRejectDelay},
 		{"UnhandledDelay", &c.UnhandledDelay, DefaultUnhandledDelay},
 		{"HealthInterval", &c.HealthInterval, DefaultHealthInterval},
+		{"StatusRetention", &c.StatusRetention, DefaultStatusRetention},
 	}
 	for _, d := range durations {
 		if *d.v < 0 {
@@ -668,6 +689,7 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 		}
 		return fmt.Errorf("asyncplatform: enqueue to queue %q: %w", queue, err)
 	}
+	p.statusEnqueued(ctx, queue, jobs)
 	return nil
 }
 
@@ -855,6 +877,7 @@ func (p *Platform) Start(ctx context.Context) error {
 		p.health.Loop(bgCtx, p.cfg.HealthInterval, p.log)
 	}()
 	p.startSchedules(bgCtx)
+	p.startOutcomes(bgCtx)
 	p.log.InfoContext(ctx, "asyncplatform: started", "queues", len(p.queues), "worker", p.cfg.WorkerName)
 	return nil
 }

@@ -89,6 +89,8 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	h := reg.byType[j.Type]
 	in := p.input(j, h, qp)
 	p.warnTries(j)
+	// A tracked job: was it cancelled?
+	p.statusBegin(j, &in)
 	if d := decide.Decide(in); d.Outcome != decide.Run { // gate
 		p.apply(f, j, d, "")
 		return
@@ -102,6 +104,9 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		isolated = true
 	}
 	if !p.loadPayload(f, j, in) {
+		return
+	}
+	if !p.statusRunning(f, in) {
 		return
 	}
 	id := j.ID
@@ -123,6 +128,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	}
 	in.Result, in.RejectAfter = classify(herr) // decide
 	in.Stopping = p.workCtx.Err() != nil
+	in.Cancelled = p.statusEnded(j)
 	in.Now = time.Now()
 	in.Jitter = rand.Float64()
 	d := decide.Decide(in)
@@ -130,6 +136,9 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		cleared(&next)
 	}
 	a := Attempt{Job: j, Err: herr, Duration: dur, RetryAt: d.RetryAt, Isolated: isolated}
+	if d.Outcome == decide.Succeeded {
+		a.Result = j.result
+	}
 	text, settled := "", j
 	if herr != nil {
 		text = herr.Error()
@@ -271,7 +280,8 @@ func outcomeOf(d decide.Decision) (Outcome, Reason) {
 
 // apply settles the delivery as d says; j is the job the next copy or the
 // dead letter is built from, text the handler's error for a dead letter.
-func (p *Platform) apply(f *inflight, j *Job, d decide.Decision, text string) error {
+func (p *Platform) apply(f *inflight, j *Job, d decide.Decision, text string) (err error) {
+	defer func() { p.statusSettled(f, j, d, text, err) }()
 	switch d.Outcome {
 	case decide.Succeeded:
 		err := p.settle(f, true, nil, nil)
@@ -341,6 +351,9 @@ func (p *Platform) run(t *jobctx.Timer, f *inflight, h *handlerEntry, timeout ti
 		f.Ctx.Due = time.Now().Add(timeout)
 	}
 	ctx := &f.Ctx
+	if j.track != nil {
+		j.track.started(ctx)
+	}
 	if f.Start() { // its lease lapsed while it waited: another worker has it now
 		return r, false
 	}

@@ -74,6 +74,11 @@ func cases() []testCase {
 		// delivery.go
 		{"Delivery/ExactlyOnceWithoutFaults", testExactlyOnce},
 		{"Delivery/NotBeforeNotEarly", testNotBefore},
+		// outcomes.go
+		{"Outcomes/StatusWalk", testStatusWalk},
+		{"Outcomes/ResultJSON", testResultJSON},
+		{"Outcomes/CancelWaiting", testCancelWaiting},
+		{"Outcomes/CancelRunning", testCancelRunning},
 	}
 }
 

@@ -57,6 +57,7 @@ const (
 	Unhandled       Reason = "unhandled"
 	Expired         Reason = "expired"
 	PayloadMissing  Reason = "payload_missing"
+	Cancelled       Reason = "cancelled"
 )
 
 // Result is the handler's result, as the platform classified its error.
@@ -111,6 +112,9 @@ type Input struct {
 	RejectAfter time.Duration
 	// Stopping: the platform's shutdown cancelled the handler.
 	Stopping bool
+	// Cancelled: Platform.Cancel asked for the job to end (before it ran,
+	// or while it ran).
+	Cancelled bool
 
 	Now time.Time
 	// Jitter, in [0, 1], places a retry within its backoff window
@@ -131,9 +135,10 @@ type Decision struct {
 }
 
 // Decide decides. Before the handler runs (Result NotRun), in this order: a
-// passed deadline expires the job, crashes beyond the poison limit poison it,
+// cancelled job is dead-lettered, a passed deadline expires the job, crashes beyond the poison limit poison it,
 // and a missing handler requeues it until UnhandledRetries are spent; else
-// the handler runs. After it ran: nil succeeds; a shutdown hands the job back
+// the handler runs. After it ran: nil succeeds; a cancelled job whose
+// handler returned an error is dead-lettered uncounted; a shutdown hands the job back
 // uncounted; Reject requeues it uncounted; a payload gone from the store
 // dead-letters it uncounted; Invalid and Permanent dead-letter
 // it at once; any other failure is retried with backoff until the failures
@@ -142,6 +147,9 @@ func Decide(in Input) Decision {
 	d := Decision{Failures: in.Failures, Crashes: in.Crashes, Unhandled: in.Unhandled}
 	if in.Result == NotRun {
 		switch {
+		case in.Cancelled:
+			d.Outcome, d.Reason = DeadLettered, Cancelled
+			d.Why = "cancelled (Platform.Cancel) before it ran"
 		case !in.Deadline.IsZero() && !in.Now.Before(in.Deadline):
 			d.Outcome, d.Reason = DeadLettered, Expired
 			d.Why = fmt.Sprintf("deadline %s passed before the job could run", in.Deadline.Format(time.RFC3339Nano))
@@ -165,6 +173,10 @@ func Decide(in Input) Decision {
 		return d
 	case PayloadGone:
 		d.Outcome, d.Reason = DeadLettered, PayloadMissing
+		return d
+	}
+	if in.Cancelled { // its handler returned an error after Cancel: never retried
+		d.Outcome, d.Reason = DeadLettered, Cancelled
 		return d
 	}
 	if in.Stopping {

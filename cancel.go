@@ -1,0 +1,72 @@
+package asyncplatform
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ReasonCancelled: Platform.Cancel ended the job, before it ran or while it
+// ran (its handler then returned an error). It is not retried; its dead
+// letter can be inspected or redriven like any other.
+const ReasonCancelled Reason = "cancelled"
+
+// ErrJobCancelled is the error of a handler's context that Platform.Cancel
+// ended: ctx.Err() is ErrJobCancelled, and it matches context.Canceled too.
+var ErrJobCancelled error = cancelledError{}
+
+type cancelledError struct{}
+
+func (cancelledError) Error() string { return "asyncplatform: job cancelled (Platform.Cancel)" }
+
+func (cancelledError) Is(target error) bool { return target == context.Canceled }
+
+// ErrJobFinished is returned by Platform.Cancel for a job that has ended
+// already (succeeded, dead-lettered or cancelled).
+var ErrJobFinished = errors.New("asyncplatform: the job has finished")
+
+// Cancel asks, from any process, for the job with the given ID to end. The
+// job's queue must track status (Config.TrackStatus or
+// QueueConfig.TrackStatus): Cancel marks its status. A job not yet running
+// never runs: the worker that takes it dead-letters it with
+// ReasonCancelled. A running job's handler context is cancelled (within
+// about a second) with ErrJobCancelled, and when the handler then returns
+// an error the job is dead-lettered with ReasonCancelled, never retried; a
+// handler that returns nil anyway has succeeded.
+//
+// A job with no status gives an error matching ErrJobNotFound, a finished
+// one ErrJobFinished. Cancelling a job twice is not an error.
+func (p *Platform) Cancel(ctx context.Context, id string) error {
+	s, err := p.statusStore()
+	if err != nil {
+		return err
+	}
+	key := statusKey(id)
+	for {
+		st, rev, err := readStatus(ctx, s, key)
+		if err != nil {
+			return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
+		}
+		if st.State.Terminal() {
+			return fmt.Errorf("asyncplatform: cancel %q: %w (%s)", id, ErrJobFinished, st.State)
+		}
+		if !st.CancelRequested {
+			st.CancelRequested = true
+			b, _ := json.Marshal(&st)
+			_, err = s.Update(ctx, "job/"+key, b, rev, p.cfg.StatusRetention)
+			if errors.Is(err, ErrRevision) {
+				continue // it changed meanwhile: read it again
+			}
+			if err != nil {
+				return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
+			}
+		}
+		// The mark a running job's worker polls for.
+		_, err = s.Create(ctx, "cancel/"+key, nil, p.cfg.StatusRetention)
+		if err != nil && !errors.Is(err, ErrKeyExists) {
+			return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
+		}
+		return nil
+	}
+}

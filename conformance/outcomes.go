@@ -1,0 +1,185 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// tracking is the suite's config with status tracking on (results, status
+// and cancellation: issue 21).
+func (e *env) tracking() ap.Config {
+	cfg := e.config()
+	cfg.TrackStatus = true
+	cfg.StatusRetention = 10 * time.Minute
+	return cfg
+}
+
+func (e *env) status(p *ap.Platform, id string) ap.JobStatus {
+	e.t.Helper()
+	st, err := p.Status(ctxT(e.t, e.opts.Wait), id)
+	if err != nil {
+		e.t.Fatalf("Status(%s): %v", id, err)
+	}
+	return st
+}
+
+// testStatusWalk: a job that fails twice then succeeds is waiting, running,
+// retrying, running, retrying, running, then succeeded with its result.
+func testStatusWalk(t *testing.T, e *env) {
+	cfg := e.tracking()
+	var mu sync.Mutex
+	var seen []ap.JobState
+	var w *worker
+	cfg.Hooks.AfterAttempt = func(ctx context.Context, a ap.Attempt) {
+		st, err := w.P.Status(ctx, a.Job.ID) // written before the hook runs
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			t.Errorf("Status after attempt %d: %v", a.Job.TryCount, err)
+			return
+		}
+		seen = append(seen, st.State)
+	}
+	w = e.worker(cfg)
+	w.handle(t, "walk", func(ctx context.Context, j *ap.Job) error {
+		st, err := w.P.Status(ctx, j.ID)
+		if err != nil || st.State != ap.StateRunning || st.Tries != j.TryCount {
+			t.Errorf("inside the handler (try %d): status %+v, %v; want running with tries %d", j.TryCount, st, err, j.TryCount)
+		}
+		if j.TryCount <= 2 {
+			return errors.New("not yet")
+		}
+		j.SetResult([]byte("done"))
+		return nil
+	})
+	job := &ap.Job{Type: "walk"}
+	e.enqueue(w.P, job)
+	if st := e.status(w.P, job.ID); st.State != ap.StateWaiting || st.Queue != e.queue || st.Type != "walk" {
+		t.Errorf("after Enqueue: %+v, want waiting on %s", st, e.queue)
+	}
+	w.start(t)
+	e.waitFor("success on the third try", func() bool {
+		o := e.rec.outcomes(job.ID)
+		mu.Lock()
+		defer mu.Unlock()
+		return len(o) == 3 && o[2].Outcome == ap.OutcomeSucceeded && len(seen) == 3
+	})
+	mu.Lock()
+	got := append([]ap.JobState(nil), seen...)
+	mu.Unlock()
+	want := []ap.JobState{ap.StateRetrying, ap.StateRetrying, ap.StateSucceeded}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("states after each attempt %v, want %v", got, want)
+	}
+	st := e.status(w.P, job.ID)
+	if st.State != ap.StateSucceeded || string(st.Result) != "done" || st.Tries != 3 || st.Failures != 2 || st.Error != "not yet" || st.Worker == "" {
+		t.Errorf("final status %+v; want succeeded, result done, 3 tries, 2 failures, last error kept, a worker", st)
+	}
+	if o := e.rec.outcomes(job.ID); string(o[2].Result) != "done" {
+		t.Errorf("Attempt.Result %q, want done", o[2].Result)
+	}
+}
+
+// testResultJSON: JSONResult's value is the job's result, in its status.
+func testResultJSON(t *testing.T, e *env) {
+	type sum struct{ A, B int }
+	type total struct{ N int }
+	w := e.worker(e.tracking()).handle(t, "sum", ap.JSONResult(func(_ context.Context, _ *ap.Job, s sum) (total, error) {
+		return total{N: s.A + s.B}, nil
+	}))
+	job, err := ap.NewJSONJob("sum", sum{2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(w.P, job)
+	w.start(t)
+	var st ap.JobStatus
+	e.waitFor("the job's success", func() bool { st = e.status(w.P, job.ID); return st.State == ap.StateSucceeded })
+	got, err := ap.DecodeResult[total](st.Result)
+	if err != nil || got.N != 5 {
+		t.Errorf("result %s: %+v, %v; want N 5", st.Result, got, err)
+	}
+}
+
+// testCancelWaiting: a job cancelled before it runs never runs; it is
+// dead-lettered as cancelled.
+func testCancelWaiting(t *testing.T, e *env) {
+	prod := e.worker(e.tracking()).P
+	job := &ap.Job{Type: "never", NotBefore: time.Now().Add(e.scaled(time.Second))}
+	e.enqueue(prod, job)
+	if st := e.status(prod, job.ID); st.State != ap.StateScheduled {
+		t.Errorf("a delayed job's status is %s, want scheduled", st.State)
+	}
+	if err := prod.Cancel(ctxT(t, e.opts.Wait), job.ID); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	if err := prod.Cancel(ctxT(t, e.opts.Wait), "no-such-job"); !errors.Is(err, ap.ErrJobNotFound) {
+		t.Errorf("Cancel of an unknown job: %v, want ErrJobNotFound", err)
+	}
+	w := e.worker(e.tracking()).handle(t, "never", func(context.Context, *ap.Job) error {
+		t.Error("a cancelled job ran")
+		return nil
+	}).start(t)
+	dl := e.waitDead(w.P, 1)[0]
+	if dl.Reason != ap.ReasonCancelled || dl.Job.ID != job.ID || dl.Job.TryCount != 0 {
+		t.Errorf("dead letter %s %q tries %d, want %s cancelled 0", dl.Job.ID, dl.Reason, dl.Job.TryCount, job.ID)
+	}
+	if st := e.status(prod, job.ID); st.State != ap.StateCancelled || st.Reason != ap.ReasonCancelled {
+		t.Errorf("status %s %q, want cancelled", st.State, st.Reason)
+	}
+	if err := prod.Cancel(ctxT(t, e.opts.Wait), job.ID); !errors.Is(err, ap.ErrJobFinished) {
+		t.Errorf("Cancel of a cancelled job: %v, want ErrJobFinished", err)
+	}
+}
+
+// testCancelRunning: a running job's context ends within 2 s of Cancel with
+// ErrJobCancelled, and the job is not retried.
+func testCancelRunning(t *testing.T, e *env) {
+	started := make(chan struct{}, 1)
+	ended := make(chan error, 1)
+	cfg := e.tracking()
+	cfg.Policy.RetryLimit = ap.Limit(5)
+	w := e.worker(cfg).handle(t, "long", func(ctx context.Context, _ *ap.Job) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		ended <- context.Cause(ctx)
+		return ctx.Err()
+	}, ap.Policy{Timeout: time.Minute})
+	job := &ap.Job{Type: "long"}
+	e.enqueue(w.P, job)
+	w.start(t)
+	select {
+	case <-started:
+	case <-time.After(e.opts.Wait):
+		t.Fatal("the handler never started")
+	}
+	prod := e.worker(e.tracking()).P
+	at := time.Now()
+	if err := prod.Cancel(ctxT(t, e.opts.Wait), job.ID); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	select {
+	case cause := <-ended:
+		if d := time.Since(at); d > e.scaled(2*time.Second) {
+			t.Errorf("the handler's context ended %v after Cancel, want within 2 s", d)
+		}
+		if !errors.Is(cause, ap.ErrJobCancelled) || !errors.Is(cause, context.Canceled) {
+			t.Errorf("the context's cause is %v, want ErrJobCancelled (a context.Canceled)", cause)
+		}
+	case <-time.After(e.scaled(5 * time.Second)):
+		t.Fatal("the handler's context did not end after Cancel")
+	}
+	dl := e.waitDead(w.P, 1)[0]
+	e.settle()
+	if n := e.rec.count(job.ID); n != 1 || dl.Reason != ap.ReasonCancelled || dl.Job.Failures != 0 {
+		t.Errorf("%d attempts, dead letter %q with %d failures; want 1 attempt, cancelled, uncounted", n, dl.Reason, dl.Job.Failures)
+	}
+	if st := e.status(prod, job.ID); st.State != ap.StateCancelled {
+		t.Errorf("status %s, want cancelled", st.State)
+	}
+}

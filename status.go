@@ -1,0 +1,423 @@
+package asyncplatform
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/decide"
+	"github.com/asyncplatform/asyncplatform/internal/jobctx"
+)
+
+// DefaultStatusRetention is how long a job's status is kept after its last
+// change, by default (Config.StatusRetention).
+const DefaultStatusRetention = 7 * 24 * time.Hour
+
+// JobState is where a tracked job is in its life (see JobStatus).
+type JobState string
+
+// The states of a tracked job.
+const (
+	StateWaiting      JobState = "waiting"       // enqueued (or handed back, or rejected), due now
+	StateScheduled    JobState = "scheduled"     // waiting for NotBefore, a Reject's delay or a handler
+	StateRunning      JobState = "running"       // a handler runs it (or ran it and its worker died)
+	StateRetrying     JobState = "retrying"      // failed; due again at RetryAt
+	StateSucceeded    JobState = "succeeded"     // done, with its Result
+	StateDeadLettered JobState = "dead_lettered" // in the dead-letter queue, for Reason
+	StateCancelled    JobState = "cancelled"     // Platform.Cancel ended it: dead-lettered, ReasonCancelled
+)
+
+// Terminal reports whether a job in state s will not run again (unless its
+// dead letter is redriven).
+func (s JobState) Terminal() bool {
+	return s == StateSucceeded || s == StateDeadLettered || s == StateCancelled
+}
+
+// JobStatus is what Platform.Status tells of a job whose queue tracks status
+// (Config.TrackStatus, QueueConfig.TrackStatus).
+type JobStatus struct {
+	ID    string   `json:"id"`
+	Queue string   `json:"queue"`
+	Type  string   `json:"type"`
+	State JobState `json:"state"`
+	// Tries, Failures and Crashes are the job's counters as of State.
+	Tries    int `json:"tries"`
+	Failures int `json:"failures"`
+	Crashes  int `json:"crashes"`
+	// Reason is the dead-letter reason, for StateDeadLettered and
+	// StateCancelled.
+	Reason Reason `json:"reason,omitempty"`
+	// Error is the first line of the last error (at most 1 KiB).
+	Error string `json:"error,omitempty"`
+	// Result is the handler's result (Job.SetResult), for StateSucceeded.
+	Result []byte `json:"result,omitempty"`
+	// ResultSize is the result's size; it is larger than len(Result) when
+	// the result was too large to keep in the status (over
+	// MaxStatusResult bytes).
+	ResultSize int `json:"result_size,omitempty"`
+	// RetryAt is when a retrying or scheduled job is due.
+	RetryAt time.Time `json:"retry_at,omitzero"`
+	// EnqueuedAt is when the job was enqueued; StartedAt when its latest
+	// attempt began; UpdatedAt when the status last changed.
+	EnqueuedAt time.Time `json:"enqueued_at,omitzero"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	// Worker names the worker that last ran or settled the job
+	// (Config.WorkerName).
+	Worker string `json:"worker,omitempty"`
+	// CancelRequested: Platform.Cancel was called for the job.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
+}
+
+// MaxStatusResult is the largest result kept in a job's status; a larger
+// one is left out (JobStatus.ResultSize still says how large it was).
+const MaxStatusResult = driver.MaxValueLen - 8<<10
+
+// ErrJobNotFound is returned by Platform.Status and Platform.Cancel for a
+// job with no status: unknown, on a queue that does not track status, or
+// ended longer than Config.StatusRetention ago.
+var ErrJobNotFound = errors.New("asyncplatform: no status for this job (unknown, untracked, or past its retention)")
+
+// statusNamespace holds the platform's own records in the store: job/<id>
+// (a JobStatus) and cancel/<id> (a running job's cancellation).
+const statusNamespace = "_jobs/"
+
+// cancelPoll is how often a worker running tracked jobs looks for
+// cancellations: one store List per tick, whatever the number of jobs.
+const cancelPoll = 300 * time.Millisecond
+
+// outcomes is the platform's state for status tracking and cancellation.
+type outcomes struct {
+	store   *Store       // nil: no queue tracks status and the backend has no store
+	running sync.Map     // status key → *tracked, for the jobs running here
+	n       atomic.Int32 // entries in running
+}
+
+// tracked is a tracked job held by this worker: its status as last
+// written, and its handler's context while it runs.
+type tracked struct {
+	rec JobStatus
+	rev string // the record's revision; empty: none read or written
+
+	mu        sync.Mutex
+	ctx       *jobctx.Context // the running handler's; nil before and after
+	cancelled bool
+}
+
+// cancel ends the handler's context with ErrJobCancelled (now, or as soon
+// as it starts).
+func (t *tracked) cancel() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cancelled = true
+	if t.ctx != nil {
+		t.ctx.Cancel(ErrJobCancelled)
+	}
+}
+
+// started is called by run with the handler's context before the handler.
+func (t *tracked) started(ctx *jobctx.Context) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ctx = ctx
+	if t.cancelled {
+		ctx.Cancel(ErrJobCancelled)
+	}
+}
+
+// statusKey is a job ID as a store key segment: itself when it fits the key
+// grammar, else a hash of it.
+func statusKey(id string) string {
+	if id != "" && len(id) <= 200 && !strings.Contains(id, "/") && driver.CheckKey(id) == nil && !strings.HasPrefix(id, "sha-") {
+		return id
+	}
+	h := sha256.Sum256([]byte(id))
+	return "sha-" + hex.EncodeToString(h[:20])
+}
+
+// tracks reports whether queue's jobs have their status tracked.
+func (p *Platform) tracks(queue string) bool {
+	return p.cfg.TrackStatus || p.cfg.Queues[queue].TrackStatus
+}
+
+// initOutcomes finds the store status tracking and cancellation use; with
+// tracking configured, a backend without one is a configuration error.
+func (p *Platform) initOutcomes() error {
+	need := p.cfg.TrackStatus
+	for _, q := range p.cfg.Queues {
+		need = need || q.TrackStatus
+	}
+	d, err := driver.StoreOf(p.backend)
+	if err != nil {
+		if need {
+			return fmt.Errorf("%w: TrackStatus needs the backend's store: %w", ErrInvalidConfig, err)
+		}
+		return nil
+	}
+	p.oc.store = &Store{d: d, ns: statusNamespace}
+	return nil
+}
+
+func (p *Platform) statusStore() (*Store, error) {
+	if p == nil || p.backend == nil {
+		return nil, ErrNotNew
+	}
+	if p.oc.store == nil {
+		_, err := driver.StoreOf(p.backend)
+		return nil, fmt.Errorf("asyncplatform: job status: %w", err)
+	}
+	return p.oc.store, nil
+}
+
+// Status returns the status of the job with the given ID, on a queue that
+// tracks status (Config.TrackStatus or QueueConfig.TrackStatus). A job with
+// no status gives an error matching ErrJobNotFound. Job IDs are unique, so
+// the ID alone finds the job, whatever its queue.
+func (p *Platform) Status(ctx context.Context, id string) (JobStatus, error) {
+	s, err := p.statusStore()
+	if err != nil {
+		return JobStatus{}, err
+	}
+	st, _, err := readStatus(ctx, s, statusKey(id))
+	return st, err
+}
+
+func readStatus(ctx context.Context, s *Store, key string) (JobStatus, string, error) {
+	b, rev, err := s.Get(ctx, "job/"+key)
+	if errors.Is(err, ErrKeyNotFound) {
+		return JobStatus{}, "", ErrJobNotFound
+	}
+	if err != nil {
+		return JobStatus{}, "", err
+	}
+	var st JobStatus
+	if err := json.Unmarshal(b, &st); err != nil {
+		return JobStatus{}, "", fmt.Errorf("asyncplatform: the status of job key %q is not a status: %w", key, err)
+	}
+	return st, rev, nil
+}
+
+// writeStatus writes st at rev (empty: create), and on a conflict (Cancel
+// wrote meanwhile, or the record is older or newer than thought) reads the
+// record again, keeps its CancelRequested, and writes again. It returns the
+// new revision and whether a cancellation was requested.
+func (p *Platform) writeStatus(ctx context.Context, st *JobStatus, rev string) (string, error) {
+	s, key := p.oc.store, "job/"+statusKey(st.ID)
+	b, _ := json.Marshal(st)
+	var err error
+	for range 4 {
+		if rev == "" {
+			rev, err = s.Create(ctx, key, b, p.cfg.StatusRetention)
+		} else {
+			rev, err = s.Update(ctx, key, b, rev, p.cfg.StatusRetention)
+		}
+		if err == nil || !(errors.Is(err, ErrKeyExists) || errors.Is(err, ErrRevision)) {
+			return rev, err
+		}
+		cur, r, gerr := readStatus(ctx, s, statusKey(st.ID))
+		switch {
+		case errors.Is(gerr, ErrJobNotFound):
+			rev = ""
+		case gerr != nil:
+			return "", gerr
+		default:
+			rev = r
+			if cur.CancelRequested && !st.CancelRequested {
+				st.CancelRequested = true
+				b, _ = json.Marshal(st)
+			}
+		}
+	}
+	return "", err
+}
+
+// statusEnqueued writes the waiting (or scheduled) status of newly stored
+// jobs of a tracked queue. The jobs are stored already: a failed write is
+// logged, not returned (the worker writes the status when it takes the job).
+func (p *Platform) statusEnqueued(ctx context.Context, queue string, jobs []*Job) {
+	if p.oc.store == nil || !p.tracks(queue) {
+		return
+	}
+	now := time.Now()
+	for _, j := range jobs {
+		st := JobStatus{ID: j.ID, Queue: queue, Type: j.Type, State: StateWaiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now}
+		if j.NotBefore.After(now) {
+			st.State, st.RetryAt = StateScheduled, j.NotBefore
+		}
+		if _, err := p.writeStatus(ctx, &st, ""); err != nil {
+			p.log.Warn("asyncplatform: writing a job's status failed", "queue", queue, "id", j.ID, "error", err)
+		}
+	}
+}
+
+// statusBegin reads a delivered job's status (a tracked queue) and tells the
+// decision whether it was cancelled.
+func (p *Platform) statusBegin(j *Job, in *decide.Input) {
+	if p.oc.store == nil || !p.tracks(j.Queue) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease)
+	defer cancel()
+	st, rev, err := readStatus(ctx, p.oc.store, statusKey(j.ID))
+	switch {
+	case errors.Is(err, ErrJobNotFound):
+		st = JobStatus{ID: j.ID, EnqueuedAt: j.EnqueuedAt}
+	case err != nil:
+		p.log.Warn("asyncplatform: reading a job's status failed; it runs untracked this time", "queue", j.Queue, "id", j.ID, "error", err)
+		return
+	}
+	st.Queue, st.Type = j.Queue, j.Type
+	j.track = &tracked{rec: st, rev: rev}
+	in.Cancelled = st.CancelRequested
+}
+
+// statusRunning writes the running status before the handler runs and makes
+// the job cancellable here. When Cancel came first, it dead-letters the job
+// as cancelled and returns false.
+func (p *Platform) statusRunning(f *inflight, in decide.Input) bool {
+	j := &f.Job
+	tr := j.track
+	if tr == nil {
+		return true
+	}
+	st := tr.rec
+	now := time.Now()
+	st.State, st.Tries, st.Failures, st.Crashes = StateRunning, j.TryCount+1, j.Failures, j.Crashes
+	st.StartedAt, st.UpdatedAt, st.Worker, st.RetryAt, st.Reason = now, now, p.cfg.WorkerName, time.Time{}, ""
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease)
+	defer cancel()
+	rev, err := p.writeStatus(ctx, &st, tr.rev)
+	if err != nil {
+		p.log.Warn("asyncplatform: writing a job's status failed; it runs untracked this time", "queue", j.Queue, "id", j.ID, "error", err)
+		j.track = nil
+		return true
+	}
+	tr.rec, tr.rev = st, rev
+	if st.CancelRequested {
+		in.Cancelled, in.Now = true, time.Now()
+		p.apply(f, j, decide.Decide(in), "")
+		return false
+	}
+	key := statusKey(j.ID)
+	p.oc.running.Store(key, tr)
+	p.oc.n.Add(1)
+	return true
+}
+
+// statusEnded is called when the handler has returned: the job is no longer
+// cancellable here. It reports whether it was cancelled.
+func (p *Platform) statusEnded(j *Job) bool {
+	tr := j.track
+	if tr == nil {
+		return false
+	}
+	if _, ok := p.oc.running.LoadAndDelete(statusKey(j.ID)); ok {
+		p.oc.n.Add(-1)
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.ctx = nil
+	return tr.cancelled
+}
+
+// statusSettled writes the status a settled decision leads to.
+func (p *Platform) statusSettled(f *inflight, j *Job, d decide.Decision, text string, serr error) {
+	tr := f.Job.track
+	if tr == nil || serr != nil {
+		return
+	}
+	f.Job.track = nil
+	if _, ok := p.oc.running.LoadAndDelete(statusKey(f.Job.ID)); ok { // settled without statusEnded (a panic in a hook, say)
+		p.oc.n.Add(-1)
+	}
+	st := tr.rec
+	now := time.Now()
+	st.UpdatedAt, st.Worker, st.RetryAt = now, p.cfg.WorkerName, time.Time{}
+	st.Tries, st.Failures, st.Crashes = f.Job.TryCount, d.Failures, d.Crashes
+	if text != "" {
+		st.Error = firstLine(text)
+	}
+	switch d.Outcome {
+	case decide.Succeeded:
+		st.State, st.Result, st.ResultSize = StateSucceeded, nil, len(f.Job.result)
+		if len(f.Job.result) <= MaxStatusResult {
+			st.Result = f.Job.result
+		}
+	case decide.Retried:
+		st.State, st.RetryAt = StateRetrying, d.RetryAt
+	case decide.Rejected, decide.Requeued:
+		st.State, st.RetryAt = StateScheduled, d.RetryAt
+	case decide.HandedBack:
+		st.State = StateWaiting
+	case decide.DeadLettered:
+		st.State, st.Reason = StateDeadLettered, Reason(d.Reason)
+		if d.Reason == decide.Cancelled {
+			st.State = StateCancelled
+		}
+	default:
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease)
+	defer cancel()
+	if _, err := p.writeStatus(ctx, &st, tr.rev); err != nil {
+		p.log.Warn("asyncplatform: writing a job's status failed", "queue", j.Queue, "id", f.Job.ID, "state", st.State, "error", err)
+	}
+	if st.CancelRequested && st.State.Terminal() {
+		_ = p.oc.store.Delete(ctx, "cancel/"+statusKey(f.Job.ID), "")
+	}
+}
+
+// startOutcomes starts the cancellation poller when a queue tracks status.
+func (p *Platform) startOutcomes(ctx context.Context) {
+	if p.oc.store == nil {
+		return
+	}
+	p.background.Add(1)
+	go func() {
+		defer p.background.Done()
+		tick := time.NewTicker(cancelPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if p.oc.n.Load() > 0 {
+				p.pollCancels(ctx)
+			}
+		}
+	}()
+}
+
+// pollCancels cancels the running jobs that Platform.Cancel named: one List
+// of the cancellations per page, whatever the number of running jobs.
+func (p *Platform) pollCancels(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, max(cancelPoll, time.Second))
+	defer cancel()
+	cursor := ""
+	for {
+		page, err := p.oc.store.List(ctx, "cancel/", cursor, MaxListLimit)
+		if err != nil {
+			p.log.Warn("asyncplatform: reading cancellations failed", "error", err)
+			return
+		}
+		for _, k := range page.Keys {
+			if v, ok := p.oc.running.Load(strings.TrimPrefix(k, "cancel/")); ok {
+				v.(*tracked).cancel()
+			}
+		}
+		if page.Next == "" {
+			return
+		}
+		cursor = page.Next
+	}
+}
