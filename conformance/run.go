@@ -79,6 +79,12 @@ func cases() []testCase {
 		{"Outcomes/ResultJSON", testResultJSON},
 		{"Outcomes/CancelWaiting", testCancelWaiting},
 		{"Outcomes/CancelRunning", testCancelRunning},
+		// unique.go, schedule.go
+		{"Unique/ConcurrentEnqueue", testUniqueConcurrent},
+		{"Unique/FreeAfterSuccess", testUniqueAfterSuccess},
+		{"Unique/FreeAfterDeadLetter", testUniqueAfterDeadLetter},
+		{"Unique/FreeAfterWindow", testUniqueAfterWindow},
+		{"Schedule/OnePerTick", testScheduleOnePerTick},
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/conformance/faults"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/testenv"
+	"github.com/asyncplatform/asyncplatform/pgstore"
 )
 
 // harness opens backends on the machine's broker, each through a loopback
@@ -27,8 +28,9 @@ import (
 // would. Every backend sees the same queues; a test closes one to play a
 // dead worker.
 type harness struct {
-	url *url.URL
-	log *slog.Logger
+	url   *url.URL
+	log   *slog.Logger
+	store driver.Store // the companion store every backend carries
 
 	mu      sync.Mutex
 	proxies map[driver.Backend]*proxy
@@ -44,6 +46,7 @@ func (h *harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
 	b, err := New(ctx, Config{
 		URL:          px.rewrite(h.url),
 		Logger:       h.log,
+		Store:        h.store,
 		ReconnectMin: 10 * time.Millisecond,
 		ReconnectMax: 200 * time.Millisecond,
 	})
@@ -92,9 +95,18 @@ func TestConformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pgURL := testenv.Getenv(pgstore.URLEnv, "postgres://postgres@127.0.0.1:5432/test")
+	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	pg, err := pgstore.New(pctx, pgstore.Config{URL: pgURL, Table: "asyncplatform_conformance"})
+	cancel()
+	if err != nil {
+		testenv.Unreachable(t, "PostgreSQL at "+pgURL+" (the companion store of unique and periodic jobs)", err)
+	}
+	t.Cleanup(func() { pg.Close() })
 	conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
 		return &harness{
 			url:     u,
+			store:   pg,
 			log:     slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 			proxies: map[driver.Backend]*proxy{},
 		}, nil

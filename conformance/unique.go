@@ -1,0 +1,146 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// testUniqueConcurrent: 20 Enqueues of one key, from 4 platforms over
+// backends of their own, at once: exactly one is stored, the others get
+// ErrDuplicate.
+func testUniqueConcurrent(t *testing.T, e *env) {
+	key := e.queue + "/one"
+	var producers []*ap.Platform
+	for range 4 {
+		producers = append(producers, e.producer())
+	}
+	ctx := ctxT(t, e.opts.Wait)
+	var stored, dups atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			err := producers[i%4].Enqueue(ctx, &ap.Job{Type: "u", Queue: e.queue, UniqueKey: key})
+			switch {
+			case err == nil:
+				stored.Add(1)
+			case errors.Is(err, ap.ErrDuplicate):
+				dups.Add(1)
+			default:
+				t.Errorf("Enqueue: %v", err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if stored.Load() != 1 || dups.Load() != 19 {
+		t.Fatalf("%d stored, %d refused as duplicates; want 1 and 19", stored.Load(), dups.Load())
+	}
+	var handled atomic.Int32
+	e.worker(e.config()).handle(t, "u", func(context.Context, *ap.Job) error { handled.Add(1); return nil }).start(t)
+	e.waitFor("the job", func() bool { return handled.Load() > 0 })
+	e.settle()
+	if n := handled.Load(); n != 1 {
+		t.Fatalf("%d jobs handled; want 1", n)
+	}
+}
+
+// enqueueFree enqueues j, waiting for its key to be released (the release
+// follows the outcome's report, which the recorder sees first).
+func enqueueFree(t *testing.T, e *env, p *ap.Platform, j *ap.Job) {
+	t.Helper()
+	ctx := ctxT(t, e.opts.Wait)
+	var err error
+	for deadline := time.Now().Add(e.opts.Wait); ; time.Sleep(10 * time.Millisecond) {
+		j.ID = ""
+		if err = p.Enqueue(ctx, j); !errors.Is(err, ap.ErrDuplicate) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("Enqueue of a job with key %q: %v; want it stored (the key free)", j.UniqueKey, err)
+	}
+}
+
+// testUniqueAfterSuccess: a unique job's key is held while it waits and
+// free once it succeeded.
+func testUniqueAfterSuccess(t *testing.T, e *env) {
+	key := e.queue + "/s"
+	p := e.producer()
+	ctx := ctxT(t, e.opts.Wait)
+	j := &ap.Job{Type: "u", Queue: e.queue, UniqueKey: key}
+	e.enqueue(p, j)
+	if err := p.Enqueue(ctx, &ap.Job{Type: "u", Queue: e.queue, UniqueKey: key}); !errors.Is(err, ap.ErrDuplicate) {
+		t.Fatalf("a second job while the first waits: %v; want ErrDuplicate", err)
+	}
+	e.worker(e.config()).handle(t, "u", ok).start(t)
+	e.waitFor("the job to succeed", func() bool { return e.rec.count(j.ID) == 1 })
+	enqueueFree(t, e, p, &ap.Job{Type: "u", Queue: e.queue, UniqueKey: key})
+}
+
+// testUniqueAfterDeadLetter: the key is free once the job is dead-lettered
+// (ReleaseOnFinish); with ReleaseOnSuccess it is kept, and a redrive takes
+// it again.
+func testUniqueAfterDeadLetter(t *testing.T, e *env) {
+	p := e.producer()
+	ctx := ctxT(t, e.opts.Wait)
+	fail := func(context.Context, *ap.Job) error { return ap.Permanent(errors.New("no")) }
+	e.worker(e.config()).handle(t, "u", fail).start(t)
+	j := &ap.Job{Type: "u", Queue: e.queue, UniqueKey: e.queue + "/d"}
+	e.enqueue(p, j)
+	e.waitDead(p, 1)
+	enqueueFree(t, e, p, &ap.Job{Type: "other", Queue: e.queue, UniqueKey: j.UniqueKey, NotBefore: time.Now().Add(time.Hour)})
+
+	kept := &ap.Job{Type: "u", Queue: e.queue, UniqueKey: e.queue + "/k", UniqueRelease: ap.ReleaseOnSuccess}
+	e.enqueue(p, kept)
+	e.waitDead(p, 2)
+	e.settle()
+	if err := p.Enqueue(ctx, &ap.Job{Type: "u", Queue: e.queue, UniqueKey: kept.UniqueKey}); !errors.Is(err, ap.ErrDuplicate) {
+		t.Fatalf("after a dead letter with ReleaseOnSuccess: %v; want ErrDuplicate", err)
+	}
+	if n, err := p.Redrive(ctx, e.queue, kept.ID); n != 1 || err != nil {
+		t.Fatalf("Redrive of the letter holding its key = %d, %v; want 1, nil", n, err)
+	}
+	// The first letter's key is held by the newer job: its redrive fails.
+	if n, err := p.Redrive(ctx, e.queue, j.ID); n != 0 || !errors.Is(err, ap.ErrDuplicate) {
+		t.Fatalf("Redrive of a letter whose key a newer job holds = %d, %v; want 0 and ErrDuplicate", n, err)
+	}
+}
+
+// testUniqueAfterWindow: with ReleaseOnWindow the key outlives the job's
+// success and is free once the window ends.
+func testUniqueAfterWindow(t *testing.T, e *env) {
+	const window = time.Second
+	key := e.queue + "/w"
+	p := e.producer()
+	ctx := ctxT(t, e.opts.Wait)
+	e.worker(e.config()).handle(t, "u", ok).start(t)
+	j := &ap.Job{Type: "u", Queue: e.queue, UniqueKey: key, UniqueWindow: window, UniqueRelease: ap.ReleaseOnWindow}
+	taken := time.Now()
+	e.enqueue(p, j)
+	e.waitFor("the job to succeed", func() bool { return e.rec.count(j.ID) == 1 })
+	if err := p.Enqueue(ctx, &ap.Job{Type: "u", Queue: e.queue, UniqueKey: key}); time.Since(taken) < window && !errors.Is(err, ap.ErrDuplicate) {
+		t.Fatalf("inside the window after success: %v; want ErrDuplicate", err)
+	}
+	time.Sleep(time.Until(taken.Add(window)))
+	// The window counts from the key's write, a moment after taken, on
+	// the store's clock.
+	for deadline := time.Now().Add(e.scaled(time.Second)); ; time.Sleep(20 * time.Millisecond) {
+		err := p.Enqueue(ctx, &ap.Job{Type: "u", Queue: e.queue, UniqueKey: key})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ap.ErrDuplicate) || time.Now().After(deadline) {
+			t.Fatalf("%v after the window: %v; want the job stored", time.Since(taken)-window, err)
+		}
+	}
+}
