@@ -1,7 +1,8 @@
 // Command asyncctl operates asyncplatform queues and dead letters on any
-// backend, opened from a URL: see queue depths, enqueue a job, and list, show,
-// pop, redrive or purge dead letters. Run "asyncctl help" for the commands,
-// their flags, examples and exit codes.
+// backend, opened from a URL: find every queue and its depths, watch them
+// live (top), enqueue jobs, and list, show, pop, redrive or purge dead
+// letters. Run "asyncctl help" for the commands, their flags, examples and
+// exit codes, and "asyncctl completion" for shell completion.
 package main
 
 import (
@@ -88,7 +89,7 @@ type command struct {
 }
 
 func commands() []*command {
-	return []*command{queuesCmd(), enqueueCmd(), deadListCmd(), deadShowCmd(), deadPopCmd(), deadRedriveCmd(), deadPurgeCmd()}
+	return []*command{queuesCmd(), topCmd(), enqueueCmd(), deadListCmd(), deadShowCmd(), deadPopCmd(), deadRedriveCmd(), deadPurgeCmd(), completionCmd()}
 }
 
 const mainHelp = `asyncctl operates asyncplatform queues and dead letters on any backend.
@@ -124,20 +125,26 @@ Exit codes:
 	2  bad command line
 	3  nothing found: no such dead letter, an empty dead-letter queue
 	4  answered no at a confirmation prompt; nothing was changed
+	130  interrupted (Ctrl-C) between two records; it says how far it got
 
 Examples:
 
 	export ASYNCPLATFORM_URL=redis://127.0.0.1:6379/0
-	asyncctl queues emails billing
+	asyncctl queues
+	asyncctl top
 	asyncctl dead list --queue emails --reason retries_exceeded
 	asyncctl dead redrive --queue emails --all --rate 50
 
-Run "asyncctl help COMMAND" (or "asyncctl COMMAND --help") for a command's flags and examples.
+Run "asyncctl help COMMAND" (or "asyncctl COMMAND --help") for a command's flags and examples,
+and "asyncctl help completion" for the shells' completion of commands, flags and queue names.
 `
 
 // run is the whole command, minus the process: it returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := &cli{stdin: stdin, stdout: stdout, stderr: stderr}
+	if len(args) > 0 && args[0] == "__complete" { // what the completion scripts call
+		return c.complete(ctx, args[1:])
+	}
 	cmds := commands()
 
 	global := flag.NewFlagSet("asyncctl", flag.ContinueOnError)
@@ -266,7 +273,7 @@ func printHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: asyncctl %s [flags] %s\n\n%s\n\n%s\nFlags:\n\n", cmd.name, cmd.args, cmd.summary, strings.TrimSpace(cmd.help)+"\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
-	fmt.Fprintf(w, "\nExit codes: 0 done, 1 failed, 2 bad command line, 3 nothing found, 4 declined at a prompt.\n")
+	fmt.Fprintf(w, "\nExit codes: 0 done, 1 failed, 2 bad command line, 3 nothing found, 4 declined at a prompt, 130 interrupted.\n")
 }
 
 // open opens the backend and a platform over it. The caller calls close.
