@@ -1,0 +1,104 @@
+package dashboard_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/dashboard"
+)
+
+// benchDead is how many dead letters BenchmarkDeadLetters100k lists.
+const benchDead = 100_000
+
+var nextRE = regexp.MustCompile(`href="([^"]+)" id="next-page"`)
+
+// BenchmarkDeadLetters100k puts 100,000 dead letters in a queue on the
+// machine's Redis (through the platform: jobs whose handler fails for good),
+// then measures the dashboard's pages over HTTP:
+//
+//	FirstPage          the queue's page with its first 50 dead letters
+//	FirstPageFiltered  the same, filtered by type (every other record matches)
+//	LastMatch          a text filter only the newest record matches: one
+//	                   request looks through the whole queue
+//	PageToEnd          following "Next" from the first page to the last,
+//	                   500 a page: every record is listed once
+//
+// go test -run '^$' -bench DeadLetters100k -benchtime 20x ./dashboard
+func BenchmarkDeadLetters100k(b *testing.B) {
+	f := newFixture(b, fixtureOptions{url: realRedis(b), queues: []string{"big"}, config: dashboard.Config{ScanTime: time.Minute, ScanLimit: 2 * benchDead}})
+	start := time.Now()
+	jobs := make([]*ap.Job, 0, benchDead)
+	for i := range benchDead {
+		typ := "fail.email"
+		if i%2 == 1 {
+			typ = "fail.sms"
+		}
+		jobs = append(jobs, &ap.Job{ID: fmt.Sprintf("job-%06d", i), Type: typ, Payload: fmt.Appendf(nil, `{"to":"user%d@example.com","n":%d}`, i, i),
+			Headers: map[string]string{"tenant": "acme"}})
+	}
+	f.enqueue("big", benchDead, jobs...)
+	b.Logf("%d dead letters made in %v", benchDead, time.Since(start).Round(time.Millisecond))
+	hc := &http.Client{}
+
+	get := func(b *testing.B, path string) string {
+		resp, err := hc.Get(f.base + path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			b.Fatalf("GET %s: %d, %v", path, resp.StatusCode, err)
+		}
+		return string(body)
+	}
+	page := func(name, path, want string) {
+		b.Run(name, func(b *testing.B) {
+			var worst time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				body := get(b, path)
+				worst = max(worst, time.Since(t0))
+				if !strings.Contains(body, want) {
+					b.Fatalf("GET %s: %q not in the page", path, want)
+				}
+			}
+			b.ReportMetric(float64(worst.Microseconds())/1000, "worst-ms")
+		})
+	}
+	page("FirstPage", "/queue?q=big", "job-000049")
+	page("FirstPageFiltered", "/queue?q=big&type=fail.sms", "job-000099")
+	page("LastMatch", "/queue?q=big&text="+url.QueryEscape(`"n":99999}`), "job-099999")
+
+	b.Run("PageToEnd", func(b *testing.B) {
+		for b.Loop() {
+			t0 := time.Now()
+			pages, records := 0, 0
+			last := ""
+			for next := "/queue?q=big&n=500"; next != ""; pages++ {
+				body := get(b, next)
+				ids := regexp.MustCompile(`>(job-\d{6})</a>`).FindAllStringSubmatch(body, -1)
+				records += len(ids)
+				if len(ids) > 0 {
+					last = ids[len(ids)-1][1]
+				}
+				next = ""
+				if m := nextRE.FindStringSubmatch(body); m != nil {
+					next = strings.ReplaceAll(strings.TrimPrefix(m[1], f.srv.URL), "&amp;", "&")
+				}
+			}
+			if records != benchDead || last != fmt.Sprintf("job-%06d", benchDead-1) {
+				b.Fatalf("paging listed %d records over %d pages, the last %s; want %d ending with job-%06d", records, pages, last, benchDead, benchDead-1)
+			}
+			b.ReportMetric(float64(pages), "pages")
+			b.ReportMetric(float64(time.Since(t0).Microseconds())/1000/float64(pages), "ms/page")
+		}
+	})
+}

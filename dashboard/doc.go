@@ -1,0 +1,68 @@
+// Package dashboard is a web dashboard for an asyncplatform Platform: an
+// http.Handler that a program mounts in its own HTTP server, as it mounts
+// package health, and that "asyncctl dashboard" runs standalone on any
+// backend URL.
+//
+//	d, err := dashboard.New(p, dashboard.Config{Prefix: "/jobs", Queues: []string{"emails", "billing"}})
+//	mux.Handle("/jobs/", requireAdmin(d)) // your own authentication in front of it
+//
+// Everything it serves is inside the binary (go:embed): templates, one style
+// sheet and one small script. It loads nothing from elsewhere and needs no
+// build step.
+//
+// # Pages
+//
+//   - the queue list: every queue with its depths (ready, scheduled, in
+//     flight, dead) and small charts of the last ten minutes: attempts
+//     (succeeded and failed) per interval, with a Recorder, and the depths
+//     sampled at each view;
+//   - a queue: its depths and charts, its dead letters filtered by type,
+//     reason, age and text, paged with a cursor without any limit on how far
+//     (the filters are applied while paging, so a page is filled even when
+//     the matches are far apart), and the actions;
+//   - one dead letter in full: the payload as JSON, text or hex (and as a
+//     download), the headers, the last error with its stack, the error
+//     history, the worker, the counters, and the raw bytes of a record that
+//     was not a job.
+//
+// # Actions
+//
+// Pop the oldest dead letter (the page shows what was popped), redrive one,
+// redrive every dead letter matching the current filter, delete one or every
+// one matching the filter (with Config.Deleter), purge the dead-letter queue
+// after typing its name, and enqueue a job. Acting on a filter asks first,
+// with the number of records it matches.
+//
+// # Safe by default
+//
+// Dead-letter records hold whatever a writer to the broker put there, so
+// every value from a record or a job is escaped for its context by
+// html/template, and control, bidi and zero-width characters are shown as
+// escapes (\x1b, \u202e) rather than sent to the page. A state change is a
+// POST with a CSRF token bound to a cookie (and a cross-origin request is
+// refused before the token is looked at); a GET never changes anything.
+// Config.ReadOnly refuses every action. Config.Authorize is called before
+// every request with its action, so the host decides who may view and who
+// may act. Every page is sent with a strict Content-Security-Policy: no
+// inline script or style, and the one script is loaded with a per-response
+// nonce.
+//
+// The dashboard authenticates no one: mount it behind the host's own
+// authentication, or fill in Config.Authorize.
+//
+// # Charts
+//
+// Depths are sampled in-process: each view of a page records the depths it
+// read, one sample per interval, so the depth charts cover the times the
+// dashboard was looked at (a page can refresh itself every ten seconds). A
+// Recorder counts attempts as they happen when the workers' platform is
+// given its AfterAttempt as Hooks.AfterAttempt; without one, the attempts
+// charts say so.
+//
+// # Queues
+//
+// The queue list shows every queue the backend holds (Platform.Queues), with
+// the age of its oldest dead letter, and the queues of Config.Queues it does
+// not hold yet; a backend that cannot list its queues shows Config.Queues
+// alone. Any other valid queue can be opened by name.
+package dashboard
