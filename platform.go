@@ -585,20 +585,7 @@ func (p *Platform) enqueueJobs(ctx context.Context, jobs []*Job) error {
 	if len(jobs) == 1 { // the common case, without grouping
 		return p.put(ctx, jobs[0].Queue, jobs, true)
 	}
-	byQueue := map[string][]*Job{}
-	var order []string
-	for _, j := range jobs {
-		if _, ok := byQueue[j.Queue]; !ok {
-			order = append(order, j.Queue)
-		}
-		byQueue[j.Queue] = append(byQueue[j.Queue], j)
-	}
-	for _, q := range order {
-		if err := p.put(ctx, q, byQueue[q], true); err != nil {
-			return err
-		}
-	}
-	return nil
+	return p.putGrouped(ctx, jobs)
 }
 
 // prepare validates a new job and fills in its defaults.
