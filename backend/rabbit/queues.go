@@ -9,6 +9,7 @@ import (
 	mathrand "math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -32,20 +33,41 @@ func (b *Backend) registryName() string { return b.cfg.Prefix + ":queues" }
 // releases the lock.
 func (b *Backend) listLockName() string { return b.cfg.Prefix + ":queues-lock" }
 
+// registryCompactAt is the registry's size at which a Declare compacts it
+// (with a Queues call), so that many short-lived producers, each declaring
+// its queue once, do not grow it without bound when nobody lists queues.
+var registryCompactAt atomic.Int64
+
+func init() { registryCompactAt.Store(1000) }
+
 // register adds queue to the registry: Declare calls it once the queue's
-// broker queues exist.
+// broker queues exist. It compacts the registry when it has grown to
+// registryCompactAt messages.
 func (b *Backend) register(ctx context.Context, queue string) error {
 	if err := b.ensure(ctx, b.registryName(), amqp.Table{}); err != nil {
 		return err
 	}
 	id := make([]byte, 8)
 	_, _ = rand.Read(id)
-	return b.publish(ctx, outMsg{key: b.registryName(), pub: amqp.Publishing{
+	err := b.publish(ctx, outMsg{key: b.registryName(), pub: amqp.Publishing{
 		DeliveryMode: amqp.Persistent,
 		MessageId:    "queue/" + queue + "/" + hex.EncodeToString(id),
 		ContentType:  "text/plain",
 		Body:         []byte(queue),
 	}})
+	if err != nil {
+		return err
+	}
+	var size int
+	err = b.withChannel(ctx, func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(b.registryName(), true, false, false, false, nil)
+		size = q.Messages
+		return err
+	})
+	if err == nil && int64(size) >= registryCompactAt.Load() {
+		_, err = b.Queues(ctx)
+	}
+	return err
 }
 
 // listMu makes the Queues calls of this process take turns: the exclusive

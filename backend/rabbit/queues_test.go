@@ -94,6 +94,41 @@ func TestQueues(t *testing.T) {
 	}
 }
 
+// Declares compact the registry once it has grown to registryCompactAt
+// messages, so that it stays small where nobody lists queues.
+func TestRegistryCompacts(t *testing.T) {
+	t.Parallel()
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	prefix := "qc" + hex.EncodeToString(r[:])
+	b := newBackend(t, Config{Prefix: prefix})
+	t.Cleanup(func() {
+		_ = b.withChannel(context.Background(), func(ch *amqp.Channel) error {
+			_, err := ch.QueueDelete(b.registryName(), false, false, false)
+			return err
+		})
+	})
+	ctx := testCtx(t)
+	q := queueName(t, b)
+	old := registryCompactAt.Swap(5)
+	t.Cleanup(func() { registryCompactAt.Store(old) })
+	for i := range 12 {
+		// Another Backend each time: a producer process's first Declare.
+		other := newBackend(t, Config{Prefix: prefix})
+		if err := other.Declare(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		other.Close()
+		if n := registrySize(t, b); n >= 5 {
+			t.Fatalf("after %d declares the registry holds %d messages: a declare at 5 compacts it", i+1, n)
+		}
+	}
+	got, err := b.Queues(ctx)
+	if err != nil || !slices.Equal(got, []string{q}) {
+		t.Fatalf("Queues = %q, %v", got, err)
+	}
+}
+
 // registrySize is the number of ready messages in the registry.
 func registrySize(t *testing.T, b *Backend) int {
 	t.Helper()
