@@ -39,8 +39,9 @@
 //     queue-level dead-letter route cannot carry.)
 //   - p:queues: the registry Queues reads (AMQP cannot list queues), a
 //     durable classic queue with one message per Declare, whose body is the
-//     queue's name; each Queues call compacts it, holding the exclusive
-//     queue p:queues-lock meanwhile.
+//     queue's name; each Queues call compacts it (and so does a Declare
+//     that finds 1,000 messages), holding the exclusive queue
+//     p:queues-lock meanwhile.
 //
 // Every publish is persistent, mandatory, and waits for its publisher
 // confirm; a returned (unroutable) publish fails with ErrUnroutable, and a
