@@ -81,7 +81,7 @@ _asyncctl() {
 compdef _asyncctl asyncctl
 `,
 	"fish": `# fish completion for asyncctl: asyncctl completion fish > ~/.config/fish/completions/asyncctl.fish
-complete -c asyncctl -f -a '(asyncctl __complete fish (commandline -cop)[2..-1] (commandline -ct))'
+complete -c asyncctl -f -a '(asyncctl __complete fish (commandline -cop) (commandline -ct))'
 `,
 }
 
@@ -89,8 +89,9 @@ complete -c asyncctl -f -a '(asyncctl __complete fish (commandline -cop)[2..-1] 
 const completeTimeout = 2 * time.Second
 
 // complete answers a completion script: the shell, then the words typed
-// before the cursor (bash: the line, which complete splits; zsh and fish:
-// the words), the last one the word being completed.
+// before the cursor, the last one the word being completed. bash gives the
+// line, which complete splits; fish the words from the program's name on;
+// zsh the words after it.
 func (c *cli) complete(ctx context.Context, args []string) int {
 	if len(args) < 1 {
 		return exitUsage
@@ -101,9 +102,9 @@ func (c *cli) complete(ctx context.Context, args []string) int {
 			return exitUsage
 		}
 		words = splitLine(words[0])
-		if len(words) > 0 {
-			words = words[1:] // the program
-		}
+	}
+	if (shell == "bash" || shell == "fish") && len(words) > 0 {
+		words = words[1:] // the program
 	}
 	if len(words) == 0 {
 		words = []string{""}

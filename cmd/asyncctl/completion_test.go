@@ -58,7 +58,10 @@ func TestComplete(t *testing.T) {
 	if got := completions(t, "zsh", "--url", url, "queues", "--queue=b"); !slices.Equal(got, []string{":words", "billing"}) {
 		t.Errorf("zsh: %q", got)
 	}
-	if got := completions(t, "fish", "dead", "pu"); !slices.Equal(got, []string{"purge"}) {
+	if got := completions(t, "fish", "asyncctl", "dead", "pu"); !slices.Equal(got, []string{"purge"}) {
+		t.Errorf("fish: %q", got)
+	}
+	if got := completions(t, "fish", "asyncctl", "q"); !slices.Equal(got, []string{"queues"}) {
 		t.Errorf("fish: %q", got)
 	}
 	for _, shell := range []string{"bash", "zsh", "fish"} {
