@@ -158,9 +158,15 @@ const requestTimeout = 30 * time.Second
 
 // handBack makes messages received for a caller that has gone visible again
 // at once, with the base moved up by one so this receive is not counted.
+// The updates run Config.EnqueueParallel at a time, each with a
+// requestTimeout of its own: a slow service (Azurite at depth) must not
+// leave the last of 32 messages hidden for their lease with a crash counted,
+// nor hold the cancelled Receive for 32 round trips.
 func (b *Backend) handBack(queue string, q *azqueue.QueueClient, msgs []*azqueue.DequeuedMessage) {
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-	defer cancel()
+	var (
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, b.parallel)
+	)
 	for _, m := range msgs {
 		if m.MessageText == nil {
 			continue
@@ -172,12 +178,20 @@ func (b *Backend) handBack(queue string, q *azqueue.QueueClient, msgs []*azqueue
 		// Uncount this receive only: earlier deliveries that ended without
 		// an outcome still count.
 		f.base++
-		if _, err := q.UpdateMessage(ctx, *m.MessageID, *m.PopReceipt, f.encode(), &azqueue.UpdateMessageOptions{
-			VisibilityTimeout: to.Ptr(int32(0)),
-		}); err != nil {
-			b.log.Warn("azure: handing back a message received after cancellation failed; it comes back after its lease, counted", "queue", queue, "err", err)
-		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+			defer cancel()
+			if _, err := q.UpdateMessage(ctx, *m.MessageID, *m.PopReceipt, f.encode(), &azqueue.UpdateMessageOptions{
+				VisibilityTimeout: to.Ptr(int32(0)),
+			}); err != nil {
+				b.log.Warn("azure: handing back a message received after cancellation failed; it comes back after its lease, counted", "queue", queue, "err", err)
+			}
+		}()
 	}
+	wg.Wait()
 }
 
 func max32(a, b int32) int32 {
