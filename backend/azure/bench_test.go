@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +20,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue/queueerror"
 
 	"github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 // benchJobs is the number of jobs per iteration: Azurite slows as a queue
@@ -165,7 +169,7 @@ func roundRaw(b *testing.B, be *Backend, q string, c, batch int) (enq, drain tim
 }
 
 // parallel runs fn n times on w goroutines.
-func parallel(b *testing.B, w, n int, fn func() error) {
+func parallel(b testing.TB, w, n int, fn func() error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range w {
@@ -182,3 +186,174 @@ func parallel(b *testing.B, w, n int, fn func() error) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkDepth measures the cost of one call against queue depth: with
+// d jobs waiting and d records in the dead-letter queue (d from
+// $ASYNCPLATFORM_AZURE_DEPTHS, comma-separated, default 1000,10000), the
+// median of depthSamples calls of a claim (Receive of one job with a
+// one-minute lease; its Ack not timed; and the slowest), Enqueue of one
+// job, NextDead kept and popped, ListDead's first page of 100 (listSamples
+// calls), and the time to page through every record 100 at a time (unless
+// a page takes over a second). Each depth runs on a queue of its
+// own; run it with -benchtime=1x on an Azurite of its own (leave
+// ASYNCPLATFORM_AZURE_CONNECTION_STRING unset):
+//
+//	go test -run '^$' -bench Depth -benchtime=1x -timeout 60m ./backend/azure/
+func BenchmarkDepth(b *testing.B) {
+	depths := []int{1000, 10000}
+	if s := os.Getenv("ASYNCPLATFORM_AZURE_DEPTHS"); s != "" {
+		depths = nil
+		for _, f := range strings.Split(s, ",") {
+			d, err := strconv.Atoi(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			depths = append(depths, d)
+		}
+	}
+	for _, d := range depths {
+		b.Run(fmt.Sprintf("depth=%d", d), func(b *testing.B) {
+			for range b.N {
+				benchDepth(b, d)
+			}
+		})
+	}
+}
+
+// depthSamples is how many calls each median is taken over; listSamples
+// for a ListDead page of 100 records, which costs more.
+const (
+	depthSamples = 50
+	listSamples  = 5
+)
+
+func benchDepth(b *testing.B, depth int) {
+	ctx := context.Background()
+	be, q := newBackend(b, Config{})
+	t0 := time.Now()
+	// depth dead letters, made as the platform makes them: receive, then
+	// DeadLetter each delivery.
+	msgs := make([]driver.Message, depth)
+	for i := range msgs {
+		msgs[i] = driver.Message{Body: []byte("x")}
+	}
+	if err := be.Enqueue(ctx, q, msgs); err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	parallel(b, DefaultEnqueueParallel, DefaultEnqueueParallel, func() error {
+		for next.Load() < int64(depth) {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			ds, err := be.Receive(rctx, q, 32, time.Minute)
+			cancel()
+			if err != nil && rctx.Err() == nil {
+				return err
+			}
+			for _, dl := range ds {
+				i := next.Add(1)
+				if err := be.DeadLetter(ctx, dl, driver.DeadMessage{ID: fmt.Sprintf("d%06d", i), Body: make([]byte, 300)}); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	work := make([]driver.Message, depth)
+	for i := range work {
+		work[i] = driver.Message{Body: make([]byte, 100)}
+	}
+	if err := be.Enqueue(ctx, q, work); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(time.Since(t0).Seconds(), "fill-s")
+
+	claim, claimMax := medianMax(b, depthSamples, func() (time.Duration, error) {
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		t := time.Now()
+		ds, err := be.Receive(rctx, q, 1, time.Minute)
+		el := time.Since(t)
+		for _, dl := range ds {
+			_ = be.Ack(ctx, dl)
+		}
+		return el, err
+	})
+	enq := medianOf(b, depthSamples, func() (time.Duration, error) {
+		t := time.Now()
+		err := be.Enqueue(ctx, q, []driver.Message{{Body: make([]byte, 100)}})
+		return time.Since(t), err
+	})
+	keep := medianOf(b, depthSamples, func() (time.Duration, error) {
+		t := time.Now()
+		dd, err := be.NextDead(ctx, q)
+		if err == nil {
+			err = be.SettleDead(ctx, dd, false)
+		}
+		return time.Since(t), err
+	})
+	pop := medianOf(b, depthSamples, func() (time.Duration, error) {
+		t := time.Now()
+		dd, err := be.NextDead(ctx, q)
+		if err == nil {
+			err = be.SettleDead(ctx, dd, true)
+		}
+		return time.Since(t), err
+	})
+	page := medianOf(b, listSamples, func() (time.Duration, error) {
+		t := time.Now()
+		recs, _, err := be.ListDead(ctx, q, "", 100)
+		if err == nil && len(recs) != 100 {
+			err = fmt.Errorf("first page of %d records, want 100", len(recs))
+		}
+		return time.Since(t), err
+	})
+	b.ReportMetric(ms(claim), "claim-ms")
+	b.ReportMetric(ms(claimMax), "claim-max-ms")
+	b.ReportMetric(ms(enq), "enqueue-ms")
+	b.ReportMetric(ms(keep), "nextdead-keep-ms")
+	b.ReportMetric(ms(pop), "nextdead-pop-ms")
+	b.ReportMetric(ms(page), "listdead-page-ms")
+	b.ReportMetric(0, "ns/op")
+	if page > time.Second {
+		return // paging through everything would take (depth/100) pages of this
+	}
+	t1 := time.Now()
+	listed, cursor := 0, ""
+	for {
+		recs, next, err := be.ListDead(ctx, q, cursor, 100)
+		if err != nil {
+			b.Fatal(err)
+		}
+		listed += len(recs)
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if want := depth - depthSamples; listed != want {
+		b.Errorf("paged through %d records, want %d", listed, want)
+	}
+	b.ReportMetric(time.Since(t1).Seconds(), "listdead-all-s")
+}
+
+// medianOf returns the median of n durations fn reports.
+func medianOf(b *testing.B, n int, fn func() (time.Duration, error)) time.Duration {
+	med, _ := medianMax(b, n, fn)
+	return med
+}
+
+// medianMax returns the median and the largest of n durations fn reports.
+func medianMax(b *testing.B, n int, fn func() (time.Duration, error)) (med, most time.Duration) {
+	ds := make([]time.Duration, 0, n)
+	for range n {
+		d, err := fn()
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2], ds[len(ds)-1]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -2,12 +2,18 @@ package azure
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue"
+	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue/queueerror"
+
+	"github.com/asyncplatform/asyncplatform/conformance/faults"
 )
 
 // TestAzuriteDoubleDequeueFact records, with the azqueue SDK alone (no
@@ -78,4 +84,61 @@ func TestAzuriteDoubleDequeueFact(t *testing.T) {
 	if len(got) != n {
 		t.Errorf("%d of %d messages received", len(got), n)
 	}
+}
+
+// TestAzuriteDequeueCostFact records, with the azqueue SDK alone, how
+// Azurite's dequeue cost grows with the messages stored in the account, in
+// any queue: Azurite 3.37 (LokiQueueMetadataStore.getMessages, and
+// clearExpiredMessages before it) finds a queue's messages through its
+// index on the account name, so every dequeue walks every message of the
+// account, then sorts the queue's visible ones. It times the median
+// one-message dequeue of a queue holding 1,000 messages, alone in the
+// account, then with 10,000 more messages in another queue (what 10,000
+// dead letters were in the queue-per-record layout), then with its own
+// queue 10,000 deep. Azure Queue Storage has no such cost. It fails only on
+// errors. Soak mode only: it takes half a minute.
+func TestAzuriteDequeueCostFact(t *testing.T) {
+	if faults.Soak() == 0 {
+		t.Skipf("soak mode only (set %s): it fills an Azurite of its own with 21,000 messages", faults.SoakEnv)
+	}
+	b := privateAzurite(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	svc, err := azqueue.NewServiceClientFromConnectionString(b.Addr, &azqueue.ClientOptions{ClientOptions: clientOptions().ClientOptions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill := func(name string, n int) *azqueue.QueueClient {
+		q := svc.NewQueueClient(name)
+		if _, err := q.Create(ctx, nil); err != nil && !queueerror.HasCode(err, queueerror.QueueAlreadyExists) {
+			t.Fatal(err)
+		}
+		text := base64.StdEncoding.EncodeToString(make([]byte, 100))
+		parallel(t, 16, n, func() error {
+			_, err := q.EnqueueMessage(ctx, text, &azqueue.EnqueueMessageOptions{TimeToLive: to.Ptr(int32(-1))})
+			return err
+		})
+		return q
+	}
+	dequeue := func(q *azqueue.QueueClient) time.Duration {
+		var ds []time.Duration
+		for range 25 {
+			t0 := time.Now()
+			resp, err := q.DequeueMessages(ctx, &azqueue.DequeueMessagesOptions{NumberOfMessages: to.Ptr(int32(1)), VisibilityTimeout: to.Ptr(int32(600))})
+			ds = append(ds, time.Since(t0))
+			if err != nil || len(resp.Messages) != 1 {
+				t.Fatalf("dequeue: %v", err)
+			}
+		}
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	work := fill("work", 1000)
+	alone := dequeue(work)
+	fill("other", 10000)
+	beside := dequeue(work)
+	fill("work", 9000)
+	deep := dequeue(work)
+	t.Logf("Azurite: one-message dequeue of a queue of 1,000: %v alone in the account, %v with 10,000 messages in another queue; of a queue of 10,000: %v (with the other 10,000)",
+		alone, beside, deep)
 }
