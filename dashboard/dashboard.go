@@ -111,6 +111,13 @@ type Config struct {
 	// Defaults to DefaultScanTime.
 	ScanTime time.Duration
 
+	// TrustedOrigins are origins ("https://admin.example.com") whose
+	// cross-origin POSTs are let through to the CSRF check: for a proxy that
+	// rewrites the Host header, say. Defaults to none: a POST whose browser
+	// says it came from another origin (Sec-Fetch-Site, or an Origin that
+	// is not the Host) is refused before its token is looked at.
+	TrustedOrigins []string
+
 	// SecureCookie marks the CSRF cookie Secure even when the request did
 	// not come over TLS (behind a proxy that ends TLS). Defaults to false:
 	// Secure only for requests that came over TLS.
@@ -205,6 +212,11 @@ func New(p *ap.Platform, cfg Config) (*Dashboard, error) {
 		return nil, err
 	}
 	d := &Dashboard{p: p, cfg: cfg, cop: http.NewCrossOriginProtection(), samples: newDepthLog()}
+	for _, o := range cfg.TrustedOrigins {
+		if err := d.cop.AddTrustedOrigin(o); err != nil {
+			return nil, fmt.Errorf("dashboard: TrustedOrigins: %w", err)
+		}
+	}
 	if err := d.loadStatic(); err != nil {
 		return nil, err
 	}

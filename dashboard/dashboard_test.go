@@ -423,3 +423,41 @@ func TestQueueListFindsEveryQueue(t *testing.T) {
 		t.Errorf("mail does not show the age of its oldest dead letter")
 	}
 }
+
+func TestTrustedOrigins(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{queues: []string{"mail"}, config: dashboard.Config{TrustedOrigins: []string{"https://admin.example.com"}}})
+	c := newClient(t, f)
+	tok := c.token("mail")
+	resp, _ := c.post("/purge", url.Values{"q": {"mail"}, "confirm": {"mail"}, "csrf": {tok}}, "Origin", "https://admin.example.com")
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("a POST from a trusted origin: %d, want 303", resp.StatusCode)
+	}
+	resp, _ = c.post("/purge", url.Values{"q": {"mail"}, "confirm": {"mail"}}, "Origin", "https://admin.example.com")
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a POST from a trusted origin without the token: %d, want 403", resp.StatusCode)
+	}
+	if _, err := dashboard.New(f.p, dashboard.Config{TrustedOrigins: []string{"not a url"}}); err == nil {
+		t.Fatal("a bad trusted origin was taken")
+	}
+}
+
+func TestConfigIsChecked(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{})
+	for _, cfg := range []dashboard.Config{
+		{Prefix: "jobs"},
+		{Prefix: `/jobs"><script>`},
+		{Queues: []string{"no spaces"}},
+		{CSRFKey: []byte("short")},
+		{PageSize: dashboard.MaxPageSize + 1},
+		{ScanLimit: -1},
+	} {
+		if _, err := dashboard.New(f.p, cfg); err == nil {
+			t.Errorf("New took %+v", cfg)
+		}
+	}
+	if _, err := dashboard.New(nil, dashboard.Config{}); err == nil {
+		t.Error("New took a nil platform")
+	}
+}
