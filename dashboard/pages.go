@@ -164,7 +164,7 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, name string, 
 		return
 	}
 	h := w.Header()
-	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'nonce-"+nonce+"'; style-src 'self'; img-src 'self' data:; "+
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'nonce-"+nonce+"'; style-src 'self'; img-src 'self'; "+
 		"form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
@@ -184,7 +184,11 @@ type errorPage struct {
 // fail answers with an error page saying msg (escaped like everything else).
 func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	data := &errorPage{base: d.newBase(w, r, http.StatusText(status), ""), Status: status, Message: msg, Back: d.link("/")}
-	if q := r.FormValue("q"); driver.CheckQueue(q) == nil {
+	q := r.URL.Query().Get("q")
+	if r.PostForm != nil { // parsed: a POST that got as far as its form
+		q = r.PostForm.Get("q")
+	}
+	if driver.CheckQueue(q) == nil {
 		data.Queue = q
 		data.Back = d.link("/queue", "q", q)
 	}
