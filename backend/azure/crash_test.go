@@ -89,7 +89,8 @@ func TestKilledWorker(t *testing.T) {
 
 	got := make(chan *asyncplatform.Job, 2)
 	if err := p.Handle("crash", func(ctx context.Context, j *asyncplatform.Job) error {
-		got <- j
+		c := *j // the platform may write to *j once the handler returns
+		got <- &c
 		return nil
 	}); err != nil {
 		t.Fatal(err)
