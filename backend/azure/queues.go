@@ -34,9 +34,9 @@ func (b *Backend) label(ctx context.Context, queue string) error {
 // Queues implements driver.QueueLister: one listing of the work queues
 // (<prefix>w*, 5,000 a page, with their metadata). A readable base is the
 // queue's name; a hashed one is named by its label, which must hash to it.
-// Every queue has its work queue from Declare on, so dead-letter record
-// queues are not listed: a queue holding only dead letters is found by its
-// work queue too.
+// Every queue has its work queue from Declare on, so the dead letters are
+// not looked at: a queue holding only dead letters is found by its work
+// queue too.
 func (b *Backend) Queues(ctx context.Context) ([]string, error) {
 	if b.isClosed() {
 		return nil, driver.ErrClosed
