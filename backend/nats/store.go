@@ -37,9 +37,10 @@ import (
 // until it is written again or deleted; a deleted one leaves a delete
 // marker, as KV deletes do.
 //
-// List watches the keys under the longest whole-segment part of the prefix
-// (a subject filter) and sorts them: its cost grows with the keys under that
-// part, not with the page.
+// List reads the subjects under the longest whole-segment part of the prefix
+// (a stream info request with a subject filter), sorts them, and reads the
+// keys of the page one by one: its cost grows with the keys under that part
+// (names only) and with the page.
 
 var _ driver.Store = (*Backend)(nil)
 
@@ -51,8 +52,9 @@ const storeVersion = 1
 
 // storeState opens the bucket once.
 type storeState struct {
-	mu sync.Mutex
-	kv jetstream.KeyValue
+	mu     sync.Mutex
+	kv     jetstream.KeyValue
+	stream jetstream.Stream // the bucket's stream, for List
 }
 
 // bucket returns the store's KV bucket, making it on first use.
@@ -83,7 +85,11 @@ func (b *Backend) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats: store bucket %s: %w", name, err)
 	}
-	s.kv = kv
+	stream, err := b.js.Stream(ctx, "KV_"+name)
+	if err != nil {
+		return nil, fmt.Errorf("nats: store bucket %s: %w", name, err)
+	}
+	s.kv, s.stream = kv, stream
 	return kv, nil
 }
 
@@ -290,41 +296,50 @@ func (b *Backend) Delete(ctx context.Context, key, rev string) error {
 	return nil
 }
 
-// List implements driver.Store.
+// List implements driver.Store: the subjects of the bucket's stream under
+// the filter (a stream info request, paged by the client), sorted, then a
+// Get of each in order until the page is full, skipping deleted and expired
+// keys. (A KV watch would read every value under the filter, and its
+// end-of-initial-values marker was seen not to come on NATS 2.9 once delete
+// markers were among the subjects.)
 func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
 	kv, err := b.bucket(ctx)
 	if err != nil {
 		return nil, err
 	}
-	filter := ">"
+	pre := "$KV." + kv.Bucket() + "."
+	filter := pre + ">"
 	if i := strings.LastIndexByte(prefix, '/'); i > 0 {
-		filter = kvKey(prefix[:i]) + ".>"
+		filter = pre + kvKey(prefix[:i]) + ".>"
 	}
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	info, err := b.store.stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
 		return nil, fmt.Errorf("nats: store list: %w", err)
 	}
-	defer w.Stop()
+	var cands []string
+	for subj := range info.State.Subjects {
+		k, ok := storeKey(strings.TrimPrefix(subj, pre))
+		if ok && strings.HasPrefix(k, prefix) && k > after {
+			cands = append(cands, k)
+		}
+	}
+	slices.Sort(cands)
 	var keys []string
-	for {
-		var e jetstream.KeyValueEntry
-		select {
-		case e = <-w.Updates():
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	for _, k := range cands {
+		if len(keys) == limit {
+			break
 		}
-		if e == nil {
-			break // every key present when the watch began has been seen
+		e, err := kv.Get(ctx, kvKey(k))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // deleted
 		}
-		k, ok := storeKey(e.Key())
-		if !ok || !strings.HasPrefix(k, prefix) || k <= after {
-			continue
+		if err != nil {
+			return nil, fmt.Errorf("nats: store list: %w", err)
 		}
 		if _, exp, err := decodeValue(e.Value()); err != nil || expired(exp) {
 			continue
 		}
 		keys = append(keys, k)
 	}
-	slices.Sort(keys)
-	return keys[:min(len(keys), limit)], nil
+	return keys, nil
 }
