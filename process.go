@@ -115,7 +115,9 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		return
 	}
 	herr, start, dur, timedOut := res.err, res.start, res.dur, res.timedOut
-	j.ID = id // the handler may have changed it; the payload and the log go by the job's own
+	if j.ID != id { // the handler changed it; the payload and the log go by the job's own
+		j.ID = id
+	}
 	f.Ctx.Cancel(context.Canceled)
 	q.FreeSlot(f)
 
