@@ -51,4 +51,13 @@ func ExampleCases() {
 	// Stop/FinishesRunning
 	// Delivery/ExactlyOnceWithoutFaults
 	// Delivery/NotBeforeNotEarly
+	// Outcomes/StatusWalk
+	// Outcomes/ResultJSON
+	// Outcomes/CancelWaiting
+	// Outcomes/CancelRunning
+	// Unique/ConcurrentEnqueue
+	// Unique/FreeAfterSuccess
+	// Unique/FreeAfterDeadLetter
+	// Unique/FreeAfterWindow
+	// Schedule/OnePerTick
 }
