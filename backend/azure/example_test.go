@@ -11,7 +11,8 @@ import (
 
 // Example builds an Azure Queue Storage backend from a connection string and
 // hands it to asyncplatform.New. With a token credential or a SAS, build an
-// *azqueue.ServiceClient and set Config.Client instead.
+// *azqueue.ServiceClient and an *azblob.Client of the same account (dead
+// letters are blobs) and set Config.Client and Config.BlobClient instead.
 func Example() {
 	ctx := context.Background()
 	backend, err := azure.New(ctx, azure.Config{
