@@ -32,7 +32,7 @@ func openURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
 	}
 	b, err := New(ctx, cfg)
 	if err != nil {
-		return nil, errors.New("azure: opening the queue service failed (the connection string is not shown): " + redact(err.Error(), cfg.ConnectionString))
+		return nil, errors.New("azure: opening the storage account (queue and blob services) failed (the connection string is not shown): " + redact(err.Error(), cfg.ConnectionString))
 	}
 	return b, nil
 }
