@@ -30,10 +30,11 @@ func encodeJob(j *Job) []byte {
 	return wire.EncodeJob(&w)
 }
 
-// decodeJob decodes an envelope into j; intern, when set, names the type.
-func decodeJob(b []byte, j *Job, intern func([]byte) string) error {
+// decodeJob decodes an envelope into j; names, when set, holds the
+// registered types' names.
+func decodeJob(b []byte, j *Job, names map[string]string) error {
 	var w wire.Job
-	if err := wire.DecodeJob(b, &w, intern); err != nil {
+	if err := wire.DecodeJob(b, &w, names); err != nil {
 		return err
 	}
 	fromWire(&w, j)

@@ -285,15 +285,15 @@ type handlerEntry struct {
 // without a lock).
 type registry struct {
 	byType map[string]*handlerEntry
+	names  map[string]string // each type's own string, for the decoder to reuse
 }
 
-// intern returns the registered copy of a type's name, sparing the decoder
-// an allocation.
-func (r *registry) intern(typ []byte) string {
-	if e, ok := r.byType[string(typ)]; ok {
-		return e.typ
+func newRegistry(byType map[string]*handlerEntry) *registry {
+	r := &registry{byType: byType, names: make(map[string]string, len(byType))}
+	for t, e := range byType {
+		r.names[t] = e.typ
 	}
-	return string(typ)
+	return r
 }
 
 // Platform is the facade: it enqueues jobs, runs their handlers with the
@@ -357,7 +357,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	if p.caps.MinLease > 0 && cfg.Lease < p.caps.MinLease {
 		return nil, fmt.Errorf("%w: Lease %v is shorter than the backend's shortest lease %v", ErrInvalidConfig, cfg.Lease, p.caps.MinLease)
 	}
-	p.handlers.Store(&registry{byType: map[string]*handlerEntry{}})
+	p.handlers.Store(newRegistry(map[string]*handlerEntry{}))
 	checks := make(map[string]health.Check, len(cfg.HealthChecks))
 	for name, c := range cfg.HealthChecks {
 		checks[name] = c
@@ -547,7 +547,7 @@ func (p *Platform) Handle(jobType string, h Handler, policy ...Policy) error {
 		next[k] = v
 	}
 	next[jobType] = e
-	p.handlers.Store(&registry{byType: next})
+	p.handlers.Store(newRegistry(next))
 	return nil
 }
 

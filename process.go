@@ -27,15 +27,15 @@ type inflight = runner.Delivery[Job]
 // each earlier delivery of this copy ended with no outcome).
 // Each of those crashes gets a line in the error history.
 func (p *Platform) decodeDelivery(d *driver.Delivery, j *Job, reg *registry) error {
-	var intern func([]byte) string
+	var names map[string]string
 	if reg != nil {
-		intern = reg.intern
+		names = reg.names
 	}
 	body, err := p.unwrap(d.Body)
 	if err != nil {
 		return err
 	}
-	if err := decodeJob(body, j, intern); err != nil {
+	if err := decodeJob(body, j, names); err != nil {
 		return err
 	}
 	j.Queue = d.Queue
@@ -131,7 +131,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	in.Result, in.RejectAfter = classify(herr) // decide
 	in.Stopping = p.workCtx.Err() != nil
 	in.Cancelled = p.statusEnded(j)
-	in.Now = time.Now()
+	in.Now = start.Add(dur) // the handler's end, without another clock read
 	in.Jitter = rand.Float64()
 	d := decide.Decide(in)
 	if isolated && d.Outcome == decide.Rejected {

@@ -269,16 +269,16 @@ func (r *reader) header(kind byte) {
 	r.b = r.b[3:]
 }
 
-// DecodeJob decodes an envelope into j. The payload aliases b. When intern
-// is not nil it turns the type's bytes into its string (a registered type
-// reuses the handler's copy: one allocation less).
-func DecodeJob(b []byte, j *Job, intern func([]byte) string) error {
+// DecodeJob decodes an envelope into j. The payload aliases b. A type found
+// in names takes its string from there (a registered type reuses the
+// handler's copy: one allocation less); names may be nil.
+func DecodeJob(b []byte, j *Job, names map[string]string) error {
 	r := reader{b: b}
 	r.header(kindJob)
 	j.ID = r.string("ID")
 	typ := r.bytes("Type")
-	if intern != nil {
-		j.Type = intern(typ)
+	if name, ok := names[string(typ)]; ok {
+		j.Type = name
 	} else {
 		j.Type = string(typ)
 	}
