@@ -243,7 +243,7 @@ func benchDepth(b *testing.B, depth int) {
 	var next atomic.Int64
 	parallel(b, DefaultEnqueueParallel, DefaultEnqueueParallel, func() error {
 		for next.Load() < int64(depth) {
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			ds, err := be.Receive(rctx, q, 32, time.Minute)
 			cancel()
 			if err != nil && rctx.Err() == nil {
