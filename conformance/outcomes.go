@@ -129,7 +129,10 @@ func testCancelWaiting(t *testing.T, e *env) {
 	if dl.Reason != ap.ReasonCancelled || dl.Job.ID != job.ID || dl.Job.TryCount != 0 {
 		t.Errorf("dead letter %s %q tries %d, want %s cancelled 0", dl.Job.ID, dl.Reason, dl.Job.TryCount, job.ID)
 	}
-	if st := e.status(prod, job.ID); st.State != ap.StateCancelled || st.Reason != ap.ReasonCancelled {
+	// The dead-letter hook may run before the worker writes the final status.
+	var st ap.JobStatus
+	e.waitFor("the cancelled status", func() bool { st = e.status(prod, job.ID); return st.State == ap.StateCancelled })
+	if st.Reason != ap.ReasonCancelled {
 		t.Errorf("status %s %q, want cancelled", st.State, st.Reason)
 	}
 	if err := prod.Cancel(ctxT(t, e.opts.Wait), job.ID); !errors.Is(err, ap.ErrJobFinished) {
