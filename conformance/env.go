@@ -164,12 +164,28 @@ func (w *worker) start(t *testing.T) *worker {
 	if err := w.P.Start(ctx); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.P.Stop(ctx)
-	})
+	t.Cleanup(func() { w.stop(t, 10*time.Second) })
 	return w
+}
+
+// stop stops the platform, giving its handlers up to grace. A Stop that
+// does not return soon after its ctx ends (the platform is stuck, as a
+// backend that breaks a rule can make it: a Receive that hands out more
+// than it was asked for, for one) fails the case instead of hanging it.
+func (w *worker) stop(t *testing.T, grace time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.P.Stop(ctx)
+	}()
+	select {
+	case <-done:
+	case <-time.After(grace + 5*time.Second):
+		t.Errorf("Platform.Stop had not returned %v after its ctx ended: the platform is stuck (see the case's other failures)", 5*time.Second)
+	}
 }
 
 // producer is a platform that only enqueues and administers.
@@ -249,6 +265,7 @@ func (e *env) dead(p *ap.Platform) []ap.DeadLetter {
 	ctx, cancel := context.WithTimeout(context.Background(), e.opts.Wait)
 	defer cancel()
 	var all []ap.DeadLetter
+	seen := map[string]bool{}
 	for cursor := ""; ; {
 		page, err := p.DeadLetters(ctx, e.queue, cursor, 100)
 		if err != nil {
@@ -258,7 +275,18 @@ func (e *env) dead(p *ap.Platform) []ap.DeadLetter {
 		if cursor = page.Next; cursor == "" {
 			return all
 		}
+		e.cursorAdvances(seen, cursor)
 	}
+}
+
+// cursorAdvances fails the case when a dead-letter listing hands out a
+// cursor it handed out before: paging would never end.
+func (e *env) cursorAdvances(seen map[string]bool, cursor string) {
+	e.t.Helper()
+	if seen[cursor] {
+		e.t.Fatalf("ListDead returned the cursor %q a second time: paging never ends (ListDead pages on from its cursor)", cursor)
+	}
+	seen[cursor] = true
 }
 
 // waitDead waits until the queue holds n dead letters and returns them.

@@ -67,6 +67,10 @@ func testPoisonIsolation(t *testing.T, e *env) {
 				if count(&succeeded) == innocents && len(e.rec.deathsOf(bad.ID)) == 1 {
 					done = true
 				}
+				if time.Now().After(deadline) {
+					t.Fatalf("worker %d neither crashed nor finished the jobs in %v: %d innocent jobs succeeded, the poison job ran %d times\n%s",
+						round+1, e.opts.Wait*4, count(&succeeded), poisonRuns.Load(), e.rec)
+				}
 			}
 		}
 		go func() { // the dead worker's leftovers; its backend is closed

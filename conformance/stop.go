@@ -59,7 +59,11 @@ func testStopFinishes(t *testing.T, e *env) {
 	job := &ap.Job{Type: "f"}
 	e.enqueue(a.P, job)
 	a.start(t)
-	<-started
+	select {
+	case <-started:
+	case <-time.After(e.opts.Wait):
+		t.Fatalf("the job never started\n%s", e.rec)
+	}
 	if err := a.P.Stop(ctxT(t, e.opts.Wait)); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
