@@ -141,6 +141,7 @@ func testDeadListing(t *testing.T, e *env) {
 	ctx := ctxT(t, e.opts.Wait)
 	var paged []string
 	pages := 0
+	cursors := map[string]bool{}
 	for cursor := ""; ; pages++ {
 		page, err := w.P.DeadLetters(ctx, e.queue, cursor, 2)
 		if err != nil {
@@ -155,6 +156,7 @@ func testDeadListing(t *testing.T, e *env) {
 		if cursor = page.Next; cursor == "" {
 			break
 		}
+		e.cursorAdvances(cursors, cursor)
 	}
 	if len(paged) != 5 {
 		t.Fatalf("paging found %d records, want 5", len(paged))
@@ -225,5 +227,32 @@ func testPurge(t *testing.T, e *env) {
 	err = w.P.NextDeadLetter(ctx, e.queue, func(context.Context, ap.DeadLetter) (bool, error) { return false, nil })
 	if !errors.Is(err, ap.ErrNoDeadLetters) {
 		t.Errorf("NextDeadLetter after purge: %v", err)
+	}
+}
+
+// testDeleteLeavesHeld: DeleteDead removes the records it names, except
+// one that another caller holds with NextDead, which it neither removes nor
+// counts; the holder can still settle it.
+func testDeleteLeavesHeld(t *testing.T, e *env) {
+	b0 := e.declared()
+	recs := e.makeDeadRaw(b0, 3)
+	b1 := e.backend()
+	ctx := ctxT(t, e.opts.Wait)
+	dd, err := b1.NextDead(ctx, e.queue)
+	if err != nil || dd.ID != recs[0].ID {
+		t.Fatalf("NextDead: %v (record %v, want the oldest, %s)", err, dd, recs[0].ID)
+	}
+	n, err := b0.DeleteDead(ctx, e.queue, []string{recs[0].ID, recs[1].ID})
+	if err != nil {
+		t.Fatalf("DeleteDead: %v", err)
+	}
+	if n != 1 {
+		t.Errorf("DeleteDead of a held record and a free one returned %d, want 1: records held by a NextDead caller are left alone and not counted", n)
+	}
+	if err := b1.SettleDead(ctx, dd, false); err != nil {
+		t.Errorf("the holder's SettleDead(keep) after DeleteDead named its record: %v; DeleteDead must have left it alone", err)
+	}
+	if left, want := e.listDead(b0), []string{recs[0].ID, recs[2].ID}; !sameSet(left, want) {
+		t.Errorf("after DeleteDead of %s (held) and %s, the dead-letter queue lists %q, want %q", recs[0].ID, recs[1].ID, left, want)
 	}
 }

@@ -41,16 +41,27 @@ func ExampleCases() {
 	// Crash/ProcessKill
 	// Lease/ExtendedForSlowHandler
 	// Lease/StaleReceiptRefused
+	// Lease/LapsedReceiptRefused
+	// Lease/LapsesOnTime
 	// DeadLetter/Empty
 	// DeadLetter/PopKeepError
 	// DeadLetter/ConcurrentCallers
 	// DeadLetter/ListingLeavesQueue
 	// DeadLetter/Redrive
 	// DeadLetter/Purge
+	// DeadLetter/DeleteLeavesHeld
 	// Stop/HandsBackUncounted
 	// Stop/FinishesRunning
 	// Delivery/ExactlyOnceWithoutFaults
 	// Delivery/NotBeforeNotEarly
+	// Delivery/NotBeforeOnTime
+	// Delivery/ReceiveBatch
+	// Delivery/WakesOnEnqueue
+	// Delivery/CancelledReceiveUncounted
+	// Close/ErrClosed
+	// Close/AbandonsDeliveries
+	// Close/ReleasesDeadLetterHolds
+	// Stats/Depths
 	// Outcomes/StatusWalk
 	// Outcomes/ResultJSON
 	// Outcomes/CancelWaiting

@@ -92,9 +92,7 @@ func slowHandlerRound(t *testing.T, e *env, lease time.Duration, round int) []st
 		problems = append(problems, fmt.Sprintf("a handler running %v (10 leases) was delivered %d times, want 1", hold, n))
 	}
 	for _, w := range ws {
-		ctx, cancel := context.WithTimeout(context.Background(), e.scaled(time.Second))
-		_ = w.P.Stop(ctx) // a second delivery still running is handed back
-		cancel()
+		w.stop(t, e.scaled(time.Second)) // a second delivery still running is handed back
 	}
 	return problems
 }
@@ -145,5 +143,91 @@ func testStaleReceipt(t *testing.T, e *env) {
 	}
 	if st.Ready != 0 && st.Ready != -1 || st.Dead > 0 {
 		t.Errorf("after the live ack the queue has %+v; the stale calls must not have acted", st)
+	}
+}
+
+// testLapsesOnTime: a delivery that is never settled comes back to a
+// Receive already waiting for it once its lease runs out (not before, and
+// soon after), with one more delivery counted; with a Disconnecter, once
+// its connection is cut.
+func testLapsesOnTime(t *testing.T, e *env) {
+	b1 := e.declared()
+	b2 := e.backend()
+	e.put(b1, time.Time{}, "lapse")
+	start := time.Now()
+	d1 := e.receiveN(b1, 1, e.lease)[0]
+	got := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), e.opts.Wait+e.lease+e.onTime())
+	defer cancel()
+	res := receiveAsync(ctx, b2, e.queue, e.lease)
+	from, what := got.Add(e.lease), fmt.Sprintf("its lease of %v ran out", e.lease)
+	dis, cut := e.h.(Disconnecter)
+	if cut {
+		if err := dis.Disconnect(ctx, b1); err != nil {
+			t.Fatalf("Disconnect: %v", err)
+		}
+		from, what = time.Now(), "its connection was cut"
+	}
+	select {
+	case r := <-res:
+		if r.err != nil || len(r.ds) != 1 {
+			t.Fatalf("Receive waiting for a lapsed delivery: %d deliveries, %v", len(r.ds), r.err)
+		}
+		e.ack(b2, r.ds...)
+		if d := r.ds[0]; d.Deliveries != d1.Deliveries+1 {
+			t.Errorf("a delivery whose lease lapsed came again counting Deliveries %d, want %d (one more)", d.Deliveries, d1.Deliveries+1)
+		}
+		if early := start.Add(e.lease - 5*time.Millisecond); !cut && r.at.Before(early) {
+			t.Errorf("a delivery came again %v after Receive was called, before its lease of %v could run out", r.at.Sub(start).Round(time.Millisecond), e.lease)
+		}
+		if late := r.at.Sub(from); late > e.onTime() {
+			t.Errorf("a delivery came again %v after %s (bound %v)%s", late.Round(time.Millisecond), what, e.onTime(), e.stallNote())
+		}
+	case <-time.After(time.Until(from) + e.onTime()):
+		t.Errorf("a Receive waiting on a queue whose only message's lease had lapsed had not handed it out %v after %s: "+
+			"a lapsed lease makes the message deliverable again by itself (a timer, or the broker's own), not when other traffic comes by%s",
+			e.onTime(), what, e.stallNote())
+	}
+}
+
+// testLapsedReceipt: once a lease has run out, the old receipt's Ack,
+// Extend, Requeue and DeadLetter are refused with ErrLeaseLost, even though
+// no other worker has taken the job yet, and change nothing.
+func testLapsedReceipt(t *testing.T, e *env) {
+	b1 := e.declared()
+	e.put(b1, time.Time{}, bodies("lapsed", 4)...)
+	ds := e.receiveN(b1, 4, e.lease)
+	got := time.Now()
+	ctx := ctxT(t, e.opts.Wait)
+	why := "after its lease had run out, before any other Receive"
+	if dis, ok := e.h.(Disconnecter); ok {
+		if err := dis.Disconnect(ctx, b1); err != nil {
+			t.Fatalf("Disconnect: %v", err)
+		}
+		// An ack written into a connection that is being cut is lost, as
+		// at-least-once allows: give the backend a moment to see the cut.
+		time.Sleep(e.scaled(250 * time.Millisecond))
+		why = fmt.Sprintf("%v after its connection was cut, before any other Receive", e.scaled(250*time.Millisecond))
+	} else {
+		time.Sleep(time.Until(got.Add(e.lease + max(e.lease/4, e.scaled(100*time.Millisecond)))))
+	}
+	leaseLost(t, "Ack", b1.Ack(ctx, ds[0]), why)
+	leaseLost(t, "Extend", b1.Extend(ctx, ds[1], e.lease), why)
+	leaseLost(t, "Requeue", b1.Requeue(ctx, ds[2], driver.Message{ID: e.queue + "-copy", Body: []byte("a new copy")}), why)
+	leaseLost(t, "DeadLetter", b1.DeadLetter(ctx, ds[3], driver.DeadMessage{ID: e.queue + "-rec", Body: []byte("a record")}), why)
+	// Nothing was acted on: the four come back, each counted once more.
+	b2 := e.backend()
+	again := e.receiveWithin(b2, 4, e.lease, e.onTime())
+	e.ack(b2, again...)
+	if len(again) != 4 {
+		t.Errorf("%d of the 4 messages came again: a refused settle must change nothing", len(again))
+	}
+	for _, d := range again {
+		if d.Deliveries != 2 {
+			t.Errorf("message %q came again counting Deliveries %d, want 2: a refused settle must change nothing", d.Body, d.Deliveries)
+		}
+	}
+	if dead := e.listDead(b2); len(dead) > 0 {
+		t.Errorf("the refused DeadLetter wrote records %q", dead)
 	}
 }

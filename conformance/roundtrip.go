@@ -9,6 +9,7 @@ import (
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 func testRoundTripFields(t *testing.T, e *env) {
@@ -107,11 +108,14 @@ func testPayloads(t *testing.T, e *env) {
 
 func testPayloadLimit(t *testing.T, e *env) {
 	cfg := e.config()
-	if e.caps.MaxBody <= 0 {
+	maxBody := e.caps.MaxBody
+	if maxBody <= 0 {
 		// The backend sets no limit of its own, so the platform's applies
 		// (Config.MaxMessage); a 1 MiB one keeps the case light.
 		cfg.MaxMessage = 1 << 20
+		maxBody = cfg.MaxMessage
 	}
+	fetch := bodyWithinLease(t, e, maxBody)
 	got := make(chan int, 4)
 	w := e.worker(cfg).handle(t, "big", func(_ context.Context, j *ap.Job) error {
 		for i, c := range j.Payload {
@@ -148,7 +152,7 @@ func testPayloadLimit(t *testing.T, e *env) {
 		case n := <-got:
 			seen[n]++
 		case <-deadline:
-			t.Fatalf("limit-sized payloads not delivered intact (sizes delivered: %v; want %d and %d)%s\n%s", seen, limit-1, limit, e.stallNote(), e.rec)
+			t.Fatalf("limit-sized payloads not delivered intact (sizes delivered: %v; want %d and %d)%s%s\n%s", seen, limit-1, limit, e.lapses(fetch), e.stallNote(), e.rec)
 		}
 	}
 	switch excuse := e.stallExcuse(); {
@@ -156,6 +160,63 @@ func testPayloadLimit(t *testing.T, e *env) {
 	case excuse != "":
 		t.Logf("deliveries by size %v, duplicates allowed because: %s", seen, excuse)
 	default:
-		t.Errorf("deliveries by size %v, want one each of %d and %d", seen, limit-1, limit)
+		t.Errorf("deliveries by size %v, want one each of %d and %d%s", seen, limit-1, limit, e.lapses(fetch))
 	}
+}
+
+// bodyWithinLease checks the backend's side of the payload limit: Enqueue
+// refuses a body over MaxBody with driver.ErrTooLarge, and a body of
+// maxBody bytes is handed out intact well within the lease. The lease runs
+// from the claim, and the platform renews it first a third to a half of a
+// lease after Receive returns: a Receive that takes half the lease to bring
+// the body lets it lapse. It returns how long that Receive took.
+func bodyWithinLease(t *testing.T, e *env, maxBody int) time.Duration {
+	b := e.declared()
+	ctx := ctxT(t, e.opts.Wait)
+	if e.caps.MaxBody > 0 {
+		over := make([]byte, e.caps.MaxBody+1)
+		err := b.Enqueue(ctx, e.queue, []driver.Message{{ID: e.queue + "-over", Body: over}})
+		if !errors.Is(err, driver.ErrTooLarge) {
+			t.Errorf("Enqueue of a body of MaxBody+1 = %d bytes: got %v, want driver.ErrTooLarge", len(over), err)
+		}
+	}
+	body := randomPayload(maxBody)
+	if err := b.Enqueue(ctx, e.queue, []driver.Message{{ID: e.queue + "-max", Body: body}}); err != nil {
+		t.Fatalf("Enqueue of a body of %d bytes (the limit): %v", maxBody, err)
+	}
+	start := time.Now()
+	ds, err := b.Receive(ctx, e.queue, 1, e.lease)
+	took := time.Since(start)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Receive of a body of %d bytes: %d deliveries, %v", maxBody, len(ds), err)
+	}
+	if !bytes.Equal(ds[0].Body, body) {
+		t.Errorf("a body of %d bytes came back as %d different bytes", maxBody, len(ds[0].Body))
+	}
+	e.ack(b, ds...)
+	if _, cut := e.h.(Disconnecter); !cut && took > e.lease/2 {
+		// A Disconnecter's leases last as long as the connection.
+		t.Errorf("a body of %d bytes took %v to Receive, with a lease of %v: the lease runs from the claim and the platform "+
+			"renews it first up to half a lease after Receive returns, so a body of MaxBody bytes must be deliverable within half of "+
+			"Options.Lease (raise Options.Lease, or lower MaxBody)%s", maxBody, took.Round(time.Millisecond), e.lease, e.stallNote())
+	}
+	return took
+}
+
+// lapses explains, for a failure of RoundTrip/PayloadLimit, the deliveries
+// whose lease lapsed before the platform could renew it.
+func (e *env) lapses(fetch time.Duration) string {
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	lost := 0
+	for _, a := range e.rec.results {
+		if a.Outcome == ap.OutcomeLeaseLost {
+			lost++
+		}
+	}
+	if lost == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d attempts lost their lease before Extend (a body of the limit took %v to Receive, lease %v): "+
+		"the limit must be deliverable within half of Options.Lease", lost, fetch.Round(time.Millisecond), e.lease)
 }

@@ -61,6 +61,8 @@ func cases() []testCase {
 		// lease.go
 		{"Lease/ExtendedForSlowHandler", testLeaseExtension},
 		{"Lease/StaleReceiptRefused", testStaleReceipt},
+		{"Lease/LapsedReceiptRefused", testLapsedReceipt},
+		{"Lease/LapsesOnTime", testLapsesOnTime},
 		// deadletter.go
 		{"DeadLetter/Empty", testDeadEmpty},
 		{"DeadLetter/PopKeepError", testDeadPopKeepError},
@@ -68,12 +70,23 @@ func cases() []testCase {
 		{"DeadLetter/ListingLeavesQueue", testDeadListing},
 		{"DeadLetter/Redrive", testRedrive},
 		{"DeadLetter/Purge", testPurge},
+		{"DeadLetter/DeleteLeavesHeld", testDeleteLeavesHeld},
 		// stop.go
 		{"Stop/HandsBackUncounted", testStopHandsBack},
 		{"Stop/FinishesRunning", testStopFinishes},
-		// delivery.go
+		// delivery.go, receive.go
 		{"Delivery/ExactlyOnceWithoutFaults", testExactlyOnce},
 		{"Delivery/NotBeforeNotEarly", testNotBefore},
+		{"Delivery/NotBeforeOnTime", testNotBeforeOnTime},
+		{"Delivery/ReceiveBatch", testReceiveBatch},
+		{"Delivery/WakesOnEnqueue", testWakesOnEnqueue},
+		{"Delivery/CancelledReceiveUncounted", testCancelledReceive},
+		// close.go
+		{"Close/ErrClosed", testErrClosed},
+		{"Close/AbandonsDeliveries", testCloseAbandons},
+		{"Close/ReleasesDeadLetterHolds", testCloseReleasesHolds},
+		// stats.go
+		{"Stats/Depths", testStatsDepths},
 		// outcomes.go
 		{"Outcomes/StatusWalk", testStatusWalk},
 		{"Outcomes/ResultJSON", testResultJSON},
