@@ -1,0 +1,152 @@
+package reference
+
+// Mutation names one rule of the driver contract that a Broker breaks.
+type Mutation string
+
+// The mutations. Each breaks one rule, as a backend author might by
+// mistake; Mutations says which rule and which cases catch it.
+const (
+	// Leases and settles.
+	LateSettle   Mutation = "LateSettle"   // a settle after the lease ran out is accepted while nobody else took the job
+	StaleSettle  Mutation = "StaleSettle"  // a stale receipt acts on a newer delivery of its job
+	ExtendNoop   Mutation = "ExtendNoop"   // Extend renews nothing
+	ShortLease   Mutation = "ShortLease"   // a lease lasts a quarter of what was asked
+	NoTimers     Mutation = "NoTimers"     // an idle Receive wakes for a lapsed lease or a due NotBefore only by chance (a 3 s fallback)
+	AckKeeps     Mutation = "AckKeeps"     // Ack leaves the message, to come back after its lease
+	SlowBodies   Mutation = "SlowBodies"   // a Receive's answer travels at 1 MiB/s, so MaxBody takes two leases
+	BodyAltered  Mutation = "BodyAltered"  // Receive drops the last byte of every body
+	NoTooLarge   Mutation = "NoTooLarge"   // Enqueue accepts bodies over MaxBody
+	OverMax      Mutation = "OverMax"      // Receive hands out more than max
+	EmptyAtOnce  Mutation = "EmptyAtOnce"  // Receive on an empty queue returns nothing at once instead of blocking
+	Polling      Mutation = "Polling"      // an idle Receive looks again every second instead of being woken
+	SharedQueues Mutation = "SharedQueues" // every queue name is the same queue
+	DeclareOnce  Mutation = "DeclareOnce"  // Declare of an existing queue fails
+
+	// Counting and copies.
+	NoCount                Mutation = "NoCount"                // Deliveries is always 1
+	CountFromZero          Mutation = "CountFromZero"          // Deliveries is 0 on a first delivery
+	CancelledClaimsLost    Mutation = "CancelledClaimsLost"    // a claim whose Receive's ctx ended on its way back is left leased
+	CancelledClaimsCounted Mutation = "CancelledClaimsCounted" // such a claim is put back, counted
+	NotBeforeIgnored       Mutation = "NotBeforeIgnored"       // NotBefore is ignored
+	BatchKeepsFirst        Mutation = "BatchKeepsFirst"        // Enqueue stores the first message of a batch only
+	RequeueKeepsCount      Mutation = "RequeueKeepsCount"      // a Requeue's copy carries on the old copy's count
+	RequeueNow             Mutation = "RequeueNow"             // a Requeue's copy ignores its NotBefore
+	RequeueDrops           Mutation = "RequeueDrops"           // Requeue settles the old copy and stores no new one
+	DeadLetterKeeps        Mutation = "DeadLetterKeeps"        // DeadLetter writes the record and leaves the message leased
+
+	// Close.
+	NoErrClosed          Mutation = "NoErrClosed"          // methods go on working after Close
+	CloseTwiceFails      Mutation = "CloseTwiceFails"      // a second Close returns an error
+	CloseKeepsLeases     Mutation = "CloseKeepsLeases"     // Close leaves its deliveries leased (RedeliversOnClose notwithstanding)
+	CloseLosesDeliveries Mutation = "CloseLosesDeliveries" // Close drops its unsettled deliveries for good
+	CloseKeepsHolds      Mutation = "CloseKeepsHolds"      // Close keeps its dead-letter holds: the records stay hidden
+
+	// Dead letters and Stats.
+	NextDeadShares  Mutation = "NextDeadShares"  // NextDead hands out records another caller holds
+	NextDeadNewest  Mutation = "NextDeadNewest"  // NextDead hands out the newest record first
+	KeepDeletes     Mutation = "KeepDeletes"     // SettleDead(keep) deletes the record
+	KeepMovesToBack Mutation = "KeepMovesToBack" // SettleDead(keep) puts the record at the back
+	ListNoCursor    Mutation = "ListNoCursor"    // ListDead ignores its cursor
+	ListOverLimit   Mutation = "ListOverLimit"   // ListDead returns more than limit
+	ListReorders    Mutation = "ListReorders"    // ListDead moves the records it lists to the back
+	DeleteHeld      Mutation = "DeleteHeld"      // DeleteDead deletes (and counts) records another caller holds
+	DeleteMiscounts Mutation = "DeleteMiscounts" // DeleteDead returns 0
+	PurgeMiscounts  Mutation = "PurgeMiscounts"  // PurgeDead returns 0
+	StatsZero       Mutation = "StatsZero"       // Stats returns zeros
+)
+
+// Entry is one mutation with the rule it breaks and the cases that must
+// catch it.
+type Entry struct {
+	Mutation Mutation
+	Rule     string   // the rule broken, in the contract's words
+	Cases    []string // the conformance cases expected to fail (at least one must)
+}
+
+// Mutations lists every mutation, grouped as docs/contract.md groups the
+// rules.
+var Mutations = []Entry{
+	{LateSettle, "Ack, Extend, Requeue and DeadLetter return ErrLeaseLost once the lease has run out, even before the job is handed out again",
+		[]string{"Lease/LapsedReceiptRefused"}},
+	{StaleSettle, "a stale receipt never acts on a newer delivery of the same job",
+		[]string{"Lease/StaleReceiptRefused"}},
+	{ExtendNoop, "Extend renews the lease",
+		[]string{"Lease/ExtendedForSlowHandler"}},
+	{ShortLease, "a delivery is held for the lease Receive was given",
+		[]string{"Lease/ExtendedForSlowHandler", "Lease/LapsesOnTime"}},
+	{NoTimers, "a lapsed lease and a due NotBefore make the message deliverable on time, with no other traffic on the queue",
+		[]string{"Lease/LapsesOnTime", "Delivery/NotBeforeOnTime"}},
+	{AckKeeps, "Ack removes the message for good",
+		[]string{"Delivery/ExactlyOnceWithoutFaults"}},
+	{SlowBodies, "a body of MaxBody bytes reaches the platform well within the lease, which runs from the claim",
+		[]string{"RoundTrip/PayloadLimit"}},
+	{BodyAltered, "Receive hands back exactly the bytes Enqueue was given",
+		[]string{"RoundTrip/Payloads", "RoundTrip/PayloadLimit", "Delivery/ReceiveBatch"}},
+	{NoTooLarge, "Enqueue refuses a body over Capabilities.MaxBody with ErrTooLarge",
+		[]string{"RoundTrip/PayloadLimit"}},
+	{OverMax, "Receive hands out at most max messages",
+		[]string{"Delivery/ReceiveBatch"}},
+	{EmptyAtOnce, "Receive blocks until a message is available or its ctx ends, and then returns ctx.Err()",
+		[]string{"Delivery/ReceiveBatch", "Lease/StaleReceiptRefused"}},
+	{Polling, "an idle Receive takes new work at once: woken by the broker, or polling every few tens of milliseconds",
+		[]string{"Delivery/WakesOnEnqueue"}},
+	{SharedQueues, "queues are separate: each has its own messages and dead letters",
+		[]string{"Retry/Precedence"}},
+	{DeclareOnce, "Declare is idempotent",
+		[]string{"Delivery/ExactlyOnceWithoutFaults", "Crash/Redelivered"}},
+
+	{NoCount, "Deliveries counts every hand-out of a copy, so a delivery that ended without an outcome is a crash",
+		[]string{"Crash/Redelivered", "Lease/StaleReceiptRefused", "Lease/LapsesOnTime"}},
+	{CountFromZero, "Deliveries is 1 on a copy's first delivery",
+		[]string{"Delivery/ReceiveBatch", "Crash/Redelivered"}},
+	{CancelledClaimsLost, "messages Receive took but did not hand out (its ctx ended) are put back at once",
+		[]string{"Delivery/CancelledReceiveUncounted"}},
+	{CancelledClaimsCounted, "messages Receive took but did not hand out are put back without counting a delivery",
+		[]string{"Delivery/CancelledReceiveUncounted"}},
+	{NotBeforeIgnored, "a message is never delivered before its NotBefore",
+		[]string{"Delivery/NotBeforeNotEarly", "Delivery/NotBeforeOnTime", "Retry/BackoffRespected"}},
+	{BatchKeepsFirst, "Enqueue stores every message it is given",
+		[]string{"Delivery/ReceiveBatch", "Delivery/ExactlyOnceWithoutFaults"}},
+	{RequeueKeepsCount, "a Requeue's copy starts its delivery count again",
+		[]string{"Outcome/Reject", "Stop/HandsBackUncounted", "Delivery/NotBeforeOnTime"}},
+	{RequeueNow, "a Requeue's copy is not delivered before its NotBefore",
+		[]string{"Retry/BackoffRespected", "Delivery/NotBeforeOnTime"}},
+	{RequeueDrops, "Requeue stores the new copy",
+		[]string{"TryCount/CountsUp", "Outcome/Reject"}},
+	{DeadLetterKeeps, "DeadLetter settles the delivery",
+		[]string{"Outcome/Invalid", "Outcome/Permanent"}},
+
+	{NoErrClosed, "every method returns ErrClosed after Close",
+		[]string{"Close/ErrClosed", "Crash/Poison"}},
+	{CloseTwiceFails, "Close is idempotent",
+		[]string{"Close/ErrClosed"}},
+	{CloseKeepsLeases, "with Capabilities.RedeliversOnClose, Close hands its unsettled deliveries back at once",
+		[]string{"Close/AbandonsDeliveries"}},
+	{CloseLosesDeliveries, "Close abandons unsettled deliveries: they come back, one more delivery counted",
+		[]string{"Close/AbandonsDeliveries", "Crash/Redelivered"}},
+	{CloseKeepsHolds, "a dead letter held by a caller that closes (or dies) becomes visible again",
+		[]string{"Close/ReleasesDeadLetterHolds"}},
+
+	{NextDeadShares, "NextDead hides the record it hands out from other callers until SettleDead",
+		[]string{"DeadLetter/ConcurrentCallers"}},
+	{NextDeadNewest, "NextDead hands out the oldest record",
+		[]string{"DeadLetter/PopKeepError", "DeadLetter/ListingLeavesQueue"}},
+	{KeepDeletes, "SettleDead(keep) leaves the record",
+		[]string{"DeadLetter/PopKeepError"}},
+	{KeepMovesToBack, "SettleDead(keep) puts the record back where it was",
+		[]string{"DeadLetter/PopKeepError"}},
+	{ListNoCursor, "ListDead pages from its cursor",
+		[]string{"DeadLetter/ListingLeavesQueue"}},
+	{ListOverLimit, "ListDead returns at most limit records",
+		[]string{"DeadLetter/ListingLeavesQueue"}},
+	{ListReorders, "ListDead changes nothing: neither the order nor the count",
+		[]string{"DeadLetter/ListingLeavesQueue"}},
+	{DeleteHeld, "DeleteDead leaves records held by a NextDead caller alone, and does not count them",
+		[]string{"DeadLetter/DeleteLeavesHeld"}},
+	{DeleteMiscounts, "DeleteDead returns how many records it removed",
+		[]string{"DeadLetter/DeleteLeavesHeld", "Payload/OffloadLifecycle"}},
+	{PurgeMiscounts, "PurgeDead returns how many records it removed",
+		[]string{"DeadLetter/Purge"}},
+	{StatsZero, "Stats reports the queue's depths (-1 for a figure the backend cannot tell)",
+		[]string{"Stats/Depths"}},
+}

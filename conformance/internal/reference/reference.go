@@ -1,0 +1,627 @@
+// Package reference is a small in-memory backend that the conformance
+// suite runs against in its own tests: correct by default, and with a
+// [Mutation] that breaks exactly one rule of the driver contract. The
+// suite's mutation test (conformance/mutation_test.go) runs the cases of
+// each rule against the backend broken in that rule, and requires a case to
+// fail: that is how the suite proves it catches every rule it claims to.
+//
+// It is written for clarity, not speed: every method holds the broker's
+// lock for its whole step and scans the queue. A Receive's answer takes a
+// moment to arrive (Wire), as it would from a server, so that a context
+// ending while a claim is on its way back is a real case here.
+package reference
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// MaxBody is the largest body the backend stores (Capabilities.MaxBody).
+const MaxBody = 1 << 20
+
+// Wire is how long the answer of a Receive takes to reach its caller.
+const Wire = time.Millisecond
+
+// pollEvery is the interval of the Polling mutation.
+const pollEvery = time.Second
+
+// safetyNet is how often an idle Receive looks again under NoTimers, as a
+// backend might that relies on a slow fallback poll instead of timers.
+const safetyNet = 3 * time.Second
+
+// Broker holds the queues that its connections share.
+type Broker struct {
+	mut Mutation
+	kv  *memory.Broker // the store (driver.StoreProvider), never mutated
+
+	mu     sync.Mutex
+	queues map[string]*queue
+	token  uint64 // the last lease or hold token handed out
+}
+
+// NewBroker returns an empty broker whose connections are broken by m
+// ("" for none).
+func NewBroker(m Mutation) *Broker {
+	return &Broker{mut: m, kv: memory.NewBroker(), queues: map[string]*queue{}}
+}
+
+// Connect opens a connection to the broker: one worker process.
+func (br *Broker) Connect() *Backend {
+	return &Backend{br: br, done: make(chan struct{})}
+}
+
+// Backend is one connection to a Broker.
+type Backend struct {
+	br     *Broker
+	closed bool // guarded by br.mu
+	done   chan struct{}
+}
+
+var (
+	_ driver.Backend       = (*Backend)(nil)
+	_ driver.QueueDeleter  = (*Backend)(nil)
+	_ driver.StoreProvider = (*Backend)(nil)
+)
+
+// Store implements driver.StoreProvider: the broker's store is the memory
+// backend's, which the mutations leave alone (the store has a suite of its
+// own, conformance/storetest).
+func (b *Backend) Store() (driver.Store, error) { return b.br.kv.Connect(), nil }
+
+type message struct {
+	id         string
+	body       []byte
+	notBefore  time.Time
+	deliveries int
+
+	token uint64    // non-zero while leased
+	until time.Time // the lease's end
+	owner *Backend
+}
+
+type deadRecord struct {
+	driver.DeadMessage
+	token uint64 // non-zero while held by a NextDead caller
+	owner *Backend
+}
+
+type queue struct {
+	msgs []*message    // every stored message, in arrival order
+	dead []*deadRecord // oldest first
+	wake chan struct{} // closed (and replaced) when a message may be ready
+}
+
+type handle struct {
+	m     *message
+	token uint64
+}
+
+type deadHandle struct {
+	r     *deadRecord
+	token uint64
+}
+
+// is reports whether the broker carries mutation m.
+func (br *Broker) is(m Mutation) bool { return br.mut == m }
+
+func (br *Broker) queue(name string) *queue {
+	if br.is(SharedQueues) {
+		name = ""
+	}
+	q := br.queues[name]
+	if q == nil {
+		q = &queue{wake: make(chan struct{})}
+		br.queues[name] = q
+	}
+	return q
+}
+
+// signal wakes the receivers waiting on q.
+func (q *queue) signal() {
+	close(q.wake)
+	q.wake = make(chan struct{})
+}
+
+// lock takes the broker's lock, or returns driver.ErrClosed.
+func (b *Backend) lock() error {
+	b.br.mu.Lock()
+	if b.closed && !b.br.is(NoErrClosed) {
+		b.br.mu.Unlock()
+		return driver.ErrClosed
+	}
+	return nil
+}
+
+// Capabilities implements driver.Backend.
+func (b *Backend) Capabilities() driver.Capabilities {
+	return driver.Capabilities{MaxBody: MaxBody, RedeliversOnClose: true}
+}
+
+// Declare implements driver.Backend.
+func (b *Backend) Declare(_ context.Context, name string) error {
+	if err := b.lock(); err != nil {
+		return err
+	}
+	defer b.br.mu.Unlock()
+	if _, ok := b.br.queues[name]; ok && b.br.is(DeclareOnce) {
+		return fmt.Errorf("reference: queue %q exists", name)
+	}
+	b.br.queue(name)
+	return nil
+}
+
+// Enqueue implements driver.Backend.
+func (b *Backend) Enqueue(_ context.Context, name string, msgs []driver.Message) error {
+	for _, m := range msgs {
+		if len(m.Body) > MaxBody && !b.br.is(NoTooLarge) {
+			return fmt.Errorf("reference: message %q is %d bytes, over %d: %w", m.ID, len(m.Body), MaxBody, driver.ErrTooLarge)
+		}
+	}
+	if err := b.lock(); err != nil {
+		return err
+	}
+	defer b.br.mu.Unlock()
+	q := b.br.queue(name)
+	for i, m := range msgs {
+		if i > 0 && b.br.is(BatchKeepsFirst) {
+			break
+		}
+		nb := m.NotBefore
+		if b.br.is(NotBeforeIgnored) {
+			nb = time.Time{}
+		}
+		q.msgs = append(q.msgs, &message{id: m.ID, body: m.Body, notBefore: nb})
+	}
+	q.signal()
+	return nil
+}
+
+// tidy ends the leases that ran out. The lock is held.
+func (br *Broker) tidy(q *queue, now time.Time) {
+	for _, m := range q.msgs {
+		if m.token != 0 && !now.Before(m.until) {
+			m.token, m.owner = 0, nil
+		}
+	}
+}
+
+// Receive implements driver.Backend.
+func (b *Backend) Receive(ctx context.Context, name string, max int, lease time.Duration) ([]*driver.Delivery, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("reference: Receive max is %d, it must be positive", max)
+	}
+	for {
+		if err := b.lock(); err != nil {
+			return nil, err
+		}
+		q := b.br.queue(name)
+		now := time.Now()
+		b.br.tidy(q, now)
+		var out []*driver.Delivery
+		var claimed []handle
+		var next time.Time // when something may become ready
+		for _, m := range q.msgs {
+			switch {
+			case m.token != 0:
+				next = earliest(next, m.until)
+			case m.notBefore.After(now):
+				next = earliest(next, m.notBefore)
+			case len(out) < max || b.br.is(OverMax):
+				b.br.token++
+				m.token, m.owner = b.br.token, b
+				m.until = now.Add(lease)
+				if b.br.is(ShortLease) {
+					m.until = now.Add(lease / 4)
+				}
+				m.deliveries++
+				n := m.deliveries
+				switch {
+				case b.br.is(NoCount):
+					n = 1
+				case b.br.is(CountFromZero):
+					n--
+				}
+				body := m.body
+				if b.br.is(BodyAltered) && len(body) > 0 {
+					body = body[:len(body)-1]
+				}
+				h := handle{m: m, token: m.token}
+				claimed = append(claimed, h)
+				out = append(out, &driver.Delivery{Queue: name, Body: body, Deliveries: n, Handle: h})
+			}
+		}
+		if len(out) > 0 {
+			b.br.mu.Unlock()
+			return b.travel(ctx, claimed, out)
+		}
+		if b.br.is(EmptyAtOnce) {
+			b.br.mu.Unlock()
+			return nil, nil
+		}
+		wake := q.wake
+		b.br.mu.Unlock()
+		var due <-chan time.Time
+		var t *time.Timer
+		switch {
+		case b.br.is(Polling):
+			wake = nil
+			t = time.NewTimer(pollEvery)
+		case b.br.is(NoTimers):
+			t = time.NewTimer(safetyNet) // wakes for work that became due only by chance
+		case !next.IsZero():
+			t = time.NewTimer(time.Until(next))
+		}
+		if t != nil {
+			due = t.C
+		}
+		done := b.done
+		if b.br.is(NoErrClosed) {
+			done = nil
+		}
+		var err error
+		select {
+		case <-wake:
+		case <-due:
+		case <-done:
+			err = driver.ErrClosed
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// travel brings a Receive's answer to its caller, which takes Wire (and,
+// with SlowBodies, a second per MiB). When ctx ends first, the caller never
+// sees the deliveries: they are put back uncounted.
+func (b *Backend) travel(ctx context.Context, claimed []handle, out []*driver.Delivery) ([]*driver.Delivery, error) {
+	d := Wire
+	if b.br.is(SlowBodies) {
+		for _, o := range out {
+			d += time.Duration(len(o.Body)) * time.Second / (1 << 20)
+		}
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return out, nil
+	case <-ctx.Done():
+	}
+	if b.br.is(CancelledClaimsLost) {
+		return nil, ctx.Err() // left leased: they come back after the lease, counted
+	}
+	b.br.mu.Lock()
+	defer b.br.mu.Unlock()
+	for _, h := range claimed {
+		if h.m.token == h.token {
+			h.m.token, h.m.owner = 0, nil
+			if !b.br.is(CancelledClaimsCounted) {
+				h.m.deliveries--
+			}
+		}
+	}
+	for _, q := range b.br.queues {
+		q.signal()
+	}
+	return nil, ctx.Err()
+}
+
+// held checks that d still holds its message, and returns the message's
+// queue with the lock held.
+func (b *Backend) held(d *driver.Delivery) (*queue, *message, error) {
+	h, ok := d.Handle.(handle)
+	if !ok {
+		return nil, nil, fmt.Errorf("reference: delivery %T was not handed out by this backend", d.Handle)
+	}
+	if err := b.lock(); err != nil {
+		return nil, nil, err
+	}
+	q := b.br.queue(d.Queue)
+	if !slices.Contains(q.msgs, h.m) {
+		b.br.mu.Unlock()
+		return nil, nil, driver.ErrLeaseLost
+	}
+	switch {
+	case b.br.is(StaleSettle):
+		// any receipt of the message acts on it, a newer delivery's too
+	case h.m.token != h.token:
+		b.br.mu.Unlock()
+		return nil, nil, driver.ErrLeaseLost
+	case !time.Now().Before(h.m.until) && !b.br.is(LateSettle):
+		b.br.mu.Unlock()
+		return nil, nil, driver.ErrLeaseLost
+	}
+	return q, h.m, nil
+}
+
+func (q *queue) remove(m *message) {
+	q.msgs = slices.DeleteFunc(q.msgs, func(x *message) bool { return x == m })
+}
+
+// Ack implements driver.Backend.
+func (b *Backend) Ack(_ context.Context, d *driver.Delivery) error {
+	q, m, err := b.held(d)
+	if err != nil {
+		return err
+	}
+	defer b.br.mu.Unlock()
+	if !b.br.is(AckKeeps) {
+		q.remove(m)
+	}
+	return nil
+}
+
+// Extend implements driver.Backend.
+func (b *Backend) Extend(_ context.Context, d *driver.Delivery, lease time.Duration) error {
+	_, m, err := b.held(d)
+	if err != nil {
+		return err
+	}
+	defer b.br.mu.Unlock()
+	if !b.br.is(ExtendNoop) {
+		m.until = time.Now().Add(lease)
+	}
+	return nil
+}
+
+// Requeue implements driver.Backend.
+func (b *Backend) Requeue(_ context.Context, d *driver.Delivery, msg driver.Message) error {
+	if len(msg.Body) > MaxBody && !b.br.is(NoTooLarge) {
+		return fmt.Errorf("reference: requeue %q: %d bytes, over %d: %w", msg.ID, len(msg.Body), MaxBody, driver.ErrTooLarge)
+	}
+	q, m, err := b.held(d)
+	if err != nil {
+		return err
+	}
+	defer b.br.mu.Unlock()
+	q.remove(m)
+	if b.br.is(RequeueDrops) {
+		return nil
+	}
+	nm := &message{id: msg.ID, body: msg.Body, notBefore: msg.NotBefore}
+	if b.br.is(RequeueKeepsCount) {
+		nm.deliveries = m.deliveries
+	}
+	if b.br.is(RequeueNow) || b.br.is(NotBeforeIgnored) {
+		nm.notBefore = time.Time{}
+	}
+	q.msgs = append(q.msgs, nm)
+	q.signal()
+	return nil
+}
+
+// DeadLetter implements driver.Backend.
+func (b *Backend) DeadLetter(_ context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
+	q, m, err := b.held(d)
+	if err != nil {
+		return err
+	}
+	defer b.br.mu.Unlock()
+	if !b.br.is(DeadLetterKeeps) {
+		q.remove(m)
+	}
+	q.dead = append(q.dead, &deadRecord{DeadMessage: rec})
+	return nil
+}
+
+// NextDead implements driver.Backend.
+func (b *Backend) NextDead(_ context.Context, name string) (*driver.DeadDelivery, error) {
+	if err := b.lock(); err != nil {
+		return nil, err
+	}
+	defer b.br.mu.Unlock()
+	dead := b.br.queue(name).dead
+	for i := range dead {
+		r := dead[i]
+		if b.br.is(NextDeadNewest) {
+			r = dead[len(dead)-1-i]
+		}
+		if r.token == 0 || b.br.is(NextDeadShares) {
+			b.br.token++
+			r.token, r.owner = b.br.token, b
+			return &driver.DeadDelivery{DeadMessage: r.DeadMessage, Handle: deadHandle{r: r, token: r.token}}, nil
+		}
+	}
+	return nil, driver.ErrNoDeadLetters
+}
+
+// SettleDead implements driver.Backend.
+func (b *Backend) SettleDead(_ context.Context, d *driver.DeadDelivery, remove bool) error {
+	h, ok := d.Handle.(deadHandle)
+	if !ok {
+		return fmt.Errorf("reference: dead letter %T was not handed out by this backend", d.Handle)
+	}
+	if err := b.lock(); err != nil {
+		return err
+	}
+	defer b.br.mu.Unlock()
+	if h.r.token != h.token {
+		return driver.ErrLeaseLost
+	}
+	h.r.token, h.r.owner = 0, nil
+	for _, q := range b.br.queues {
+		i := slices.Index(q.dead, h.r)
+		if i < 0 {
+			continue
+		}
+		switch {
+		case remove || b.br.is(KeepDeletes):
+			q.dead = slices.Delete(q.dead, i, i+1)
+		case b.br.is(KeepMovesToBack):
+			q.dead = append(slices.Delete(q.dead, i, i+1), h.r)
+		}
+		return nil
+	}
+	return driver.ErrLeaseLost
+}
+
+// ListDead implements driver.Backend. The cursor is an index.
+func (b *Backend) ListDead(_ context.Context, name, cursor string, limit int) ([]driver.DeadMessage, string, error) {
+	start := 0
+	if cursor != "" && !b.br.is(ListNoCursor) {
+		n, err := strconv.Atoi(cursor)
+		if err != nil || n < 0 {
+			return nil, "", fmt.Errorf("reference: bad dead-letter cursor %q", cursor)
+		}
+		start = n
+	}
+	if b.br.is(ListOverLimit) {
+		limit *= 2
+	}
+	if err := b.lock(); err != nil {
+		return nil, "", err
+	}
+	defer b.br.mu.Unlock()
+	q := b.br.queue(name)
+	if start >= len(q.dead) {
+		return nil, "", nil
+	}
+	end := min(start+limit, len(q.dead))
+	var out []driver.DeadMessage
+	for _, r := range q.dead[start:end] {
+		out = append(out, r.DeadMessage)
+	}
+	if b.br.is(ListReorders) && end-start > 1 {
+		// a listing that "touches" what it lists: the page goes to the back
+		page := slices.Clone(q.dead[start:end])
+		q.dead = append(slices.Delete(q.dead, start, end), page...)
+	}
+	next := ""
+	if end < len(q.dead) {
+		next = strconv.Itoa(end)
+	}
+	return out, next, nil
+}
+
+// DeleteDead implements driver.Backend. Held records are left alone.
+func (b *Backend) DeleteDead(_ context.Context, name string, ids []string) (int, error) {
+	if err := b.lock(); err != nil {
+		return 0, err
+	}
+	defer b.br.mu.Unlock()
+	q := b.br.queue(name)
+	n := 0
+	q.dead = slices.DeleteFunc(q.dead, func(r *deadRecord) bool {
+		del := slices.Contains(ids, r.ID) && (r.token == 0 || b.br.is(DeleteHeld))
+		if del {
+			n++
+		}
+		return del
+	})
+	if b.br.is(DeleteMiscounts) {
+		n = 0
+	}
+	return n, nil
+}
+
+// PurgeDead implements driver.Backend.
+func (b *Backend) PurgeDead(_ context.Context, name string) (int, error) {
+	if err := b.lock(); err != nil {
+		return 0, err
+	}
+	defer b.br.mu.Unlock()
+	q := b.br.queue(name)
+	n := len(q.dead)
+	for _, r := range q.dead {
+		r.token = 0 // a holder's SettleDead now fails
+	}
+	q.dead = nil
+	if b.br.is(PurgeMiscounts) {
+		n = 0
+	}
+	return n, nil
+}
+
+// Stats implements driver.Backend.
+func (b *Backend) Stats(_ context.Context, name string) (driver.Stats, error) {
+	if err := b.lock(); err != nil {
+		return driver.Stats{}, err
+	}
+	defer b.br.mu.Unlock()
+	if b.br.is(StatsZero) {
+		return driver.Stats{}, nil
+	}
+	q := b.br.queue(name)
+	now := time.Now()
+	b.br.tidy(q, now)
+	st := driver.Stats{Dead: int64(len(q.dead))}
+	for _, m := range q.msgs {
+		switch {
+		case m.token != 0:
+			st.InFlight++
+		case m.notBefore.After(now):
+			st.Scheduled++
+		default:
+			st.Ready++
+		}
+	}
+	return st, nil
+}
+
+// DeleteQueue implements driver.QueueDeleter.
+func (b *Backend) DeleteQueue(_ context.Context, name string) error {
+	if err := b.lock(); err != nil {
+		return err
+	}
+	defer b.br.mu.Unlock()
+	if q := b.br.queues[name]; q != nil {
+		q.signal()
+		delete(b.br.queues, name)
+	}
+	return nil
+}
+
+// Close implements driver.Backend: the connection's unsettled deliveries
+// come back at once, counted, and its dead-letter holds are released, as
+// when a process dies.
+func (b *Backend) Close() error {
+	b.br.mu.Lock()
+	defer b.br.mu.Unlock()
+	if b.closed {
+		if b.br.is(CloseTwiceFails) {
+			return fmt.Errorf("reference: closed already")
+		}
+		return nil
+	}
+	b.closed = true
+	close(b.done)
+	for _, q := range b.br.queues {
+		for _, m := range slices.Clone(q.msgs) {
+			if m.owner == b {
+				switch {
+				case b.br.is(CloseLosesDeliveries):
+					q.remove(m)
+				case !b.br.is(CloseKeepsLeases):
+					m.token, m.owner = 0, nil
+				}
+			}
+		}
+		for _, r := range q.dead {
+			if r.owner == b && !b.br.is(CloseKeepsHolds) {
+				r.token, r.owner = 0, nil
+			}
+		}
+		q.signal()
+	}
+	return nil
+}
