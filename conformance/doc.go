@@ -2,8 +2,12 @@
 // backend must pass. It drives a real asyncplatform.Platform over the backend
 // under test, so it checks the behaviour contract end to end: try counts,
 // retry and poison limits, every outcome of an attempt, dead letters,
-// leases and shutdown. The contract itself, with the cases that prove each
-// of its rules, is docs/contract.md in the repository.
+// leases and shutdown; and it calls the backend directly, as the platform
+// does, for the rules of driver.Backend that a platform would hide (a
+// settle after a lapsed lease, a cancelled Receive, Close, Stats). The
+// contract itself, with the cases that prove each of its rules, is
+// docs/contract.md in the repository; its section 9 is the backend
+// author's, rule by rule.
 //
 // A backend's package calls [Run] from one test, conventionally
 // TestConformance in conformance_test.go, with a [HarnessMaker] that gives
@@ -20,6 +24,105 @@
 // SIGKILL), needs [Options].SingleProcess with a reason, which the test log
 // shows.
 //
-// On a slow or shared machine, ASYNCPLATFORM_CONFORMANCE_SCALE stretches the
-// suite's timings (see Options).
+// # Writing the test
+//
+//  1. A Harness: MakeBackend returns a new, independent connection each
+//     call, as another worker process would open (a new client, not a
+//     shared one: the suite closes one backend to play a crashed process
+//     while the others go on), and every backend it makes sees the same
+//     queues. Close releases what the harness itself holds; the suite has
+//     closed the backends by then.
+//  2. If the broker ties leases to a connection (RabbitMQ), the harness
+//     also implements [Disconnecter], cutting a backend's connection as the
+//     network would (the backend reconnects by itself).
+//  3. Options: leave them zero unless the backend really needs otherwise,
+//     and say why in a comment: a longer Lease for a slow broker or one
+//     with coarse time (Azure's whole seconds), a longer Wait, the reasons
+//     of DuplicatesWithoutFaults and SingleProcess.
+//  4. Implement driver.QueueDeleter, so that the suite removes each case's
+//     queue; without it the queues stay on the broker.
+//
+// Run go test -run TestConformance ./yourbackend/, then one case by its
+// name: go test -run 'TestConformance/Lease/LapsedReceiptRefused'. A
+// failure says which rule broke, in the contract's words.
+//
+// # How the suite runs
+//
+// Each case is a subtest that calls t.Parallel, so at most go test's
+// -parallel cases (GOMAXPROCS by default) run at once; -parallel 8 runs the
+// suite faster on a broker that copes. Run calls the HarnessMaker once per
+// case with that case's *testing.T, so a maker may use t.Cleanup and
+// t.TempDir for per-case resources (a server of the case's own, say).
+//
+// A case's queue is named "ct-", up to 24 lower-case letters and digits of
+// the case's name, "-" and 8 random hex digits (ct-leaselapsedreceiptrefuse-
+// 1a2b3c4d); Retry/Precedence also uses that name with "-b". At the end of
+// the case, pass or fail, the suite removes the
+// queue through the first of its backends still open (DeleteQueue) and
+// closes every backend it opened, then the harness. A run that is killed
+// (a go test timeout, ^C) leaves the queues of the cases that were
+// running; a key prefix or stream name of the harness's own makes them
+// easy to find.
+//
+// # The child process
+//
+// Crash/ProcessKill runs a worker in another process and kills it with
+// SIGKILL. The suite re-executes the test binary itself (os.Args[0]) with
+// -test.run matching exactly that case's full name (for example
+// ^TestConformance$/^Crash$/^ProcessKill$, with any subtest levels above
+// it) and -test.count=1, with the parent's environment plus
+// ASYNCPLATFORM_CONFORMANCE_CHILD set to the case's queue. In the child,
+// TestMain and the test function run again up to Run, which then runs only
+// the worker: one platform on the parent's queue that writes
+// "STARTED <job ID> <try>" to stdout when it takes the job, and hangs until
+// it is killed. So everything between TestMain and Run must also work in
+// the child: no fixed port that the parent already holds, and a broker that
+// the test starts itself must be reachable by the child, its address passed
+// in the environment (backend/redis does so for miniredis, backend/nats for
+// its in-process server). A backend that cannot share queues across
+// processes sets Options.SingleProcess instead.
+//
+// # Time budgets
+//
+// Options.Lease (500ms by default, raised to Capabilities.MinLease) is the
+// lease of the suite's platforms and direct Receives; Options.Wait (20s) is
+// how long a case waits for an outcome before it fails. A case that waits
+// for a lease to lapse takes about a lease, and
+// Lease/ExtendedForSlowHandler runs a handler for ten. The bounds a backend
+// must meet, each a rule of the contract:
+//
+//   - a body of MaxBody bytes comes back from Receive within half of the
+//     lease, which runs from the claim (RoundTrip/PayloadLimit);
+//   - a due NotBefore, a lapsed lease or a closed connection hands the
+//     message to a waiting Receive within a second plus MinLease
+//     (Delivery/NotBeforeOnTime, Lease/LapsesOnTime, Close/AbandonsDeliveries);
+//   - an idle Receive hands out a new message within 250ms, the median of
+//     three (Delivery/WakesOnEnqueue);
+//   - Stats shows the queue's depths within five seconds (Stats/Depths);
+//   - a dead letter held by a backend that closed is visible again within
+//     Wait (Close/ReleasesDeadLetterHolds).
+//
+// On a slow or shared machine, ASYNCPLATFORM_CONFORMANCE_SCALE (a number
+// from 1 to 100) multiplies Lease, Wait and every one of these bounds. The
+// suite also watches for stalls of the test process itself (see Options):
+// a failure says when the process stalled, and the cases that count
+// deliveries tolerate a duplicate that a stall explains.
+//
+// # The fault suite and the store suite
+//
+// The conformance suite proves the rules on a healthy broker. The fault
+// suite, package conformance/faults, proves "nothing lost" under SIGKILLs,
+// broker restarts and connection cuts: a TestFaults in the same
+// conformance_test.go calls faults.Run with a faults.Target (its package
+// documentation says how; its workers are child processes too, started the
+// same way). A backend that keeps shared state (driver.Store) proves it
+// with conformance/storetest.Run from a TestStore.
+//
+// # The suite's own test
+//
+// TestMutations (go test -v -run TestMutations ./conformance/) runs the
+// cases against a reference backend of the suite's own, broken in one rule
+// at a time, in a child process per mutation, and requires a named case to
+// fail for each: every rule of docs/contract.md section 9 is caught. A case
+// added for a new rule comes with its mutation.
 package conformance
