@@ -74,4 +74,12 @@ type Options struct {
 	// ProcessKill case is then skipped with that reason in the log; every
 	// other backend must leave it empty.
 	SingleProcess string
+
+	// KnownDefects names cases (as Cases lists them) the backend is known to
+	// fail, each with the defect and where it is tracked. Such a case is
+	// skipped with that text in the log, so the defect stays visible until
+	// it is fixed and the entry removed. It is for a backend's own
+	// maintainers while a fix is under way, never a way to claim
+	// conformance: a backend with entries here does not conform.
+	KnownDefects map[string]string
 }
