@@ -4,8 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +19,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azqueue/queueerror"
 
 	"github.com/asyncplatform/asyncplatform/conformance/faults"
+	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
 
 // TestAzuriteDoubleDequeueFact records, with the azqueue SDK alone (no
@@ -141,4 +147,118 @@ func TestAzuriteDequeueCostFact(t *testing.T) {
 	deep := dequeue(work)
 	t.Logf("Azurite: one-message dequeue of a queue of 1,000: %v alone in the account, %v with 10,000 messages in another queue; of a queue of 10,000: %v (with the other 10,000)",
 		alone, beside, deep)
+}
+
+// TestAzuriteQueueGCStallFact records, with the azqueue SDK alone, that
+// Azurite 3.37's queue service stops answering while its extent garbage
+// collector runs (QueueGCManager, every 60 s): a mark and sweep after
+// messages were deleted from a queue 10,000 deep blocks its event loop for
+// tens of seconds (32 s here, with 1,007 unreferenced extents; a service
+// properties request waited 32.7 s), and a claim with a 30 s deadline fails
+// with context deadline exceeded, as the benchmark's Azure depth row at
+// 1,000 waiting jobs did after dead-lettering. It logs the requests that
+// took over a second and Azurite's own GC lines (--debug), and fails only
+// on errors. Soak mode only: it takes about three minutes.
+func TestAzuriteQueueGCStallFact(t *testing.T) {
+	if faults.Soak() == 0 {
+		t.Skipf("soak mode only (set %s): it takes about three minutes", faults.SoakEnv)
+	}
+	bin, err := filepath.Abs(azuriteBin)
+	if err == nil {
+		_, err = os.Stat(bin)
+	}
+	if err != nil {
+		testenv.Unreachable(t, "Azurite (run scripts/azurite.sh install)", err)
+	}
+	port, _ := freePort()
+	blobPort, _ := freePort()
+	dir := t.TempDir()
+	logf := filepath.Join(dir, "debug.log")
+	cmd := exec.Command(bin, append(azuriteArgs(port, blobPort), "--inMemoryPersistence", "--debug", logf)...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(os.Environ(), "AZURITE_ACCOUNTS="+devAccount+":"+devKey)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for deadline := time.Now().Add(time.Minute); !dialOK(addr); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("Azurite did not listen within a minute")
+		}
+	}
+	start := time.Now()
+	svc, err := azqueue.NewServiceClientFromConnectionString(azuriteConnString(addr, fmt.Sprintf("127.0.0.1:%d", blobPort)), &azqueue.ClientOptions{ClientOptions: clientOptions().ClientOptions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	q := svc.NewQueueClient("gcstall")
+	if _, err := q.Create(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	text := base64.StdEncoding.EncodeToString(make([]byte, 300))
+	parallel(t, 16, 10000, func() error {
+		_, err := q.EnqueueMessage(ctx, text, &azqueue.EnqueueMessageOptions{TimeToLive: to.Ptr(int32(-1))})
+		return err
+	})
+	t.Logf("10,000 enqueued at %v", time.Since(start).Round(time.Second))
+	// Ping throughout; delete messages for 90 s, then wait 60 s more.
+	stop := make(chan struct{})
+	var pmu sync.Mutex
+	type slow struct{ at, d time.Duration }
+	var slows []slow
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			t0 := time.Now()
+			_, err := svc.GetServiceProperties(ctx, nil)
+			d := time.Since(t0)
+			if err != nil || d > time.Second {
+				pmu.Lock()
+				slows = append(slows, slow{t0.Sub(start), d})
+				pmu.Unlock()
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	var mu sync.Mutex
+	deleted := 0
+	dctx, dcancel := context.WithTimeout(ctx, 90*time.Second)
+	parallel(t, 16, 16, func() error {
+		for dctx.Err() == nil {
+			resp, err := q.DequeueMessages(dctx, &azqueue.DequeueMessagesOptions{NumberOfMessages: to.Ptr(int32(32)), VisibilityTimeout: to.Ptr(int32(300))})
+			if err != nil {
+				return nil
+			}
+			for _, m := range resp.Messages {
+				if _, err := q.DeleteMessage(dctx, *m.MessageID, *m.PopReceipt, nil); err == nil {
+					mu.Lock()
+					deleted++
+					mu.Unlock()
+				}
+			}
+		}
+		return nil
+	})
+	dcancel()
+	t.Logf("%d deleted by %v", deleted, time.Since(start).Round(time.Second))
+	time.Sleep(60 * time.Second)
+	close(stop)
+	pmu.Lock()
+	for _, s := range slows {
+		t.Logf("ping at %v took %v", s.at.Round(time.Second), s.d.Round(time.Millisecond))
+	}
+	pmu.Unlock()
+	b, _ := os.ReadFile(logf)
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "Mark and sweep finished") || strings.Contains(l, "unreferenced extents count") {
+			t.Log(strings.TrimSpace(l[:min(len(l), 200)]))
+		}
+	}
 }
