@@ -214,6 +214,14 @@ type QueueConfig struct {
 	// Config.TrackStatus), on every platform that enqueues or works them:
 	// set it alike on producers and workers. Defaults to false.
 	TrackStatus bool
+
+	// Output names an output queue: every job of this queue that ends
+	// (succeeds, or is dead-lettered) is reported there, as a job of type
+	// ReportType carrying an OutcomeReport, before its own message is
+	// acknowledged or dead-lettered (see OutcomeReport for the at-least-once
+	// rule and deduplication). It must not be the queue itself. Defaults
+	// to none.
+	Output string
 }
 
 // HealthCheck reports whether something the handlers need is healthy.
@@ -273,6 +281,10 @@ type QueueStats struct {
 	Scheduled int64 // delayed or waiting for a retry
 	InFlight  int64 // held by workers
 	Dead      int64 // in the dead-letter queue
+
+	// Paused is whether the queue is paused (Platform.Pause): its jobs
+	// wait, and no worker claims them.
+	Paused bool
 }
 
 type handlerEntry struct {
@@ -313,6 +325,7 @@ type Platform struct {
 	suspect  sync.Mutex // held while a suspect runs alone
 	sched    scheduler  // periodic jobs (schedule.go)
 	oc       outcomes   // status tracking and cancellation (status.go)
+	pz       pauses     // paused queues (pause.go)
 
 	mu       sync.Mutex // guards handlers writes and the fields below
 	started  bool
@@ -402,6 +415,14 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if err := q.Policy.validate(where + ".Policy"); err != nil {
 			return c, err
+		}
+		if q.Output != "" {
+			if err := validQueue(q.Output); err != nil {
+				return c, fmt.Errorf("%w: %s.Output: %w", ErrInvalidConfig, where, err)
+			}
+			if q.Output == name {
+				return c, fmt.Errorf("%w: %s.Output is the queue itself (its reports would be reported, without end)", ErrInvalidConfig, where)
+			}
 		}
 		queues[name] = q
 	}
@@ -813,10 +834,13 @@ func (p *Platform) Start(ctx context.Context) error {
 			return fmt.Errorf("asyncplatform: start: %w", err)
 		}
 	}
+	fetchCtx, fetchCancel := context.WithCancel(context.Background())
+	if err := p.initPauses(ctx, fetchCtx); err != nil {
+		fetchCancel()
+		return fmt.Errorf("asyncplatform: start: %w", err)
+	}
 	p.started = true
 	p.stopDone = make(chan struct{})
-
-	fetchCtx, fetchCancel := context.WithCancel(context.Background())
 	p.fetchCancel = fetchCancel
 	p.health.Start(fetchCtx)
 	hctx, hcancel := context.WithTimeout(ctx, p.cfg.HealthInterval)
@@ -829,7 +853,7 @@ func (p *Platform) Start(ctx context.Context) error {
 	for name, qc := range p.cfg.Queues { // every queue exists before any goroutine reads p.queues
 		var q *runner.Queue[Job]
 		q = runner.New(runner.Config[Job]{
-			Name: name, Backend: p.backend, Gate: &p.health, Lease: p.cfg.Lease,
+			Name: name, Backend: p.backend, Gate: &p.health, Pause: p.pz.gates[name], Lease: p.cfg.Lease,
 			Concurrency: qc.Concurrency, Prefetch: *qc.Prefetch, Log: p.log, Workers: &p.workers,
 			Process: func(t *jobctx.Timer, f *inflight) { p.process(q, qc.Policy, t, f) },
 		})
@@ -865,6 +889,7 @@ func (p *Platform) Start(ctx context.Context) error {
 	}()
 	p.startSchedules(bgCtx)
 	p.startOutcomes(bgCtx)
+	p.startPauses(bgCtx)
 	p.log.InfoContext(ctx, "asyncplatform: started", "queues", len(p.queues), "worker", p.cfg.WorkerName)
 	return nil
 }
@@ -917,7 +942,7 @@ func (p *Platform) Stop(ctx context.Context) error {
 	return err
 }
 
-// Stats returns the depths of a queue.
+// Stats returns the depths of a queue and whether it is paused.
 func (p *Platform) Stats(ctx context.Context, queue string) (QueueStats, error) {
 	if p.backend == nil {
 		return QueueStats{}, ErrNotNew
@@ -929,7 +954,11 @@ func (p *Platform) Stats(ctx context.Context, queue string) (QueueStats, error) 
 	if err != nil {
 		return QueueStats{}, fmt.Errorf("asyncplatform: stats of queue %q: %w", queue, err)
 	}
-	return QueueStats(s), nil
+	paused, err := p.paused(ctx, queue)
+	if err != nil {
+		return QueueStats{}, err
+	}
+	return QueueStats{Ready: s.Ready, Scheduled: s.Scheduled, InFlight: s.InFlight, Dead: s.Dead, Paused: paused}, nil
 }
 
 // Healthy reports whether every health check passed on its last run.

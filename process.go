@@ -82,7 +82,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		p.deadRaw(f, err)
 		return
 	}
-	if p.stopping.Load() || !p.health.OK() { // claimed ahead, before the stop or the failed check
+	if p.stopping.Load() || !p.health.OK() || q.Paused() { // claimed ahead, before the stop, the failed check or the pause
 		p.handBack(f)
 		return
 	}
@@ -130,7 +130,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	}
 	in.Result, in.RejectAfter = classify(herr) // decide
 	in.Stopping = p.workCtx.Err() != nil
-	in.Cancelled = p.statusEnded(j)
+	in.Cancelled = p.statusEnded(j, herr)
 	in.Now = start.Add(dur) // the handler's end, without another clock read
 	in.Jitter = rand.Float64()
 	d := decide.Decide(in)
@@ -283,6 +283,7 @@ func outcomeOf(d decide.Decision) (Outcome, Reason) {
 // apply settles the delivery as d says; j is the job the next copy or the
 // dead letter is built from, text the handler's error for a dead letter.
 func (p *Platform) apply(f *inflight, j *Job, d decide.Decision, text string) (err error) {
+	j, d = p.report(f, j, d, text) // an end is reported to the output queue before it is settled (output.go)
 	defer func() { p.statusSettled(f, j, d, text, err) }()
 	switch d.Outcome {
 	case decide.Succeeded:

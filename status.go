@@ -312,9 +312,13 @@ func (p *Platform) statusRunning(f *inflight, in decide.Input) bool {
 	return true
 }
 
-// statusEnded is called when the handler has returned: the job is no longer
-// cancellable here. It reports whether it was cancelled.
-func (p *Platform) statusEnded(j *Job) bool {
+// statusEnded is called when the handler has returned herr: the job is no
+// longer cancellable here. It reports whether it was cancelled. The poll
+// for cancellations runs every cancelPoll, so a handler that fails soon
+// after a Cancel may end before the poll sees it: a failed attempt that the
+// poll has not marked looks for the cancellation itself (one store read),
+// so the failure is not taken for one to retry.
+func (p *Platform) statusEnded(j *Job, herr error) bool {
 	tr := j.track
 	if tr == nil {
 		return false
@@ -323,9 +327,22 @@ func (p *Platform) statusEnded(j *Job) bool {
 		p.oc.n.Add(-1)
 	}
 	tr.mu.Lock()
-	defer tr.mu.Unlock()
 	tr.ctx = nil
-	return tr.cancelled
+	cancelled := tr.cancelled
+	tr.mu.Unlock()
+	if cancelled || herr == nil {
+		return cancelled
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease)
+	defer cancel()
+	_, _, err := p.oc.store.Get(ctx, "cancel/"+statusKey(j.ID))
+	switch {
+	case err == nil:
+		return true
+	case !errors.Is(err, ErrKeyNotFound):
+		p.log.Warn("asyncplatform: looking for a job's cancellation failed; its failure is taken as it is", "queue", j.Queue, "id", j.ID, "error", err)
+	}
+	return false
 }
 
 // statusSettled writes the status a settled decision leads to.
