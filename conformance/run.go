@@ -87,6 +87,8 @@ func cases() []testCase {
 		{"Close/ReleasesDeadLetterHolds", testCloseReleasesHolds},
 		// stats.go
 		{"Stats/Depths", testStatsDepths},
+
+		{"Flow/Pause", testPause},
 		// outcomes.go
 		{"Outcomes/StatusWalk", testStatusWalk},
 		{"Outcomes/ResultJSON", testResultJSON},

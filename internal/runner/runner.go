@@ -96,9 +96,12 @@ func (f *Delivery[J]) Settle(b driver.Backend, log *slog.Logger, ack bool, msg *
 
 // Config configures a Queue.
 type Config[J any] struct {
-	Name        string
-	Backend     driver.Backend
-	Gate        *health.Gate
+	Name    string
+	Backend driver.Backend
+	Gate    *health.Gate
+	// Pause, when set, is this queue's own gate (Platform.Pause): while it
+	// is held the fetcher claims nothing, as while Gate is closed.
+	Pause       *health.Gate
 	Lease       time.Duration
 	Concurrency int
 	Prefetch    int
@@ -145,10 +148,19 @@ func (q *Queue[J]) Fetch(ctx context.Context) {
 	defer close(q.jobs)
 	log := q.cfg.Log
 	retry := 50 * time.Millisecond
+	var m merged
+	defer m.stop()
 	for {
 		rctx := q.cfg.Gate.Wait(ctx)
 		if rctx == nil {
 			return
+		}
+		if q.cfg.Pause != nil {
+			pctx := q.cfg.Pause.Wait(rctx)
+			if pctx == nil {
+				continue // health lost or ctx ended while paused
+			}
+			rctx = m.of(rctx, pctx)
 		}
 		select {
 		case <-q.slots:
@@ -166,7 +178,7 @@ func (q *Queue[J]) Fetch(ctx context.Context) {
 			}
 		}
 		q.receiving.Add(1)
-		if rctx.Err() != nil || !q.cfg.Gate.OK() { // the gate closed meanwhile (a suspect runs alone): claim nothing
+		if rctx.Err() != nil || !q.cfg.Gate.OK() || !q.open() { // the gate closed meanwhile (a suspect runs alone, a pause): claim nothing
 			for range n {
 				q.slots <- struct{}{}
 			}
@@ -205,6 +217,38 @@ func (q *Queue[J]) Fetch(ctx context.Context) {
 			}
 			retry = min(retry*2, 5*time.Second)
 		}
+	}
+}
+
+// Paused reports whether the queue's own gate (Config.Pause) is held.
+func (q *Queue[J]) Paused() bool { return !q.open() }
+
+func (q *Queue[J]) open() bool { return q.cfg.Pause == nil || q.cfg.Pause.OK() }
+
+// merged is a context that ends when either of two others does, kept while
+// both stay the same so the fetch loop allocates nothing per claim.
+type merged struct {
+	a, b   context.Context
+	ctx    context.Context
+	cancel func()
+}
+
+func (m *merged) of(a, b context.Context) context.Context {
+	if a == m.a && b == m.b {
+		return m.ctx
+	}
+	m.stop()
+	ctx, cancel := context.WithCancel(a)
+	stop := context.AfterFunc(b, cancel)
+	m.a, m.b, m.ctx = a, b, ctx
+	m.cancel = func() { stop(); cancel() }
+	return ctx
+}
+
+func (m *merged) stop() {
+	if m.cancel != nil {
+		m.cancel()
+		m.cancel = nil
 	}
 }
 
