@@ -235,6 +235,24 @@ func (b *Backend) isClosed() bool {
 	return b.closed
 }
 
+// isShutting reports whether Close has begun.
+func (b *Backend) isShutting() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.shutting
+}
+
+// closedErr turns err into driver.ErrClosed (wrapping err) once Close has
+// begun: a call still running when Close is called ends with ErrClosed,
+// whatever the broker answered on the closing channel or connection (504
+// CHANNEL_ERROR, say).
+func (b *Backend) closedErr(err error) error {
+	if err == nil || errors.Is(err, driver.ErrClosed) || !b.isShutting() {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", driver.ErrClosed, err)
+}
+
 // Capabilities reports the backend's limits.
 func (b *Backend) Capabilities() driver.Capabilities {
 	return driver.Capabilities{MaxBody: b.cfg.MaxBody, RedeliversOnClose: true}

@@ -110,11 +110,7 @@ func TestConformance(t *testing.T) {
 			log:     slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 			proxies: map[driver.Backend]*proxy{},
 		}, nil
-	}, conformance.Options{
-		KnownDefects: map[string]string{
-			"Close/ErrClosed": "a Receive waiting when Close is called returns the channel's 504 instead of ErrClosed (issue 25)",
-		},
-	})
+	}, conformance.Options{})
 }
 
 // faultsPrefix is the prefix of the fault suite's queues.

@@ -313,9 +313,14 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		return nil, fmt.Errorf("rabbit: Receive max is %d, must be at least 1", max)
 	}
 	for {
+		// Close releases the consumers, which ends a waiting Receive here
+		// with its deliveries channel closed: it must not start another.
+		if b.isShutting() {
+			return nil, driver.ErrClosed
+		}
 		c, err := b.consumerFor(ctx, queue, max)
 		if err != nil {
-			return nil, err
+			return nil, b.closedErr(err)
 		}
 		if ctx.Err() != nil {
 			b.leave(c, true, lease)
