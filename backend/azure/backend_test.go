@@ -89,7 +89,10 @@ func TestDeliveriesAndLeases(t *testing.T) {
 		t.Fatalf("got body %x deliveries %d, want %x 1", d.Body, d.Deliveries, body)
 	}
 	r := d.Handle.(*receipt)
-	stale := receipt{b: b, q: r.q, id: r.id, pop: r.pop, content: r.content, dequeueCount: r.dequeueCount, closed: r.closed}
+	// A copy of the receipt from before Extend, its lease still running by
+	// the local clock: the service must refuse its pop receipt.
+	stale := receipt{b: b, q: r.q, id: r.id, pop: r.pop, content: r.content, dequeueCount: r.dequeueCount, closed: r.closed,
+		until: time.Now().Add(time.Minute)}
 	if err := b.Extend(ctx, d, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}

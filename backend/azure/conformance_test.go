@@ -38,9 +38,6 @@ func TestConformance(t *testing.T) {
 		// dequeues on Azurite 3.37 can return the same message with the same
 		// DequeueCount, which no client can prevent.
 		DuplicatesWithoutFaults: "Azurite can hand one message to two concurrent dequeues (same DequeueCount)",
-		KnownDefects: map[string]string{
-			"Lease/LapsedReceiptRefused": "a settle after the visibility timeout, before the next dequeue, still takes effect: a pop receipt stays valid until then (issue 25)",
-		},
 	})
 }
 

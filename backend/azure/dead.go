@@ -110,8 +110,9 @@ func deadLeaseLost(err error) bool {
 		bloberror.LeaseIsBreakingAndCannotBeChanged, bloberror.BlobNotFound)
 }
 
-// DeadLetter implements driver.Backend. It renews the lease (which checks
-// the pop receipt, so a stale delivery writes nothing), writes the record
+// DeadLetter implements driver.Backend. It renews the lease (which refuses a
+// lapsed lease and checks the pop receipt, so neither a lapsed nor a stale
+// delivery writes anything), writes the record
 // as a blob and then deletes the delivered message. When the delete finds
 // the lease lost, ErrLeaseLost is returned and the record stays (a
 // duplicate of whatever the job's next holder does); a crash before the
@@ -122,8 +123,11 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 		return err
 	}
 	n := b.names(d.Queue)
-	// Check the lease first (and renew it for the write): a stale receipt
-	// must not write a record.
+	// Check the lease first (and renew it for the write): a stale or lapsed
+	// receipt must not write a record. Once renewed, the move goes on to
+	// the delete below even if the write outlasts the lease: the delete
+	// then fails only when another worker has taken the message, leaving a
+	// duplicate record, never a loss.
 	_, content, err := r.current(ctx)
 	if err != nil {
 		return err
@@ -131,7 +135,7 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 	r.mu.Lock()
 	lease := r.lease
 	r.mu.Unlock()
-	if err := r.update(ctx, content, max32(visibility(lease), 1), 0); err != nil {
+	if err := r.update(ctx, content, max32(visibility(lease), 1), lease); err != nil {
 		return wrapSettle("dead-letter", err)
 	}
 	if err := b.writeDead(ctx, n.dead, rec.ID, lockFrame{id: rec.ID, kind: lockInline, body: rec.Body}.raw()); err != nil {

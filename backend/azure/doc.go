@@ -57,7 +57,15 @@
 // visibility timeout up to NotBefore. Extend is an UpdateMessage with the
 // same text and the new timeout; the new pop receipt replaces the old one in
 // the Delivery's handle. A stale pop receipt (the message was received again
-// since, or deleted) fails with driver.ErrLeaseLost. Visibility timeouts are
+// since, or deleted) fails with driver.ErrLeaseLost. The service accepts a
+// pop receipt after its visibility timeout, until the message is received
+// again, so each Delivery also keeps its lease's end on the local clock,
+// counted from when the receive (or the Extend) was sent and so never later
+// than the service's: once it has passed, Ack, Extend, Requeue and
+// DeadLetter return driver.ErrLeaseLost without sending anything. A settle
+// sent just before that end and delayed in transit past the visibility
+// timeout still takes effect if no one has received the message since (no
+// one else has seen it). Visibility timeouts are
 // whole seconds (rounded up, so nothing surfaces early; MinLease is 1s) and
 // cap at 7 days: a message scheduled further ahead surfaces early, is seen
 // by Receive to be early, and is hidden again with its base moved up by one

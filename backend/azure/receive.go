@@ -14,7 +14,15 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// receipt is Delivery.Handle: the message and its current pop receipt.
+// receipt is Delivery.Handle: the message, its current pop receipt and the
+// end of its lease.
+//
+// A pop receipt stays valid after the visibility timeout, until the message
+// is received again: the service accepts a delete or update with it in the
+// meantime. So the lease's end is kept here too, and a receipt refuses to
+// act (driver.ErrLeaseLost, nothing sent) once its lease has run out on the
+// local clock. The end is measured from when the request that took or
+// renewed the lease was sent, so it is never later than the service's.
 type receipt struct {
 	b            *Backend
 	q            *azqueue.QueueClient
@@ -26,7 +34,24 @@ type receipt struct {
 	pop     string
 	content string        // the message text as stored, for Extend
 	lease   time.Duration // the last lease asked for
+	until   time.Time     // the lease's end: sent + lease of the last receive or update
 	pending chan struct{} // closed when the last update has finished
+}
+
+// held is current, or driver.ErrLeaseLost when the lease has run out: the
+// check every settle makes before it sends anything.
+func (r *receipt) held(ctx context.Context) (pop, content string, err error) {
+	pop, content, err = r.current(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	r.mu.Lock()
+	until := r.until
+	r.mu.Unlock()
+	if late := time.Since(until); late >= 0 {
+		return "", "", fmt.Errorf("%w: the lease ran out %v ago", driver.ErrLeaseLost, late.Round(time.Millisecond))
+	}
+	return pop, content, nil
 }
 
 // current waits for an update still in flight (see update) and returns the
@@ -47,13 +72,15 @@ func (r *receipt) current(ctx context.Context) (pop, content string, err error) 
 	return r.pop, r.content, nil
 }
 
-// update runs one UpdateMessage that ctx does not cut short. An update
-// changes the pop receipt, so one abandoned halfway could succeed on the
-// server and leave us with a dead receipt. When ctx ends first, update
-// returns ctx.Err() and the request goes on (bounded by requestTimeout); its
-// new receipt is kept, and the next call on the delivery waits for it.
+// update runs one UpdateMessage that ctx does not cut short, when the lease
+// still holds. An update changes the pop receipt, so one abandoned halfway
+// could succeed on the server and leave us with a dead receipt. When ctx
+// ends first, update returns ctx.Err() and the request goes on (bounded by
+// requestTimeout); its new receipt is kept, and the next call on the
+// delivery waits for it. The message is then held for lease from when the
+// request was sent (0: no longer held, as after a Requeue).
 func (r *receipt) update(ctx context.Context, content string, vis int32, lease time.Duration) error {
-	pop, _, err := r.current(ctx)
+	pop, _, err := r.held(ctx)
 	if err != nil {
 		return err
 	}
@@ -68,11 +95,13 @@ func (r *receipt) update(ctx context.Context, content string, vis int32, lease t
 		defer close(done)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
 		defer cancel()
+		sent := time.Now()
 		resp, err := r.q.UpdateMessage(rctx, r.id, pop, content, &azqueue.UpdateMessageOptions{VisibilityTimeout: &vis})
 		uerr = err
 		if err == nil {
 			r.mu.Lock()
 			r.pop, r.content = *resp.PopReceipt, content
+			r.until = sent.Add(lease)
 			if lease > 0 {
 				r.lease = lease
 			}
@@ -109,6 +138,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		// dropped would count a delivery for every message it took. When ctx
 		// ends meanwhile, the messages are handed back uncounted.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+		sent := time.Now()
 		resp, err := q.DequeueMessages(rctx, &azqueue.DequeueMessagesOptions{
 			NumberOfMessages:  to.Ptr(int32(max)),
 			VisibilityTimeout: to.Ptr(vis),
@@ -129,7 +159,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		}
 		var out []*driver.Delivery
 		for _, m := range resp.Messages {
-			if d := b.delivery(ctx, queue, q, m, lease); d != nil {
+			if d := b.delivery(ctx, queue, q, m, lease, sent); d != nil {
 				out = append(out, d)
 			}
 		}
@@ -201,10 +231,11 @@ func max32(a, b int32) int32 {
 	return b
 }
 
-// delivery turns a dequeued message into a Delivery, or hides it again and
-// returns nil when it surfaced before its NotBefore (a delay over 7 days).
-func (b *Backend) delivery(ctx context.Context, queue string, q *azqueue.QueueClient, m *azqueue.DequeuedMessage, lease time.Duration) *driver.Delivery {
-	r := &receipt{b: b, q: q, id: *m.MessageID, pop: *m.PopReceipt, dequeueCount: *m.DequeueCount, lease: lease, closed: b.closed}
+// delivery turns a dequeued message into a Delivery held for lease from
+// sent (when the receive request was sent), or hides it again and returns
+// nil when it surfaced before its NotBefore (a delay over 7 days).
+func (b *Backend) delivery(ctx context.Context, queue string, q *azqueue.QueueClient, m *azqueue.DequeuedMessage, lease time.Duration, sent time.Time) *driver.Delivery {
+	r := &receipt{b: b, q: q, id: *m.MessageID, pop: *m.PopReceipt, dequeueCount: *m.DequeueCount, lease: lease, until: sent.Add(lease), closed: b.closed}
 	if m.MessageText != nil {
 		r.content = *m.MessageText
 	}
@@ -274,9 +305,9 @@ func (b *Backend) Ack(ctx context.Context, d *driver.Delivery) error {
 	if err != nil {
 		return err
 	}
-	pop, _, err := r.current(ctx)
+	pop, _, err := r.held(ctx)
 	if err != nil {
-		return err
+		return wrapSettle("ack", err)
 	}
 	_, err = r.q.DeleteMessage(ctx, r.id, pop, nil)
 	return wrapSettle("ack", err)
@@ -290,9 +321,9 @@ func (b *Backend) Extend(ctx context.Context, d *driver.Delivery, lease time.Dur
 	if err != nil {
 		return err
 	}
-	_, content, err := r.current(ctx)
+	_, content, err := r.held(ctx)
 	if err != nil {
-		return err
+		return wrapSettle("extend", err)
 	}
 	return wrapSettle("extend", r.update(ctx, content, max32(visibility(lease), 1), lease))
 }
