@@ -89,7 +89,7 @@ type command struct {
 }
 
 func commands() []*command {
-	return []*command{queuesCmd(), topCmd(), enqueueCmd(), deadListCmd(), deadShowCmd(), deadPopCmd(), deadRedriveCmd(), deadPurgeCmd(), completionCmd(), dashboardCmd()}
+	return []*command{queuesCmd(), topCmd(), enqueueCmd(), deadListCmd(), deadShowCmd(), deadPopCmd(), deadRedriveCmd(), deadPurgeCmd(), pauseCmd(), resumeCmd(), completionCmd(), dashboardCmd()}
 }
 
 const mainHelp = `asyncctl operates asyncplatform queues and dead letters on any backend.

@@ -29,7 +29,7 @@ With no queue named, it shows every queue the backend holds: each one that
 holds jobs or dead letters, and each one declared (on NATS: once a worker
 received from it). Name queues as arguments or with --queue (repeatable)
 to show only those. OLDEST DEAD is how long ago the oldest dead letter
-died. A depth the backend cannot tell is printed as "-" (-1 in JSON).
+died; a paused queue is marked "(paused)". A depth the backend cannot tell is printed as "-" (-1 in JSON).
 Exit code 3 when the backend holds no queue.
 
 Examples:
@@ -62,6 +62,7 @@ type queueJSON struct {
 	Scheduled  int64     `json:"scheduled"`
 	InFlight   int64     `json:"in_flight"`
 	Dead       int64     `json:"dead"`
+	Paused     bool      `json:"paused"`
 	OldestDead time.Time `json:"oldest_dead,omitzero"`
 	Error      string    `json:"error,omitempty"`
 }
@@ -113,7 +114,7 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 	out := make([]queueJSON, len(qs))
 	failed := 0
 	for i, q := range qs {
-		out[i] = queueJSON{Queue: q.Name, Ready: q.Ready, Scheduled: q.Scheduled, InFlight: q.InFlight, Dead: q.Dead, OldestDead: q.OldestDead}
+		out[i] = queueJSON{Queue: q.Name, Ready: q.Ready, Scheduled: q.Scheduled, InFlight: q.InFlight, Dead: q.Dead, Paused: q.Paused, OldestDead: q.OldestDead}
 		if q.Err != nil {
 			out[i] = queueJSON{Queue: q.Name, Ready: -1, Scheduled: -1, InFlight: -1, Dead: -1, Error: c.redact(q.Err.Error())}
 			failed++
@@ -127,7 +128,11 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 		now := time.Now()
 		rows := make([][]string, len(out))
 		for i, s := range out {
-			rows[i] = []string{field(s.Queue), count(s.Ready), count(s.Scheduled), count(s.InFlight), count(s.Dead), age(now, s.OldestDead)}
+			name := field(s.Queue)
+			if s.Paused {
+				name += " (paused)"
+			}
+			rows[i] = []string{name, count(s.Ready), count(s.Scheduled), count(s.InFlight), count(s.Dead), age(now, s.OldestDead)}
 		}
 		if err := table(c.stdout, []string{"QUEUE", "READY", "SCHEDULED", "IN FLIGHT", "DEAD", "OLDEST DEAD"}, rows); err != nil {
 			return err
