@@ -2,8 +2,12 @@ package asyncplatform
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -181,26 +185,49 @@ func (p *Platform) scheduleStore() (*Store, error) {
 	return &Store{d: d, ns: scheduleNamespace + "/"}, nil
 }
 
-// runSchedule catches up the missed ticks, then fires every tick until ctx
-// ends.
+// lateLimit is how late a tick may be fired by a scheduler that fell
+// behind (a stalled process, a slow broker); ticks later than that are
+// skipped, as missed.
+const lateLimit = 10 * time.Second
+
+// runSchedule publishes the schedule's definition, catches up the missed
+// ticks, then fires every tick until ctx ends.
 func (p *Platform) runSchedule(ctx context.Context, e *schedEntry) {
 	st, err := p.scheduleStore()
 	if err != nil {
 		p.log.Error("asyncplatform: the schedule does not run", "schedule", e.s.Name, "error", err)
 		return
 	}
-	if e.s.CatchUp > 0 {
-		if last, ok := p.lastTick(ctx, st, e.s.Name); ok {
-			for _, t := range missedTicks(e.next, last, time.Now(), e.s.CatchUp) {
-				p.fire(ctx, st, e, t)
-			}
-		}
+	p.publishSchedule(ctx, e)
+	from := time.Now() // the ticks after this one are this run's own
+	last, ok := p.lastTick(ctx, st, e.s.Name)
+	var missed int
+	var caught []time.Time
+	if ok {
+		missed, caught = missedTicks(e.next, last, from, e.s.CatchUp)
+	}
+	level := slog.LevelDebug
+	if missed > 0 {
+		level = slog.LevelInfo
+	}
+	p.log.Log(ctx, level, "asyncplatform: schedule started", "schedule", e.s.Name, "from", from, "last_tick", last,
+		"missed", missed, "caught_up", len(caught), "skipped", missed-len(caught))
+	for _, t := range caught {
+		p.fire(ctx, st, e, t)
 	}
 	timer := time.NewTimer(0)
 	<-timer.C
 	defer timer.Stop()
-	for {
-		next := e.next(time.Now())
+	for t := from; ; {
+		next := e.next(t)
+		if next.IsZero() {
+			return // a cron spec with no tick left
+		}
+		if now := time.Now(); now.Sub(next) > lateLimit {
+			skip := e.next(now.Add(-lateLimit))
+			p.log.Warn("asyncplatform: a schedule fell behind; ticks skipped", "schedule", e.s.Name, "from", next, "to", skip)
+			next = skip
+		}
 		timer.Reset(time.Until(next))
 		select {
 		case <-ctx.Done():
@@ -208,20 +235,38 @@ func (p *Platform) runSchedule(ctx context.Context, e *schedEntry) {
 		case <-timer.C:
 		}
 		p.fire(ctx, st, e, next)
+		t = next
 	}
 }
 
-// missedTicks returns the latest n ticks after last and at or before now,
-// oldest first.
-func missedTicks(next func(time.Time) time.Time, last, now time.Time, n int) []time.Time {
-	var ring []time.Time
-	for t, i := next(last), 0; !t.IsZero() && !t.After(now) && i < maxCatchUpScan; t, i = next(t), i+1 {
-		if len(ring) == n {
-			ring = append(ring[:0], ring[1:]...)
-		}
-		ring = append(ring, t)
+// missedTicks returns how many ticks fall after last and at or before now
+// (counting stops at maxCatchUpScan) and the latest n of them, oldest
+// first.
+func missedTicks(next func(time.Time) time.Time, last, now time.Time, n int) (missed int, latest []time.Time) {
+	for t := next(last); !t.IsZero() && !t.After(now) && missed < maxCatchUpScan; t = next(t) {
+		missed++
 	}
-	return ring
+	if n == 0 || missed == 0 {
+		return missed, nil
+	}
+	// The latest n: scan a window before now, wider until it holds n
+	// ticks or reaches back to last.
+	for w := time.Second; ; w *= 4 {
+		from := now.Add(-w)
+		if !from.After(last) || w > 100*365*24*time.Hour {
+			from = last
+		}
+		var ring []time.Time
+		for t := next(from); !t.IsZero() && !t.After(now); t = next(t) {
+			if len(ring) == n {
+				ring = append(ring[:0], ring[1:]...)
+			}
+			ring = append(ring, t)
+		}
+		if len(ring) == n || from.Equal(last) || w > 100*365*24*time.Hour {
+			return missed, ring
+		}
+	}
 }
 
 // lastTick reads the last tick fired of a schedule.
@@ -287,4 +332,237 @@ func (p *Platform) fire(ctx context.Context, st *Store, e *schedEntry, t time.Ti
 	if err != nil {
 		p.log.Error("asyncplatform: enqueueing a schedule's job failed; the tick is lost", "schedule", name, "tick", t, "error", err)
 	}
+}
+
+// ScheduleTriggerHeader is the header of a job enqueued by TriggerSchedule
+// (asyncctl schedules trigger) instead of at a tick: the time it was
+// triggered (RFC 3339 with nanoseconds, UTC). Such a job has no
+// ScheduleTickHeader.
+const ScheduleTriggerHeader = "asyncplatform-schedule-trigger"
+
+// ErrNoSchedule is matched (errors.Is) by the error of TriggerSchedule for
+// a schedule that no process has run on this backend.
+var ErrNoSchedule = errors.New("no such schedule")
+
+// scheduleDefNamespace is the store namespace of the schedules'
+// definitions, written by each process that starts a schedule, for
+// Schedules and TriggerSchedule.
+const scheduleDefNamespace = "_scheddef"
+
+// scheduleDef is a schedule's definition as the store keeps it.
+type scheduleDef struct {
+	Cron     string        `json:"cron,omitempty"`
+	Location string        `json:"location,omitempty"`
+	Every    time.Duration `json:"every,omitempty"`
+	CatchUp  int           `json:"catch_up,omitempty"`
+	Type     string        `json:"type"`
+	Queue    string        `json:"queue"`
+	Job      *Job          `json:"job,omitempty"` // nil when too large for the store
+	Worker   string        `json:"worker"`
+	Started  time.Time     `json:"started"`
+}
+
+func (p *Platform) defStore() (*Store, error) {
+	d, err := driver.StoreOf(p.backend)
+	if err != nil {
+		return nil, fmt.Errorf("asyncplatform: schedules need the backend's store: %w", err)
+	}
+	return &Store{d: d, ns: scheduleDefNamespace + "/"}, nil
+}
+
+// publishSchedule writes the schedule's definition to the store (last
+// writer wins), so that a process without the code can list the schedule
+// and trigger it.
+func (p *Platform) publishSchedule(ctx context.Context, e *schedEntry) {
+	st, err := p.defStore()
+	if err != nil {
+		return
+	}
+	d := scheduleDef{Cron: e.s.Cron, Every: e.s.Every, CatchUp: e.s.CatchUp, Type: e.s.Job.Type, Queue: e.s.Job.Queue,
+		Worker: p.cfg.WorkerName, Started: time.Now().UTC()}
+	if d.Queue == "" {
+		d.Queue = DefaultQueue
+	}
+	if e.s.Location != nil {
+		d.Location = e.s.Location.String()
+	}
+	j := e.s.Job
+	j.ID, j.EnqueuedAt, j.copyNo = "", time.Time{}, 0
+	d.Job = &j
+	v, err := json.Marshal(d)
+	if err == nil && driver.CheckValue(v) != nil { // keep what fits: the schedule without its job
+		d.Job = nil
+		v, err = json.Marshal(d)
+	}
+	if err == nil {
+		err = put(ctx, st, e.s.Name, v)
+	}
+	if err != nil && ctx.Err() == nil {
+		p.log.Warn("asyncplatform: publishing a schedule's definition failed; asyncctl may not list it", "schedule", e.s.Name, "error", err)
+	}
+}
+
+// put writes key whatever it holds.
+func put(ctx context.Context, st *Store, key string, v []byte) error {
+	for range 10 {
+		_, rev, err := st.Get(ctx, key)
+		switch {
+		case errors.Is(err, ErrKeyNotFound):
+			_, err = st.Create(ctx, key, v, 0)
+			if errors.Is(err, ErrKeyExists) {
+				continue
+			}
+		case err == nil:
+			_, err = st.Update(ctx, key, v, rev, 0)
+			if errors.Is(err, ErrRevision) {
+				continue
+			}
+		}
+		return err
+	}
+	return fmt.Errorf("key %q keeps changing", key)
+}
+
+// ScheduleInfo is what the backend's store tells of one schedule: its
+// definition, as the process that last started it published it, and its
+// last tick fired.
+type ScheduleInfo struct {
+	Name    string
+	Cron    string        // as registered; empty for an Every schedule
+	Every   time.Duration // zero for a Cron schedule
+	CatchUp int
+	Type    string // the job's type
+	Queue   string // the job's queue
+
+	// Last is the last tick fired (zero when none was); Next is the first
+	// tick after now, which a running scheduler fires (zero when the
+	// definition is unknown or the cron spec has no tick left).
+	Last, Next time.Time
+
+	// Worker is the Config.WorkerName of the process that last started
+	// the schedule, and Started when it did: a schedule no longer in the
+	// code keeps its old Started.
+	Worker  string
+	Started time.Time
+
+	// Triggerable says whether TriggerSchedule can enqueue its job (the
+	// store keeps the job unless it is over driver.MaxValueLen).
+	Triggerable bool
+}
+
+// Schedules lists the schedules known to the backend's store, by name:
+// every schedule some process has run (Platform.Schedule, Config.Schedules),
+// whether or not one runs now. asyncctl schedules list prints them.
+func (p *Platform) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
+	if p == nil || p.backend == nil {
+		return nil, ErrNotNew
+	}
+	defs, err := p.defStore()
+	if err != nil {
+		return nil, err
+	}
+	ticks, err := p.scheduleStore()
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]bool{}
+	for _, st := range []*Store{defs, ticks} {
+		for cursor := ""; ; {
+			page, err := st.List(ctx, "", cursor, MaxListLimit)
+			if err != nil {
+				return nil, fmt.Errorf("asyncplatform: listing schedules: %w", err)
+			}
+			for _, k := range page.Keys {
+				names[k] = true
+			}
+			if cursor = page.Next; cursor == "" {
+				break
+			}
+		}
+	}
+	now := time.Now()
+	out := make([]ScheduleInfo, 0, len(names))
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		si := ScheduleInfo{Name: name}
+		if last, ok := p.lastTick(ctx, ticks, name); ok {
+			si.Last = last
+		}
+		d, err := readDef(ctx, defs, name)
+		switch {
+		case errors.Is(err, ErrKeyNotFound):
+		case err != nil:
+			return nil, err
+		default:
+			si.Cron, si.Every, si.CatchUp, si.Type, si.Queue = d.Cron, d.Every, d.CatchUp, d.Type, d.Queue
+			si.Worker, si.Started, si.Triggerable = d.Worker, d.Started, d.Job != nil
+			if e, err := newSchedEntry(d.schedule(name)); err == nil {
+				si.Next = e.next(now)
+			}
+		}
+		out = append(out, si)
+	}
+	return out, nil
+}
+
+func readDef(ctx context.Context, st *Store, name string) (scheduleDef, error) {
+	var d scheduleDef
+	v, _, err := st.Get(ctx, name)
+	if err != nil {
+		return d, err
+	}
+	if err := json.Unmarshal(v, &d); err != nil {
+		return d, fmt.Errorf("asyncplatform: schedule %q: a definition that does not parse: %w", name, err)
+	}
+	return d, nil
+}
+
+// schedule rebuilds the Schedule of a definition (its Location missing
+// when this process does not know the zone).
+func (d scheduleDef) schedule(name string) Schedule {
+	s := Schedule{Name: name, Cron: d.Cron, Every: d.Every, CatchUp: d.CatchUp, Job: Job{Type: d.Type, Queue: d.Queue}}
+	if d.Location != "" {
+		s.Location, _ = time.LoadLocation(d.Location)
+	}
+	if d.Job != nil {
+		s.Job = *d.Job
+	}
+	return s
+}
+
+// TriggerSchedule enqueues the job of a schedule now, as the process that
+// last started the schedule defined it, without a tick: the job carries
+// ScheduleTriggerHeader, and the schedule's ticks go on as before. The
+// schedule need not be registered in this process (asyncctl schedules
+// trigger). It returns the job enqueued; the error matches ErrNoSchedule
+// when no process has run the schedule on this backend.
+func (p *Platform) TriggerSchedule(ctx context.Context, name string) (*Job, error) {
+	if p == nil || p.backend == nil {
+		return nil, ErrNotNew
+	}
+	if err := driver.CheckKey(name); err != nil {
+		return nil, fmt.Errorf("asyncplatform: TriggerSchedule %q: %w: %w", name, ErrNoSchedule, err)
+	}
+	defs, err := p.defStore()
+	if err != nil {
+		return nil, err
+	}
+	d, err := readDef(ctx, defs, name)
+	if errors.Is(err, ErrKeyNotFound) {
+		return nil, fmt.Errorf("asyncplatform: TriggerSchedule %q: %w (no process has started it on this backend)", name, ErrNoSchedule)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if d.Job == nil {
+		return nil, fmt.Errorf("asyncplatform: TriggerSchedule %q: its job is over the store's %d-byte limit, so it is not kept: trigger it from the code", name, driver.MaxValueLen)
+	}
+	j := *d.Job
+	j.ID = ""
+	j.Headers = cloneHeaders(j.Headers)
+	delete(j.Headers, ScheduleTickHeader)
+	j.Headers[ScheduleTriggerHeader] = time.Now().UTC().Format(time.RFC3339Nano)
+	if err := p.Enqueue(ctx, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
 }

@@ -167,3 +167,96 @@ func TestScheduleCronZone(t *testing.T) {
 		t.Fatalf("next 09:00 UTC = %v; want %v", got, want)
 	}
 }
+
+func TestMissedTicks(t *testing.T) {
+	t.Parallel()
+	e, err := newSchedEntry(Schedule{Name: "m", Every: time.Second, Job: Job{Type: "t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := time.Unix(1000, 0)
+	now := time.Unix(1010, 500) // ticks 1001 to 1010 missed
+	for _, n := range []int{0, 1, 3, 10, 20} {
+		missed, latest := missedTicks(e.next, last, now, n)
+		if missed != 10 {
+			t.Fatalf("n=%d: %d missed; want 10", n, missed)
+		}
+		want := min(n, 10)
+		if len(latest) != want {
+			t.Fatalf("n=%d: %d caught up (%v); want %d", n, len(latest), latest, want)
+		}
+		for i, tt := range latest {
+			if w := time.Unix(int64(1011-want+i), 0); !tt.Equal(w) {
+				t.Fatalf("n=%d: caught up %v; want the latest %d ticks, oldest first", n, latest, want)
+			}
+		}
+	}
+	// A gap far longer than the scan: the latest ticks still come back.
+	e, _ = newSchedEntry(Schedule{Name: "m", Every: time.Millisecond, Job: Job{Type: "t"}})
+	now = last.Add(24 * time.Hour)
+	missed, latest := missedTicks(e.next, last, now, 2)
+	if missed != maxCatchUpScan || len(latest) != 2 || !latest[1].Equal(now) || !latest[0].Equal(now.Add(-time.Millisecond)) {
+		t.Fatalf("a day of 1ms ticks: missed %d, caught up %v; want %d (the scan's bound) and the two before %v", missed, latest, maxCatchUpScan, now)
+	}
+}
+
+func TestSchedulesListAndTrigger(t *testing.T) {
+	t.Parallel()
+	b := memory.NewBroker()
+	l := &tickLog{ticks: map[string]int{}}
+	s := Schedule{Name: "reports/daily", Cron: "0 0 9 * * *", Location: time.UTC, CatchUp: 1,
+		Job: Job{Type: "tick", Payload: []byte("p"), Headers: map[string]string{"h": "v"}}}
+	p := schedPlatform(t, b, s, l)
+	big := Schedule{Name: "big", Every: time.Hour, Job: Job{Type: "tick", Payload: make([]byte, 100<<10)}}
+	if err := p.Schedule(big); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var list []ScheduleInfo
+	waitUntil(t, "both schedules published", func() bool {
+		var err error
+		list, err = p.Schedules(ctx)
+		return err == nil && len(list) == 2
+	})
+	bi, ri := list[0], list[1]
+	if bi.Name != "big" || ri.Name != "reports/daily" {
+		t.Fatalf("Schedules = %+v; want big and reports/daily, by name", list)
+	}
+	now := time.Now().UTC()
+	wantNext := time.Date(now.Year(), now.Month(), now.Day(), 9, 0, 0, 0, time.UTC)
+	if !wantNext.After(now) {
+		wantNext = wantNext.AddDate(0, 0, 1)
+	}
+	if ri.Cron != s.Cron || ri.CatchUp != 1 || ri.Type != "tick" || ri.Queue != DefaultQueue || !ri.Next.Equal(wantNext) ||
+		!ri.Last.IsZero() || !ri.Triggerable || ri.Worker == "" || ri.Started.IsZero() {
+		t.Fatalf("reports/daily = %+v; want its definition, next %v, no last tick", ri, wantNext)
+	}
+	if bi.Every != time.Hour || bi.Triggerable || bi.Next.IsZero() {
+		t.Fatalf("big = %+v; want Every 1h, a next tick, and not triggerable (its job is over the store's limit)", bi)
+	}
+	// Trigger from another platform, which has no schedule registered.
+	other, err := New(b.Connect(), Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := other.TriggerSchedule(ctx, "reports/daily")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.ID == "" || j.Type != "tick" || string(j.Payload) != "p" || j.Headers["h"] != "v" || j.Headers[ScheduleTriggerHeader] == "" {
+		t.Fatalf("triggered %+v", j)
+	}
+	if _, ok := j.Headers[ScheduleTickHeader]; ok {
+		t.Fatal("a triggered job carries a tick")
+	}
+	waitUntil(t, "the triggered job handled", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return l.ticks[""] == 1 })
+	if _, err := other.TriggerSchedule(ctx, "big"); err == nil || errors.Is(err, ErrNoSchedule) {
+		t.Fatalf("TriggerSchedule(big) = %v; want the job-too-large error", err)
+	}
+	if _, err := other.TriggerSchedule(ctx, "nope"); !errors.Is(err, ErrNoSchedule) {
+		t.Fatalf("TriggerSchedule(nope) = %v; want ErrNoSchedule", err)
+	}
+	if list, _ := other.Schedules(ctx); len(list) != 2 || !list[1].Last.IsZero() {
+		t.Fatalf("after a trigger: %+v; want no tick recorded", list)
+	}
+}
