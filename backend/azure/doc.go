@@ -172,4 +172,38 @@
 //   - Azurite keeps data in memory (the tests start it with
 //     --inMemoryPersistence) or saves to disk every few seconds: it is no
 //     oracle for broker-crash durability.
+//
+// # Clusters
+//
+// There is no cluster to run: the storage account is the service's, and so
+// is its replication, chosen with the account's redundancy. Every worker
+// talks to the account's primary endpoints; the backend has no setting for
+// it and uses no secondary endpoint (RA-GRS and RA-GZRS secondaries are
+// read-only, and every operation here writes).
+//
+//   - LRS (three copies in one datacenter) and ZRS (three zones of one
+//     region) replicate each write synchronously before it is acknowledged:
+//     a datacenter loss (LRS: not survived; ZRS: survived) loses nothing
+//     acknowledged.
+//   - GRS and GZRS copy the primary region to a secondary one
+//     asynchronously. A customer-managed (unplanned) failover promotes the
+//     secondary and loses what was written after its Last Sync Time (Azure
+//     promises no bound; typically minutes), and the account is LRS
+//     afterwards until geo-redundancy is configured again. A planned
+//     failover waits for the copy and loses nothing. The endpoints keep
+//     their names (DNS moves), so workers carry on with the same
+//     connection string.
+//   - What such a failover can lose, in this backend's terms: jobs
+//     enqueued after the Last Sync Time (gone: at-most-once for them);
+//     acks and requeues after it (the job comes back with its older copy,
+//     a duplicate); dead-letter records and store keys written after it
+//     (blobs), store writes reverting to an older revision. The queue and
+//     blob services each have a Last Sync Time of their own (Get Queue
+//     Service Stats, Get Blob Service Stats), so the order DeadLetter
+//     writes in (the record blob, then the message's delete) does not
+//     survive a failover: a dead letter made just before one can lose its
+//     record while its message's delete survives, and the job is then
+//     lost. Check both Last Sync Times before a customer-managed failover.
+//   - Tested only on Azurite, a single process: nothing here has been run
+//     against a failover.
 package azure

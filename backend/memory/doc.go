@@ -62,4 +62,10 @@
 // Nothing persists: a process exit loses everything. No message size limit
 // and no minimum lease. Queues and records live in the process's memory,
 // with no bound but that.
+//
+// # Clusters
+//
+// None: a Broker lives in one process, and every worker of a queue must be
+// a connection to that Broker in that process. There is no replication, no
+// failover and nothing that survives the process.
 package memory
