@@ -66,6 +66,9 @@ func ExampleCases() {
 	// Outcomes/ResultJSON
 	// Outcomes/CancelWaiting
 	// Outcomes/CancelRunning
+	// Outcomes/CancelFailsBeforePoll
+	// Outcomes/OutputOnePerJob
+	// Outcomes/OutputSurvivesKill
 	// Unique/ConcurrentEnqueue
 	// Unique/FreeAfterSuccess
 	// Unique/FreeAfterDeadLetter

@@ -94,6 +94,10 @@ func cases() []testCase {
 		{"Outcomes/ResultJSON", testResultJSON},
 		{"Outcomes/CancelWaiting", testCancelWaiting},
 		{"Outcomes/CancelRunning", testCancelRunning},
+		{"Outcomes/CancelFailsBeforePoll", testCancelFailsBeforePoll},
+		// output.go
+		{"Outcomes/OutputOnePerJob", testOutputOnePerJob},
+		{"Outcomes/OutputSurvivesKill", testOutputSurvivesKill},
 		// unique.go, schedule.go
 		{"Unique/ConcurrentEnqueue", testUniqueConcurrent},
 		{"Unique/FreeAfterSuccess", testUniqueAfterSuccess},
@@ -125,7 +129,8 @@ func Run(t *testing.T, makeHarness HarnessMaker, opts Options) {
 	}
 	opts.Lease, opts.Wait = scaled(opts.Lease, scale), scaled(opts.Wait, scale)
 	if q := os.Getenv(childEnv); q != "" {
-		runChild(t, makeHarness, opts, scale, q)
+		runChild(t, makeHarness, opts, scale, q) // -test.run picks one of the two
+		runOutputChild(t, makeHarness, opts, scale, q)
 		return
 	}
 	t.Cleanup(stalls.start()) // runs once every case has finished

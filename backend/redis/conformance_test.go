@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -84,8 +83,9 @@ func TestConformance(t *testing.T) {
 		// TTLs), so its clock needs no driving.
 		//
 		// Each case gets a miniredis of its own (one server serialises
-		// every command of every parallel case), except ProcessKill: it
-		// re-runs this test in a child process, which must reach the
+		// every command of every parallel case), except the cases that
+		// re-run this test in a child process (conformance.RunsChild),
+		// which must reach the
 		// parent's miniredis, so that one is shared and its address goes
 		// down in the environment.
 		shared := os.Getenv(miniredisEnv)
@@ -96,7 +96,7 @@ func TestConformance(t *testing.T) {
 		}
 		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
 			addr := shared
-			if !strings.HasSuffix(t.Name(), "/ProcessKill") {
+			if !conformance.RunsChild(t.Name()) {
 				addr = miniredis.RunT(t).Addr()
 			}
 			return &harness{addr: addr, prefix: "apt"}, nil
