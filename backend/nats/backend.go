@@ -198,7 +198,10 @@ type Backend struct {
 
 	claimMu    sync.Mutex       // guards claims and claimInbox (see claim.go)
 	claims     jetstream.Stream // the claims stream, once made
-	claimInbox string           // where the answers to claim deletes go
+	claimInbox string           // where the answers to claim and marker deletes go
+
+	holdMu sync.Mutex       // guards holds (see hold.go)
+	holds  jetstream.Stream // the holds stream, once made
 }
 
 // warnedClaims says whether New warned about a server that needs claims
@@ -602,7 +605,10 @@ func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 			return err
 		}
 	}
-	return b.deleteClaims(ctx, queue)
+	if err := b.deleteClaims(ctx, queue); err != nil {
+		return err
+	}
+	return b.deleteHolds(ctx, queue)
 }
 
 // deleteAll deletes every message of subj from s, one by one, and returns

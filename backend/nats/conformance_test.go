@@ -34,11 +34,7 @@ const inprocessEnv = "ASYNCPLATFORM_NATS_TEST_INPROCESS_URL"
 // running, -race, load average 8 and more) a 500ms lease now and then lapses
 // while a job or the lease keeper waits for a CPU, which the suite rightly
 // counts as a duplicate or a lost lease.
-var suiteOptions = conformance.Options{Lease: 1500 * time.Millisecond, Wait: 30 * time.Second,
-	KnownDefects: map[string]string{
-		"DeadLetter/DeleteLeavesHeld": "DeleteDead also deletes a record a NextDead caller holds (issue 25)",
-	},
-}
+var suiteOptions = conformance.Options{Lease: 1500 * time.Millisecond, Wait: 30 * time.Second}
 
 func TestConformance(t *testing.T) {
 	t.Parallel()

@@ -25,7 +25,7 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 		return nil, driver.ErrClosed
 	}
 	qs := b.queue(queue)
-	recreated, rescues := false, 0
+	recreated, rescues, skips := false, 0, 0
 	for {
 		if err := b.ensureDead(ctx, qs, queue); err != nil {
 			return nil, err
@@ -60,11 +60,21 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 		if err != nil {
 			return nil, err
 		}
-		r := &receipt{reply: m.Reply, seq: md.seq, ackWait: b.cfg.DeadLease, deadline: start.Add(b.cfg.DeadLease), stopped: make(chan struct{})}
+		hseq, err := b.holdRecord(ctx, queue, m, md.seq)
+		if errors.Is(err, errSkip) && skips < maxSkips {
+			skips++
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		r := &receipt{reply: m.Reply, seq: md.seq, ackWait: b.cfg.DeadLease, deadline: start.Add(b.cfg.DeadLease), stopped: make(chan struct{}),
+			queue: queue, holdSeq: hseq}
 		var rctx context.Context
 		rctx, r.stop = context.WithCancel(b.ctx)
 		if !b.spawn(func() { b.renew(rctx, r) }) {
 			b.release(m)
+			b.dropMarker(hseq)
 			return nil, driver.ErrClosed
 		}
 		return &driver.DeadDelivery{
@@ -72,6 +82,46 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 			Handle:      r,
 		}, nil
 	}
+}
+
+// errSkip reports a dead letter NextDead pulled and does not hand out: a
+// DeleteDead is deleting it, or has deleted it.
+var errSkip = errors.New("dead letter being deleted")
+
+// maxSkips bounds the records one NextDead passes over (errSkip) before it
+// says there are none.
+const maxSkips = 100
+
+// holdRecord marks the dead letter m (at stream sequence seq) held, and
+// returns its marker's sequence (see hold.go). A record a DeleteDead is
+// deleting is naked until its marker lapses, and one already deleted is
+// acked: both errSkip. On any other error, m is handed back.
+func (b *Backend) holdRecord(ctx context.Context, queue string, m *gonats.Msg, seq uint64) (uint64, error) {
+	hseq, err := b.hold(ctx, queue, seq, b.cfg.DeadLease)
+	var del errDeleting
+	if errors.As(err, &del) {
+		delay := max(time.Until(del.until), 100*time.Millisecond)
+		_ = b.nc.Publish(m.Reply, []byte(fmt.Sprintf("%s {\"delay\": %d}", ackNak, delay.Nanoseconds())))
+		return 0, errSkip
+	}
+	if err != nil {
+		b.release(m)
+		return 0, err
+	}
+	// A DeleteDead that marked, deleted and unmarked the record between the
+	// pull and the hold left no marker: look at the record itself.
+	_, err = b.dead.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		_ = b.nc.Publish(m.Reply, ackAck)
+		b.dropMarker(hseq)
+		return 0, errSkip
+	}
+	if err != nil {
+		b.release(m)
+		b.dropMarker(hseq)
+		return 0, fmt.Errorf("nats: read dead letter seq %d: %w", seq, err)
+	}
+	return hseq, nil
 }
 
 // rescueDead moves the queue's stranded dead letters, if any, to the end of
@@ -193,6 +243,7 @@ func (b *Backend) renew(ctx context.Context, r *receipt) {
 				if !r.done {
 					r.done = true
 					_ = b.nc.Publish(r.reply, ackNak)
+					b.dropMarker(r.holdSeq)
 				}
 				r.mu.Unlock()
 			}
@@ -202,6 +253,9 @@ func (b *Backend) renew(ctx context.Context, r *receipt) {
 			err := error(nil)
 			if !r.done {
 				err = b.extend(ctx, r)
+				if err == nil {
+					err = b.renewHold(ctx, r)
+				}
 			}
 			done := r.done
 			r.mu.Unlock()
@@ -213,6 +267,22 @@ func (b *Backend) renew(ctx context.Context, r *receipt) {
 			}
 		}
 	}
+}
+
+// renewHold writes the hold marker of r again, with a new lease; a hold
+// that another marker replaced (a DeleteDead took it as lapsed) is lost.
+// r.mu is held.
+func (b *Backend) renewHold(ctx context.Context, r *receipt) error {
+	hseq, err := b.writeMarker(ctx, b.holdSubject(r.queue, r.seq), holdKeep, r.ackWait, r.holdSeq)
+	if errors.Is(err, errMarked) {
+		r.done = true
+		return driver.ErrLeaseLost
+	}
+	if err != nil {
+		return err
+	}
+	r.holdSeq = hseq
+	return nil
 }
 
 // release hands a dead letter back at once.
@@ -263,6 +333,13 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 	if !r.live() {
 		return driver.ErrLeaseLost
 	}
+	if held, err := b.stillHeld(ctx, r.queue, r.seq, r.holdSeq); err != nil {
+		return err
+	} else if !held {
+		r.done = true
+		return driver.ErrLeaseLost
+	}
+	defer b.dropMarker(r.holdSeq)
 	if remove {
 		err := b.dead.DeleteMsg(ctx, r.seq)
 		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -419,7 +496,8 @@ func (b *Backend) hiddenDead(ctx context.Context, m *jetstream.RawStreamMsg) (bo
 }
 
 // DeleteDead implements driver.Backend: it walks the queue's records and
-// deletes those whose ID is among ids, held ones included. When the
+// deletes those whose ID is among ids, but for those a NextDead caller
+// holds (see hold.go), which it neither deletes nor counts. When the
 // subject count then says the walk missed records (see rescueDead), it
 // scans the stream for them. When a record was gone before its delete (it
 // may have been moved by rescueDead), it walks again.
@@ -448,7 +526,7 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 		if err != nil {
 			return n, err
 		}
-		deleted, gone, err := b.deleteDeadSeqs(ctx, queue, seqs)
+		deleted, gone, err := b.deleteUnheld(ctx, queue, seqs)
 		n += deleted
 		if err != nil {
 			return n, err
@@ -463,7 +541,7 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 				if err := b.scanDead(ctx, subj, 1, 0, collect); err != nil {
 					return n, err
 				}
-				d, g, err := b.deleteDeadSeqs(ctx, queue, seqs)
+				d, g, err := b.deleteUnheld(ctx, queue, seqs)
 				n, gone = n+d, gone+g
 				if err != nil {
 					return n, err
@@ -475,6 +553,29 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 		}
 	}
 	return n, nil
+}
+
+// deleteUnheld deletes the dead letters at seqs of queue that no NextDead
+// caller holds (see hold.go): it marks them as being deleted, deletes
+// those it could mark, and removes the markers. It returns how many it
+// deleted, and how many were gone already.
+func (b *Backend) deleteUnheld(ctx context.Context, queue string, seqs []uint64) (deleted, gone int, err error) {
+	marks, err := b.markDeleting(ctx, queue, seqs)
+	if err != nil {
+		return 0, 0, err
+	}
+	free := make([]uint64, 0, len(seqs))
+	for i, seq := range seqs {
+		if marks[i] != 0 {
+			free = append(free, seq)
+		}
+	}
+	defer func() {
+		for _, hseq := range marks {
+			b.dropMarker(hseq)
+		}
+	}()
+	return b.deleteDeadSeqs(ctx, queue, free)
 }
 
 // deleteDeadSeqs deletes the dead stream's messages at seqs; it returns how

@@ -40,7 +40,7 @@ func deadEnv(t *testing.T, url string, storage jetstream.StorageType) *Backend {
 		if err != nil {
 			return
 		}
-		for _, s := range []string{b.cfg.Stream, b.delayName(), b.deadName()} {
+		for _, s := range []string{b.cfg.Stream, b.delayName(), b.deadName(), b.holdName(), b.claimName()} {
 			_ = js.DeleteStream(ctx, s)
 		}
 	})

@@ -18,8 +18,9 @@
 // # Layout
 //
 // A platform (Config.Stream, "ASYNCPLATFORM" by default; S below) owns three
-// streams, four on an old server; a queue q appears in each as one subject
-// token, q with '_' written "__" and '.' written "_d":
+// streams, a fourth once dead letters are handed out or deleted, and a fifth
+// on an old server; a queue q appears in each as one subject token, q with
+// '_' written "__" and '.' written "_d":
 //
 //   - S, work-queue retention, subjects S.q.*: the jobs. Each queue has a
 //     durable pull consumer "w_<q>" filtered on S.q.<q>, explicit ack,
@@ -31,13 +32,16 @@
 //   - S_DEAD, limits retention with no limits, subjects S.dead.*: dead
 //     letters, each with an Asyncplatform-Id header (the job ID). Each queue
 //     has a durable pull consumer "d_<q>" used only to hand records out.
+//   - S_HOLD, limits retention, one message per subject, subjects
+//     S.hold.>: a marker per dead letter held by NextDead or being deleted
+//     by DeleteDead (see Dead letters), made on first use.
 //   - S_CLAIM, on nats-server before 2.10.14 only, limits retention,
 //     subjects S.claim.>: one claim per first delivery in flight (see
 //     Counting), made on first use.
 //
 // Storage (file by default), replicas and the MaxMsgs/MaxBytes limits apply to
-// the first three streams (S_CLAIM takes the storage and replicas, never a
-// limit). Limits use the "new" discard policy: a full stream refuses
+// the first three streams (S_HOLD and S_CLAIM take the storage and
+// replicas, never a limit). Limits use the "new" discard policy: a full stream refuses
 // publishes with an error, and never drops a stored message.
 // Publishes carry Nats-Msg-Id = <q>/<Message.ID>, so a retried publish of
 // the same copy is stored once within Config.DuplicateWindow. Bodies are
@@ -151,6 +155,21 @@
 // read and how many records were listed before it); DeleteDead and
 // PurgeDead walk and delete by sequence.
 // Dead letters are kept until deleted; nothing expires them.
+//
+// Holds. The server tells no one which records are pending on a consumer,
+// so DeleteDead learns what NextDead callers hold from markers on S_HOLD
+// (subject S.hold.<q>.<record's sequence>), each written with
+// Nats-Expected-Last-Subject-Sequence, so of two writers one wins: "h"
+// while a NextDead caller holds the record (renewed with each InProgress),
+// "d" while a DeleteDead deletes it. A marker stands for its lease from its
+// server timestamp, judged by the reader's clock (keep clocks in sync).
+// DeleteDead leaves, and does not count, a record with a live hold;
+// NextDead passes by a record a DeleteDead is deleting, and checks after
+// its hold that the record still exists. A SettleDead whose hold another
+// marker replaced returns driver.ErrLeaseLost. Cost: NextDead three round
+// trips more, SettleDead one more, DeleteDead one conditional publish per
+// record, all of them sent at once. See hold.go. PurgeDead deletes held
+// records too.
 //
 // nats-server 2.9 can lose a message from its per-subject index: when a
 // subject's newest message is deleted and then its oldest, one remaining
