@@ -13,6 +13,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/testenv"
 	"github.com/asyncplatform/asyncplatform/pgstore"
+	"github.com/asyncplatform/asyncplatform/pgstore/pgtest"
 )
 
 // testTable is the table of the tests' stores; their keys are namespaced
@@ -39,21 +40,39 @@ func reachable(tb testing.TB) {
 
 // maker opens each store on a pool of its own, as a separate process would.
 func maker(ctx context.Context, tb testing.TB) (driver.Store, error) {
-	s, err := pgstore.New(ctx, pgstore.Config{URL: testURL(), Table: testTable})
-	if err != nil {
-		return nil, err
+	return makerOn(testURL())(ctx, tb)
+}
+
+// makerOn opens stores on the server at url.
+func makerOn(url string) storetest.Maker {
+	return func(ctx context.Context, tb testing.TB) (driver.Store, error) {
+		s, err := pgstore.New(ctx, pgstore.Config{URL: url, Table: testTable})
+		if err != nil {
+			return nil, err
+		}
+		tb.Cleanup(func() { s.Close() })
+		return s, nil
 	}
-	tb.Cleanup(func() { s.Close() })
-	return s, nil
 }
 
 func TestStore(t *testing.T) {
 	t.Parallel()
 	reachable(t)
-	storetest.Run(t, maker, storetest.Options{
-		NoRestart: "the machine's PostgreSQL is shared and not the tests' to restart; " +
-			"each write is one committed statement, as durable as PostgreSQL's commits",
-	})
+	storetest.Run(t, maker, storetest.Options{Restart: restartable})
+}
+
+// restartable runs a PostgreSQL of the test's own (pgtest) for
+// Durability/Restart, which the machine's shared server is not the tests'
+// to restart, and restarts it with a SIGKILL of every server process: the
+// keys must come back from the write-ahead log, as each write is one
+// committed statement.
+func restartable(t *testing.T) (storetest.Maker, func(*testing.T)) {
+	srv := pgtest.Start(t)
+	return makerOn(srv.URL), func(t *testing.T) {
+		if err := srv.Restart(true); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func BenchmarkStore(b *testing.B) {

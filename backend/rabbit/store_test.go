@@ -14,6 +14,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/testenv"
 	"github.com/asyncplatform/asyncplatform/pgstore"
+	"github.com/asyncplatform/asyncplatform/pgstore/pgtest"
 )
 
 // TestStoreNeedsCompanion checks that without Config.Store the backend has
@@ -82,20 +83,41 @@ func TestStoreCompanionScoped(t *testing.T) {
 }
 
 // TestStore runs the store suite on the backend's store with a PostgreSQL
-// companion, the one RabbitMQ users most likely run.
+// companion, the one RabbitMQ users most likely run: the machine's, and for
+// Durability/Restart one of the test's own (pgtest), restarted by a SIGKILL
+// of every server process. The backend's store is the companion's, so the
+// restart that matters is the companion's; RabbitMQ keeps no store state.
 func TestStore(t *testing.T) {
 	t.Parallel()
 	pgURL := testenv.Getenv(pgstore.URLEnv, "postgres://postgres@127.0.0.1:5432/test")
-	storetest.Run(t, func(ctx context.Context, tb testing.TB) (driver.Store, error) {
+	storetest.Run(t, companionOn(pgURL, true), storetest.Options{
+		Restart: func(t *testing.T) (storetest.Maker, func(*testing.T)) {
+			srv := pgtest.Start(t)
+			return companionOn(srv.URL, false), func(t *testing.T) {
+				if err := srv.Restart(true); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+	})
+}
+
+// companionOn opens each store as the store of a backend of its own with a
+// pgstore companion on the PostgreSQL at url. When shared (the machine's
+// server) is true, an unreachable server skips the test (fails it under
+// ASYNCPLATFORM_REQUIRE_SERVERS); a server of the test's own fails it.
+func companionOn(url string, shared bool) storetest.Maker {
+	return func(ctx context.Context, tb testing.TB) (driver.Store, error) {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		pg, err := pgstore.New(pctx, pgstore.Config{URL: pgURL, Table: "asyncplatform_store_test"})
+		pg, err := pgstore.New(pctx, pgstore.Config{URL: url, Table: "asyncplatform_store_test"})
+		if err != nil && shared {
+			testenv.Unreachable(tb, "PostgreSQL at "+url, err)
+		}
 		if err != nil {
-			testenv.Unreachable(tb, "PostgreSQL at "+pgURL, err)
+			return nil, err
 		}
 		tb.Cleanup(func() { pg.Close() })
 		return newBackend(tb, Config{Prefix: "apt-store", Store: pg}).Store()
-	}, storetest.Options{
-		NoRestart: "the companion is the machine's PostgreSQL, shared and not the tests' to restart",
-	})
+	}
 }

@@ -53,15 +53,22 @@ type Options struct {
 	SingleProcess string
 
 	// Restart, when set, is how Durability/Restart reaches a server of the
-	// test's own: it returns a Maker for that server and a function that
-	// restarts it (a SIGKILL, then a start on the same data). The case
-	// writes keys, restarts the server, and requires them back as they
-	// were, revisions and TTLs included.
+	// test's own (never a shared one): it returns a Maker for that server
+	// and a function that restarts it on the same data, returning once it
+	// takes requests. The restart is a SIGKILL of every server process
+	// where the server promises to survive a crash (PostgreSQL, Redis
+	// with an append-only file synced on every write, NATS), and a
+	// graceful stop where a kill would test only the server's own save
+	// timer (Azurite); the test says which, and why. The case writes keys,
+	// restarts the server, and requires them back as they were,
+	// revisions and TTLs included, and the revisions given after the
+	// restart new.
 	Restart func(t *testing.T) (Maker, func(t *testing.T))
 
-	// NoRestart says why Restart is nil (an emulator in memory, a server
-	// the test must not restart). Durability/Restart is then skipped with
-	// that reason; with neither set, it fails.
+	// NoRestart says why Restart is nil: a store with no server to restart
+	// (the memory store lives and dies with its process).
+	// Durability/Restart is then skipped with that reason; with neither
+	// set, it fails.
 	NoRestart string
 
 	// Wait bounds how long one case waits for an operation. Defaults to
