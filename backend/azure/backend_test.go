@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -466,5 +467,53 @@ func TestOpenURL(t *testing.T) {
 	_, err := ap.Open(ctx, "azure:AccountKey=c2VjcmV0;NoAccountName=1")
 	if err == nil || strings.Contains(err.Error(), "c2VjcmV0") {
 		t.Errorf("a bad connection string: %v (must fail without showing the key)", err)
+	}
+}
+
+// TestNoQueuePerDeadLetter: dead letters, their listing, holds and
+// settles create no queue. With a prefix of the test's own, the account's
+// queues under it are the work queue alone, before and after.
+func TestNoQueuePerDeadLetter(t *testing.T) {
+	t.Parallel()
+	prefix := fmt.Sprintf("n%07x", time.Now().UnixNano()&0xfffffff)
+	b, q := newBackend(t, Config{Prefix: prefix})
+	ctx := context.Background()
+	queues := func() []string {
+		t.Helper()
+		var out []string
+		pager := b.svc.NewListQueuesPager(&azqueue.ListQueuesOptions{Prefix: &prefix})
+		for pager.More() {
+			resp, err := pager.NextPage(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, q := range resp.Queues {
+				out = append(out, *q.Name)
+			}
+		}
+		return out
+	}
+	want := []string{b.names(q).work}
+	if got := queues(); !slices.Equal(got, want) {
+		t.Fatalf("queues under %q before: %q, want %q", prefix, got, want)
+	}
+	deadLetterN(t, b, q, 20, func(i int) []byte { return bytes.Repeat([]byte{'r'}, 100*i) })
+	if _, _, err := b.ListDead(ctx, q, "", 100); err != nil {
+		t.Fatal(err)
+	}
+	for _, keep := range []bool{false, true} {
+		dd, err := b.NextDead(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.SettleDead(ctx, dd, keep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err := b.Stats(ctx, q); err != nil || st.Dead != 19 {
+		t.Fatalf("Stats: %+v, %v; want 19 dead", st, err)
+	}
+	if got := queues(); !slices.Equal(got, want) {
+		t.Fatalf("queues under %q after 20 dead letters: %q, want %q: a dead letter must not make a queue", prefix, got, want)
 	}
 }
