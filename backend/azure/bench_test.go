@@ -6,11 +6,15 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +25,7 @@ import (
 
 	"github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
 
 // benchJobs is the number of jobs per iteration: Azurite slows as a queue
@@ -191,12 +196,24 @@ func parallel(b testing.TB, w, n int, fn func() error) {
 // d jobs waiting and d records in the dead-letter queue (d from
 // $ASYNCPLATFORM_AZURE_DEPTHS, comma-separated, default 1000,10000), the
 // median of depthSamples calls of a claim (Receive of one job with a
-// one-minute lease; its Ack not timed; and the slowest), Enqueue of one
-// job, NextDead kept and popped, ListDead's first page of 100 (listSamples
-// calls), and the time to page through every record 100 at a time (unless
-// a page takes over a second). Each depth runs on a queue of its
-// own; run it with -benchtime=1x on an Azurite of its own (leave
-// ASYNCPLATFORM_AZURE_CONNECTION_STRING unset):
+// one-minute lease; its Ack not timed; and the slowest), of the same claim
+// made with the azqueue SDK alone (DequeueMessages of one message, then
+// DeleteMessage untimed), alternating with ours, so that what Azurite costs
+// and what the backend adds are told apart; Enqueue of one job, NextDead
+// kept and popped, ListDead's first page of 100 (listSamples calls), and
+// the time to page through every record 100 at a time (unless a page takes
+// over a second).
+//
+// Each depth runs on an Azurite of its own, started with --debug so that
+// its queue garbage collector's sweeps can be read (reliability.md,
+// finding 18). The dead letters are made first, 1,000 at a time on a
+// shallow queue (as the bench harness makes them), then the run waits for
+// Azurite's next sweep to finish before it fills the work queue: a sweep
+// of the extents those deletes left, run beside thousands of waiting
+// messages, blocks Azurite for longer than a claim's 30 s deadline.
+// ASYNCPLATFORM_AZURE_DEPTH_NOGCWAIT=1 skips the wait. Claims that miss
+// the deadline are counted (claim-timeouts), not fatal; every sweep is
+// logged. Run it with -benchtime=1x:
 //
 //	go test -run '^$' -bench Depth -benchtime=1x -timeout 60m ./backend/azure/
 func BenchmarkDepth(b *testing.B) {
@@ -227,37 +244,58 @@ const (
 	listSamples  = 5
 )
 
+// claimDeadline bounds one sampled claim, as in the bench harness.
+const claimDeadline = 30 * time.Second
+
 func benchDepth(b *testing.B, depth int) {
 	ctx := context.Background()
-	be, q := newBackend(b, Config{})
-	t0 := time.Now()
-	// depth dead letters, made as the platform makes them: receive, then
-	// DeadLetter each delivery.
-	msgs := make([]driver.Message, depth)
-	for i := range msgs {
-		msgs[i] = driver.Message{Body: []byte("x")}
-	}
-	if err := be.Enqueue(ctx, q, msgs); err != nil {
+	cs, az := debugAzurite(b)
+	be, err := New(ctx, Config{ConnectionString: cs, ClientOptions: clientOptions()})
+	if err != nil {
 		b.Fatal(err)
 	}
+	defer be.Close()
+	q := queueName(b)
+	if err := be.Declare(ctx, q); err != nil {
+		b.Fatal(err)
+	}
+	raw := be.svc.NewQueueClient(be.names(q).work)
+	t0 := time.Now()
+	// depth dead letters, made as the platform makes them (receive, then
+	// DeadLetter each delivery), 1,000 at a time.
 	var next atomic.Int64
-	parallel(b, DefaultEnqueueParallel, DefaultEnqueueParallel, func() error {
-		for next.Load() < int64(depth) {
-			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			ds, err := be.Receive(rctx, q, 32, time.Minute)
-			cancel()
-			if err != nil && rctx.Err() == nil {
-				return err
-			}
-			for _, dl := range ds {
-				i := next.Add(1)
-				if err := be.DeadLetter(ctx, dl, driver.DeadMessage{ID: fmt.Sprintf("d%06d", i), Body: make([]byte, 300)}); err != nil {
+	for made := 0; made < depth; made += 1000 {
+		n := min(1000, depth-made)
+		msgs := make([]driver.Message, n)
+		for i := range msgs {
+			msgs[i] = driver.Message{Body: []byte("x")}
+		}
+		if err := be.Enqueue(ctx, q, msgs); err != nil {
+			b.Fatal(err)
+		}
+		parallel(b, DefaultEnqueueParallel, DefaultEnqueueParallel, func() error {
+			for next.Load() < int64(made+n) {
+				rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				ds, err := be.Receive(rctx, q, 32, time.Minute)
+				cancel()
+				if err != nil && rctx.Err() == nil {
 					return err
 				}
+				for _, dl := range ds {
+					i := next.Add(1)
+					if err := be.DeadLetter(ctx, dl, driver.DeadMessage{ID: fmt.Sprintf("d%06d", i), Body: make([]byte, 300)}); err != nil {
+						return err
+					}
+				}
 			}
-		}
-		return nil
-	})
+			return nil
+		})
+	}
+	if os.Getenv("ASYNCPLATFORM_AZURE_DEPTH_NOGCWAIT") != "1" {
+		t := time.Now()
+		az.waitSweep(b)
+		b.ReportMetric(time.Since(t).Seconds(), "gc-wait-s")
+	}
 	work := make([]driver.Message, depth)
 	for i := range work {
 		work[i] = driver.Message{Body: make([]byte, 100)}
@@ -267,17 +305,40 @@ func benchDepth(b *testing.B, depth int) {
 	}
 	b.ReportMetric(time.Since(t0).Seconds(), "fill-s")
 
-	claim, claimMax := medianMax(b, depthSamples, func() (time.Duration, error) {
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
+	measured := time.Now()
+	var timeouts int
+	ours := make([]time.Duration, 0, depthSamples)
+	bare := make([]time.Duration, 0, depthSamples)
+	for range depthSamples {
+		rctx, cancel := context.WithTimeout(ctx, claimDeadline)
 		t := time.Now()
 		ds, err := be.Receive(rctx, q, 1, time.Minute)
-		el := time.Since(t)
+		ours = append(ours, time.Since(t))
+		cancel()
 		for _, dl := range ds {
 			_ = be.Ack(ctx, dl)
 		}
-		return el, err
-	})
+		if err != nil && rctx.Err() != nil {
+			timeouts++
+		} else if err != nil || len(ds) != 1 {
+			b.Fatalf("claim: %d jobs, %v", len(ds), err)
+		}
+		rctx, cancel = context.WithTimeout(ctx, claimDeadline)
+		t = time.Now()
+		resp, err := raw.DequeueMessages(rctx, &azqueue.DequeueMessagesOptions{NumberOfMessages: to.Ptr(int32(1)), VisibilityTimeout: to.Ptr(int32(60))})
+		bare = append(bare, time.Since(t))
+		cancel()
+		if err != nil && rctx.Err() != nil {
+			timeouts++
+		} else if err != nil || len(resp.Messages) != 1 {
+			b.Fatalf("raw dequeue: %d messages, %v", len(resp.Messages), err)
+		}
+		for _, m := range resp.Messages {
+			_, _ = raw.DeleteMessage(ctx, *m.MessageID, *m.PopReceipt, nil)
+		}
+	}
+	slices.Sort(ours)
+	slices.Sort(bare)
 	enq := medianOf(b, depthSamples, func() (time.Duration, error) {
 		t := time.Now()
 		err := be.Enqueue(ctx, q, []driver.Message{{Body: make([]byte, 100)}})
@@ -307,33 +368,123 @@ func benchDepth(b *testing.B, depth int) {
 		}
 		return time.Since(t), err
 	})
-	b.ReportMetric(ms(claim), "claim-ms")
-	b.ReportMetric(ms(claimMax), "claim-max-ms")
+	b.ReportMetric(ms(ours[len(ours)/2]), "claim-ms")
+	b.ReportMetric(ms(ours[len(ours)-1]), "claim-max-ms")
+	b.ReportMetric(ms(bare[len(bare)/2]), "raw-claim-ms")
+	b.ReportMetric(ms(bare[len(bare)-1]), "raw-claim-max-ms")
+	b.ReportMetric(float64(timeouts), "claim-timeouts")
 	b.ReportMetric(ms(enq), "enqueue-ms")
 	b.ReportMetric(ms(keep), "nextdead-keep-ms")
 	b.ReportMetric(ms(pop), "nextdead-pop-ms")
 	b.ReportMetric(ms(page), "listdead-page-ms")
 	b.ReportMetric(0, "ns/op")
-	if page > time.Second {
-		return // paging through everything would take (depth/100) pages of this
-	}
-	t1 := time.Now()
-	listed, cursor := 0, ""
-	for {
-		recs, next, err := be.ListDead(ctx, q, cursor, 100)
-		if err != nil {
-			b.Fatal(err)
+	if page <= time.Second { // else paging through everything would take (depth/100) pages of this
+		t1 := time.Now()
+		listed, cursor := 0, ""
+		for {
+			recs, next, err := be.ListDead(ctx, q, cursor, 100)
+			if err != nil {
+				b.Fatal(err)
+			}
+			listed += len(recs)
+			if next == "" {
+				break
+			}
+			cursor = next
 		}
-		listed += len(recs)
-		if next == "" {
-			break
+		if want := depth - depthSamples; listed != want {
+			b.Errorf("paged through %d records, want %d", listed, want)
 		}
-		cursor = next
+		b.ReportMetric(time.Since(t1).Seconds(), "listdead-all-s")
 	}
-	if want := depth - depthSamples; listed != want {
-		b.Errorf("paged through %d records, want %d", listed, want)
+	var longest time.Duration
+	for _, sw := range az.sweeps() {
+		b.Logf("Azurite queue GC at %v: %d unreferenced extents, sweep took %v", sw.at.Sub(t0).Round(time.Second), sw.extents, sw.took)
+		if sw.at.After(measured) {
+			longest = max(longest, sw.took)
+		}
 	}
-	b.ReportMetric(time.Since(t1).Seconds(), "listdead-all-s")
+	b.ReportMetric(longest.Seconds(), "gc-max-s")
+}
+
+// debugAzurite starts an Azurite of the benchmark's own, in memory, that
+// writes its debug log (with the queue GC's lines) to a file; it is killed
+// when the benchmark ends.
+func debugAzurite(tb testing.TB) (cs string, az azuriteLog) {
+	tb.Helper()
+	bin, err := filepath.Abs(azuriteBin)
+	if err == nil {
+		_, err = os.Stat(bin)
+	}
+	if err != nil {
+		testenv.Unreachable(tb, "Azurite (run scripts/azurite.sh install)", err)
+	}
+	port, _ := freePort()
+	blobPort, _ := freePort()
+	dir := tb.TempDir()
+	az = azuriteLog(filepath.Join(dir, "debug.log"))
+	cmd := exec.Command(bin, append(azuriteArgs(port, blobPort), "--inMemoryPersistence", "--debug", string(az))...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Env = append(os.Environ(), "AZURITE_ACCOUNTS="+devAccount+":"+devKey)
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr, blobAddr := fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.1:%d", blobPort)
+	for deadline := time.Now().Add(time.Minute); !dialOK(addr) || !dialOK(blobAddr); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatal("Azurite did not listen within a minute")
+		}
+	}
+	return azuriteConnString(addr, blobAddr), az
+}
+
+// azuriteLog is the path of an Azurite debug log.
+type azuriteLog string
+
+// sweep is one run of Azurite's queue garbage collector, read from its log.
+type sweep struct {
+	at      time.Time // when it finished
+	extents int       // unreferenced extents it found
+	took    time.Duration
+}
+
+var (
+	sweepFound = regexp.MustCompile(`^(\S+) .*QueueGCManager:markSweep\(\) Got referred extents, unreferenced extents count is (\d+)`)
+	sweepDone  = regexp.MustCompile(`^(\S+) .*QueueGCManager:markSweepLoop\(\) Mark and sweep finished, take (\d+)ms`)
+	sweepStart = regexp.MustCompile(`QueueGCManager:markSweepLoop\(\) Start new mark and sweep`)
+)
+
+// sweeps reads the finished sweeps from the log.
+func (l azuriteLog) sweeps() []sweep {
+	data, _ := os.ReadFile(string(l))
+	var out []sweep
+	extents := -1
+	for _, line := range strings.Split(string(data), "\n") {
+		if m := sweepFound.FindStringSubmatch(line); m != nil {
+			extents, _ = strconv.Atoi(m[2])
+		}
+		if m := sweepDone.FindStringSubmatch(line); m != nil {
+			at, _ := time.Parse(time.RFC3339Nano, m[1])
+			took, _ := strconv.Atoi(m[2])
+			out = append(out, sweep{at: at, extents: extents, took: time.Duration(took) * time.Millisecond})
+			extents = -1
+		}
+	}
+	return out
+}
+
+// waitSweep waits until a sweep that started after the call has finished
+// (Azurite sweeps every 60 s, after the previous sweep ends).
+func (l azuriteLog) waitSweep(tb testing.TB) {
+	data, _ := os.ReadFile(string(l))
+	started := len(sweepStart.FindAllIndex(data, -1))
+	for deadline := time.Now().Add(10 * time.Minute); len(l.sweeps()) <= started; time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("no Azurite queue GC sweep finished within 10 minutes (%d started before)", started)
+		}
+	}
 }
 
 // medianOf returns the median of n durations fn reports.
