@@ -271,15 +271,28 @@ func missedTicks(next func(time.Time) time.Time, last, now time.Time, n int) (mi
 
 // lastTick reads the last tick fired of a schedule.
 func (p *Platform) lastTick(ctx context.Context, st *Store, name string) (time.Time, bool) {
-	v, _, err := st.Get(ctx, name)
+	t, err := readTick(ctx, st, name)
 	if err != nil {
 		if !errors.Is(err, ErrKeyNotFound) {
 			p.log.Warn("asyncplatform: reading a schedule's last tick failed; missed ticks are skipped", "schedule", name, "error", err)
 		}
 		return time.Time{}, false
 	}
+	return t, true
+}
+
+// readTick reads the last tick fired of a schedule; ErrKeyNotFound when
+// none was.
+func readTick(ctx context.Context, st *Store, name string) (time.Time, error) {
+	v, _, err := st.Get(ctx, name)
+	if err != nil {
+		return time.Time{}, err
+	}
 	n, err := strconv.ParseInt(string(v), 10, 64)
-	return time.Unix(0, n), err == nil
+	if err != nil {
+		return time.Time{}, fmt.Errorf("asyncplatform: schedule %q: a last tick that does not parse: %w", name, err)
+	}
+	return time.Unix(0, n), nil
 }
 
 // fire enqueues the job of tick t unless another process fired t or a later
@@ -452,8 +465,9 @@ type ScheduleInfo struct {
 
 // Schedules lists the schedules known to the backend's store, by name:
 // every schedule some process has run (Platform.Schedule, Config.Schedules),
-// whether or not one runs now. asyncctl schedules list prints them.
-func (p *Platform) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
+// whether or not one runs now; or, with names, those of them (a name no
+// process has run is left out). asyncctl schedules list prints them.
+func (p *Platform) Schedules(ctx context.Context, names ...string) ([]ScheduleInfo, error) {
 	if p == nil || p.backend == nil {
 		return nil, ErrNotNew
 	}
@@ -465,15 +479,24 @@ func (p *Platform) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := map[string]bool{}
+	known := map[string]bool{}
+	for _, n := range names {
+		if err := driver.CheckKey(n); err != nil {
+			return nil, fmt.Errorf("asyncplatform: schedule name %q: %w", n, err)
+		}
+		known[n] = true
+	}
 	for _, st := range []*Store{defs, ticks} {
+		if len(names) > 0 {
+			break
+		}
 		for cursor := ""; ; {
 			page, err := st.List(ctx, "", cursor, MaxListLimit)
 			if err != nil {
 				return nil, fmt.Errorf("asyncplatform: listing schedules: %w", err)
 			}
 			for _, k := range page.Keys {
-				names[k] = true
+				known[k] = true
 			}
 			if cursor = page.Next; cursor == "" {
 				break
@@ -482,14 +505,22 @@ func (p *Platform) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
 	}
 	now := time.Now()
 	out := make([]ScheduleInfo, 0, len(names))
-	for _, name := range slices.Sorted(maps.Keys(names)) {
+	for _, name := range slices.Sorted(maps.Keys(known)) {
 		si := ScheduleInfo{Name: name}
-		if last, ok := p.lastTick(ctx, ticks, name); ok {
+		last, err := readTick(ctx, ticks, name)
+		hasLast := err == nil
+		switch {
+		case hasLast:
 			si.Last = last
+		case !errors.Is(err, ErrKeyNotFound):
+			return nil, err
 		}
 		d, err := readDef(ctx, defs, name)
 		switch {
 		case errors.Is(err, ErrKeyNotFound):
+			if !hasLast {
+				continue // named, and unknown
+			}
 		case err != nil:
 			return nil, err
 		default:
@@ -565,4 +596,30 @@ func (p *Platform) TriggerSchedule(ctx context.Context, name string) (*Job, erro
 		return nil, err
 	}
 	return &j, nil
+}
+
+// DeleteSchedule removes what the backend's store keeps of a schedule (its
+// definition and its last tick), for a schedule taken out of the code. A
+// process still running it writes both again at its next start and tick,
+// and fires the next tick as if none had been fired before (no catch-up).
+// Deleting a schedule never known is no error.
+func (p *Platform) DeleteSchedule(ctx context.Context, name string) error {
+	if p == nil || p.backend == nil {
+		return ErrNotNew
+	}
+	if err := driver.CheckKey(name); err != nil {
+		return fmt.Errorf("asyncplatform: schedule name %q: %w", name, err)
+	}
+	defs, err := p.defStore()
+	if err != nil {
+		return err
+	}
+	ticks, err := p.scheduleStore()
+	if err != nil {
+		return err
+	}
+	if err := defs.Delete(ctx, name, ""); err != nil {
+		return err
+	}
+	return ticks.Delete(ctx, name, "")
 }

@@ -73,5 +73,9 @@ func ExampleCases() {
 	// Unique/FreeAfterSuccess
 	// Unique/FreeAfterDeadLetter
 	// Unique/FreeAfterWindow
+	// Unique/ConcurrentProcesses
 	// Schedule/OnePerTick
+	// Schedule/OnePerTickProcesses
+	// Schedule/RestartSkipsMissed
+	// Schedule/RestartCatchesUp
 }

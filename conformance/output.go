@@ -336,5 +336,6 @@ func testCancelFailsBeforePoll(t *testing.T, e *env) {
 // for these cases, through the environment (backend/redis does so for
 // miniredis).
 func RunsChild(testName string) bool {
-	return strings.HasSuffix(testName, "/Crash/ProcessKill") || strings.HasSuffix(testName, "/Outcomes/OutputSurvivesKill")
+	return strings.HasSuffix(testName, "/Crash/ProcessKill") || strings.HasSuffix(testName, "/Outcomes/OutputSurvivesKill") ||
+		runsProcs(testName) // procs.go: the cases of unique and periodic jobs across processes
 }

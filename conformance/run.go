@@ -103,7 +103,11 @@ func cases() []testCase {
 		{"Unique/FreeAfterSuccess", testUniqueAfterSuccess},
 		{"Unique/FreeAfterDeadLetter", testUniqueAfterDeadLetter},
 		{"Unique/FreeAfterWindow", testUniqueAfterWindow},
+		{"Unique/ConcurrentProcesses", testUniqueProcesses},
 		{"Schedule/OnePerTick", testScheduleOnePerTick},
+		{"Schedule/OnePerTickProcesses", testScheduleProcesses},
+		{"Schedule/RestartSkipsMissed", testScheduleRestartSkips},
+		{"Schedule/RestartCatchesUp", testScheduleRestartCatchUp},
 	}
 }
 
@@ -131,6 +135,10 @@ func Run(t *testing.T, makeHarness HarnessMaker, opts Options) {
 	if q := os.Getenv(childEnv); q != "" {
 		runChild(t, makeHarness, opts, scale, q) // -test.run picks one of the two
 		runOutputChild(t, makeHarness, opts, scale, q)
+		return
+	}
+	if v := os.Getenv(procEnv); v != "" { // procs.go
+		runProc(t, makeHarness, opts, v)
 		return
 	}
 	t.Cleanup(stalls.start()) // runs once every case has finished

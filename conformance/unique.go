@@ -3,6 +3,10 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -143,4 +147,92 @@ func testUniqueAfterWindow(t *testing.T, e *env) {
 			t.Fatalf("%v after the window: %v; want the job stored", time.Since(taken)-window, err)
 		}
 	}
+}
+
+// testUniqueProcesses: 20 Enqueues of one key from 4 real processes (the
+// test binary again, 5 at once in each, all released together): exactly
+// one is stored, and each of the 19 others is refused with ErrDuplicate
+// naming that job as the holder.
+func testUniqueProcesses(t *testing.T, e *env) {
+	if e.opts.SingleProcess != "" {
+		t.Skipf("the backend declares it cannot share queues across processes: %s (Unique/ConcurrentEnqueue runs in one)", e.opts.SingleProcess)
+	}
+	const procs, each = 4, 5
+	key := e.queue + "/procs"
+	var kids []*child
+	for i := range procs {
+		kids = append(kids, e.spawn(t, i, "unique"))
+	}
+	for _, k := range kids {
+		k.expect(t, "READY", e.opts.Wait)
+	}
+	for _, k := range kids { // as close together as a pipe write each
+		k.send(t, fmt.Sprintf("GO %d %s", each, key))
+	}
+	var stored, holders []string
+	for _, k := range kids {
+		for range each {
+			res := k.expect(t, "ENQUEUE", e.opts.Wait)
+			switch word, rest, _ := strings.Cut(res, " "); word {
+			case "STORED":
+				stored = append(stored, rest)
+			case "DUPLICATE":
+				holders = append(holders, rest)
+			default:
+				t.Errorf("child process %d: Enqueue: %s", k.n, res)
+			}
+		}
+	}
+	if len(stored) != 1 || len(holders) != procs*each-1 {
+		t.Fatalf("%d stored (%v), %d refused as duplicates; want 1 and %d", len(stored), stored, len(holders), procs*each-1)
+	}
+	for _, h := range holders {
+		if h != stored[0] && h != "" {
+			t.Errorf("a duplicate names %q as the holder; the job stored is %s", h, stored[0])
+		}
+	}
+	var handled atomic.Int32
+	e.worker(e.config()).handle(t, "u", func(context.Context, *ap.Job) error { handled.Add(1); return nil }).start(t)
+	e.waitFor("the job", func() bool { return e.rec.count(stored[0]) > 0 })
+	e.settle()
+	if n := handled.Load(); n != 1 {
+		t.Fatalf("%d jobs handled; want the 1 stored", n)
+	}
+}
+
+// uniqueChild is a process of Unique/ConcurrentProcesses: on "GO n key" it
+// enqueues n jobs with that key at once, and says what became of each.
+func uniqueChild(t *testing.T, k *kid, _ string) {
+	cfg := ap.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	p := k.platform(cfg)
+	say("READY")
+	if !k.stdin.Scan() {
+		return
+	}
+	var n int
+	var key string
+	if _, err := fmt.Sscanf(k.stdin.Text(), "GO %d %s", &n, &key); err != nil {
+		say("ENQUEUE bad command %q", k.stdin.Text())
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), k.opts.Wait)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			j := &ap.Job{Type: "u", Queue: k.queue, UniqueKey: key}
+			err := p.Enqueue(ctx, j)
+			var ue *ap.UniqueError
+			switch {
+			case err == nil:
+				say("ENQUEUE STORED %s", j.ID)
+			case errors.Is(err, ap.ErrDuplicate) && errors.As(err, &ue):
+				say("ENQUEUE DUPLICATE %s", ue.Holder)
+			default:
+				say("ENQUEUE ERROR %s", strings.ReplaceAll(err.Error(), "\n", " "))
+			}
+		})
+	}
+	wg.Wait()
+	k.waitStdin()
 }
