@@ -151,7 +151,7 @@ func (p *Platform) newReport(f *inflight, j *Job, d decide.Decision, text string
 // publishReport enqueues r on the output queue as a ReportType job whose ID
 // is r.Key (a backend that deduplicates message IDs then drops a second
 // publish of the same end). A result too large for the backend is left
-// out, the report saying so.
+// out, the report saying so, and a long error text cut.
 func (p *Platform) publishReport(ctx context.Context, out string, r *OutcomeReport) error {
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -159,11 +159,16 @@ func (p *Platform) publishReport(ctx context.Context, out string, r *OutcomeRepo
 	}
 	job := &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b}
 	err = p.enqueue(ctx, []*Job{job})
-	if errors.Is(err, ErrPayloadTooLarge) && len(r.Result) > 0 {
-		r.Result, r.ResultDropped = nil, true
-		b, _ = json.Marshal(r)
-		job = &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b}
-		err = p.enqueue(ctx, []*Job{job})
+	if !errors.Is(err, ErrPayloadTooLarge) {
+		return err
 	}
-	return err
+	// Too large for the backend: the result goes, then the error text is
+	// cut to its first KiB (the dead letter keeps all of it).
+	r.Result, r.ResultDropped = nil, len(r.Result) > 0
+	if len(r.Error) > 1024 {
+		r.Error = cutUTF8(r.Error, 1024) + " …(cut to fit)"
+	}
+	b, _ = json.Marshal(r)
+	job = &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b}
+	return p.enqueue(ctx, []*Job{job})
 }
