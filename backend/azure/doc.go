@@ -162,6 +162,14 @@
 //     abandoned halfway by a cancelled ctx: they finish in the background
 //     (Close waits for them) and the next call on the delivery uses the new
 //     receipt.
+//   - A delivery's lease is counted on the local clock from when its
+//     receive (or last Extend) was sent, the only bound known never to be
+//     later than the service's. A request that takes a good part of the
+//     lease to answer (Azurite during its garbage collection, see
+//     docs/reliability.md finding 18) leaves that much less of the lease:
+//     a settle after its local end is refused with driver.ErrLeaseLost and
+//     the job comes back, one crash counted, although the service would
+//     still have taken it.
 //   - A deleted queue's name cannot be created again for about 30 seconds
 //     on Azure (QueueBeingDeleted); after DeleteQueue, Declare the same name
 //     later or use a new one.
