@@ -25,7 +25,9 @@ func TestStore(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, storeOn(memory.NewBroker()), storetest.Options{
 		SingleProcess: "the memory broker lives inside one process",
-		NoRestart:     "the memory broker keeps nothing across a restart of its process",
+		NoRestart: "the memory store has no server to restart: it lives in a memory.Broker inside " +
+			"the process and ends with it, by contract (a new process starts empty); nothing " +
+			"outlives a restart to check",
 	})
 }
 
