@@ -18,8 +18,10 @@ func TestLocal(t *testing.T) {
 	}
 	l, err := flow.NewLocal(2)
 	must(t, "NewLocal", err)
-	if !l.TryAcquire() || !l.TryAcquire() {
-		t.Fatal("TryAcquire refused with places free")
+	for i := range 2 {
+		if !l.TryAcquire() {
+			t.Fatalf("TryAcquire %d refused with places free", i+1)
+		}
 	}
 	if l.TryAcquire() {
 		t.Fatal("TryAcquire took a third place of 2")
