@@ -202,6 +202,9 @@ func (p *Platform) pollPauses(ctx context.Context) error {
 		case !now[name] && !g.OK():
 			g.Release()
 			p.log.Info("asyncplatform: queue resumed", "queue", name)
+			for _, q := range p.queues {
+				q.Wake()
+			}
 		}
 	}
 	return nil
@@ -212,8 +215,11 @@ func (p *Platform) pollPauses(ctx context.Context) error {
 // process as a worker takes them) and what the backend buffered.
 func (p *Platform) releasePaused(ctx context.Context, queue string) {
 	for _, q := range p.queues {
-		if q.Name() == queue {
-			q.HandBackQueued(p.handBack)
+		for _, name := range q.Names() {
+			if name == queue {
+				q.HandBackQueued(p.handBack)
+				q.Wake()
+			}
 		}
 	}
 	if r, ok := p.backend.(driver.Releaser); ok {

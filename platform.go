@@ -15,7 +15,6 @@ import (
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/health"
-	"github.com/asyncplatform/asyncplatform/internal/jobctx"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
@@ -43,6 +42,11 @@ const (
 // Config configures a Platform. The zero value is usable: every field has a
 // documented default.
 type Config struct {
+	// Pools work several queues of Queues with one set of handlers, in
+	// strict priority order or by weight (see Pool). Defaults to none:
+	// every queue has handlers of its own.
+	Pools []Pool
+
 	// Queues are the queues this platform works, with their settings. A
 	// platform that only enqueues does not need any. Defaults to
 	// {"default": {}} (DefaultQueue with default settings).
@@ -395,6 +399,9 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 func (c Config) withDefaults() (Config, error) {
 	if len(c.Queues) == 0 {
 		c.Queues = map[string]QueueConfig{DefaultQueue: {}}
+	}
+	if err := c.validatePools(); err != nil {
+		return c, err
 	}
 	queues := make(map[string]QueueConfig, len(c.Queues))
 	for name, q := range c.Queues {
@@ -850,23 +857,14 @@ func (p *Platform) Start(ctx context.Context) error {
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	p.bgCancel = bgCancel
 
-	for name, qc := range p.cfg.Queues { // every queue exists before any goroutine reads p.queues
-		var q *runner.Queue[Job]
-		q = runner.New(runner.Config[Job]{
-			Name: name, Backend: p.backend, Gate: &p.health, Pause: p.pz.gates[name], Lease: p.cfg.Lease,
-			Concurrency: qc.Concurrency, Prefetch: *qc.Prefetch, Log: p.log, Workers: &p.workers,
-			Process: func(t *jobctx.Timer, f *inflight) { p.process(q, qc.Policy, t, f) },
-		})
-		p.queues = append(p.queues, q)
-	}
+	p.newRunners() // every queue exists before any goroutine reads p.queues
 	for _, q := range p.queues {
-		qc := p.cfg.Queues[q.Name()]
 		p.fetchers.Add(1)
 		go func() {
 			defer p.fetchers.Done()
 			q.Fetch(fetchCtx)
 		}()
-		for range qc.Concurrency {
+		for range q.Concurrency() {
 			p.workers.Add(1)
 			go func() {
 				defer p.workers.Done()
@@ -918,8 +916,10 @@ func (p *Platform) Stop(ctx context.Context) error {
 	for _, q := range p.queues {
 		q.HandBackQueued(p.handBack)
 		if r, ok := p.backend.(driver.Releaser); ok {
-			if err := r.Release(ctx, q.Name()); err != nil {
-				p.log.WarnContext(ctx, "asyncplatform: releasing the backend's buffered messages failed; they come back after their lease", "queue", q.Name(), "error", err)
+			for _, name := range q.Names() {
+				if err := r.Release(ctx, name); err != nil {
+					p.log.WarnContext(ctx, "asyncplatform: releasing the backend's buffered messages failed; they come back after their lease", "queue", name, "error", err)
+				}
 			}
 		}
 	}

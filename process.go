@@ -82,7 +82,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		p.deadRaw(f, err)
 		return
 	}
-	if p.stopping.Load() || !p.health.OK() || q.Paused() { // claimed ahead, before the stop, the failed check or the pause
+	if p.stopping.Load() || !p.health.OK() || q.Paused(f.D.Queue) { // claimed ahead, before the stop, the failed check or the pause
 		p.handBack(f)
 		return
 	}
@@ -216,8 +216,10 @@ func (p *Platform) isolate(f *inflight) (ok bool) {
 	}
 	if r, isReleaser := p.backend.(driver.Releaser); isReleaser {
 		for _, q := range p.queues {
-			if err := r.Release(context.Background(), q.Name()); err != nil {
-				p.log.Warn("asyncplatform: releasing the backend's buffered messages before a suspect runs failed; they come back after their lease", "queue", q.Name(), "error", err)
+			for _, name := range q.Names() {
+				if err := r.Release(context.Background(), name); err != nil {
+					p.log.Warn("asyncplatform: releasing the backend's buffered messages before a suspect runs failed; they come back after their lease", "queue", name, "error", err)
+				}
 			}
 		}
 	}

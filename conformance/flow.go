@@ -2,6 +2,9 @@ package conformance
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,4 +118,133 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// poolQueues names n queues of the case's own, highest priority first.
+func poolQueues(e *env, n int) []string {
+	qs := make([]string, n)
+	for i := range qs {
+		qs[i] = fmt.Sprintf("%s.p%d", e.queue, i)
+	}
+	return qs
+}
+
+// starts returns the queues of the recorded attempts, in the order they
+// started.
+func starts(e *env) []string {
+	e.rec.mu.Lock()
+	defer e.rec.mu.Unlock()
+	out := make([]string, len(e.rec.attempts))
+	for i, a := range e.rec.attempts {
+		out[i] = a.Job.Queue
+	}
+	return out
+}
+
+// testStrictOrder: a pool in strict order takes nothing from a lower queue
+// while a higher one has work: with one handler and no prefetch, the jobs
+// run queue by queue; and jobs that arrive on the highest queue while the
+// lowest one is being worked run next, before the rest of the lowest (one
+// job of the lowest already claimed may run before them).
+func testStrictOrder(t *testing.T, e *env) {
+	qs := poolQueues(e, 3)
+	cfg := e.config()
+	cfg.Queues = map[string]ap.QueueConfig{qs[0]: {}, qs[1]: {}, qs[2]: {}}
+	cfg.Pools = []ap.Pool{{Queues: qs, Concurrency: 1, Prefetch: ap.Limit(0)}}
+	admin := e.producer()
+	const each = 8
+	var lows []*ap.Job
+	for i := 2; i >= 0; i-- { // lowest first: enqueue order must not be what orders the runs
+		var jobs []*ap.Job
+		for range each {
+			jobs = append(jobs, &ap.Job{Type: "o", Queue: qs[i]})
+		}
+		e.enqueue(admin, jobs...)
+		if i == 2 {
+			lows = jobs
+		}
+	}
+	slow := make(chan struct{})
+	var once sync.Once
+	w := e.worker(cfg).handle(t, "o", func(ctx context.Context, j *ap.Job) error {
+		if j.ID == lows[2].ID { // the third job of the lowest queue waits for the late ones
+			once.Do(func() { close(slow) })
+			time.Sleep(e.scaled(300 * time.Millisecond))
+		}
+		return nil
+	})
+	w.start(t)
+	select {
+	case <-slow:
+	case <-time.After(e.opts.Wait):
+		t.Fatalf("the lowest queue's jobs never ran\n%s", e.rec)
+	}
+	var late []*ap.Job
+	for range 4 {
+		late = append(late, &ap.Job{Type: "o", Queue: qs[0]})
+	}
+	e.enqueue(admin, late...)
+	enqueued := len(starts(e))
+	e.waitFor("every job to run", func() bool { return len(starts(e)) >= 3*each+len(late) })
+	got := starts(e)
+	want := make([]string, 0, 3*each)
+	for i := range 3 {
+		for range each {
+			want = append(want, qs[i])
+		}
+	}
+	if !slices.Equal(got[:3*each-len(lows)+3], want[:3*each-len(lows)+3]) {
+		t.Fatalf("the jobs ran in this order of queues:\n%q\nwant every job of a queue before any of the next", got)
+	}
+	// After the late jobs were enqueued, at most one job of the lowest
+	// queue (claimed already) runs before the last of them.
+	lastLate := -1
+	for i, q := range got {
+		if q == qs[0] && i >= enqueued {
+			lastLate = i
+		}
+	}
+	lowBefore := 0
+	for _, q := range got[enqueued:lastLate] {
+		if q == qs[2] {
+			lowBefore++
+		}
+	}
+	if lowBefore > 1 {
+		t.Errorf("%d jobs of the lowest queue ran after jobs arrived on the highest and before the last of them ran:\n%q (from %d)", lowBefore, got, enqueued)
+	}
+	if t.Failed() {
+		t.Logf("%s", e.rec)
+	}
+}
+
+// testWeighted: a pool with weights 3 and 1, both queues full, takes about
+// three jobs of the first for one of the second, and starves neither.
+func testWeighted(t *testing.T, e *env) {
+	qs := poolQueues(e, 2)
+	cfg := e.config()
+	cfg.Queues = map[string]ap.QueueConfig{qs[0]: {}, qs[1]: {}}
+	cfg.Pools = []ap.Pool{{Queues: qs, Weights: []int{3, 1}, Concurrency: 1, Prefetch: ap.Limit(0)}}
+	admin := e.producer()
+	const each, observed = 60, 40
+	for _, q := range qs {
+		var jobs []*ap.Job
+		for range each {
+			jobs = append(jobs, &ap.Job{Type: "w", Queue: q})
+		}
+		e.enqueue(admin, jobs...)
+	}
+	e.worker(cfg).handle(t, "w", ok).start(t)
+	e.waitFor("the first jobs to run", func() bool { return len(starts(e)) >= observed })
+	heavy := 0
+	for _, q := range starts(e)[:observed] {
+		if q == qs[0] {
+			heavy++
+		}
+	}
+	// Binomial(40, 0.75): mean 30, sd 2.7; 20 and 39 are over 3.5 sd away.
+	if heavy < 20 || heavy > 39 {
+		t.Errorf("of the first %d jobs, %d came from the queue of weight 3; want about 30 (20 to 39)\n%q", observed, heavy, starts(e)[:observed])
+	}
+	e.waitFor("every job to run", func() bool { return len(starts(e)) >= 2*each })
 }

@@ -89,6 +89,8 @@ func cases() []testCase {
 		{"Stats/Depths", testStatsDepths},
 
 		{"Flow/Pause", testPause},
+		{"Flow/StrictOrder", testStrictOrder},
+		{"Flow/Weighted", testWeighted},
 		// outcomes.go
 		{"Outcomes/StatusWalk", testStatusWalk},
 		{"Outcomes/ResultJSON", testResultJSON},

@@ -109,6 +109,9 @@ type Config[J any] struct {
 	// Process decides and settles one delivery; Work calls it on a worker
 	// goroutine with that goroutine's timer.
 	Process func(t *jobctx.Timer, f *Delivery[J])
+	// Pool, when set, makes this runner a pool of several queues (see
+	// PoolConfig); Name and Pause are then unused but for logs.
+	Pool *PoolConfig[J]
 	// Workers counts worker goroutines; a worker whose handler called
 	// runtime.Goexit is replaced under it.
 	Workers *sync.WaitGroup
@@ -121,6 +124,7 @@ type Queue[J any] struct {
 	max   int
 	slots chan struct{}     // one token per free claim slot
 	jobs  chan *Delivery[J] // claimed, waiting for a worker
+	wake  chan struct{}     // a pool's pause gates changed
 
 	receiving atomic.Int32 // the fetcher is in Receive or adding what it got to held
 
@@ -136,8 +140,12 @@ func New[J any](cfg Config[J]) *Queue[J] {
 		q.slots <- struct{}{}
 	}
 	q.jobs = make(chan *Delivery[J], q.max)
+	q.wake = make(chan struct{}, 1)
 	return q
 }
+
+// Concurrency is how many workers the runner needs.
+func (q *Queue[J]) Concurrency() int { return q.cfg.Concurrency }
 
 // Name is the queue's name.
 func (q *Queue[J]) Name() string { return q.cfg.Name }
@@ -145,6 +153,10 @@ func (q *Queue[J]) Name() string { return q.cfg.Name }
 // Fetch claims deliveries while there are free slots, until ctx ends; then
 // it closes the work channel.
 func (q *Queue[J]) Fetch(ctx context.Context) {
+	if q.cfg.Pool != nil {
+		q.fetchPool(ctx)
+		return
+	}
 	defer close(q.jobs)
 	log := q.cfg.Log
 	retry := 50 * time.Millisecond
@@ -220,8 +232,19 @@ func (q *Queue[J]) Fetch(ctx context.Context) {
 	}
 }
 
-// Paused reports whether the queue's own gate (Config.Pause) is held.
-func (q *Queue[J]) Paused() bool { return !q.open() }
+// Paused reports whether the named queue of this runner is paused (its
+// gate, Config.Pause or the pool's, is held).
+func (q *Queue[J]) Paused(name string) bool {
+	if pc := q.cfg.Pool; pc != nil {
+		for i, n := range pc.Names {
+			if n == name {
+				return !pc.open(i)
+			}
+		}
+		return false
+	}
+	return !q.open()
+}
 
 func (q *Queue[J]) open() bool { return q.cfg.Pause == nil || q.cfg.Pause.OK() }
 
