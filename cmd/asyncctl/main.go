@@ -89,7 +89,7 @@ type command struct {
 }
 
 func commands() []*command {
-	return []*command{queuesCmd(), topCmd(), enqueueCmd(), deadListCmd(), deadShowCmd(), deadPopCmd(), deadRedriveCmd(), deadPurgeCmd(), pauseCmd(), resumeCmd(), completionCmd(), dashboardCmd()}
+	return []*command{queuesCmd(), topCmd(), enqueueCmd(), deadListCmd(), deadShowCmd(), deadPopCmd(), deadRedriveCmd(), deadPurgeCmd(), pauseCmd(), resumeCmd(), schedulesListCmd(), schedulesTriggerCmd(), completionCmd(), dashboardCmd()}
 }
 
 const mainHelp = `asyncctl operates asyncplatform queues and dead letters on any backend.
@@ -182,6 +182,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "asyncctl: dead needs a subcommand: list, show, pop, redrive or purge\nRun \"asyncctl help\" for usage.\n")
 		return exitUsage
 	}
+	if cmd == nil && args[0] == "schedules" {
+		fmt.Fprintf(stderr, "asyncctl: schedules needs a subcommand: list or trigger\nRun \"asyncctl help\" for usage.\n")
+		return exitUsage
+	}
 	if cmd == nil {
 		fmt.Fprintf(stderr, "asyncctl: unknown command %q\nRun \"asyncctl help\" for usage.\n", strings.Join(args, " "))
 		return exitUsage
@@ -262,8 +266,12 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func printMain(w io.Writer, cmds []*command) {
 	var list strings.Builder
+	width := 13
 	for _, cmd := range cmds {
-		fmt.Fprintf(&list, "\t%-13s %s\n", cmd.name, cmd.summary)
+		width = max(width, len(cmd.name))
+	}
+	for _, cmd := range cmds {
+		fmt.Fprintf(&list, "\t%-*s %s\n", width, cmd.name, cmd.summary)
 	}
 	fmt.Fprintf(w, mainHelp, list.String(), strings.Join(schemes(), ", "))
 }
