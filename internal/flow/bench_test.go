@@ -1,6 +1,7 @@
 package flow_test
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -101,7 +102,9 @@ func BenchmarkLocal(b *testing.B) {
 
 // BenchmarkRate: Take admitted by a limit high enough never to refuse (the
 // cost per job of a rate limit, one process), Take refused by a spent
-// limit, and admitted Takes by 3 processes (clients) on one key at once.
+// limit, and admitted Takes by 3 processes (clients) on one key at once,
+// back to back: saturation, far beyond what a limit needs, where a Take
+// may be refused (its now fell behind) or give up on contention.
 func BenchmarkRate(b *testing.B) {
 	for _, kind := range realKinds {
 		b.Run(kind+"/Admitted", func(b *testing.B) {
@@ -149,7 +152,7 @@ func BenchmarkRate(b *testing.B) {
 			ctx := b.Context()
 			b.ResetTimer()
 			var wg sync.WaitGroup
-			var refused atomic.Int64
+			var refused, contended atomic.Int64
 			for i, r := range rates {
 				n := b.N / 3
 				if i == 0 {
@@ -162,6 +165,10 @@ func BenchmarkRate(b *testing.B) {
 						// the others moved on: refused, as a process
 						// with a slow clock is.
 						wait, err := r.Take(ctx, time.Now())
+						if errors.Is(err, flow.ErrContention) {
+							contended.Add(1)
+							continue
+						}
 						if err != nil {
 							b.Error(err)
 							return
@@ -175,6 +182,7 @@ func BenchmarkRate(b *testing.B) {
 			wg.Wait()
 			reportTrips(b, kvs...)
 			b.ReportMetric(float64(refused.Load())/float64(b.N), "refused/op")
+			b.ReportMetric(float64(contended.Load())/float64(b.N), "contended/op")
 		})
 	}
 }

@@ -114,7 +114,9 @@ func (c RateConfig) validate() error {
 // the store's clock: the processes sharing a limit must have clocks that
 // agree to well within an interval. A process whose clock runs δ ahead of
 // the others' may take up to about δ/interval events early; one δ behind
-// waits δ longer than it needs to. The store's clock only times the key's
+// waits δ longer than it needs to. The same goes for a now read long
+// before the Take (a goroutine paused between the two): read it just
+// before. The store's clock only times the key's
 // TTL, a span from the write, so its offset does not matter.
 //
 // # Cost
@@ -125,7 +127,15 @@ func (c RateConfig) validate() error {
 // write. A Take that its remembered state already refuses costs no round
 // trip at all: the TAT only ever grows, so a refusal by an old TAT is a
 // refusal by the current one too (its wait may be short: the next Take
-// reads afresh). Keep one Rate per limit per process: Takes on one Rate
+// reads afresh).
+//
+// Processes that Take within a round trip of each other contend: a
+// process whose write lost pays a read and another write, and at
+// saturation (processes Taking back to back, far beyond the limit's needs)
+// one can lose MaxAttempts times in a row to others that write at once
+// from a state they know, and get a *ContentionError.
+//
+// Keep one Rate per limit per process: Takes on one Rate
 // run one at a time (they would only contend for the key), and a new Rate
 // starts with nothing remembered.
 //
