@@ -1,7 +1,7 @@
 // Package all registers every backend of this module for
 // asyncplatform.Open: importing it, for its side effects only, makes the
-// memory, redis and rediss, amqp and amqps, nats and azure URL schemes
-// openable.
+// memory, redis and rediss (each also +cluster and +sentinel), amqp and
+// amqps, nats and azure URL schemes openable.
 //
 //	import _ "github.com/asyncplatform/asyncplatform/backend/all"
 //

@@ -41,7 +41,11 @@ var _ driver.Pinger = (*Backend)(nil)
 type Config struct {
 	// Client is the connection to Redis: a *goredis.Client, a failover
 	// (Sentinel) client or a *goredis.ClusterClient. The Backend never closes
-	// it. Required: defaults to nil, which New rejects.
+	// it. New adds a hook to a *goredis.ClusterClient (once per client) that
+	// has it reload its slot map after a command fails on a connection, so
+	// it follows a failover within a second of the replica's promotion
+	// rather than at its next periodic reload. Required: defaults to nil,
+	// which New rejects.
 	Client goredis.UniversalClient
 
 	// Prefix starts every key the backend writes, so several platforms can
@@ -144,6 +148,7 @@ func New(_ context.Context, cfg Config) (*Backend, error) {
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, fmt.Errorf("redis: token seed: %w", err)
 	}
+	followFailovers(cfg.Client)
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Backend{
 		cfg:     cfg,
