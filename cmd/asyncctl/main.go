@@ -89,7 +89,7 @@ type command struct {
 }
 
 func commands() []*command {
-	return []*command{queuesCmd(), topCmd(), enqueueCmd(), deadListCmd(), deadShowCmd(), deadPopCmd(), deadRedriveCmd(), deadPurgeCmd(), pauseCmd(), resumeCmd(), schedulesListCmd(), schedulesTriggerCmd(), completionCmd(), dashboardCmd()}
+	return []*command{queuesCmd(), topCmd(), enqueueCmd(), deadListCmd(), deadShowCmd(), deadPopCmd(), deadRedriveCmd(), deadPurgeCmd(), jobShowCmd(), jobCancelCmd(), pauseCmd(), resumeCmd(), schedulesListCmd(), schedulesTriggerCmd(), completionCmd(), dashboardCmd()}
 }
 
 const mainHelp = `asyncctl operates asyncplatform queues and dead letters on any backend.
@@ -184,6 +184,10 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	if cmd == nil && args[0] == "schedules" {
 		fmt.Fprintf(stderr, "asyncctl: schedules needs a subcommand: list or trigger\nRun \"asyncctl help\" for usage.\n")
+		return exitUsage
+	}
+	if cmd == nil && args[0] == "job" {
+		fmt.Fprintf(stderr, "asyncctl: job needs a subcommand: show or cancel\nRun \"asyncctl help\" for usage.\n")
 		return exitUsage
 	}
 	if cmd == nil {

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// trackedWorker starts a status-tracking platform on the backend at url,
+// with the given handlers, stopped at the end of the test.
+func trackedWorker(t *testing.T, url, worker string, handlers map[string]ap.Handler) *ap.Platform {
+	t.Helper()
+	ctx := context.Background()
+	b, err := ap.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	p, err := ap.New(b, ap.Config{
+		TrackStatus: true,
+		WorkerName:  worker,
+		Policy:      ap.Policy{RetryLimit: ap.Limit(0)},
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ, h := range handlers {
+		if err := p.Handle(typ, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(context.Background()) })
+	return p
+}
+
+func waitState(t *testing.T, p *ap.Platform, id string, want ap.JobState) ap.JobStatus {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute) // a safety net, not an assertion on time
+	for {
+		st, err := p.Status(context.Background(), id)
+		if err == nil && st.State == want {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %q: %+v, %v; want %s", id, st, err, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestJobShow(t *testing.T) {
+	t.Parallel()
+	url := memURL(t)
+	p := trackedWorker(t, url, "w1", map[string]ap.Handler{
+		"ok": func(_ context.Context, j *ap.Job) error {
+			j.SetResult([]byte(`{"n":5}`))
+			return nil
+		},
+		"bin":  func(_ context.Context, j *ap.Job) error { j.SetResult([]byte{0, 1, 'b', 'i', 'n'}); return nil },
+		"fail": func(context.Context, *ap.Job) error { return errors.New("smtp: connection refused") },
+	})
+	ctx := context.Background()
+	ok, bin, fail := &ap.Job{Type: "ok"}, &ap.Job{Type: "bin"}, &ap.Job{Type: "fail"}
+	for _, j := range []*ap.Job{ok, bin, fail} {
+		if err := p.Enqueue(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitState(t, p, ok.ID, ap.StateSucceeded)
+	waitState(t, p, bin.ID, ap.StateSucceeded)
+	waitState(t, p, fail.ID, ap.StateDeadLettered)
+
+	out := mustCtl(t, exitOK, "", "job", "show", "--url", url, ok.ID)
+	for _, want := range []string{"ID:        " + ok.ID, "Type:      ok", "Queue:     default", "State:     succeeded", "Tries:     1 (failures 0, crashes 0)", "Worker:    w1", "Result:    7 bytes", `{"n":5}`, "Enqueued:  ", "Started:   "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("job show lacks %q:\n%s", want, out)
+		}
+	}
+	out = mustCtl(t, exitOK, "", "job", "show", bin.ID, "--url", url) // flags after the ID
+	if !strings.Contains(out, "00 01 62 69 6e") {
+		t.Errorf("job show of a binary result:\n%s", out)
+	}
+	out = mustCtl(t, exitOK, "", "job", "show", "--url", url, fail.ID)
+	for _, want := range []string{"State:     dead_lettered (retries_exceeded)", "Error:     smtp: connection refused", "Tries:     1 (failures 1, crashes 0)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("job show of a dead letter lacks %q:\n%s", want, out)
+		}
+	}
+	var st ap.JobStatus
+	out = mustCtl(t, exitOK, "", "job", "show", "--url", url, "--json", ok.ID)
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.ID != ok.ID || st.State != ap.StateSucceeded || string(st.Result) != `{"n":5}` {
+		t.Errorf("job show --json = %+v", st)
+	}
+	code, _, errOut := ctl(t, "", "job", "show", "--url", url, "no-such-id")
+	if code != exitNotFound || !strings.Contains(errOut, `no status for job "no-such-id"`) {
+		t.Errorf("job show of a missing ID: exit %d, %s", code, errOut)
+	}
+	for _, args := range [][]string{{"job", "show"}, {"job", "show", "a", "b"}, {"job", "cancel"}} {
+		if code, _, _ := ctl(t, "", append(args, "--url", url)...); code != exitUsage {
+			t.Errorf("asyncctl %q: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+	if code, _, errOut := ctl(t, "", "job", "--url", url); code != exitUsage || !strings.Contains(errOut, "show or cancel") {
+		t.Errorf("asyncctl job: exit %d, %s", code, errOut)
+	}
+}
+
+func TestJobCancel(t *testing.T) {
+	t.Parallel()
+	url := memURL(t)
+	started := make(chan struct{}, 1)
+	p := trackedWorker(t, url, "w1", map[string]ap.Handler{
+		"long": func(ctx context.Context, _ *ap.Job) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		},
+	})
+	ctx := context.Background()
+	running := &ap.Job{Type: "long"}
+	later := &ap.Job{Type: "long", NotBefore: time.Now().Add(time.Hour)}
+	for _, j := range []*ap.Job{running, later} {
+		if err := p.Enqueue(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-started
+	waitState(t, p, running.ID, ap.StateRunning)
+
+	out := mustCtl(t, exitOK, "", "job", "cancel", "--url", url, running.ID)
+	if !strings.Contains(out, "cancel requested for job "+running.ID+" (running)") {
+		t.Errorf("job cancel of a running job: %s", out)
+	}
+	st := waitState(t, p, running.ID, ap.StateCancelled)
+	if st.Reason != ap.ReasonCancelled || st.Failures != 0 {
+		t.Errorf("after job cancel: %+v", st)
+	}
+	code, _, errOut := ctl(t, "", "job", "cancel", "--url", url, running.ID)
+	if code != exitError || !strings.Contains(errOut, "finished already (cancelled)") {
+		t.Errorf("job cancel of a cancelled job: exit %d, %s", code, errOut)
+	}
+
+	out = mustCtl(t, exitOK, "", "job", "cancel", "--url", url, later.ID)
+	if !strings.Contains(out, "(scheduled): it will not run") {
+		t.Errorf("job cancel of a scheduled job: %s", out)
+	}
+	out = mustCtl(t, exitOK, "", "job", "show", "--url", url, later.ID)
+	if !strings.Contains(out, "State:     scheduled, cancel requested") {
+		t.Errorf("job show after cancel: %s", out)
+	}
+	mustCtl(t, exitOK, "", "job", "cancel", "--url", url, later.ID) // twice is not an error
+
+	code, _, _ = ctl(t, "", "job", "cancel", "--url", url, "no-such-id")
+	if code != exitNotFound {
+		t.Errorf("job cancel of a missing ID: exit %d", code)
+	}
+}
+
+// TestJobHostile: a status whose fields would act on a terminal is printed
+// escaped, in text and in JSON.
+func TestJobHostile(t *testing.T) {
+	t.Parallel()
+	url := memURL(t)
+	typ := "type" + hostile
+	p := trackedWorker(t, url, "worker"+hostile, map[string]ap.Handler{
+		typ: func(_ context.Context, j *ap.Job) error {
+			j.SetResult([]byte("result" + hostile))
+			return errors.New("error" + hostile)
+		},
+	})
+	job := &ap.Job{ID: "id" + hostile, Type: typ}
+	if err := p.Enqueue(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, p, job.ID, ap.StateDeadLettered)
+	out := mustCtl(t, exitOK, "", "job", "show", "--url", url, job.ID)
+	if r := raw(out); len(r) > 0 {
+		t.Errorf("job show prints %v raw:\n%s", r, out)
+	}
+	if n := strings.Count(out, "\nState:"); n != 1 {
+		t.Errorf("job show: %d State lines:\n%s", n, out)
+	}
+	out = mustCtl(t, exitOK, "", "job", "show", "--url", url, "--json", job.ID)
+	if r := raw(out); len(r) > 0 {
+		t.Errorf("job show --json prints %v raw:\n%s", r, out)
+	}
+	var st ap.JobStatus
+	if err := json.Unmarshal([]byte(out), &st); err != nil || st.ID != job.ID || st.Worker != "worker"+hostile || st.Type != typ {
+		t.Errorf("job show --json does not read back: %+v, %v", st, err)
+	}
+	code, _, errOut := ctl(t, "", "job", "cancel", "--url", url, job.ID)
+	if r := raw(errOut); code != exitError || len(r) > 0 {
+		t.Errorf("job cancel of a finished job: exit %d, %v raw:\n%s", code, r, errOut)
+	}
+	code, _, errOut = ctl(t, "", "job", "show", "--url", url, "no"+hostile)
+	if r := raw(errOut); code != exitNotFound || len(r) > 0 {
+		t.Errorf("job show of a missing hostile ID: exit %d, %v raw:\n%s", code, r, errOut)
+	}
+}
