@@ -209,7 +209,7 @@ func TestSemaphoreCluster(t *testing.T) {
 			}()
 
 			time.Sleep(contended)
-			if held.peak.Load() != slots {
+			if held.peak.Load() < slots {
 				t.Errorf("the first phase never held all %d slots at once (peak %d): the test did not contend", slots, held.peak.Load())
 			}
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,7 +14,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/backend/memory"
 	"github.com/asyncplatform/asyncplatform/backend/redis"
 	"github.com/asyncplatform/asyncplatform/driver"
@@ -24,7 +24,8 @@ import (
 // The tests run against three stores: fake (a KV of the tests' own, on a
 // clock the test moves: exact and instant), memory (the memory backend's
 // store) and redis (the machine's Redis, through backend/redis). The real
-// stores are reached through the root package's Store, as the platform will.
+// stores are reached through nsKV, which checks what the root package's
+// Store checks (the tests cannot import it: it will import this package).
 
 // fakeKV is an in-memory KV on a clock of its own. It keeps the contract of
 // driver.Store: revisions never reused, TTLs that end exactly on time.
@@ -123,6 +124,60 @@ func (f *fakeKV) Delete(_ context.Context, key, rev string) error {
 	return nil
 }
 
+// nsKV is a driver.Store as the root package's Store presents it: keys in
+// a namespace, every key, value and TTL checked before the store is called.
+type nsKV struct {
+	d  driver.Store
+	ns string // namespace + "/"
+}
+
+func checkWrite(key string, value []byte, ttl time.Duration) error {
+	if err := driver.CheckKey(key); err != nil {
+		return err
+	}
+	if err := driver.CheckValue(value); err != nil {
+		return err
+	}
+	if err := driver.CheckTTL(ttl); err != nil {
+		return err
+	}
+	if ttl%time.Millisecond != 0 {
+		return fmt.Errorf("TTL %v is not whole milliseconds", ttl)
+	}
+	return nil
+}
+
+func (s nsKV) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if err := driver.CheckKey(key); err != nil {
+		return nil, "", err
+	}
+	return s.d.Get(ctx, s.ns+key)
+}
+
+func (s nsKV) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
+	if err := checkWrite(key, value, ttl); err != nil {
+		return "", err
+	}
+	return s.d.Create(ctx, s.ns+key, value, ttl)
+}
+
+func (s nsKV) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (string, error) {
+	if err := checkWrite(key, value, ttl); err != nil {
+		return "", err
+	}
+	if rev == "" {
+		return "", driver.ErrRevision
+	}
+	return s.d.Update(ctx, s.ns+key, value, rev, ttl)
+}
+
+func (s nsKV) Delete(ctx context.Context, key, rev string) error {
+	if err := driver.CheckKey(key); err != nil {
+		return err
+	}
+	return s.d.Delete(ctx, s.ns+key, rev)
+}
+
 // countingKV counts the calls (store round trips) made through it.
 type countingKV struct {
 	flow.KV
@@ -216,13 +271,7 @@ func newCluster(tb testing.TB, kind string, keys ...string) *cluster {
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	ns := "flow-" + hex.EncodeToString(r[:])
-	c.Connect = func(tb testing.TB) flow.KV {
-		s, err := ap.NewStore(open(tb), ns)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return s
-	}
+	c.Connect = func(tb testing.TB) flow.KV { return nsKV{d: open(tb), ns: ns + "/"} }
 	cleaner := c.Connect(tb) // opened first, so closed after the clean-up below
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
