@@ -65,6 +65,13 @@ type Job struct {
 	// Defaults to ReleaseOnFinish.
 	UniqueRelease UniqueRelease
 
+	// Group, when set, puts the job in a group (a customer, a tenant, a
+	// batch) that can be paused on its own queue while the queue's other
+	// jobs flow (Platform.PauseGroup). 1 to MaxGroupLen bytes of
+	// [A-Za-z0-9_-]. It rides in the GroupHeader header, which a worker
+	// reads back into Group. Defaults to none.
+	Group string
+
 	// ---- set by the platform ----
 
 	// EnqueuedAt is when the job was first enqueued (kept across retries and

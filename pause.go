@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
@@ -28,8 +29,9 @@ type pauseRecord struct {
 
 // pauses is the platform's view of the paused queues.
 type pauses struct {
-	store *Store                  // nil: the backend keeps no state, nothing can be paused
-	gates map[string]*health.Gate // per worked queue, held while it is paused; set by Start
+	store  *Store                          // nil: the backend keeps no state, nothing can be paused
+	gates  map[string]*health.Gate         // per worked queue, held while it is paused; set by Start
+	groups atomic.Pointer[map[string]bool] // "queue/group" of each paused group; nil: none
 }
 
 func (p *Platform) pauseStore() (*Store, error) {
@@ -187,6 +189,9 @@ func (p *Platform) startPauses(ctx context.Context) {
 func (p *Platform) pollPauses(ctx context.Context) error {
 	names, err := p.PausedQueues(ctx)
 	if err != nil {
+		return err
+	}
+	if err := p.pollGroups(ctx); err != nil {
 		return err
 	}
 	now := make(map[string]bool, len(names))

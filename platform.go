@@ -630,6 +630,9 @@ func (p *Platform) prepare(j *Job, now time.Time) error {
 	if err := validQueue(j.Queue); err != nil {
 		return err
 	}
+	if err := setGroup(j); err != nil {
+		return err
+	}
 	if len(j.Headers) > p.cfg.MaxHeaders {
 		return &LimitError{Limit: "MaxHeaders", Type: j.Type, Got: len(j.Headers), Max: p.cfg.MaxHeaders}
 	}

@@ -39,6 +39,9 @@ func (p *Platform) decodeDelivery(d *driver.Delivery, j *Job, reg *registry) err
 		return err
 	}
 	j.Queue = d.Queue
+	if len(j.Headers) > 0 {
+		j.Group = j.Headers[GroupHeader]
+	}
 	// The count comes from the broker (on some, partly from a header any
 	// writer sets): bound it, and write lines only for the crashes the
 	// history keeps, never one loop turn per claimed delivery.
@@ -84,6 +87,10 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	}
 	if p.stopping.Load() || !p.health.OK() || q.Paused(f.D.Queue) { // claimed ahead, before the stop, the failed check or the pause
 		p.handBack(f)
+		return
+	}
+	if j.Group != "" && p.groupPaused(j) { // its group is paused: set aside
+		p.park(f, j)
 		return
 	}
 	h := reg.byType[j.Type]

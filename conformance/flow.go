@@ -248,3 +248,78 @@ func testWeighted(t *testing.T, e *env) {
 	}
 	e.waitFor("every job to run", func() bool { return len(starts(e)) >= 2*each })
 }
+
+// testPauseGroup: while one group of a queue is paused, its 100 jobs are
+// set aside as they are delivered and the queue's other jobs run; after
+// ResumeGroup all 100 come back, each runs once, in the order they were
+// enqueued, with no try spent.
+func testPauseGroup(t *testing.T, e *env) {
+	cfg := e.config()
+	cfg.Queues = map[string]ap.QueueConfig{e.queue: {Concurrency: 1, Prefetch: ap.Limit(0)}}
+	e.worker(cfg).handle(t, "g", ok).start(t)
+	admin := e.producer()
+	ctx := ctxT(t, 2*e.opts.Wait)
+	if err := admin.PauseGroup(ctx, e.queue, "acme"); err != nil {
+		t.Fatalf("PauseGroup: %v", err)
+	}
+	t.Cleanup(func() { _, _ = admin.ResumeGroup(context.Background(), e.queue, "acme") })
+	time.Sleep(2*ap.PausePoll + e.scaled(200*time.Millisecond)) // every worker has read it
+	var acme, others []*ap.Job
+	var all []*ap.Job
+	for i := range 100 {
+		j := &ap.Job{Type: "g", Group: "acme"}
+		acme = append(acme, j)
+		all = append(all, j)
+		if i%5 == 0 {
+			o := &ap.Job{Type: "g", Group: "globex"}
+			if i%10 == 0 {
+				o.Group = "" // no group at all
+			}
+			others = append(others, o)
+			all = append(all, o)
+		}
+	}
+	e.enqueue(admin, all...)
+	for _, j := range others {
+		e.waitFor("the other groups' jobs to run", func() bool { return e.rec.count(j.ID) == 1 })
+	}
+	e.settle()
+	for _, j := range acme {
+		if n := e.rec.count(j.ID); n != 0 {
+			t.Fatalf("a job of the paused group ran %d times", n)
+		}
+	}
+	if g, err := admin.PausedGroups(ctx, e.queue); err != nil || !slices.Equal(g, []string{"acme"}) {
+		t.Errorf("PausedGroups = %q, %v; want [acme]", g, err)
+	}
+	ran := len(starts(e))
+	n, err := admin.ResumeGroup(ctx, e.queue, "acme")
+	if err != nil || n != len(acme) {
+		t.Fatalf("ResumeGroup = %d, %v; want %d moved back", n, err, len(acme))
+	}
+	for _, j := range acme {
+		e.waitFor("every job of the resumed group to run", func() bool { return e.rec.count(j.ID) > 0 })
+	}
+	e.settle()
+	e.rec.mu.Lock()
+	var order []string
+	for _, a := range e.rec.attempts[ran:] {
+		order = append(order, a.ID)
+	}
+	e.rec.mu.Unlock()
+	want := make([]string, len(acme))
+	for i, j := range acme {
+		want[i] = j.ID
+		for _, at := range e.rec.of(j.ID) {
+			if at.TryCount != 1 || at.Failures != 0 || at.Crashes != 0 || at.Job.Group != "acme" {
+				t.Errorf("job %s attempt %+v (group %q): a group pause must not spend a try, and the job keeps its group", j.ID, at, at.Job.Group)
+			}
+		}
+	}
+	if !slices.Equal(order, want) {
+		t.Errorf("the resumed group's jobs ran out of order (or not once each):\n got %q\nwant %q", order, want)
+	}
+	if g, err := admin.PausedGroups(ctx, e.queue); err != nil || len(g) != 0 {
+		t.Errorf("PausedGroups after ResumeGroup = %q, %v; want none", g, err)
+	}
+}

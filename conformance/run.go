@@ -91,6 +91,7 @@ func cases() []testCase {
 		{"Flow/Pause", testPause},
 		{"Flow/StrictOrder", testStrictOrder},
 		{"Flow/Weighted", testWeighted},
+		{"Flow/PauseGroup", testPauseGroup},
 		// outcomes.go
 		{"Outcomes/StatusWalk", testStatusWalk},
 		{"Outcomes/ResultJSON", testResultJSON},
