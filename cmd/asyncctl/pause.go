@@ -15,7 +15,7 @@ func resumeCmd() *command { return pauseOrResume("resume") }
 func pauseOrResume(name string) *command {
 	c := &command{
 		name: name,
-		args: "QUEUE...",
+		args: "[--group GROUP] QUEUE...",
 		help: `
 A paused queue keeps its jobs and takes new ones, but no worker process
 claims any: within about half a second every worker stops claiming, hands
@@ -25,10 +25,19 @@ the workers and asyncctl; "asyncctl resume" ends it. A backend without a
 store (RabbitMQ without a companion store) cannot pause. "asyncctl queues"
 shows which queues are paused.
 
+With --group, only the jobs of that group (Job.Group: a tenant, a
+customer, a batch) are paused, on each queue named: workers set them aside
+on the queue's held queue (QUEUE.held.GROUP) as they come, and the other
+jobs keep flowing. "resume --group" moves every held job back, in order,
+with its counters as they were, and says how many; it waits about a
+second and a half for the workers to notice first.
+
 Examples:
 
 	asyncctl pause emails
 	asyncctl resume emails billing
+	asyncctl pause --group acme emails
+	asyncctl resume --group acme emails
 `,
 	}
 	if name == "pause" {
@@ -37,6 +46,7 @@ Examples:
 		c.summary = "resume paused queues"
 	}
 	c.setup = func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+		group := fs.String("group", "", "pause or resume only the jobs of this `GROUP`")
 		return func(ctx context.Context, cl *cli, args []string) error {
 			if len(args) == 0 {
 				return usageErrorf("name at least one queue")
@@ -46,7 +56,7 @@ Examples:
 					return err
 				}
 			}
-			return cl.pause(ctx, name == "pause", args)
+			return cl.pause(ctx, name == "pause", *group, args)
 		}
 	}
 	return c
@@ -55,10 +65,12 @@ Examples:
 // pauseJSON is what --json prints for each queue paused or resumed.
 type pauseJSON struct {
 	Queue  string `json:"queue"`
+	Group  string `json:"group,omitempty"`
 	Paused bool   `json:"paused"`
+	Moved  *int   `json:"moved,omitempty"` // resume --group: held jobs moved back
 }
 
-func (c *cli) pause(ctx context.Context, pause bool, queues []string) error {
+func (c *cli) pause(ctx context.Context, pause bool, group string, queues []string) error {
 	p, closeFn, err := c.open(ctx)
 	if err != nil {
 		return err
@@ -66,10 +78,21 @@ func (c *cli) pause(ctx context.Context, pause bool, queues []string) error {
 	defer closeFn()
 	out := make([]pauseJSON, 0, len(queues))
 	for _, q := range queues {
-		if pause {
+		var moved *int
+		switch {
+		case group != "" && pause:
+			err = p.PauseGroup(ctx, q, group)
+		case group != "":
+			var n int
+			n, err = p.ResumeGroup(ctx, q, group)
+			moved = &n
+		case pause:
 			err = p.Pause(ctx, q)
-		} else {
+		default:
 			err = p.Resume(ctx, q)
+		}
+		if errors.Is(err, ap.ErrInvalidJob) {
+			return &exitErr{exitUsage, err}
 		}
 		if errors.Is(err, ap.ErrNoStore) {
 			return fmt.Errorf("%w (pausing needs the backend's store)", err)
@@ -77,7 +100,7 @@ func (c *cli) pause(ctx context.Context, pause bool, queues []string) error {
 		if err != nil {
 			return err
 		}
-		out = append(out, pauseJSON{Queue: q, Paused: pause})
+		out = append(out, pauseJSON{Queue: q, Group: group, Paused: pause, Moved: moved})
 	}
 	if c.json {
 		return writeJSON(c.stdout, out)
@@ -87,7 +110,14 @@ func (c *cli) pause(ctx context.Context, pause bool, queues []string) error {
 		if o.Paused {
 			state = "paused"
 		}
-		fmt.Fprintf(c.stdout, "%s: %s\n", field(o.Queue), state)
+		switch {
+		case o.Moved != nil:
+			fmt.Fprintf(c.stdout, "%s group %s: %s, %d held jobs moved back\n", field(o.Queue), field(o.Group), state, *o.Moved)
+		case o.Group != "":
+			fmt.Fprintf(c.stdout, "%s group %s: %s\n", field(o.Queue), field(o.Group), state)
+		default:
+			fmt.Fprintf(c.stdout, "%s: %s\n", field(o.Queue), state)
+		}
 	}
 	return nil
 }

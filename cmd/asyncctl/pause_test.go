@@ -28,6 +28,13 @@ func TestPauseResume(t *testing.T) {
 	if s := stats(t, url, "billing"); !s.Paused {
 		t.Errorf("billing was resumed with emails: %+v", s)
 	}
+	if out := mustCtl(t, exitOK, "", "pause", "--url", url, "--group", "acme", "emails"); out != "emails group acme: paused\n" {
+		t.Errorf("pause --group printed %q", out)
+	}
+	if out := mustCtl(t, exitOK, "", "resume", "--url", url, "--group", "acme", "emails"); out != "emails group acme: resumed, 0 held jobs moved back\n" {
+		t.Errorf("resume --group printed %q", out)
+	}
+	mustCtl(t, exitUsage, "", "pause", "--url", url, "--group", "bad/group", "emails")
 	mustCtl(t, exitUsage, "", "pause", "--url", url)
 	mustCtl(t, exitUsage, "", "pause", "--url", url, "bad queue\x1b[31m")
 }
