@@ -251,7 +251,8 @@ func TestSemaphoreCluster(t *testing.T) {
 					case !ok:
 						missing++
 					case at.Before(ends):
-						t.Errorf("slot %d was taken %v before the crashed holder's lease ended", idx, ends.Sub(at))
+						crashMu.Unlock()
+						t.Fatalf("slot %d was taken %v before the crashed holder's lease ended", idx, ends.Sub(at))
 					default:
 						slowest = max(slowest, at.Sub(crashTime))
 					}
