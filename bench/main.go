@@ -60,6 +60,8 @@ type options struct {
 	Peers      bool
 	Scale      bool
 	Depth      bool
+	Store      bool
+	StoreDur   time.Duration
 	BigDepth   int
 	Rate       int
 	LatencyDur time.Duration
@@ -85,6 +87,9 @@ func main() {
 	flag.BoolVar(&o.Peers, "peers", true, "measure the peer libraries")
 	flag.BoolVar(&o.Scale, "scale", true, "measure 1, 2 and 4 worker processes")
 	flag.BoolVar(&o.Depth, "depth", true, "measure costs at small and large queue depth")
+	flag.BoolVar(&o.Store, "store", true, "measure each backend's store (Get, Create, CAS)")
+	flag.DurationVar(&o.StoreDur, "store-time", 5*time.Second, "length of each store operation's run")
+	flag.StringVar(&o.Srv.Postgres, "postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (RabbitMQ's companion store)")
 	flag.IntVar(&o.BigDepth, "big-depth", 1000000, "the large queue depth on memory and Redis")
 	flag.IntVar(&o.Rate, "rate", 1000, "offered jobs/s in the latency phase")
 	flag.IntVar(&o.AzureRate, "azure-rate", 100, "offered jobs/s in the latency phase on Azure")
@@ -108,7 +113,7 @@ func main() {
 		return
 	}
 	if o.Quick {
-		o.N, o.AzureN, o.LatencyDur, o.BigDepth = 1000, 300, time.Second, 10000
+		o.N, o.AzureN, o.LatencyDur, o.BigDepth, o.StoreDur = 1000, 300, time.Second, 10000, time.Second
 	}
 	if err := run(o); err != nil {
 		log.Fatal(err)
@@ -120,7 +125,8 @@ type childSpec struct {
 	Backend, System string
 	Plan            plan
 	Srv             servers
-	Profile         string // a CPU profile's path, or ""
+	Profile         string        // a CPU profile's path, or ""
+	StoreDur        time.Duration // each store operation's run (System "store")
 }
 
 // run measures everything o asks for and writes the report.
@@ -204,6 +210,9 @@ func run(o options) error {
 			}
 		}
 	}
+	if o.Store {
+		rep.Store = measureStores(o)
+	}
 	rep.LoadAfter = loadAvg()
 	if left := leftovers(o.Srv); len(left) > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("left on the brokers (a bug of this tool): %s", strings.Join(left, ", ")))
@@ -243,6 +252,10 @@ func runChild(js string) {
 	var spec childSpec
 	if err := json.Unmarshal([]byte(js), &spec); err != nil {
 		log.Fatal(err)
+	}
+	if spec.System == storeSystem {
+		runStoreChild(spec)
+		return
 	}
 	start := time.Now()
 	r := result{Backend: spec.Backend, System: spec.System, Load: loadAvg()}

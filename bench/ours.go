@@ -27,6 +27,8 @@ type servers struct {
 	AMQP  string // amqp:// URL
 	NATS  string // nats:// URL
 	Azure string // connection string
+	// Postgres is a postgres:// URL: RabbitMQ's companion store.
+	Postgres string
 }
 
 // openBackend opens our backend for name; cleanup closes what it opened

@@ -26,6 +26,7 @@ type report struct {
 	Results               []result
 	Scale                 []scaleResult
 	Depth                 []depthResult
+	Store                 []storeResult
 	Notes                 []string
 }
 
@@ -167,6 +168,7 @@ func (rep *report) markdown() string {
 	rep.writeGoals(w)
 	rep.writeScale(w)
 	rep.writeDepth(w)
+	rep.writeStore(w)
 	// The hand-written reading of the figures (where the time goes) lives
 	// beside the code, so a rerun keeps it.
 	if a, err := os.ReadFile("analysis.md"); err == nil {
