@@ -117,7 +117,6 @@ func runStoreChild(spec childSpec) {
 				}
 				r.Ops[op] = m
 			}
-			err = errors.Join(err, emptyStore(s))
 		}
 		err = errors.Join(err, cleanup())
 	}
@@ -129,8 +128,9 @@ func runStoreChild(spec childSpec) {
 }
 
 // openStore opens the store of backend, named after tag where the server
-// is shared; cleanup closes it and removes what the store made beyond its
-// keys.
+// is shared; cleanup closes it and removes everything the store made, keys
+// included: at once where they have a home of their own (Redis keys, a
+// NATS bucket, a PostgreSQL table), else one by one.
 func openStore(ctx context.Context, backend, tag string, srv servers) (d driver.Store, label string, cleanup func() error, err error) {
 	switch backend {
 	case "memory":
@@ -144,7 +144,8 @@ func openStore(ctx context.Context, backend, tag string, srv servers) (d driver.
 			return nil, "", nil, err
 		}
 		return b, "Redis: keys + Lua", func() error {
-			err := errors.Join(b.Close(), rdb.Del(context.Background(), "{"+prefix+"}:store:rev").Err())
+			k := "{" + prefix + "}:store:"
+			err := errors.Join(b.Close(), rdb.Del(context.Background(), k+"data", k+"idx", k+"exp", k+"rev").Err())
 			return errors.Join(err, rdb.Close())
 		}, nil
 	case "nats":
@@ -162,11 +163,17 @@ func openStore(ctx context.Context, backend, tag string, srv servers) (d driver.
 		if srv.Azure == "" {
 			return nil, "", nil, fmt.Errorf("%w: no Azurite connection string", errUnavailable)
 		}
-		b, err := azure.New(ctx, azure.Config{ConnectionString: srv.Azure, Prefix: "benchstore", Logger: quiet})
+		b, err := azure.New(ctx, azure.Config{ConnectionString: srv.Azure, Prefix: "bstore", Logger: quiet})
 		if err != nil {
 			return nil, "", nil, err
 		}
-		return b, "Azurite: Blob Storage, conditional writes", b.Close, nil
+		return b, "Azurite: Blob Storage, conditional writes", func() error {
+			s, err := ap.NewStore(b, "bench")
+			if err == nil {
+				err = emptyStore(s)
+			}
+			return errors.Join(err, b.Close())
+		}, nil
 	case "rabbit":
 		table := "bench_store_" + tag
 		s, err := pgstore.New(ctx, pgstore.Config{URL: srv.Postgres, Table: table, Logger: quiet})
