@@ -182,9 +182,11 @@ type Backend struct {
 	blocked  *blockState           // non-nil while the broker blocks conn
 	blockSig chan struct{}         // closed when a block begins; renewed when it lifts
 	known    map[string]bool       // queues whose work and dead queues are declared
+	legacy   map[string]bool       // queues with a classic dead-letter queue to move (migrateDead)
 
 	consMu  sync.Mutex // serialises consumer creation
 	pubMu   sync.Mutex // serialises publisher creation
+	migMu   sync.Mutex // serialises migrateDead
 	chanGen atomic.Uint64
 }
 
@@ -217,6 +219,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		window:   map[string]int{},
 		blockSig: make(chan struct{}),
 		known:    map[string]bool{},
+		legacy:   map[string]bool{},
 	}
 	b.closing, b.stop = context.WithCancel(context.Background())
 	b.done = b.closing.Done()

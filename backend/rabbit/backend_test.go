@@ -338,10 +338,10 @@ func TestBlockedConnection(t *testing.T) {
 	}
 }
 
-// TestDeadQueueOrder checks the broker facts the dead-letter queue rests
-// on: records read with basic.get on a channel that is then closed return to
-// their places (a listing changes nothing), and a nack-requeue keeps the
-// head at the head.
+// TestDeadQueueOrder checks the order of the dead-letter queue, which a
+// quorum queue does not keep (TestQuorumRequeueFact) and the backend keeps
+// in a header: a listing changes nothing, a kept record stays the oldest,
+// and deletes and pops leave the others in order.
 func TestDeadQueueOrder(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t, Config{})

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,15 +19,38 @@ import (
 // deadReceipt is the Handle of a DeadDelivery: the basic.get delivery tag on
 // a channel opened for this one holder.
 type deadReceipt struct {
+	queue   string // the broker's dead-letter queue
 	ch      *amqp.Channel
 	tag     uint64
 	settled atomic.Bool
 }
 
-// NextDead takes the head of the dead-letter queue with basic.get (no
-// auto-ack) on a channel of its own: the broker hides it from every other
-// caller until SettleDead, or until the channel or connection closes, which
-// puts it back where it was.
+// deadSeqHeader orders dead letters: the time of the DeadLetter in Unix
+// nanoseconds. A quorum queue puts every record it gets back (a kept one, a
+// listed one, one whose holder died) at the back, so the queue's order is
+// not the records' order: every read sorts by this header.
+const deadSeqHeader = "x-asyncplatform-dead-seq"
+
+// deadSeq returns a record's place in the order: its deadSeqHeader, or
+// its AMQP timestamp for a record without one.
+func deadSeq(d amqp.Delivery) int64 {
+	if n, ok := asInt(d.Headers[deadSeqHeader]); ok {
+		return n
+	}
+	return d.Timestamp.UnixNano()
+}
+
+// nextMu makes the NextDead scans of this process take turns: a scan
+// holds every ready record for a moment, and another scan at the same time
+// would find none.
+var nextMu sync.Mutex
+
+// NextDead reads every ready record of the dead-letter queue on a channel
+// of its own (see scanDead), keeps the oldest (by deadSeqHeader) unacked,
+// which hides it from every other caller until SettleDead or until the
+// channel or connection closes, and hands the others back (basic.nack with
+// requeue). It costs the whole queue streamed: a quorum queue puts records
+// it gets back at its tail, so its head is not always the oldest.
 func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDelivery, error) {
 	if b.isClosed() {
 		return nil, driver.ErrClosed
@@ -33,6 +58,7 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return nil, err
 	}
+	b.migrateDead(ctx, queue)
 	conn, err := b.connection(ctx)
 	if err != nil {
 		return nil, err
@@ -41,24 +67,52 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	if err != nil {
 		return nil, fmt.Errorf("rabbit: open channel: %w", err)
 	}
-	d, ok, err := ch.Get(b.deadName(queue), false)
-	if err != nil {
+	nextMu.Lock()
+	defer nextMu.Unlock()
+	var all []amqp.Delivery
+	if _, err := scanDead(ctx, ch, b.deadName(queue), math.MaxInt, func(d amqp.Delivery) bool {
+		all = append(all, d)
+		return true
+	}); err != nil {
 		ch.Close()
-		return nil, fmt.Errorf("rabbit: get from %q: %w", b.deadName(queue), err)
+		return nil, err
 	}
-	if !ok {
+	if len(all) == 0 {
 		ch.Close()
 		return nil, driver.ErrNoDeadLetters
 	}
+	oldest := 0
+	for i, d := range all {
+		if deadSeq(d) < deadSeq(all[oldest]) {
+			oldest = i
+		}
+	}
+	// Stop the consumer first: a record handed back must not come back to
+	// this channel, which holds the oldest from now on.
+	if err := ch.Cancel(all[0].ConsumerTag, false); err != nil {
+		ch.Close()
+		return nil, fmt.Errorf("rabbit: cancel the scan of %q: %w", b.deadName(queue), err)
+	}
+	for i, d := range all {
+		if i == oldest {
+			continue
+		}
+		if err := ch.Nack(d.DeliveryTag, false, true); err != nil {
+			ch.Close() // returns them all
+			return nil, fmt.Errorf("rabbit: hand back dead letter %q: %w", d.MessageId, err)
+		}
+	}
+	d := all[oldest]
+	b.waitReady(ctx, b.deadName(queue), len(all)-1)
 	return &driver.DeadDelivery{
 		DeadMessage: driver.DeadMessage{ID: d.MessageId, Body: d.Body},
-		Handle:      &deadReceipt{ch: ch, tag: d.DeliveryTag},
+		Handle:      &deadReceipt{queue: b.deadName(queue), ch: ch, tag: d.DeliveryTag},
 	}, nil
 }
 
-// SettleDead acks the held record (remove) or nacks it with requeue, which
-// on a classic queue puts it back at the head; then it closes the holder's
-// channel.
+// SettleDead acks the held record (remove) or nacks it with requeue
+// (keep): the next NextDead sees it again, since it is still the oldest.
+// Then it closes the holder's channel.
 func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove bool) error {
 	if b.isClosed() {
 		return driver.ErrClosed
@@ -77,16 +131,60 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 	if r.ch.IsClosed() {
 		return fmt.Errorf("rabbit: dead letter %q: its channel is closed: %w", d.ID, driver.ErrLeaseLost)
 	}
-	var err error
 	if remove {
-		err = r.ch.Ack(r.tag, false)
-	} else {
-		err = r.ch.Nack(r.tag, false, true)
+		if err := r.ch.Ack(r.tag, false); err != nil {
+			return fmt.Errorf("rabbit: settle dead letter %q: %w: %w", d.ID, driver.ErrLeaseLost, err)
+		}
+		return nil
 	}
-	if err != nil {
+	ready := b.ready(ctx, r.queue)
+	if err := r.ch.Nack(r.tag, false, true); err != nil {
 		return fmt.Errorf("rabbit: settle dead letter %q: %w: %w", d.ID, driver.ErrLeaseLost, err)
 	}
+	if ready >= 0 {
+		b.waitReady(ctx, r.queue, ready+1) // the next NextDead sees it
+	}
 	return nil
+}
+
+// returnsWait bounds how long a dead-letter call waits for records it
+// handed back to be ready again: a quorum queue applies a closed channel's
+// returns after the close completes.
+const returnsWait = time.Second
+
+// waitReady waits, up to returnsWait, until the dead-letter queue name has
+// at least n ready records: the records this call handed back are in place
+// before it returns, so the next call sees them (a NextDead caller taking
+// some meanwhile only makes it wait longer, never fail).
+func (b *Backend) waitReady(ctx context.Context, name string, n int) {
+	if n <= 0 {
+		return
+	}
+	deadline := time.Now().Add(returnsWait)
+	_ = b.withChannel(ctx, func(ch *amqp.Channel) error {
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			if err != nil || q.Messages >= n {
+				return err
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return nil
+	})
+}
+
+// ready returns the number of ready records of the dead-letter queue
+// name, or -1 when it cannot tell.
+func (b *Backend) ready(ctx context.Context, name string) int {
+	n := -1
+	_ = b.withChannel(ctx, func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		if err == nil {
+			n = q.Messages
+		}
+		return err
+	})
+	return n
 }
 
 // scanIdle bounds the wait for the next record of a scan: records counted
@@ -94,27 +192,27 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 const scanIdle = 500 * time.Millisecond
 
 // scanDead reads up to want records from the head of the dead-letter queue
-// on ch, in order, calling fn for each until it returns false. It streams
-// them with a consumer whose prefetch is the number wanted (up to AMQP's
-// 65535, then basic.get one by one), and acks nothing itself: when the
-// caller closes ch, every record not acked goes back to its place (a
-// classic queue requeues in place).
-func scanDead(ctx context.Context, ch *amqp.Channel, name string, want int, fn func(amqp.Delivery) bool) error {
+// on ch, in order, calling fn for each until it returns false, and returns
+// how many it read. It streams them with a consumer whose prefetch is the
+// number wanted (up to AMQP's 65535, then basic.get one by one), and acks
+// nothing itself: when the caller closes ch, every record not acked goes
+// back (to the tail of the queue: callers sort by deadSeq).
+func scanDead(ctx context.Context, ch *amqp.Channel, name string, want int, fn func(amqp.Delivery) bool) (int, error) {
 	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
 	if err != nil {
-		return fmt.Errorf("rabbit: inspect %q: %w", name, err)
+		return 0, fmt.Errorf("rabbit: inspect %q: %w", name, err)
 	}
 	n := min(want, q.Messages)
 	if n == 0 {
-		return nil
+		return 0, nil
 	}
 	window := min(n, 65535)
 	if err := ch.Qos(window, 0, false); err != nil {
-		return fmt.Errorf("rabbit: set prefetch %d: %w", window, err)
+		return 0, fmt.Errorf("rabbit: set prefetch %d: %w", window, err)
 	}
 	dl, err := ch.Consume(name, "", false, false, false, false, nil)
 	if err != nil {
-		return fmt.Errorf("rabbit: consume %q: %w", name, err)
+		return 0, fmt.Errorf("rabbit: consume %q: %w", name, err)
 	}
 	idle := time.NewTimer(scanIdle)
 	defer idle.Stop()
@@ -123,38 +221,41 @@ func scanDead(ctx context.Context, ch *amqp.Channel, name string, want int, fn f
 		select {
 		case d, ok := <-dl:
 			if !ok {
-				return fmt.Errorf("rabbit: reading %q: channel closed", name)
+				return seen, fmt.Errorf("rabbit: reading %q: channel closed", name)
 			}
 			seen++
 			if !fn(d) {
-				return nil
+				return seen, nil
 			}
 			idle.Reset(scanIdle)
 		case <-idle.C:
-			return nil // fewer records than counted: others hold them
+			return seen, nil // fewer records than counted: others hold them
 		case <-ctx.Done():
-			return ctx.Err()
+			return seen, ctx.Err()
 		}
 	}
 	for ; seen < n; seen++ {
 		if err := ctx.Err(); err != nil {
-			return err
+			return seen, err
 		}
 		d, ok, err := ch.Get(name, false)
 		if err != nil {
-			return fmt.Errorf("rabbit: get from %q: %w", name, err)
+			return seen, fmt.Errorf("rabbit: get from %q: %w", name, err)
 		}
-		if !ok || !fn(d) {
-			return nil
+		if !ok {
+			return seen, nil
+		}
+		if !fn(d) {
+			return seen + 1, nil
 		}
 	}
-	return nil
+	return seen, nil
 }
 
-// ListDead reads skip+limit+1 records from the head of the dead-letter
-// queue on a side channel (see scanDead) and closes the channel, which
-// returns every record to its place. The cursor is the number of records to
-// skip, so a page costs skip+limit records streamed.
+// ListDead reads every ready record of the dead-letter queue on a side
+// channel (see scanDead), sorts them by deadSeq, keeps the page after the
+// cursor, and closes the channel, which returns them all. The cursor is the
+// number of records to skip, so a page costs the whole queue streamed.
 func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int) ([]driver.DeadMessage, string, error) {
 	if b.isClosed() {
 		return nil, "", driver.ErrClosed
@@ -173,31 +274,35 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return nil, "", err
 	}
-	var recs []driver.DeadMessage
-	next := ""
+	b.migrateDead(ctx, queue)
+	var all []amqp.Delivery
 	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
-		i := 0
-		return scanDead(ctx, ch, b.deadName(queue), skip+limit+1, func(d amqp.Delivery) bool {
-			switch {
-			case i == skip+limit:
-				next = strconv.Itoa(skip + limit)
-				return false
-			case i >= skip:
-				recs = append(recs, driver.DeadMessage{ID: d.MessageId, Body: d.Body})
-			}
-			i++
+		_, err := scanDead(ctx, ch, b.deadName(queue), math.MaxInt, func(d amqp.Delivery) bool {
+			all = append(all, d)
 			return true
 		})
+		return err
 	})
 	if err != nil {
 		return nil, "", err
 	}
+	sort.SliceStable(all, func(i, j int) bool { return deadSeq(all[i]) < deadSeq(all[j]) })
+	var recs []driver.DeadMessage
+	for _, d := range all[min(skip, len(all)):min(skip+limit, len(all))] {
+		recs = append(recs, driver.DeadMessage{ID: d.MessageId, Body: d.Body})
+	}
+	next := ""
+	if len(all) > skip+limit {
+		next = strconv.Itoa(skip + limit)
+	}
+	read := len(all)
+	b.waitReady(ctx, b.deadName(queue), read)
 	return recs, next, nil
 }
 
 // DeleteDead reads the whole dead-letter queue on a side channel (see
 // scanDead), acks the records whose ID is among ids, and closes the channel,
-// which returns the others to their place.
+// which returns the others.
 func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (int, error) {
 	if b.isClosed() {
 		return 0, driver.ErrClosed
@@ -208,16 +313,18 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return 0, err
 	}
+	b.migrateDead(ctx, queue)
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
 	}
-	n := 0
+	n, read := 0, 0
 	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
 		// Ack after the scan: an ack during it would open the consumer's
 		// window to records past it, which basic.get then cannot see.
 		var tags []uint64
-		err := scanDead(ctx, ch, b.deadName(queue), math.MaxInt, func(d amqp.Delivery) bool {
+		var err error
+		read, err = scanDead(ctx, ch, b.deadName(queue), math.MaxInt, func(d amqp.Delivery) bool {
 			if want[d.MessageId] {
 				tags = append(tags, d.DeliveryTag)
 			}
@@ -234,6 +341,9 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 		}
 		return nil
 	})
+	if err == nil {
+		b.waitReady(ctx, b.deadName(queue), read-n)
+	}
 	return n, err
 }
 
@@ -246,6 +356,7 @@ func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return 0, err
 	}
+	b.migrateDead(ctx, queue)
 	n := 0
 	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
 		var err error
@@ -256,4 +367,94 @@ func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 		return nil
 	})
 	return n, err
+}
+
+// migrateDead moves the records of the queue's classic dead-letter queue of
+// the layout before issue 24 (p.q.dead) into its quorum dead-letter queue,
+// once Declare has found that the old queue exists: each record is taken
+// with basic.get, published to the new queue with the same message-id,
+// confirmed, and only then acked, in order, so a crash in between leaves a
+// duplicate, never a loss. A record held meanwhile by a NextDead caller of
+// an older version is left alone and moved by a later call, as are records
+// an older version dead-letters while it still runs. The old queue is left
+// in place, empty: DeleteQueue removes it.
+func (b *Backend) migrateDead(ctx context.Context, queue string) {
+	b.mu.Lock()
+	legacy := b.legacy[queue]
+	b.mu.Unlock()
+	if !legacy {
+		return
+	}
+	b.migMu.Lock()
+	defer b.migMu.Unlock()
+	n, err := b.moveLegacy(ctx, queue)
+	if n > 0 {
+		b.log.Info("moved dead letters from the classic dead-letter queue to the quorum one", "queue", queue,
+			"from", b.legacyDeadName(queue), "to", b.deadName(queue), "records", n)
+	}
+	if err != nil {
+		b.log.Warn("moving dead letters from the classic dead-letter queue failed; the next call tries again", "queue", queue,
+			"from", b.legacyDeadName(queue), "moved", n, "err", err)
+	}
+}
+
+// moveLegacy does the moving of migrateDead and returns how many records it
+// moved.
+func (b *Backend) moveLegacy(ctx context.Context, queue string) (int, error) {
+	n := 0
+	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
+		for {
+			d, ok, err := ch.Get(b.legacyDeadName(queue), false)
+			if err != nil {
+				var aerr *amqp.Error
+				if errors.As(err, &aerr) && aerr.Code == amqp.NotFound {
+					b.mu.Lock()
+					delete(b.legacy, queue) // deleted meanwhile
+					b.mu.Unlock()
+					return nil
+				}
+				return fmt.Errorf("rabbit: get from %q: %w", b.legacyDeadName(queue), err)
+			}
+			if !ok {
+				return nil
+			}
+			pub := copyOf(d)
+			// The old records' order: their second-resolution timestamps,
+			// and within a second the order they are moved in.
+			pub.Headers = amqp.Table{deadSeqHeader: d.Timestamp.UnixNano() + int64(n)}
+			if err := b.publish(ctx, outMsg{key: b.deadName(queue), pub: pub}); err != nil {
+				return err // closing ch puts the record back in place
+			}
+			if err := ch.Ack(d.DeliveryTag, false); err != nil {
+				return fmt.Errorf("rabbit: ack %q in %q after its move: %w", d.MessageId, b.legacyDeadName(queue), err)
+			}
+			n++
+		}
+	})
+	return n, err
+}
+
+// findLegacyDead records whether the queue has a classic dead-letter queue
+// of the layout before issue 24, which migrateDead then empties.
+func (b *Backend) findLegacyDead(ctx context.Context, queue string) error {
+	found := false
+	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclarePassive(b.legacyDeadName(queue), true, false, false, false, nil)
+		var aerr *amqp.Error
+		switch {
+		case err == nil:
+			found = true
+		case errors.As(err, &aerr) && aerr.Code == amqp.NotFound:
+		default:
+			return fmt.Errorf("rabbit: inspect %q: %w", b.legacyDeadName(queue), err)
+		}
+		return nil
+	})
+	if err != nil || !found {
+		return err
+	}
+	b.mu.Lock()
+	b.legacy[queue] = true
+	b.mu.Unlock()
+	return nil
 }

@@ -24,9 +24,13 @@
 // default exchange:
 //
 //   - p.q: the work queue, a durable quorum queue (x-queue-type=quorum).
-//   - p.q.dead: the dead-letter queue, a durable classic queue. Records are
-//     published to it by the backend (no broker dead-lettering); the AMQP
-//     message-id is the job ID.
+//   - p.q:dead: the dead-letter queue, a durable quorum queue, replicated
+//     like the work queue. Records are published to it by the backend (no
+//     broker dead-lettering); the AMQP message-id is the job ID, and the
+//     header x-asyncplatform-dead-seq (the time of the DeadLetter, in Unix
+//     nanoseconds) their order. Before issue 24 it was p.q.dead, a classic
+//     queue on one node: Declare moves the records of such a queue into
+//     p.q:dead (see Dead letters) and leaves it, empty, for DeleteQueue.
 //   - p.q.delay.<ms>: the delay queues, one per step of a fixed ladder
 //     (50ms, 100ms, 200ms, … doubling up to 104857600ms, about 29h; 22
 //     steps). Each is a durable quorum queue with a queue-level
@@ -131,17 +135,38 @@
 //
 // # Dead letters
 //
-// NextDead takes the head of the dead-letter queue with basic.get (no
-// auto-ack) on a channel of its own, which hides it from every other caller;
-// SettleDead acks it (remove) or nacks it with requeue, which puts it back at
-// the head of the classic queue. A holder that vanishes closes its channel
-// and the record returns to its place. AMQP has no browse: ListDead and
-// DeleteDead stream records from the head with a consumer on a side channel
-// (prefetch = records wanted), ack what is to be deleted, and close the
-// channel, which returns the rest in place. ListDead's cursor is the number
-// of records to skip, so each page streams skip+limit records, and
-// DeleteDead streams the whole queue (about 80µs a record here); records
-// held by NextDead callers are not seen. PurgeDead is queue.purge.
+// A quorum queue puts a record it gets back (a nack with requeue, a closed
+// channel) at its tail, behind records never handed out
+// (TestQuorumRequeueFact), so the queue's order is not the records' order:
+// every read sorts by x-asyncplatform-dead-seq. NextDead streams every ready
+// record on a channel of its own (a consumer whose prefetch is the count
+// the broker reports, up to 65535, then basic.get), keeps the oldest unacked,
+// which hides it from every other caller, and hands the others back
+// (basic.nack with requeue); NextDead calls of one Backend take turns, and
+// one of another process running at the same instant can find none
+// (ErrNoDeadLetters) while a scan holds them. SettleDead acks the held record
+// (remove) or nacks it with requeue (keep: it is still the oldest, so the
+// next NextDead hands it out again). A holder that vanishes closes its
+// channel and the record is visible again. AMQP has no browse: ListDead and
+// DeleteDead stream every ready record on a side channel, sort them, keep
+// the page or ack the records to delete, and close the channel, which hands
+// the rest back. ListDead's cursor is the number of records to skip. Each
+// of NextDead, ListDead and DeleteDead so costs the whole queue streamed
+// (about 80µs a record here) and, for NextDead, a requeue of each record:
+// fine for thousands of records, slow for a million. Records held by
+// NextDead callers are not seen. PurgeDead is queue.purge (held records
+// stay).
+//
+// Upgrade from the classic dead-letter queue. Declare looks for the queue's
+// classic p.q.dead of the layout before issue 24. While it exists, each
+// Declare, NextDead, ListDead, DeleteDead and PurgeDead first moves its
+// records into p.q:dead: basic.get, publish a copy (same message-id, its
+// order from its timestamp) with confirm, then ack, one record at a time, so
+// a crash in between leaves a duplicate, never a loss. A record an older
+// version holds at that moment is moved by a later call, as are records an
+// older version still running dead-letters there; Stats.Dead counts both
+// queues meanwhile. The old queue is left in place, empty; DeleteQueue
+// removes it, or delete it by hand once no older version runs.
 //
 // # Limits
 //

@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/asyncplatform/asyncplatform/conformance/faults"
+	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
 
 // TestRabbitKillFact records why BrokerKill kills RabbitMQ only once its
@@ -351,4 +352,71 @@ func amqpChannel(t *testing.T, addr string) *amqp.Channel {
 		t.Fatal(err)
 	}
 	return ch
+}
+
+// TestQuorumRequeueFact records why the dead-letter queue keeps its order
+// in a header (deadSeqHeader) rather than in the queue: on a quorum queue
+// (RabbitMQ 3.10.8) a record handed back, by basic.nack with requeue or by
+// closing the channel that holds it, goes to the back, behind records that
+// were never handed out, so the head is not always the oldest record. (A
+// classic queue requeues in place, which the layout before issue 24 relied
+// on.)
+func TestQuorumRequeueFact(t *testing.T) {
+	t.Parallel()
+	conn, err := amqp.Dial(testURL())
+	if err != nil {
+		testenv.Unreachable(t, "RabbitMQ at "+redact(testURL()), err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "fact-requeue-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := ch.QueueDeclare(name, true, false, false, false, workArgs()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if c, err := conn.Channel(); err == nil {
+			c.QueueDelete(name, false, false, false)
+			c.Close()
+		}
+	}()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		c, err := ch.PublishWithDeferredConfirm("", name, true, false, amqp.Publishing{MessageId: id, DeliveryMode: amqp.Persistent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.Wait() {
+			t.Fatal("not confirmed")
+		}
+	}
+	head := func() string {
+		t.Helper()
+		var d amqp.Delivery
+		for range 100 {
+			var ok bool
+			var err error
+			if d, ok, err = ch.Get(name, false); err != nil {
+				t.Fatal(err)
+			} else if ok {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := ch.Nack(d.DeliveryTag, false, true); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the return is applied after the nack
+		return d.MessageId
+	}
+	if got := head(); got != "a" {
+		t.Fatalf("first head %q, want a", got)
+	}
+	if got := head(); got != "b" {
+		t.Errorf("after a nack with requeue of the head a, the head is %q; want b (a quorum queue requeues at the back)", got)
+	}
 }

@@ -586,10 +586,12 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 	if err := b.ensureQueue(ctx, d.Queue); err != nil {
 		return b.unsettled(r, err)
 	}
+	now := time.Now()
 	m := outMsg{key: b.deadName(d.Queue), pub: amqp.Publishing{
 		DeliveryMode: amqp.Persistent,
 		MessageId:    rec.ID,
-		Timestamp:    time.Now(),
+		Timestamp:    now,
+		Headers:      amqp.Table{deadSeqHeader: now.UnixNano()},
 		Body:         rec.Body,
 	}}
 	if err := b.publishFor(ctx, r.check, m); err != nil {

@@ -37,14 +37,20 @@ func pickStep(remaining time.Duration) int {
 }
 
 func (b *Backend) workName(queue string) string { return b.cfg.Prefix + "." + queue }
-func (b *Backend) deadName(queue string) string { return b.cfg.Prefix + "." + queue + ".dead" }
+func (b *Backend) deadName(queue string) string { return b.cfg.Prefix + "." + queue + ":dead" }
+
+// legacyDeadName is the classic dead-letter queue of the layout before
+// issue 24, which migrateDead empties into deadName.
+func (b *Backend) legacyDeadName(queue string) string { return b.cfg.Prefix + "." + queue + ".dead" }
 func (b *Backend) delayName(queue string, k int) string {
 	return b.cfg.Prefix + "." + queue + ".delay." + strconv.FormatInt(step(k).Milliseconds(), 10)
 }
 
 func workArgs() amqp.Table { return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum} }
 
-func deadArgs() amqp.Table { return amqp.Table{} }
+// deadArgs declares a dead-letter queue: a quorum queue, replicated like
+// the work queue (a classic one lives on one node).
+func deadArgs() amqp.Table { return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum} }
 
 // delayArgs declares delay step k of queue: a quorum queue whose expired
 // messages are dead-lettered at least once back to the work queue. A classic
@@ -116,9 +122,10 @@ func (b *Backend) ensureQueue(ctx context.Context, queue string) error {
 	return b.Declare(ctx, queue)
 }
 
-// Declare declares the queue's quorum work queue and its classic dead-letter
-// queue, and registers the queue for Queues. Delay queues are declared when
-// first used.
+// Declare declares the queue's quorum work and dead-letter queues, moves
+// the records of a classic dead-letter queue of the layout before issue 24
+// into the new one (see migrateDead), and registers the queue for Queues.
+// Delay queues are declared when first used.
 func (b *Backend) Declare(ctx context.Context, queue string) error {
 	if b.isClosed() {
 		return driver.ErrClosed
@@ -129,6 +136,10 @@ func (b *Backend) Declare(ctx context.Context, queue string) error {
 	if err := b.ensure(ctx, b.deadName(queue), deadArgs()); err != nil {
 		return fmt.Errorf("rabbit: declare dead-letter queue of %q: %w", queue, err)
 	}
+	if err := b.findLegacyDead(ctx, queue); err != nil {
+		b.log.Warn("cannot tell whether the queue has a classic dead-letter queue to move", "queue", queue, "err", err)
+	}
+	b.migrateDead(ctx, queue)
 	if err := b.register(ctx, queue); err != nil {
 		b.log.Warn("the queue is declared but Queues may not list it", "queue", queue, "err", err)
 	}
@@ -154,7 +165,7 @@ func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 	if qc != nil {
 		qc.ch.Close()
 	}
-	names := []string{b.workName(queue), b.deadName(queue)}
+	names := []string{b.workName(queue), b.deadName(queue), b.legacyDeadName(queue)}
 	for k := range numSteps {
 		names = append(names, b.delayName(queue, k))
 	}
@@ -163,6 +174,7 @@ func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 		delete(b.declared, n)
 	}
 	delete(b.known, queue)
+	delete(b.legacy, queue)
 	b.mu.Unlock()
 	return b.withChannel(ctx, func(ch *amqp.Channel) error {
 		for _, n := range names {
@@ -199,7 +211,8 @@ func (b *Backend) inspect(ctx context.Context, ch **amqp.Channel, name string) (
 
 // Stats reports Ready (ready messages of the work queue, which includes
 // messages between two delay hops), Scheduled (messages in the delay
-// queues) and Dead (ready records of the dead-letter queue). InFlight is -1:
+// queues) and Dead (ready records of the dead-letter queue, and of a
+// classic one of the layout before issue 24 not yet moved). InFlight is -1:
 // AMQP does not tell unacknowledged counts without the management plugin.
 func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error) {
 	if b.isClosed() {
@@ -227,6 +240,10 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 		return st, err
 	}
 	st.Dead = int64(n)
+	if n, _, err = b.inspect(ctx, &ch, b.legacyDeadName(queue)); err != nil {
+		return st, err
+	}
+	st.Dead += int64(n) // not moved yet (see migrateDead)
 	for k := range numSteps {
 		n, _, err := b.inspect(ctx, &ch, b.delayName(queue, k))
 		if err != nil {
