@@ -177,3 +177,26 @@ func TestReadmeTableMatches(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusEnqueuedRace: the status written at Enqueue, after the job is
+// stored, never replaces the state a worker that took the job meanwhile
+// wrote; a redriven job (a newer copy) does replace its old end.
+func TestStatusEnqueuedRace(t *testing.T) {
+	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog, TrackStatus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	done := JobStatus{ID: "j1", Queue: "default", Type: "t", State: StateSucceeded, UpdatedAt: time.Now()}
+	if _, err := p.writeStatus(ctx, &done, ""); err != nil {
+		t.Fatal(err)
+	}
+	p.statusEnqueued(ctx, "default", []*Job{{ID: "j1", Type: "t"}}) // the producer, late
+	if st, err := p.Status(ctx, "j1"); err != nil || st.State != StateSucceeded {
+		t.Errorf("after a late enqueue write: %+v, %v; want the worker's succeeded kept", st, err)
+	}
+	p.statusEnqueued(ctx, "default", []*Job{{ID: "j1", Type: "t", copyNo: 1}}) // a redrive
+	if st, err := p.Status(ctx, "j1"); err != nil || st.State != StateWaiting || st.Copy != 1 {
+		t.Errorf("after a redrive: %+v, %v; want waiting, copy 1", st, err)
+	}
+}

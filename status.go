@@ -75,6 +75,9 @@ type JobStatus struct {
 	Worker string `json:"worker,omitempty"`
 	// CancelRequested: Platform.Cancel was called for the job.
 	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// Copy is the number of the job's copy the status is about
+	// (Job.CopyNumber): a redrive starts a new one.
+	Copy uint64 `json:"copy,omitempty"`
 }
 
 // MaxStatusResult is the largest result kept in a job's status; a larger
@@ -248,14 +251,43 @@ func (p *Platform) statusEnqueued(ctx context.Context, queue string, jobs []*Job
 	}
 	now := time.Now()
 	for _, j := range jobs {
-		st := JobStatus{ID: j.ID, Queue: queue, Type: j.Type, State: StateWaiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now}
+		st := JobStatus{ID: j.ID, Queue: queue, Type: j.Type, State: StateWaiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now, Copy: j.copyNo}
 		if j.NotBefore.After(now) {
 			st.State, st.RetryAt = StateScheduled, j.NotBefore
 		}
-		if _, err := p.writeStatus(ctx, &st, ""); err != nil {
+		if err := p.createStatus(ctx, &st); err != nil {
 			p.log.Warn("asyncplatform: writing a job's status failed", "queue", queue, "id", j.ID, "error", err)
 		}
 	}
+}
+
+// createStatus writes the status of a job just stored. A worker may have
+// taken the job and written a newer state of the same copy first: that one
+// stays. A record of an older copy (the job's life before a redrive) is
+// replaced.
+func (p *Platform) createStatus(ctx context.Context, st *JobStatus) error {
+	s, key := p.oc.store, "job/"+statusKey(st.ID)
+	b, _ := json.Marshal(st)
+	for range 4 {
+		_, err := s.Create(ctx, key, b, p.cfg.StatusRetention)
+		if !errors.Is(err, ErrKeyExists) {
+			return err
+		}
+		cur, rev, err := readStatus(ctx, s, statusKey(st.ID))
+		switch {
+		case errors.Is(err, ErrJobNotFound):
+			continue
+		case err != nil:
+			return err
+		case cur.Copy >= st.Copy:
+			return nil // the worker's newer state of this copy
+		}
+		_, err = s.Update(ctx, key, b, rev, p.cfg.StatusRetention)
+		if !errors.Is(err, ErrRevision) {
+			return err
+		}
+	}
+	return nil
 }
 
 // statusBegin reads a delivered job's status (a tracked queue) and tells the
@@ -274,7 +306,7 @@ func (p *Platform) statusBegin(j *Job, in *decide.Input) {
 		p.log.Warn("asyncplatform: reading a job's status failed; it runs untracked this time", "queue", j.Queue, "id", j.ID, "error", err)
 		return
 	}
-	st.Queue, st.Type = j.Queue, j.Type
+	st.Queue, st.Type, st.Copy = j.Queue, j.Type, j.copyNo
 	j.track = &tracked{rec: st, rev: rev}
 	in.Cancelled = st.CancelRequested
 }
