@@ -22,6 +22,8 @@ const (
 	DefaultPrefix   = "asyncplatform"
 	DefaultDeadHold = 30 * time.Second
 	DefaultIdleWait = time.Second
+	// DefaultWaitTimeout is the default of Config.WaitTimeout.
+	DefaultWaitTimeout = time.Second
 )
 
 // maxClaim bounds the messages one Receive hands out, so a claim script's
@@ -70,6 +72,23 @@ type Config struct {
 	// default, still applies). Defaults to 0.
 	MaxBody int
 
+	// WaitReplicas is how many replicas must hold an Enqueue's write before
+	// Enqueue returns: after its script, Enqueue sends Redis's WAIT on the
+	// same connection to the master, and fails with ErrNotReplicated when
+	// fewer replicas confirmed within WaitTimeout (the jobs may still be
+	// stored: a retry may then store them twice). Redis replicates
+	// asynchronously, so without it a failover (Cluster or Sentinel) can
+	// lose an Enqueue acknowledged just before the master died; every other
+	// write the Backend makes, when lost that way, only brings a job back
+	// (a duplicate), never loses one. It needs a *goredis.Client (Sentinel
+	// included) or a *goredis.ClusterClient. Zero waits for none. Defaults
+	// to 0.
+	WaitReplicas int
+
+	// WaitTimeout bounds the WAIT of WaitReplicas. Defaults to
+	// DefaultWaitTimeout (1s).
+	WaitTimeout time.Duration
+
 	// Logger receives the backend's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -83,6 +102,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleWait == 0 {
 		c.IdleWait = DefaultIdleWait
+	}
+	if c.WaitTimeout == 0 {
+		c.WaitTimeout = DefaultWaitTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -102,6 +124,17 @@ func (c Config) validate() error {
 		return fmt.Errorf("redis: Config.IdleWait %v must be at least 1ms", c.IdleWait)
 	case c.MaxBody < 0:
 		return fmt.Errorf("redis: Config.MaxBody %d must not be negative", c.MaxBody)
+	case c.WaitReplicas < 0:
+		return fmt.Errorf("redis: Config.WaitReplicas %d must not be negative", c.WaitReplicas)
+	case c.WaitTimeout < time.Millisecond:
+		return fmt.Errorf("redis: Config.WaitTimeout %v must be at least 1ms", c.WaitTimeout)
+	}
+	if c.WaitReplicas > 0 {
+		switch c.Client.(type) {
+		case *goredis.Client, *goredis.ClusterClient:
+		default:
+			return fmt.Errorf("redis: Config.WaitReplicas needs a *goredis.Client or *goredis.ClusterClient, not a %T", c.Client)
+		}
 	}
 	return nil
 }
@@ -254,7 +287,11 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 		}
 		args = append(args, unixMs(msgs[i].NotBefore), msgs[i].Body)
 	}
-	if err := enqueueScript.Run(ctx, b.rdb, b.keys(queue)[:keySeq+1], args...).Err(); err != nil {
+	keys := b.keys(queue)[:keySeq+1]
+	if b.cfg.WaitReplicas > 0 {
+		return b.enqueueReplicated(ctx, queue, keys, args)
+	}
+	if err := enqueueScript.Run(ctx, b.rdb, keys, args...).Err(); err != nil {
 		return fmt.Errorf("redis: enqueue to %q: %w", queue, err)
 	}
 	return nil

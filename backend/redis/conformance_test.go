@@ -30,7 +30,7 @@ type harness struct {
 // clientClosing closes its client after the Backend.
 type clientClosing struct {
 	*Backend
-	c *goredis.Client
+	c goredis.UniversalClient
 }
 
 func (b clientClosing) Close() error {

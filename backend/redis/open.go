@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -53,7 +54,7 @@ func openURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
 		return nil, err
 	}
 	rdb := o.client()
-	b, err := New(ctx, Config{Client: rdb, Prefix: o.prefix})
+	b, err := New(ctx, Config{Client: rdb, Prefix: o.prefix, WaitReplicas: o.waitReplicas, WaitTimeout: o.waitTimeout})
 	if err != nil {
 		rdb.Close()
 		return nil, err
@@ -67,7 +68,10 @@ type urlOptions struct {
 	single   *goredis.Options
 	cluster  *goredis.ClusterOptions
 	sentinel *goredis.FailoverOptions
-	prefix   string
+
+	prefix       string        // Config.Prefix
+	waitReplicas int           // Config.WaitReplicas
+	waitTimeout  time.Duration // Config.WaitTimeout
 }
 
 // client makes the client the options describe.
@@ -103,7 +107,19 @@ func parseURL(u *url.URL) (urlOptions, error) {
 		return urlOptions{}, bad("the query does not parse")
 	}
 	o := urlOptions{prefix: q.Get("prefix")}
-	q.Del("prefix")
+	if v := q.Get("wait_replicas"); v != "" {
+		if o.waitReplicas, err = strconv.Atoi(v); err != nil || o.waitReplicas < 0 {
+			return urlOptions{}, bad("wait_replicas %q is not a count", v)
+		}
+	}
+	if v := q.Get("wait_timeout"); v != "" {
+		if o.waitTimeout, err = time.ParseDuration(v); err != nil || o.waitTimeout < time.Millisecond {
+			return urlOptions{}, bad("wait_timeout %q is not a duration of 1ms or more", v)
+		}
+	}
+	for _, k := range []string{"prefix", "wait_replicas", "wait_timeout"} {
+		q.Del(k)
+	}
 
 	hosts := strings.Split(u.Host, ",")
 	if kind != "" || u.Host != "" { // redis:/// is go-redis's localhost:6379

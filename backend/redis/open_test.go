@@ -49,9 +49,12 @@ func TestParseClusterURL(t *testing.T) {
 		t.Errorf("prefix %q, options %+v", o.prefix, o.cluster)
 	}
 
-	o, err = parseURL(mustParse(t, "rediss+cluster://[::1]:7000/?addr=[::1]:7001"))
+	o, err = parseURL(mustParse(t, "rediss+cluster://[::1]:7000/?addr=[::1]:7001&wait_replicas=1&wait_timeout=250ms"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.waitReplicas != 1 || o.waitTimeout != 250*time.Millisecond {
+		t.Errorf("wait_replicas %d, wait_timeout %v", o.waitReplicas, o.waitTimeout)
 	}
 	if want := []string{"[::1]:7000", "[::1]:7001"}; !sameSet(o.cluster.Addrs, want) || o.cluster.TLSConfig == nil {
 		t.Errorf("Addrs %v (want %v), TLS %v", o.cluster.Addrs, want, o.cluster.TLSConfig)
@@ -125,6 +128,9 @@ func TestParseURLRefuses(t *testing.T) {
 		{"redis+sentinel://h1:26379/m?sentinel_password=" + secret, "unexpected option: sentinel_password"},
 		{"redis+sentinel://" + pw + "h1:26379/m?db=x", "invalid database number"},
 		{"redis://" + pw + "h1:6379/notanumber", `invalid database number: "notanumber"`},
+		{"redis+cluster://" + pw + "h1:7000/?wait_replicas=-1", `wait_replicas "-1" is not a count`},
+		{"redis+cluster://" + pw + "h1:7000/?wait_replicas=x", `wait_replicas "x" is not a count`},
+		{"redis+sentinel://" + pw + "h1:1/m?wait_timeout=0", `wait_timeout "0" is not a duration`},
 		{"redis+foo://" + pw + "h1:6379/", `unknown scheme "redis+foo"`},
 		{"redis+cluster+sentinel://" + pw + "h1:6379/", "unknown scheme"},
 	} {
