@@ -35,7 +35,7 @@ const (
 	clusterBaseEnv = "ASYNCPLATFORM_REDIS_CLUSTER_BASE"
 )
 
-func needCluster(t *testing.T) {
+func needCluster(t testing.TB) {
 	t.Helper()
 	if os.Getenv(clusterEnv) != "redis" {
 		t.Skipf("a Redis Cluster test: set %s=redis to run it (it starts a cluster with scripts/cluster/redis.sh)", clusterEnv)
@@ -45,7 +45,7 @@ func needCluster(t *testing.T) {
 	}
 }
 
-func clusterBase(t *testing.T) int {
+func clusterBase(t testing.TB) int {
 	b, err := strconv.Atoi(cmpOr(os.Getenv(clusterBaseEnv), "7100"))
 	if err != nil {
 		t.Fatalf("%s: %v", clusterBaseEnv, err)
@@ -62,7 +62,7 @@ func cmpOr(a, b string) string {
 
 // redisCluster is a cluster started by scripts/cluster/redis.sh.
 type redisCluster struct {
-	t    *testing.T
+	t    testing.TB
 	base int
 	url  string
 }
@@ -83,7 +83,7 @@ func (c *redisCluster) script(args ...string) string {
 }
 
 // startCluster starts a cluster on base..base+5, stopped when the test ends.
-func startCluster(t *testing.T, base int) *redisCluster {
+func startCluster(t testing.TB, base int) *redisCluster {
 	c := &redisCluster{t: t, base: base}
 	b := strconv.Itoa(base)
 	c.script("stop", b) // what a killed run left behind
@@ -452,11 +452,44 @@ func nodeKill(t *testing.T, c *redisCluster, wait int) {
 	}
 }
 
-func portOf(t *testing.T, addr string) int {
+func portOf(t testing.TB, addr string) int {
 	_, p, ok := strings.Cut(addr, ":")
 	n, err := strconv.Atoi(p)
 	if !ok || err != nil {
 		t.Fatalf("address %q has no port", addr)
 	}
 	return n
+}
+
+// BenchmarkClusterEnqueue times one Enqueue of one job on a Redis Cluster
+// of its own (base port + 50), as Open makes the backend and with
+// wait_replicas=1 (Config.WaitReplicas):
+//
+//	ASYNCPLATFORM_CLUSTER=redis go test -run '^$' -bench ClusterEnqueue -benchtime 3000x -count 5 ./backend/redis
+func BenchmarkClusterEnqueue(b *testing.B) {
+	needCluster(b)
+	c := startCluster(b, clusterBase(b)+50)
+	for _, wait := range []int{0, 1} {
+		b.Run(fmt.Sprintf("wait_replicas=%d", wait), func(b *testing.B) {
+			ctx := context.Background()
+			u, err := url.Parse(c.url + "?prefix=bench&wait_replicas=" + strconv.Itoa(wait))
+			if err != nil {
+				b.Fatal(err)
+			}
+			be, err := openURL(ctx, u)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer be.Close()
+			q := testQueue(b)
+			defer be.(*urlBackend).DeleteQueue(ctx, q)
+			msg := []driver.Message{{ID: "j", Body: make([]byte, benchPayload)}}
+			b.ResetTimer()
+			for range b.N {
+				if err := be.Enqueue(ctx, q, msg); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
