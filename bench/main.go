@@ -62,6 +62,7 @@ type options struct {
 	Depth      bool
 	Store      bool
 	StoreDur   time.Duration
+	Unique     bool
 	BigDepth   int
 	Rate       int
 	LatencyDur time.Duration
@@ -88,6 +89,7 @@ func main() {
 	flag.BoolVar(&o.Scale, "scale", true, "measure 1, 2 and 4 worker processes")
 	flag.BoolVar(&o.Depth, "depth", true, "measure costs at small and large queue depth")
 	flag.BoolVar(&o.Store, "store", true, "measure each backend's store (Get, Create, CAS)")
+	flag.BoolVar(&o.Unique, "unique", true, "measure what a unique key costs an enqueue")
 	flag.DurationVar(&o.StoreDur, "store-time", 5*time.Second, "length of each store operation's run")
 	flag.StringVar(&o.Srv.Postgres, "postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (RabbitMQ's companion store)")
 	flag.IntVar(&o.BigDepth, "big-depth", 1000000, "the large queue depth on memory and Redis")
@@ -213,6 +215,9 @@ func run(o options) error {
 	if o.Store {
 		rep.Store = measureStores(o)
 	}
+	if o.Unique {
+		rep.Unique = measureUniques(o)
+	}
 	rep.LoadAfter = loadAvg()
 	if left := leftovers(o.Srv); len(left) > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("left on the brokers (a bug of this tool): %s", strings.Join(left, ", ")))
@@ -255,6 +260,10 @@ func runChild(js string) {
 	}
 	if spec.System == storeSystem {
 		runStoreChild(spec)
+		return
+	}
+	if spec.System == uniqueSystem {
+		runUniqueChild(spec)
 		return
 	}
 	start := time.Now()

@@ -27,6 +27,7 @@ type report struct {
 	Scale                 []scaleResult
 	Depth                 []depthResult
 	Store                 []storeResult
+	Unique                []uniqueResult
 	Notes                 []string
 }
 
@@ -169,6 +170,7 @@ func (rep *report) markdown() string {
 	rep.writeScale(w)
 	rep.writeDepth(w)
 	rep.writeStore(w)
+	rep.writeUnique(w)
 	// The hand-written reading of the figures (where the time goes) lives
 	// beside the code, so a rerun keeps it.
 	if a, err := os.ReadFile("analysis.md"); err == nil {
