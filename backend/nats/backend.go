@@ -71,7 +71,12 @@ type Config struct {
 	// jetstream.FileStorage.
 	Storage jetstream.StorageType
 
-	// Replicas is the replica count of the three streams. Defaults to 1.
+	// Replicas is the replica count of the streams the backend makes (1 to
+	// 5; more than 1 needs a JetStream cluster). Streams that exist keep
+	// theirs: with Replicas 0 any count is taken, and the streams made
+	// later get the work stream's; with Replicas set, a stream of another
+	// count is an error. Defaults to 0: the existing work stream's count,
+	// or 1 when there is none.
 	Replicas int
 
 	// MaxMsgs limits the number of messages in each of the three streams.
@@ -114,9 +119,6 @@ func (c Config) withDefaults() Config {
 	if c.Stream == "" {
 		c.Stream = DefaultStream
 	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = DefaultDuplicateWindow
 	}
@@ -139,8 +141,8 @@ func (c Config) validate() error {
 	switch {
 	case !validStreamName(c.Stream):
 		return fmt.Errorf("nats: Config.Stream %q: want letters, digits, '-' and '_' only", c.Stream)
-	case c.Replicas < 1 || c.Replicas > 5:
-		return fmt.Errorf("nats: Config.Replicas %d: want 1 to 5", c.Replicas)
+	case c.Replicas < 0 || c.Replicas > 5:
+		return fmt.Errorf("nats: Config.Replicas %d: want 1 to 5, or 0 for the existing streams' count", c.Replicas)
 	case c.Storage != jetstream.FileStorage && c.Storage != jetstream.MemoryStorage:
 		return fmt.Errorf("nats: Config.Storage %v: want jetstream.FileStorage or jetstream.MemoryStorage", c.Storage)
 	case c.MaxMsgs < 0:
@@ -181,6 +183,8 @@ type Backend struct {
 	log     *slog.Logger
 	maxBody int
 
+	replicas int // of the streams made: Config.Replicas, or the work stream's
+
 	work, delay, dead jetstream.Stream
 
 	ctx    context.Context // cancelled by Close
@@ -202,6 +206,25 @@ type Backend struct {
 
 	holdMu sync.Mutex       // guards holds (see hold.go)
 	holds  jetstream.Stream // the holds stream, once made
+
+	reconnMu sync.Mutex
+	reconn   chan struct{} // closed at the next reconnect (a connection of our own only)
+}
+
+// reconnects returns a channel closed when the connection next reconnects.
+// With a Config.Conn of the caller's, it is never closed.
+func (b *Backend) reconnects() <-chan struct{} {
+	b.reconnMu.Lock()
+	defer b.reconnMu.Unlock()
+	return b.reconn
+}
+
+// signalReconnect closes the channel reconnects handed out.
+func (b *Backend) signalReconnect() {
+	b.reconnMu.Lock()
+	defer b.reconnMu.Unlock()
+	close(b.reconn)
+	b.reconn = make(chan struct{})
 }
 
 // warnedClaims says whether New warned about a server that needs claims
@@ -231,7 +254,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, log: cfg.Logger, queues: make(map[string]*queueState)}
+	b := &Backend{cfg: cfg, log: cfg.Logger, queues: make(map[string]*queueState), reconn: make(chan struct{})}
 	b.moverSweep = b.newSweeper(func() jetstream.Stream { return b.delay }, moverConsumer, "", "")
 	if cfg.Conn != nil {
 		b.nc = cfg.Conn
@@ -247,6 +270,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 			}),
 			gonats.ReconnectHandler(func(nc *gonats.Conn) {
 				b.log.Info("nats: reconnected", "url", nc.ConnectedUrlRedacted())
+				b.signalReconnect() // pulls sent before may be gone with the server
 			}),
 		}
 		nc, err := gonats.Connect(cfg.URL, append(opts, cfg.Options...)...)
@@ -322,11 +346,16 @@ func token(q string) string {
 
 // setup makes sure the three streams and the mover consumer exist.
 func (b *Backend) setup(ctx context.Context) error {
-	work, delay, dead := b.streamConfigs()
+	b.replicas = max(b.cfg.Replicas, 1)
+	work, _, _ := b.streamConfigs()
 	var err error
 	if b.work, err = b.ensureStream(ctx, work); err != nil {
 		return err
 	}
+	if b.cfg.Replicas == 0 {
+		b.replicas = b.work.CachedInfo().Config.Replicas
+	}
+	_, delay, dead := b.streamConfigs()
 	if b.delay, err = b.ensureStream(ctx, delay); err != nil {
 		return err
 	}
@@ -341,7 +370,7 @@ func (b *Backend) setup(ctx context.Context) error {
 func (b *Backend) streamConfigs() (work, delay, dead jetstream.StreamConfig) {
 	base := jetstream.StreamConfig{
 		Storage:    b.cfg.Storage,
-		Replicas:   b.cfg.Replicas,
+		Replicas:   b.replicas,
 		Discard:    jetstream.DiscardNew,
 		MaxMsgs:    limit(b.cfg.MaxMsgs),
 		MaxBytes:   limit(b.cfg.MaxBytes),
@@ -381,7 +410,8 @@ func limit(n int64) int64 {
 }
 
 // ensureStream creates the stream, or checks that an existing one is
-// compatible (same retention, storage, replicas, and covering our subjects).
+// compatible (same retention, storage, and covering our subjects; the same
+// replicas when Config.Replicas is set).
 func (b *Backend) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	s, err := b.js.Stream(ctx, cfg.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -402,8 +432,8 @@ func (b *Backend) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) 
 		return nil, fmt.Errorf("nats: stream %s exists with retention %v, want %v (Config.Stream names a stream of another use?)", cfg.Name, got.Retention, cfg.Retention)
 	case got.Storage != cfg.Storage:
 		return nil, fmt.Errorf("nats: stream %s exists with storage %v, but Config.Storage is %v", cfg.Name, got.Storage, cfg.Storage)
-	case got.Replicas != cfg.Replicas:
-		return nil, fmt.Errorf("nats: stream %s exists with %d replicas, but Config.Replicas is %d", cfg.Name, got.Replicas, cfg.Replicas)
+	case b.cfg.Replicas != 0 && got.Replicas != b.cfg.Replicas:
+		return nil, fmt.Errorf("nats: stream %s exists with %d replicas, but Config.Replicas is %d (0 takes the existing count)", cfg.Name, got.Replicas, b.cfg.Replicas)
 	case len(got.Subjects) != 1 || got.Subjects[0] != cfg.Subjects[0]:
 		return nil, fmt.Errorf("nats: stream %s exists with subjects %v, want [%s]", cfg.Name, got.Subjects, cfg.Subjects[0])
 	}

@@ -101,7 +101,7 @@ func (b *Backend) claimStream(ctx context.Context) (jetstream.Stream, error) {
 		Subjects:    []string{b.cfg.Stream + ".claim.>"},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     b.cfg.Storage,
-		Replicas:    b.cfg.Replicas,
+		Replicas:    b.replicas,
 		MaxMsgs:     -1,
 		MaxBytes:    -1,
 	})

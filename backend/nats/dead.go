@@ -31,6 +31,9 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 			return nil, err
 		}
 		msgs, start, err := b.pull(ctx, b.deadName(), deadConsumer(queue), 1, 0, b.release)
+		if errors.Is(err, errReconnected) {
+			continue
+		}
 		if errors.Is(err, errNoConsumer) && !recreated {
 			recreated = true
 			qs.mu.Lock()

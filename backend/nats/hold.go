@@ -77,7 +77,7 @@ func (b *Backend) holdStream(ctx context.Context) (jetstream.Stream, error) {
 		Subjects:          []string{b.cfg.Stream + ".hold.>"},
 		Retention:         jetstream.LimitsPolicy,
 		Storage:           b.cfg.Storage,
-		Replicas:          b.cfg.Replicas,
+		Replicas:          b.replicas,
 		MaxMsgs:           -1,
 		MaxBytes:          -1,
 		MaxMsgsPerSubject: 1,

@@ -126,6 +126,10 @@ func (b *Backend) receive(ctx context.Context, qs *queueState, queue string, max
 // claimWait bounds the wait for the claims of one Receive (see claim.go).
 const claimWait = 10 * time.Second
 
+// errReconnected reports a pull left to drain because the connection
+// reconnected meanwhile: pull again.
+var errReconnected = errors.New("reconnected during a pull")
+
 // fetch returns up to max messages from a consumer, blocking until there is
 // at least one, and when their leases start (see pull). It asks without
 // waiting first;
@@ -135,7 +139,7 @@ const claimWait = 10 * time.Second
 func (b *Backend) fetch(ctx context.Context, stream, consumer string, max int, late func(*gonats.Msg), sw *sweeper) ([]*gonats.Msg, time.Time, error) {
 	sw.maybe(ctx, b)
 	msgs, start, err := b.pull(ctx, stream, consumer, max, 0, late)
-	for len(msgs) == 0 && err == nil {
+	for len(msgs) == 0 && (err == nil || errors.Is(err, errReconnected)) {
 		sw.maybe(ctx, b)
 		msgs, start, err = b.pull(ctx, stream, consumer, 1, b.cfg.PollWait, late)
 		if len(msgs) == 1 && max > 1 && err == nil {
@@ -212,11 +216,19 @@ func (b *Backend) ensureWork(ctx context.Context, qs *queueState, queue string, 
 //
 // A pull request cannot be withdrawn: unsubscribing its inbox stops the
 // server from choosing it for new deliveries, but a message the server
-// chose just before still arrives, to nobody, and counts as a delivery. So
-// when ctx ends first, pull returns at once and leaves the request to
-// drain, which waits for its end and gives each message that still comes to
-// late. When the Backend closes, the request is abandoned instead, which is
-// the crash that Close stands for.
+// chose just before still arrives, and counts as a delivery. So when ctx
+// ends first, pull returns at once and leaves the request to drain, which
+// gives each message that still comes to late. On a server without the
+// stale-request bug (see claim.go), pull first drains the inbox's
+// subscription: its UNSUB goes out at once, ahead of anything this process
+// sends later, such as the copies the platform hands back next, which the
+// server would otherwise give to this request (and a process killed while
+// it hands one back charges that job a crash); the inbox keeps taking
+// messages until a flush comes back. Before 2.10.14 an unsubscribed request
+// is a stale one, which makes the server drop a lapsed lease's redelivery
+// and count it twice, so the request keeps its inbox until it ends. When
+// the Backend closes, the request is abandoned instead, which is the crash
+// that Close stands for.
 func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, wait time.Duration, late func(*gonats.Msg)) ([]*gonats.Msg, time.Time, error) {
 	ch := make(chan *gonats.Msg, batch+8)
 	inbox := b.nc.NewInbox()
@@ -234,6 +246,7 @@ func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, 
 		_ = sub.Unsubscribe()
 		return nil, start, fmt.Errorf("nats: pull from %s: %w", consumer, err)
 	}
+	reconnected := b.reconnects()
 	end := start.Add(wait + 5*time.Second) // the server ends the request by then
 	timer := time.NewTimer(time.Until(end))
 	defer timer.Stop()
@@ -253,13 +266,28 @@ func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, 
 			}
 		case <-ctx.Done():
 			left := batch - len(msgs)
-			if !b.spawn(func() { b.drain(sub, ch, left, end, late, stream == b.cfg.Stream) }) {
+			unsub := !b.claiming()
+			if unsub {
+				_ = sub.Drain()
+			}
+			if !b.spawn(func() { b.drain(sub, ch, left, end, late, stream == b.cfg.Stream, unsub) }) {
 				return b.abandon(sub, ch, msgs, start, wait > 0, driver.ErrClosed)
 			}
 			if len(msgs) > 0 {
 				return msgs, start, nil
 			}
 			return nil, start, ctx.Err()
+		case <-reconnected:
+			// The request may have died with the server the connection
+			// left (a cluster node): send a new one, and leave this one,
+			// which may live on at its consumer's leader, to drain (its
+			// inbox kept).
+			left := batch - len(msgs)
+			if len(msgs) > 0 || !b.spawn(func() { b.drain(sub, ch, left, end, late, stream == b.cfg.Stream, false) }) {
+				reconnected = nil // finish this request as before
+				continue
+			}
+			return nil, start, errReconnected
 		case <-b.ctx.Done():
 			return b.abandon(sub, ch, msgs, start, wait > 0, driver.ErrClosed)
 		case <-timer.C:
@@ -268,14 +296,36 @@ func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, 
 	}
 }
 
-// drain waits for the end of a pull request whose caller left, and hands
-// each message that still arrives to late, until the server ends it or
-// the left messages it may still carry have come. On the work stream it keeps
-// waiting when the Backend closes (Close waits for it: PollWait at most,
-// unless the server is unreachable, then 5s more), so
-// that the usual shutdown, the platform's Stop and then Close, counts no
-// crash; elsewhere it abandons the request at Close.
-func (b *Backend) drain(sub *gonats.Subscription, ch chan *gonats.Msg, left int, end time.Time, late func(*gonats.Msg), work bool) {
+// drain hands each message that still arrives for a pull request whose
+// caller left to late. When its subscription is draining (unsub), a flush
+// that comes back means the server has seen the UNSUB, so it passes the
+// request by, and every message it sent before is in ch: drain ends there,
+// within a round trip. (In a cluster, a consumer led by another server can
+// still send one over a route after that, which is lost and comes back
+// counted.) Otherwise, or when the flush fails (the connection is down),
+// it waits for the request's end, or until the left messages it may still
+// carry have come. On the work stream it keeps waiting when the Backend
+// closes (Close waits for it: PollWait at most, unless the server is
+// unreachable, then 5s more), so that the usual shutdown, the platform's
+// Stop and then Close, counts no crash; elsewhere it abandons the request
+// at Close.
+func (b *Backend) drain(sub *gonats.Subscription, ch chan *gonats.Msg, left int, end time.Time, late func(*gonats.Msg), work, unsub bool) {
+	if unsub && b.nc.FlushTimeout(time.Until(end)) == nil {
+		var msgs []*gonats.Msg
+		for collecting := true; collecting; {
+			select {
+			case m := <-ch:
+				_, _ = b.take(&msgs, m)
+			default:
+				collecting = false
+			}
+		}
+		_ = sub.Unsubscribe()
+		for _, m := range msgs {
+			late(m)
+		}
+		return
+	}
 	timer := time.NewTimer(time.Until(end))
 	defer timer.Stop()
 	closing := b.ctx.Done()

@@ -76,7 +76,7 @@ func (b *Backend) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 			Description: "asyncplatform store",
 			History:     1,
 			Storage:     b.cfg.Storage,
-			Replicas:    b.cfg.Replicas,
+			Replicas:    b.replicas,
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) {
 			kv, err = b.js.KeyValue(ctx, name) // made by another process meanwhile
