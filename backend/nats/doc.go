@@ -10,10 +10,16 @@
 // Importing the package registers the nats scheme for asyncplatform.Open:
 //
 //	nats://user:password@127.0.0.1:4222?stream=JOBS
+//	nats://user:password@10.0.0.1:4222,10.0.0.2:4222,10.0.0.3:4222?replicas=3
 //
-// The query parameter stream sets Config.Stream; the rest of the URL is
-// Config.URL. A Backend opened from a URL dials its own connection and
-// closes it on Close.
+// The hosts, comma-separated, are the servers the client may dial
+// (Config.URL, one server URL each; it learns the rest of a cluster from
+// the one it reaches); the user part (user:password, or a token alone)
+// reaches whichever it dials. The query parameters: stream sets
+// Config.Stream, replicas (1 to 5) Config.Replicas; any other is an error.
+// Without replicas, existing streams are taken with their own replica
+// count, so a URL opens a platform's R3 streams as they are. A Backend
+// opened from a URL dials its own connection and closes it on Close.
 //
 // # Layout
 //
@@ -132,13 +138,28 @@
 // message it chose just before still arrives, to nobody, and comes back
 // after its AckWait counted as a crash: at every graceful Stop this would
 // now and then spend a try of an innocent job. So a Receive whose ctx ends
-// returns at once and leaves its request to a drain goroutine, which keeps
-// the inbox until the server ends the request (at most PollWait) and hands
+// returns at once and leaves its request to a drain goroutine, which hands
 // back whatever still arrives without counting that delivery: a new copy is
 // published with a base (the deliveries before it), then the delivery is
-// acked. Close waits for these drains, so the usual shutdown
-// (the platform's Stop, then Close) counts no crash; a Receive still
-// running at Close is abandoned, the crash Close stands for.
+// acked. On 2.10.14 and later the Receive first drains its inbox's
+// subscription: the UNSUB goes out at once, ahead of whatever the process
+// publishes next, and the inbox takes what the server sent before it saw
+// it, until a flush comes back. Before 2.10.14 the request keeps its inbox
+// until the server ends it (at most PollWait): there an unsubscribed
+// request is a stale one, which makes the server drop a lapsed lease's
+// redelivery and count it twice (see Claims). The difference shows when
+// the platform isolates a suspect: it cancels the Receive, hands back what
+// it had queued (new copies) and runs the suspect, which may kill the
+// process; a request still open takes one of those copies, and if the
+// process dies while the drain hands it back, an innocent job is charged a
+// crash (the fault suite's PoisonIsolation: about 1 run in 20 on 2.9.10,
+// and on 2.15.2 before the UNSUB; TestCancelledReceiveSkipsLaterCopies).
+// Close waits for the drains, so the usual shutdown (the platform's Stop,
+// then Close) counts no crash; a Receive still running at Close is
+// abandoned, the crash Close stands for. A pull under way when the
+// connection reconnects (its server died or restarted) is left to a drain
+// the same way, and sent again at once: the request may have died with that
+// server.
 //
 // # Dead letters
 //
@@ -216,4 +237,46 @@
 // delivered again. The backend sweeps those: when it first pulls from a
 // consumer and after every reconnect, it deletes its messages below the ack
 // floor (see sweep.go; a few lookups when there is nothing to delete).
+//
+// # Clusters
+//
+// On a JetStream cluster, give the URL (or Config.URL) several nodes and
+// set replicas=3 (Config.Replicas) when the streams are first made; every
+// other process, asyncctl and the dashboard can open them without it.
+//
+//   - What is replicated: with Replicas 3, every stream the backend makes
+//     (work, delay, dead letters, holds, claims, and the store's KV bucket)
+//     and, with them, their consumers (each has the stream's replica count),
+//     so the queue, its delivery counts and its dead-letter holds survive
+//     the loss of one node of three. A publish is acknowledged once a
+//     majority of the stream's replicas stored it (Raft), so a single node
+//     loss loses nothing acknowledged.
+//   - What a node loss costs: the client reconnects to another node in
+//     about ReconnectWait (250 ms) and a pull under way is sent again at
+//     once. When the lost node led a stream or consumer, the others elect a
+//     new leader first: requests to it fail or time out meanwhile: Enqueue
+//     returns the error (a retry of the same job is stored once within
+//     DuplicateWindow, by its Nats-Msg-Id), and Receive tries again. Measured on 3 loopback nodes
+//     of 2.9.10 (TestClusterNodeKill, docs/reliability.md): the connected
+//     node killed, enqueues and claims went on within about 0.3 s; a node
+//     not connected to, within about 5 s (elections). Deliveries held at
+//     the loss stay held: their receipts stay valid for their lease.
+//     Duplicates come from acks lost with the node (the job comes back
+//     after its lease, counted).
+//   - What the broker can lose: nothing acknowledged while a majority of a
+//     stream's replicas lives; a majority lost at once (two nodes of
+//     three) stops the stream until one returns, and loses the writes only
+//     its failed replicas had. Each node syncs its file store every 60 s
+//     (2.9), so nodes lost together to a power cut can lose acknowledged
+//     writes, as a single server does; a SIGKILL of one node of three lost
+//     nothing in TestClusterNodeKill (the others hold every acknowledged
+//     write and the consumers' state).
+//   - Versions: run every node on 2.10.14 or later. The backend decides
+//     whether to claim first deliveries (see Counting) by the version of the
+//     node it is connected to; in a cluster mixing versions (an upgrade
+//     under way) a consumer led by an older node has the bug while the
+//     client sits on a newer one, and nothing is claimed.
+//   - Tested with scripts/cluster/nats.sh (3 nodes of the machine's 2.9.10
+//     on loopback; TestClusterConformance and TestClusterNodeKill under
+//     ASYNCPLATFORM_CLUSTER=nats).
 package nats
