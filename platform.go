@@ -42,6 +42,14 @@ const (
 // Config configures a Platform. The zero value is usable: every field has a
 // documented default.
 type Config struct {
+	// Limits bound the jobs of each job type named: per process, across
+	// processes, and by rate (see TypeLimit). Defaults to none.
+	Limits map[string]TypeLimit
+
+	// LimitDelay is about how long a job over a concurrency limit waits
+	// before it is offered again (±50 %). Defaults to DefaultLimitDelay.
+	LimitDelay time.Duration
+
 	// Pools work several queues of Queues with one set of handlers, in
 	// strict priority order or by weight (see Pool). Defaults to none:
 	// every queue has handlers of its own.
@@ -330,6 +338,7 @@ type Platform struct {
 	sched    scheduler  // periodic jobs (schedule.go)
 	oc       outcomes   // status tracking and cancellation (status.go)
 	pz       pauses     // paused queues (pause.go)
+	lim      limits     // job-type limits (limits.go)
 
 	mu       sync.Mutex // guards handlers writes and the fields below
 	started  bool
@@ -382,6 +391,9 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	p.health.Init(checks)
 	p.health.AddPinger(backend)
 	if err := p.initOutcomes(); err != nil {
+		return nil, err
+	}
+	if err := p.initLimits(); err != nil {
 		return nil, err
 	}
 	p.enqueue = p.enqueueJobs
@@ -445,6 +457,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"Lease", &c.Lease, DefaultLease},
 		{"RejectDelay", &c.RejectDelay, DefaultRejectDelay},
 		{"UnhandledDelay", &c.UnhandledDelay, DefaultUnhandledDelay},
+		{"LimitDelay", &c.LimitDelay, DefaultLimitDelay},
 		{"HealthInterval", &c.HealthInterval, DefaultHealthInterval},
 		{"StatusRetention", &c.StatusRetention, DefaultStatusRetention},
 	}
@@ -891,6 +904,7 @@ func (p *Platform) Start(ctx context.Context) error {
 	p.startSchedules(bgCtx)
 	p.startOutcomes(bgCtx)
 	p.startPauses(bgCtx)
+	p.startLimits(bgCtx)
 	p.log.InfoContext(ctx, "asyncplatform: started", "queues", len(p.queues), "worker", p.cfg.WorkerName)
 	return nil
 }

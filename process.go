@@ -102,6 +102,15 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		p.apply(f, j, d, "")
 		return
 	}
+	if p.lim.byType != nil {
+		if tl := p.lim.byType[j.Type]; tl != nil {
+			slot, ok := p.admit(f, j, tl)
+			if !ok {
+				return
+			}
+			defer p.unadmit(tl, slot)
+		}
+	}
 	isolated := false
 	if suspect(j) && !p.cfg.DisableIsolation { // it was in a process that died: it runs alone
 		if !p.isolate(f) {

@@ -317,7 +317,11 @@ func testPauseGroup(t *testing.T, e *env) {
 		}
 	}
 	if !slices.Equal(order, want) {
-		t.Errorf("the resumed group's jobs ran out of order (or not once each):\n got %q\nwant %q", order, want)
+		at := 0
+		for at < min(len(order), len(want)) && order[at] == want[at] {
+			at++
+		}
+		t.Errorf("the resumed group's jobs ran out of order (or not once each): %d runs for %d jobs, the first difference at %d:\n got %q\nwant %q", len(order), len(want), at, order[at:min(at+5, len(order))], want[at:min(at+5, len(want))])
 	}
 	if g, err := admin.PausedGroups(ctx, e.queue); err != nil || len(g) != 0 {
 		t.Errorf("PausedGroups after ResumeGroup = %q, %v; want none", g, err)

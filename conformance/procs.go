@@ -33,6 +33,8 @@ var childMains = map[string]func(t *testing.T, k *kid, arg string){
 	"Schedule/OnePerTickProcesses": scheduleChild,
 	"Schedule/RestartSkipsMissed":  scheduleChild,
 	"Schedule/RestartCatchesUp":    scheduleChild,
+	"Flow/ClusterConcurrency":      limitChild,
+	"Flow/RateLimit":               limitChild,
 }
 
 // runsProcs reports whether the case a test name ends in starts child

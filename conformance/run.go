@@ -92,6 +92,8 @@ func cases() []testCase {
 		{"Flow/StrictOrder", testStrictOrder},
 		{"Flow/Weighted", testWeighted},
 		{"Flow/PauseGroup", testPauseGroup},
+		{"Flow/ClusterConcurrency", testClusterConcurrency},
+		{"Flow/RateLimit", testRateLimit},
 		// outcomes.go
 		{"Outcomes/StatusWalk", testStatusWalk},
 		{"Outcomes/ResultJSON", testResultJSON},

@@ -1,0 +1,284 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// limitChild is a worker process of the Flow/ClusterConcurrency and
+// Flow/RateLimit cases: 20 handlers, the case's limit on its job type,
+// and a line for the parent as each handler starts and ends (wall-clock
+// nanoseconds: the processes share the machine's clock).
+func limitChild(t *testing.T, k *kid, arg string) {
+	cfg := ap.Config{
+		Queues:     map[string]ap.QueueConfig{k.queue: {Concurrency: 20}},
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		LimitDelay: 200 * time.Millisecond,
+		// The killed process's jobs come back as suspects, which would run
+		// one at a time: what is measured here is the limit alone.
+		DisableIsolation: true,
+	}
+	switch arg {
+	case "concurrency":
+		cfg.Limits = map[string]ap.TypeLimit{"limited": {ClusterConcurrency: 5}}
+	case "rate":
+		cfg.Limits = map[string]ap.TypeLimit{"limited": {Rate: 50, Burst: 5}}
+	default:
+		t.Fatalf("argument %q", arg)
+	}
+	p := k.platform(cfg)
+	hold := 0 * time.Millisecond
+	if arg == "concurrency" {
+		hold = 300 * time.Millisecond
+	}
+	_ = p.Handle("limited", func(ctx context.Context, j *ap.Job) error {
+		say("START %d %s", time.Now().UnixNano(), j.ID)
+		time.Sleep(hold)
+		say("END %d %s", time.Now().UnixNano(), j.ID)
+		return nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), k.opts.Wait)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	say("READY")
+	k.waitStdin()
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	_ = p.Stop(sctx)
+}
+
+// span is one handler run as a child reported it.
+type span struct {
+	proc       int
+	start, end int64 // Unix nanoseconds; end 0: not ended (yet)
+	id         string
+}
+
+// collect reads the START and END lines of the children until stop is
+// closed.
+func collect(kids []*child, stop chan struct{}) func() []span {
+	var mu sync.Mutex
+	byID := map[string]*span{}
+	var all []*span
+	var wg sync.WaitGroup
+	for n, k := range kids {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case l, ok := <-k.lines:
+					if !ok {
+						return
+					}
+					word, rest, _ := strings.Cut(strings.TrimPrefix(l, procPrefix), " ")
+					ts, id, _ := strings.Cut(rest, " ")
+					v, err := strconv.ParseInt(ts, 10, 64)
+					if err != nil || (word != "START" && word != "END") {
+						continue
+					}
+					mu.Lock()
+					key := fmt.Sprintf("%d/%s", n, id)
+					if word == "START" {
+						s := &span{proc: n, start: v, id: id}
+						byID[key] = s
+						all = append(all, s)
+					} else if s := byID[key]; s != nil {
+						s.end = v
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	return func() []span {
+		mu.Lock()
+		defer mu.Unlock()
+		out := make([]span, len(all))
+		for i, s := range all {
+			out[i] = *s
+		}
+		return out
+	}
+}
+
+// peak is the most spans running at one instant; a span not ended counts
+// as running until `open` (Unix nanoseconds).
+func peak(spans []span, open int64) (int, int64) {
+	type ev struct {
+		at int64
+		d  int
+	}
+	var evs []ev
+	for _, s := range spans {
+		end := s.end
+		if end == 0 {
+			end = open
+		}
+		evs = append(evs, ev{s.start, 1}, ev{end, -1})
+	}
+	slices.SortFunc(evs, func(a, b ev) int {
+		if a.at != b.at {
+			return int(min(max(a.at-b.at, -1), 1))
+		}
+		return a.d - b.d // an end before a start at the same instant
+	})
+	n, best, at := 0, 0, int64(0)
+	for _, e := range evs {
+		n += e.d
+		if n > best {
+			best, at = n, e.at
+		}
+	}
+	return best, at
+}
+
+// testClusterConcurrency: three worker processes at concurrency 20 share a
+// cluster-wide limit of 5 on one job type: never more than 5 of its jobs
+// run at once; the limit is reached; and when a process holding slots is
+// killed (SIGKILL), its slots come back after the lease and the survivors
+// run 5 at once again. Every job runs, and none spends a try on waiting.
+func testClusterConcurrency(t *testing.T, e *env) {
+	if e.opts.SingleProcess != "" {
+		t.Skipf("the backend declares it cannot share queues across processes: %s", e.opts.SingleProcess)
+	}
+	var kids []*child
+	for i := range 3 {
+		kids = append(kids, e.spawn(t, i, "concurrency"))
+	}
+	for _, k := range kids {
+		k.expect(t, "READY", e.opts.Wait)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	spans := collect(kids, stop)
+	admin := e.producer()
+	const jobs = 80
+	var all []*ap.Job
+	for range jobs {
+		all = append(all, &ap.Job{Type: "limited"})
+	}
+	e.enqueue(admin, all...)
+	e.waitFor("the limit to be reached", func() bool {
+		n, _ := peak(spans(), time.Now().UnixNano())
+		return n >= 5
+	})
+	// Kill the process that is running the most jobs now.
+	now := time.Now().UnixNano()
+	running := make([]int, len(kids))
+	for _, s := range spans() {
+		if s.end == 0 {
+			running[s.proc]++
+		}
+	}
+	victim := 0
+	for i := range running {
+		if running[i] > running[victim] {
+			victim = i
+		}
+	}
+	if running[victim] == 0 {
+		t.Fatalf("no process was running a job at %d", now)
+	}
+	kids[victim].kill(t)
+	killed := time.Now().UnixNano()
+	done := func() bool {
+		ended := map[string]bool{}
+		for _, s := range spans() {
+			if s.end != 0 {
+				ended[s.id] = true
+			}
+		}
+		return len(ended) >= jobs
+	}
+	e.waitLonger(2*e.lease, "every job to run", done)
+	got := spans()
+	var alive []span
+	for _, s := range got {
+		if s.proc != victim || s.end != 0 {
+			alive = append(alive, s)
+		}
+	}
+	if n, at := peak(alive, time.Now().UnixNano()); n > 5 {
+		t.Errorf("%d jobs ran at once at %d (limit 5)", n, at)
+	}
+	var after []span
+	for _, s := range alive {
+		if s.start > killed {
+			after = append(after, s)
+		}
+	}
+	if n, _ := peak(after, time.Now().UnixNano()); n < 5 {
+		t.Errorf("after a process holding %d slots was killed, at most %d jobs ran at once: its slots did not come back", running[victim], n)
+		for _, s := range after {
+			t.Logf("proc %d %s: %+.3fs .. %+.3fs", s.proc, s.id, float64(s.start-killed)/1e9, float64(s.end-killed)/1e9)
+		}
+	}
+}
+
+// testRateLimit: three worker processes share a rate limit of 50 jobs a
+// second on one job type: over 10 s of steady backlog they start 500 ± 10 % (with a burst of 5).
+func testRateLimit(t *testing.T, e *env) {
+	if e.opts.SingleProcess != "" {
+		t.Skipf("the backend declares it cannot share queues across processes: %s", e.opts.SingleProcess)
+	}
+	var kids []*child
+	for i := range 3 {
+		kids = append(kids, e.spawn(t, i, "rate"))
+	}
+	for _, k := range kids {
+		k.expect(t, "READY", e.opts.Wait)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	spans := collect(kids, stop)
+	admin := e.producer()
+	enqueue := func(n int) {
+		var js []*ap.Job
+		for range n {
+			js = append(js, &ap.Job{Type: "limited"})
+		}
+		e.enqueue(admin, js...)
+	}
+	const backlog, window = 100, 10 * time.Second
+	enqueue(backlog)
+	total := backlog
+	e.waitFor("the first job to start", func() bool { return len(spans()) > 0 })
+	first := time.Now()
+	for time.Since(first) < window+2*time.Second { // keep about `backlog` jobs waiting
+		time.Sleep(200 * time.Millisecond)
+		if n := backlog - (total - len(spans())); n > 0 {
+			enqueue(n)
+			total += n
+		}
+	}
+	got := spans()
+	t0 := got[0].start
+	for _, s := range got {
+		t0 = min(t0, s.start)
+	}
+	t0 += int64(time.Second) // past the start-up: the processes' first claims and their first burst
+	in := 0
+	for _, s := range got {
+		if s.start >= t0 && s.start < t0+int64(window) {
+			in++
+		}
+	}
+	const want = 500
+	if in < want*9/10 || in > want*11/10 {
+		t.Errorf("%d jobs started in %v of a 50/s limit; want %d ± 10 %%", in, window, want)
+	}
+	t.Logf("%d jobs started in %v (want %d ± 10 %%)", in, window, want)
+}
