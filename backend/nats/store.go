@@ -19,6 +19,8 @@ import (
 // The store (driver.Store) is a JetStream KV bucket named
 // Config.Stream+"_STORE" (its stream is KV_<Stream>_STORE), with the
 // streams' storage and replicas and a history of one, made on first use.
+// A replicated bucket has direct gets turned off, so that every read is the
+// leader's (a follower's answer can be behind a write just acknowledged).
 //
 // Keys: each '/'-separated segment of a store key is one token of the KV
 // key, with the bytes KV keys cannot hold ('.', ':', '=') written as "=XX"
@@ -88,6 +90,20 @@ func (b *Backend) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	stream, err := b.js.Stream(ctx, "KV_"+name)
 	if err != nil {
 		return nil, fmt.Errorf("nats: store bucket %s: %w", name, err)
+	}
+	if cfg := stream.CachedInfo().Config; cfg.AllowDirect && cfg.Replicas > 1 {
+		// A replicated bucket answers direct gets from any replica, a
+		// follower's possibly behind the leader: a key read just after its
+		// write could read the value before (TestClusterConformance's
+		// Outcomes/StatusWalk and Schedule/OnePerTick failed so). Reads go
+		// to the leader instead.
+		cfg.AllowDirect = false
+		if stream, err = b.js.UpdateStream(ctx, cfg); err == nil {
+			kv, err = b.js.KeyValue(ctx, name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("nats: store bucket %s: read from the leader: %w", name, err)
+		}
 	}
 	s.kv, s.stream = kv, stream
 	return kv, nil
