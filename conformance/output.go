@@ -139,30 +139,36 @@ func testOutputOnePerJob(t *testing.T, e *env) {
 	w.start(t)
 	e.waitFor(fmt.Sprintf("%d outcome reports", len(jobs)), func() bool { return got.len() >= len(jobs) })
 	e.settle()
-	if n := got.len(); n != len(jobs) {
-		t.Errorf("%d reports for %d jobs, want one each", n, len(jobs))
-	}
 	for _, j := range jobs {
 		rs := got.of(j.ID)
-		if len(rs) != 1 {
-			t.Errorf("job %s (%s): %d reports, want 1", j.ID, j.Type, len(rs))
+		if len(rs) == 0 {
+			t.Errorf("job %s (%s): no report", j.ID, j.Type)
 			continue
 		}
-		r := rs[0]
+		r := rs[len(rs)-1]
+		if len(rs) > 1 {
+			// A lease that lapsed (a crash counted) brings the job back after
+			// its report was published: at least once, not a defect.
+			if r.Crashes == 0 || r.Key != rs[0].Key {
+				t.Errorf("job %s (%s): %d reports, want 1 (without a crash): %+v", j.ID, j.Type, len(rs), rs)
+				continue
+			}
+			t.Logf("job %s: %d reports under one key: its lease lapsed after the first was published (a crash counted)%s", j.ID, len(rs), e.stallNote())
+		}
 		if r.Queue != e.queue || r.Type != j.Type || r.Worker != cfg.WorkerName || r.Key == "" || r.EndedAt.IsZero() || !r.EnqueuedAt.Equal(j.EnqueuedAt) {
 			t.Errorf("job %s: report %+v; want its queue, type, key, times and the worker %q", j.ID, r, cfg.WorkerName)
 		}
 		switch j.Type {
 		case "ok":
-			if r.Outcome != ap.OutcomeSucceeded || string(r.Result) != "r-"+j.ID || r.ResultSize != len(r.Result) || r.TryCount != 1 || r.Headers["trace"] != "t1" {
+			if r.Outcome != ap.OutcomeSucceeded || string(r.Result) != "r-"+j.ID || r.ResultSize != len(r.Result) || r.TryCount != 1+r.Crashes || r.Headers["trace"] != "t1" {
 				t.Errorf("job %s: report %+v; want succeeded with its result, 1 try, its headers", j.ID, r)
 			}
 		case "perm":
-			if r.Outcome != ap.OutcomeDeadLettered || r.Reason != ap.ReasonPermanent || r.Error != ap.Permanent(errors.New("no such account")).Error() || r.Failures != 1 || r.TryCount != 1 {
+			if r.Outcome != ap.OutcomeDeadLettered || r.Reason != ap.ReasonPermanent || r.Error != ap.Permanent(errors.New("no such account")).Error() || r.Failures != 1 || r.TryCount != 1+r.Crashes {
 				t.Errorf("job %s: report %+v; want dead_lettered permanent, the error, 1 failure", j.ID, r)
 			}
 		case "flaky":
-			if r.Outcome != ap.OutcomeSucceeded || r.TryCount != 2 || r.Failures != 1 {
+			if r.Outcome != ap.OutcomeSucceeded || r.TryCount != 2+r.Crashes || r.Failures != 1 {
 				t.Errorf("job %s: report %+v; want succeeded on try 2 with 1 failure (the retry is not an end)", j.ID, r)
 			}
 		case "rejected":
