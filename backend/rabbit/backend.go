@@ -52,8 +52,15 @@ var (
 
 // Config configures a Backend. The zero value is usable.
 type Config struct {
-	// URL is the AMQP URL of the broker. Defaults to the ASYNCPLATFORM_AMQP_URL
-	// environment variable, or DefaultURL when that is empty.
+	// URL is the AMQP URL of the broker. For a cluster, it lists several
+	// nodes separated by commas, which share its user, password, vhost and
+	// query: amqp://user:pass@h1:5672,h2:5672,h3:5672/vhost. New connects to
+	// the first node that answers, in the order given; when the connection
+	// is lost, the backend dials the next node at once (the one it lost is
+	// tried last) and goes round the list, with backoff between rounds. See
+	// the package documentation, Clusters. Defaults to the
+	// ASYNCPLATFORM_AMQP_URL environment variable, or DefaultURL when that
+	// is empty.
 	URL string
 
 	// Prefix starts every queue name this backend derives. Defaults to
@@ -152,7 +159,7 @@ func (c Config) validate() error {
 	case strings.HasPrefix(c.Prefix, "amq."):
 		return fmt.Errorf("rabbit: Config.Prefix %q: %w: RabbitMQ reserves names starting with \"amq.\"", c.Prefix, driver.ErrBadQueue)
 	}
-	if _, err := amqp.ParseURI(c.URL); err != nil {
+	if _, err := splitNodes(c.URL); err != nil {
 		return fmt.Errorf("rabbit: Config.URL: %w", err)
 	}
 	return nil
@@ -188,6 +195,10 @@ type Backend struct {
 	pubMu   sync.Mutex // serialises publisher creation
 	migMu   sync.Mutex // serialises migrateDead
 	chanGen atomic.Uint64
+
+	nodes   []string // one URL per node of Config.URL
+	node    int      // the index in nodes of the last connection; guarded by mu
+	dialled bool     // a connection was made once; guarded by mu
 }
 
 type blockState struct {
@@ -221,6 +232,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		known:    map[string]bool{},
 		legacy:   map[string]bool{},
 	}
+	b.nodes, _ = splitNodes(cfg.URL) // checked by validate
 	b.closing, b.stop = context.WithCancel(context.Background())
 	b.done = b.closing.Done()
 	conn, err := b.dial(ctx)

@@ -2,6 +2,7 @@ package rabbit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -15,8 +16,45 @@ import (
 // dialTimeout bounds the TCP connect and the AMQP handshake of one dial.
 const dialTimeout = 30 * time.Second
 
-// dial opens one connection, giving up when ctx ends or Close is called.
+// nodeConnectTimeout bounds the TCP connect to one node when the URL lists
+// several, so that an unreachable host (one that drops packets, not
+// refuses) does not hold up the others for dialTimeout.
+const nodeConnectTimeout = 5 * time.Second
+
+// dial opens one connection, trying each node of Config.URL once, starting
+// with the one after the node of the last connection (so a node that just
+// died is tried last), and gives up when all failed, ctx ends or Close is
+// called.
 func (b *Backend) dial(ctx context.Context) (*amqp.Connection, error) {
+	b.mu.Lock()
+	start := 0 // New: the nodes in the order given
+	if b.dialled {
+		start = (b.node + 1) % len(b.nodes)
+	}
+	b.mu.Unlock()
+	var errs []error
+	for i := range b.nodes {
+		n := (start + i) % len(b.nodes)
+		c, err := b.dialNode(ctx, b.nodes[n])
+		if err == nil {
+			b.mu.Lock()
+			b.node, b.dialled = n, true
+			b.mu.Unlock()
+			if len(b.nodes) > 1 {
+				b.log.Info("connected", "node", redactNode(b.nodes[n]))
+			}
+			return c, nil
+		}
+		if errors.Is(err, driver.ErrClosed) || ctx.Err() != nil {
+			return nil, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// dialNode opens one connection to one node.
+func (b *Backend) dialNode(ctx context.Context, node string) (*amqp.Connection, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(b.closing, cancel)()
@@ -26,12 +64,16 @@ func (b *Backend) dial(ctx context.Context) (*amqp.Connection, error) {
 			stop()
 		}
 	}()
-	c, err := amqp.DialConfig(b.cfg.URL, amqp.Config{
+	connect := dialTimeout
+	if len(b.nodes) > 1 {
+		connect = nodeConnectTimeout
+	}
+	c, err := amqp.DialConfig(node, amqp.Config{
 		Heartbeat:  b.cfg.Heartbeat,
 		Locale:     "en_US",
 		Properties: amqp.Table{"connection_name": "asyncplatform"},
 		Dial: func(network, addr string) (net.Conn, error) {
-			d := net.Dialer{Timeout: dialTimeout}
+			d := net.Dialer{Timeout: connect}
 			conn, err := d.DialContext(ctx, network, addr)
 			if err != nil {
 				return nil, err
@@ -50,18 +92,9 @@ func (b *Backend) dial(ctx context.Context) (*amqp.Connection, error) {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
 		}
-		return nil, fmt.Errorf("rabbit: dial %s: %w", redact(b.cfg.URL), err)
+		return nil, fmt.Errorf("rabbit: dial %s: %w", redactNode(node), err)
 	}
 	return c, nil
-}
-
-func redact(u string) string {
-	uri, err := amqp.ParseURI(u)
-	if err != nil {
-		return "(invalid URL)"
-	}
-	uri.Password = "xxx"
-	return uri.String()
 }
 
 // attach installs conn as the live connection and starts its watchers.
@@ -182,9 +215,20 @@ func (b *Backend) redeclare(conn *amqp.Connection) error {
 	if err != nil {
 		return err
 	}
-	defer ch.Close()
+	defer func() { ch.Close() }()
 	for n, args := range queues {
-		if err := declareQueue(ch, n, args); err != nil {
+		err := declareQueue(ch, n, args)
+		if err == nil {
+			continue
+		}
+		if conn.IsClosed() {
+			return err
+		}
+		// One queue that cannot be declared (a classic queue whose node
+		// is down: 404) must not keep the connection from going live;
+		// its own calls fail until it can.
+		b.log.Warn("declaring a queue again after a reconnect failed", "queue", n, "err", err)
+		if ch, err = conn.Channel(); err != nil {
 			return err
 		}
 	}

@@ -12,11 +12,15 @@
 //
 //	amqp://guest:guest@127.0.0.1:5672/?prefix=jobs&prefetch=20
 //	amqps://user:password@broker.example.com:5671/vhost
+//	amqp://user:password@rabbit1:5672,rabbit2:5672,rabbit3:5672/vhost
 //
 // The query parameters prefix and prefetch set Config.Prefix and
 // Config.Prefetch; the rest of the URL, other parameters included, is
-// Config.URL for the AMQP client. Errors show the URL with its password
-// hidden.
+// Config.URL for the AMQP client. The nodes of a cluster are listed in the
+// host part, separated by commas; they share the URL's user, password,
+// vhost and parameters (see Clusters). asyncplatform.Open cannot parse a
+// list of IPv6 literals ([::1]:5672,[::1]:5673); Config.URL can. Errors
+// show the URL with its password hidden.
 //
 // # Layout
 //
@@ -78,10 +82,12 @@
 //
 // Connections. A Backend holds one connection: one confirm-mode channel for
 // publishing, one channel per consumed queue, and short-lived channels for
-// topology and dead letters. A supervisor redials a lost connection with
-// capped, fully jittered backoff (Config.ReconnectMin to ReconnectMax),
-// declares every known queue again, and consumers start again on the next
-// Receive. Every delivery carries the channel it came from (its generation):
+// topology and dead letters. A supervisor redials a lost connection: each
+// round tries every node of Config.URL once, starting with the one after
+// the node it lost, with capped, fully jittered backoff between rounds
+// (Config.ReconnectMin to ReconnectMax); it declares every known queue
+// again (a queue that cannot be declared is logged and skipped), and
+// consumers start again on the next Receive. Every delivery carries the channel it came from (its generation):
 // a settle on a channel that has closed returns driver.ErrLeaseLost and can
 // never ack another message, even though the new channel reuses the same
 // delivery tags; Requeue and DeadLetter do not publish again for a delivery
