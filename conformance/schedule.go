@@ -29,6 +29,14 @@ func testScheduleOnePerTick(t *testing.T, e *env) {
 		return nil
 	}
 	s := ap.Schedule{Name: e.queue, Every: time.Second, Job: ap.Job{Type: "tick", Queue: e.queue}}
+	admin := e.producer()
+	t.Cleanup(func() { // the schedule's records, which have no TTL
+		ctx, cancel := context.WithTimeout(context.Background(), e.opts.Wait)
+		defer cancel()
+		if err := admin.DeleteSchedule(ctx, e.queue); err != nil {
+			t.Errorf("DeleteSchedule: %v", err)
+		}
+	})
 	var workers []*worker
 	for range 3 {
 		cfg := e.config()
@@ -221,6 +229,15 @@ func (e *env) stopChildren(t *testing.T, kids []*child) {
 	}
 }
 
+// clock prints Unix seconds as times of day (UTC).
+func clock(secs []int64) []string {
+	out := []string{}
+	for _, s := range secs {
+		out = append(out, time.Unix(s, 0).UTC().Format(time.TimeOnly))
+	}
+	return out
+}
+
 // sleepUntil sleeps until the instant at.
 func sleepUntil(at time.Time) { time.Sleep(time.Until(at)) }
 
@@ -334,8 +351,8 @@ func testScheduleRestart(t *testing.T, e *env, catchUp int) {
 		want = append(want, s)
 	}
 	if !slices.Equal(missed, want) {
-		t.Fatalf("CatchUp %d: the ticks missed from %v to %v that were enqueued: %v; want %v (the latest %d)\nticks seen:%s",
-			catchUp, lastA.UTC().Format(time.TimeOnly), from.UTC().Format(time.TimeOnly+".000"), missed, want, catchUp, l)
+		t.Fatalf("CatchUp %d: the ticks missed after %v and up to %v that were enqueued: %v; want %v (the latest %d)\nticks seen:%s",
+			catchUp, lastA.UTC().Format(time.TimeOnly), from.UTC().Format(time.TimeOnly+".000"), clock(missed), clock(want), catchUp, l)
 	}
 	for s := firstA.Unix(); s < lastA.Unix(); s++ {
 		if !slices.Contains(before, s) {
