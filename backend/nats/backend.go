@@ -231,6 +231,10 @@ func (b *Backend) signalReconnect() {
 // (once a process).
 var warnedClaims atomic.Bool
 
+// warnedCAS says whether New warned about a cluster whose conditional
+// writes are not atomic (once a process).
+var warnedCAS atomic.Bool
+
 var (
 	_ driver.Backend      = (*Backend)(nil)
 	_ driver.QueueDeleter = (*Backend)(nil)
@@ -293,6 +297,11 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if v := b.nc.ConnectedServerVersion(); needsClaims(v) && warnedClaims.CompareAndSwap(false, true) {
 		b.log.Warn("nats: this nats-server can hand a message a live worker holds out again as a first delivery (fixed in 2.10.14); "+
 			"the backend claims every first delivery to refuse such a one, one more write per job: upgrade to 2.10.14 or later", "version", v)
+	}
+	if v := b.nc.ConnectedServerVersion(); b.replicas > 1 && casUnsafe(v) && warnedCAS.CompareAndSwap(false, true) {
+		b.log.Warn("nats: this nats-server does not make conditional writes atomic on replicated streams (fixed in 2.9.21): "+
+			"two processes can both win a store compare-and-swap (a schedule's tick fired twice, a unique job stored twice) "+
+			"or a dead-letter hold; upgrade every node to 2.10.14 or later", "version", v, "replicas", b.replicas)
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.wg.Add(1)

@@ -56,6 +56,24 @@ var claimsFixedIn = [3]int{2, 10, 14}
 // needsClaims reports whether a server version has the bug: older than
 // 2.10.14, or unreadable.
 func needsClaims(version string) bool {
+	return olderThan(version, claimsFixedIn)
+}
+
+// casFixedIn is the first nats-server version whose replicated streams
+// check Nats-Expected-Last-Subject-Sequence as part of the write
+// (nats-server #4320, PR #4319; TestClusterCASFact).
+var casFixedIn = [3]int{2, 9, 21}
+
+// casUnsafe reports whether conditional publishes on a replicated stream
+// of a server of this version can all succeed when concurrent: older than
+// 2.9.21, or unreadable.
+func casUnsafe(version string) bool {
+	return olderThan(version, casFixedIn)
+}
+
+// olderThan reports whether a server version is older than fixed, or
+// unreadable.
+func olderThan(version string, fixed [3]int) bool {
 	var v [3]int
 	parts := strings.SplitN(version, ".", 3)
 	if len(parts) < 2 {
@@ -73,8 +91,8 @@ func needsClaims(version string) bool {
 		v[i] = x
 	}
 	for i := range v {
-		if v[i] != claimsFixedIn[i] {
-			return v[i] < claimsFixedIn[i]
+		if v[i] != fixed[i] {
+			return v[i] < fixed[i]
 		}
 	}
 	return false

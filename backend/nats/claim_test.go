@@ -158,3 +158,13 @@ func TestNeedsClaims(t *testing.T) {
 		}
 	}
 }
+
+func TestCASUnsafe(t *testing.T) {
+	for v, want := range map[string]bool{
+		"2.9.10": true, "2.9.20": true, "2.9.21": false, "2.10.0": false, "2.15.2": false, "": true,
+	} {
+		if got := casUnsafe(v); got != want {
+			t.Errorf("casUnsafe(%q) = %v, want %v", v, got, want)
+		}
+	}
+}

@@ -8,11 +8,15 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	gonats "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/asyncplatform/asyncplatform/conformance"
 	"github.com/asyncplatform/asyncplatform/driver"
@@ -284,5 +288,76 @@ func TestClusterNodeKill(t *testing.T) {
 	}
 	if st, err := b.Stats(ctx, q); err != nil || st.Ready+st.InFlight+st.Scheduled+st.Dead != 0 {
 		t.Errorf("stats at the end: %+v, %v; want empty", st, err)
+	}
+}
+
+// TestClusterCASFact shows, with nats.go alone, what nats-server before
+// 2.9.21 does on a replicated stream (nats-server #4320, fixed by PR
+// #4319): Nats-Expected-Last-Subject-Sequence is checked by the leader
+// before the write is proposed, not as part of it, so concurrent publishes
+// expecting the same last sequence can all be stored. Three connections
+// publish at once to one subject, each expecting the sequence of the
+// message before; the test logs in how many of 50 rounds more than one
+// was stored. It fails only when the server is 2.9.21 or later and lets
+// two win (a regression); before that it logs the count. On the machine's
+// 2.9.10 in 3 nodes: 47 of 50 rounds; on 2.15.2: 0 of 50 (and on one
+// server of either, 0).
+func TestClusterCASFact(t *testing.T) {
+	base := clusterURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	connect := func() (*gonats.Conn, jetstream.JetStream) {
+		nc, err := gonats.Connect(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, js
+	}
+	nc, js := connect()
+	defer nc.Close()
+	name := fmt.Sprintf("CASFACT_%06d", rand.IntN(1e6))
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Replicas: 3, MaxMsgsPerSubject: 1}); err != nil {
+		t.Fatal(err)
+	}
+	defer js.DeleteStream(context.Background(), name)
+	var clients [3]jetstream.JetStream
+	for i := range clients {
+		c, j := connect()
+		defer c.Close()
+		clients[i] = j
+	}
+	multi := 0
+	for round := range 50 {
+		subj := fmt.Sprintf("%s.k%d", name, round)
+		pa, err := js.Publish(ctx, subj, []byte("first"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for _, j := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := &gonats.Msg{Subject: subj, Data: []byte("next"), Header: gonats.Header{}}
+				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(pa.Sequence, 10))
+				if _, err := j.PublishMsg(ctx, m); err == nil {
+					wins.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if wins.Load() > 1 {
+			multi++
+		}
+	}
+	v := nc.ConnectedServerVersion()
+	t.Logf("nats-server %s, R3: rounds in which more than one of 3 concurrent publishes expecting the same last subject sequence was stored: %d of 50", v, multi)
+	if multi > 0 && !casUnsafe(v) {
+		t.Errorf("nats-server %s let %d rounds have two winners: conditional writes are not atomic on it", v, multi)
 	}
 }
