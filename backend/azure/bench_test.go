@@ -207,11 +207,11 @@ func parallel(b testing.TB, w, n int, fn func() error) {
 // Each depth runs on an Azurite of its own, started with --debug so that
 // its queue garbage collector's sweeps can be read (reliability.md,
 // finding 18). The dead letters are made first, 1,000 at a time on a
-// shallow queue (as the bench harness makes them), then the run waits for
-// Azurite's next sweep to finish before it fills the work queue: a sweep
-// of the extents those deletes left, run beside thousands of waiting
-// messages, blocks Azurite for longer than a claim's 30 s deadline.
-// ASYNCPLATFORM_AZURE_DEPTH_NOGCWAIT=1 skips the wait. Claims that miss
+// shallow queue (as the bench harness makes them), and after each 1,000
+// the run waits for Azurite's next sweep to finish: a sweep blocks Azurite
+// for a time that grows with the square of the deletes since the last one
+// (42 s after 2,000, 142 s after 4,000), longer than a request's 30 s
+// deadline. ASYNCPLATFORM_AZURE_DEPTH_NOGCWAIT=1 skips the waits. Claims that miss
 // the deadline are counted (claim-timeouts), not fatal; every sweep is
 // logged. Run it with -benchtime=1x:
 //
@@ -249,7 +249,8 @@ const claimDeadline = 30 * time.Second
 
 func benchDepth(b *testing.B, depth int) {
 	ctx := context.Background()
-	cs, az := debugAzurite(b)
+	cs, az, stop := debugAzurite(b)
+	defer stop()
 	be, err := New(ctx, Config{ConnectionString: cs, ClientOptions: clientOptions()})
 	if err != nil {
 		b.Fatal(err)
@@ -263,7 +264,10 @@ func benchDepth(b *testing.B, depth int) {
 	t0 := time.Now()
 	// depth dead letters, made as the platform makes them (receive, then
 	// DeadLetter each delivery), 1,000 at a time.
-	var next atomic.Int64
+	var (
+		next   atomic.Int64
+		gcWait time.Duration
+	)
 	for made := 0; made < depth; made += 1000 {
 		n := min(1000, depth-made)
 		msgs := make([]driver.Message, n)
@@ -290,12 +294,13 @@ func benchDepth(b *testing.B, depth int) {
 			}
 			return nil
 		})
+		if os.Getenv("ASYNCPLATFORM_AZURE_DEPTH_NOGCWAIT") != "1" {
+			t := time.Now()
+			az.waitSweep(b)
+			gcWait += time.Since(t)
+		}
 	}
-	if os.Getenv("ASYNCPLATFORM_AZURE_DEPTH_NOGCWAIT") != "1" {
-		t := time.Now()
-		az.waitSweep(b)
-		b.ReportMetric(time.Since(t).Seconds(), "gc-wait-s")
-	}
+	b.ReportMetric(gcWait.Seconds(), "gc-wait-s")
 	work := make([]driver.Message, depth)
 	for i := range work {
 		work[i] = driver.Message{Body: make([]byte, 100)}
@@ -408,9 +413,9 @@ func benchDepth(b *testing.B, depth int) {
 }
 
 // debugAzurite starts an Azurite of the benchmark's own, in memory, that
-// writes its debug log (with the queue GC's lines) to a file; it is killed
-// when the benchmark ends.
-func debugAzurite(tb testing.TB) (cs string, az azuriteLog) {
+// writes its debug log (with the queue GC's lines) to a file; stop (or the
+// end of the benchmark) kills it.
+func debugAzurite(tb testing.TB) (cs string, az azuriteLog, stop func()) {
 	tb.Helper()
 	bin, err := filepath.Abs(azuriteBin)
 	if err == nil {
@@ -430,14 +435,16 @@ func debugAzurite(tb testing.TB) (cs string, az azuriteLog) {
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var once sync.Once
+	stop = func() { once.Do(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }) }
+	tb.Cleanup(stop)
 	addr, blobAddr := fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("127.0.0.1:%d", blobPort)
 	for deadline := time.Now().Add(time.Minute); !dialOK(addr) || !dialOK(blobAddr); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			tb.Fatal("Azurite did not listen within a minute")
 		}
 	}
-	return azuriteConnString(addr, blobAddr), az
+	return azuriteConnString(addr, blobAddr), az, stop
 }
 
 // azuriteLog is the path of an Azurite debug log.

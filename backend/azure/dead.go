@@ -110,33 +110,38 @@ func deadLeaseLost(err error) bool {
 		bloberror.LeaseIsBreakingAndCannotBeChanged, bloberror.BlobNotFound)
 }
 
-// DeadLetter implements driver.Backend. It renews the lease (which refuses a
-// lapsed lease and checks the pop receipt, so neither a lapsed nor a stale
-// delivery writes anything), writes the record
-// as a blob and then deletes the delivered message. When the delete finds
-// the lease lost, ErrLeaseLost is returned and the record stays (a
-// duplicate of whatever the job's next holder does); a crash before the
-// delete also leaves a duplicate, never a loss.
+// DeadLetter implements driver.Backend. It refuses a lapsed lease (so a
+// lapsed or stale delivery writes nothing), renews the lease when less than
+// half of it is left, writes the record as a blob and then deletes the
+// delivered message. When the delete finds the lease lost, ErrLeaseLost is
+// returned and the record stays (a duplicate of whatever the job's next
+// holder does); a crash before the delete also leaves a duplicate, never a
+// loss.
 func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
 	r, err := b.receipt(d)
 	if err != nil {
 		return err
 	}
 	n := b.names(d.Queue)
-	// Check the lease first (and renew it for the write): a stale or lapsed
-	// receipt must not write a record. Once renewed, the move goes on to
+	// Check the lease first: a lapsed receipt must not write a record. While
+	// the lease runs no one else can have received the message, so its pop
+	// receipt is ours; it is renewed for the write only when less than half
+	// of it is left (an update is a request, and on Azurite a stored
+	// extent its garbage collector must sweep). The move then goes on to
 	// the delete below even if the write outlasts the lease: the delete
-	// then fails only when another worker has taken the message, leaving a
+	// fails only when another worker has taken the message, leaving a
 	// duplicate record, never a loss.
-	_, content, err := r.current(ctx)
+	_, content, err := r.held(ctx)
 	if err != nil {
-		return err
+		return wrapSettle("dead-letter", err)
 	}
 	r.mu.Lock()
-	lease := r.lease
+	lease, left := r.lease, time.Until(r.until)
 	r.mu.Unlock()
-	if err := r.update(ctx, content, max32(visibility(lease), 1), lease); err != nil {
-		return wrapSettle("dead-letter", err)
+	if left < lease/2 {
+		if err := r.update(ctx, content, max32(visibility(lease), 1), lease); err != nil {
+			return wrapSettle("dead-letter", err)
+		}
 	}
 	if err := b.writeDead(ctx, n.dead, rec.ID, lockFrame{id: rec.ID, kind: lockInline, body: rec.Body}.raw()); err != nil {
 		return err
