@@ -271,12 +271,23 @@
 //     writes, as a single server does; a SIGKILL of one node of three lost
 //     nothing in TestClusterNodeKill (the others hold every acknowledged
 //     write and the consumers' state).
-//   - Versions: run every node on 2.10.14 or later. The backend decides
-//     whether to claim first deliveries (see Counting) by the version of the
-//     node it is connected to; in a cluster mixing versions (an upgrade
-//     under way) a consumer led by an older node has the bug while the
-//     client sits on a newer one, and nothing is claimed.
-//   - Tested with scripts/cluster/nats.sh (3 nodes of the machine's 2.9.10
-//     on loopback; TestClusterConformance and TestClusterNodeKill under
-//     ASYNCPLATFORM_CLUSTER=nats).
+//   - Versions: run every node on 2.10.14 or later. Before 2.9.21 a
+//     replicated stream checks Nats-Expected-Last-Subject-Sequence before
+//     the write is proposed, not as part of it, so concurrent conditional
+//     publishes can all be stored (nats-server #4320; TestClusterCASFact:
+//     43 to 47 rounds of 50 on three 2.9.10 nodes, none on 2.15.2): the
+//     store's compare-and-swap is not atomic there (a schedule's tick fired
+//     by two processes, a unique job stored twice: the conformance suite's
+//     Schedule/OnePerTick fails on such a cluster), nor the dead-letter
+//     holds; New warns. The backend decides whether to claim first
+//     deliveries (see Counting) by the version of the node it is connected
+//     to; in a cluster mixing versions (an upgrade under way) a consumer led
+//     by an older node has the bug while the client sits on a newer one,
+//     and nothing is claimed.
+//   - The store's bucket, when replicated, has direct gets turned off: a
+//     follower answering a read could be behind a write just made.
+//   - Tested with scripts/cluster/nats.sh (3 nodes on loopback, of the
+//     machine's 2.9.10 or of 2.15.2 built by scripts/nats-current.sh;
+//     TestClusterConformance, TestClusterNodeKill and TestClusterCASFact
+//     under ASYNCPLATFORM_CLUSTER=nats).
 package nats
