@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
@@ -109,4 +111,49 @@ func ExamplePool() {
 	// critical c2
 	// bulk b1
 	// bulk b2
+}
+
+// A TypeLimit holds one job type back without holding up the others: here
+// at most one "video.encode" runs at once (ClusterConcurrency would count
+// across every process; Rate would bound the starts per second). The
+// others wait, requeued, and spend no try.
+func ExampleTypeLimit() {
+	ctx := context.Background()
+	backend, err := memory.New(ctx, memory.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer backend.Close()
+	p, err := ap.New(backend, ap.Config{
+		Logger:     slog.New(slog.DiscardHandler),
+		Limits:     map[string]ap.TypeLimit{"video.encode": {Concurrency: 1}},
+		LimitDelay: 10 * time.Millisecond, // defaults to DefaultLimitDelay
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var running, most, tries atomic.Int32
+	var done sync.WaitGroup
+	done.Add(3)
+	_ = p.Handle("video.encode", func(ctx context.Context, job *ap.Job) error {
+		defer done.Done()
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		tries.Add(int32(job.TryCount))
+		time.Sleep(20 * time.Millisecond)
+		return nil
+	})
+	for range 3 {
+		_ = p.Enqueue(ctx, &ap.Job{Type: "video.encode"})
+	}
+	if err := p.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	done.Wait()
+	fmt.Println("at most", most.Load(), "at once; tries spent:", tries.Load())
+	// Output:
+	// at most 1 at once; tries spent: 3
 }
