@@ -91,11 +91,12 @@
 // (apid, base64url) when it fits in 4 KiB. Blob Storage gives what a
 // dead-letter queue needs:
 //
-//   - DeadLetter writes the blob with If-None-Match: * (a conditional
-//     create, so no record is ever overwritten; an SDK retry of a write
-//     that had succeeded finds its own content and is done), then deletes
-//     the delivered message. A crash in between leaves a duplicate record,
-//     never a loss.
+//   - DeadLetter refuses a lapsed lease, renews it when less than half is
+//     left, writes the blob with If-None-Match: * (a conditional create,
+//     so no record is ever overwritten; an SDK retry of a write that had
+//     succeeded finds its own content and is done), then deletes the
+//     delivered message: two requests, three with the renewal. A crash in
+//     between leaves a duplicate record, never a loss.
 //   - NextDead lists the queue's prefix 32 names at a time, skips records
 //     the listing shows leased, and takes a blob lease of Config.DeadLease
 //     (15s to 60s, 30s by default) on the first it can. A lease has one
