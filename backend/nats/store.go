@@ -20,7 +20,9 @@ import (
 // Config.Stream+"_STORE" (its stream is KV_<Stream>_STORE), with the
 // streams' storage and replicas and a history of one, made on first use.
 // A replicated bucket has direct gets turned off, so that every read is the
-// leader's (a follower's answer can be behind a write just acknowledged).
+// leader's (a follower's answer can be behind a write just acknowledged):
+// the backend makes its stream itself, as CreateKeyValue would but for
+// that, and turns them off on a replicated bucket made before.
 //
 // Keys: each '/'-separated segment of a store key is one token of the KV
 // key, with the bytes KV keys cannot hold ('.', ':', '=') written as "=XX"
@@ -72,6 +74,29 @@ func (b *Backend) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	}
 	name := b.cfg.Stream + storeSuffix
 	kv, err := b.js.KeyValue(ctx, name)
+	if errors.Is(err, jetstream.ErrBucketNotFound) && b.replicas > 1 {
+		// Made as CreateKeyValue makes it, but with direct gets off (see
+		// below), so that no process reads it from a follower meanwhile.
+		_, err = b.js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:              "KV_" + name,
+			Description:       "asyncplatform store",
+			Subjects:          []string{"$KV." + name + ".>"},
+			MaxMsgsPerSubject: 1,
+			MaxMsgs:           -1,
+			MaxBytes:          -1,
+			MaxMsgSize:        -1,
+			MaxConsumers:      -1,
+			Storage:           b.cfg.Storage,
+			Replicas:          b.replicas,
+			AllowRollup:       true,
+			DenyDelete:        true,
+			Duplicates:        2 * time.Minute,
+			Discard:           jetstream.DiscardNew,
+		})
+		if err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			kv, err = b.js.KeyValue(ctx, name)
+		}
+	}
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = b.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      name,
