@@ -62,6 +62,12 @@ func ExampleCases() {
 	// Close/AbandonsDeliveries
 	// Close/ReleasesDeadLetterHolds
 	// Stats/Depths
+	// Flow/Pause
+	// Flow/StrictOrder
+	// Flow/Weighted
+	// Flow/PauseGroup
+	// Flow/ClusterConcurrency
+	// Flow/RateLimit
 	// Outcomes/StatusWalk
 	// Outcomes/ResultJSON
 	// Outcomes/CancelWaiting
