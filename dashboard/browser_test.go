@@ -410,3 +410,92 @@ func (s stripCSP) Write(b []byte) (int, error) {
 	s.Header().Del("Content-Security-Policy")
 	return s.ResponseWriter.Write(b)
 }
+
+// TestBrowserPause pauses and resumes a queue, then a group of its jobs,
+// by clicking in headless Chromium on the memory backend, and checks what
+// the pages and the workers show after each click.
+func TestBrowserPause(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t)
+	f := newFixture(t, fixtureOptions{queues: []string{"emails"}})
+	bg := context.Background()
+
+	do(t, ctx, chromedp.Navigate(f.base+"/queue?q=emails"), chromedp.WaitVisible(chromedp.CSS("#pause-queue")))
+	if got := text(t, ctx, "#pause-state"); !strings.Contains(got, "Running") {
+		t.Fatalf("a running queue's state says %q", got)
+	}
+	if status := submit(t, ctx, "#pause-queue button"); status != http.StatusOK {
+		t.Fatalf("pause: %d", status)
+	}
+	if got := text(t, ctx, "#flash"); !strings.Contains(got, "Paused queue emails") {
+		t.Fatalf("flash %q", got)
+	}
+	if got := text(t, ctx, "#paused-badge"); got != "paused" {
+		t.Errorf("badge %q", got)
+	}
+	if got := text(t, ctx, "#pause-state"); !strings.Contains(got, "Paused: no worker takes") {
+		t.Errorf("a paused queue's state says %q", got)
+	}
+	if s, _ := f.p.Stats(bg, "emails"); !s.Paused {
+		t.Fatal("the click did not pause the queue")
+	}
+	noticed()
+	if err := f.p.Enqueue(bg, &ap.Job{ID: "while-paused", Type: "ok.email", Queue: "emails"}); err != nil {
+		t.Fatal(err)
+	}
+	noticed()
+	do(t, ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#depths")))
+	if got := text(t, ctx, "#depth-ready"); got != "1" || f.runs("while-paused") != 0 {
+		t.Fatalf("ready %q, runs %d: want the job waiting", got, f.runs("while-paused"))
+	}
+	do(t, ctx, chromedp.Navigate(f.base+"/"), chromedp.WaitVisible(chromedp.CSS("#queues")))
+	if got := text(t, ctx, `tr[data-queue="emails"] .badge.paused`); got != "paused" {
+		t.Errorf("the queue list marks emails %q", got)
+	}
+	do(t, ctx, chromedp.Click(chromedp.CSS(`tr[data-queue="emails"] td a`)), chromedp.WaitVisible(chromedp.CSS("#resume-queue")))
+	if status := submit(t, ctx, "#resume-queue button"); status != http.StatusOK {
+		t.Fatalf("resume: %d", status)
+	}
+	if got := text(t, ctx, "#flash"); !strings.Contains(got, "Resumed queue emails") {
+		t.Fatalf("flash %q", got)
+	}
+	if n := eval[int](t, ctx, `document.querySelectorAll("#paused-badge, #resume-queue").length`); n != 0 {
+		t.Error("the page still shows the queue paused after the resume")
+	}
+	waitFor(t, "the waiting job to run", func() bool { return f.runs("while-paused") == 1 })
+
+	// A group: paused by name, its jobs held and counted, resumed from its row.
+	do(t, ctx, chromedp.SendKeys(chromedp.CSS(`#group-form input[name=group]`), "acme"))
+	submit(t, ctx, "#pause-group")
+	if got := text(t, ctx, "#flash"); !strings.Contains(got, "Paused group acme of queue emails") {
+		t.Fatalf("flash %q", got)
+	}
+	noticed()
+	jobs := []*ap.Job{{ID: "other-0", Type: "ok.email", Queue: "emails", Group: "other"}}
+	for i := range 2 {
+		jobs = append(jobs, &ap.Job{ID: fmt.Sprintf("acme-%d", i), Type: "ok.email", Queue: "emails", Group: "acme"})
+	}
+	if err := f.p.EnqueueBatch(bg, jobs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the other group's job to run", func() bool { return f.runs("other-0") == 1 })
+	held := `tr[data-group="acme"] td.held`
+	waitFor(t, "the page to show 2 held jobs", func() bool {
+		do(t, ctx, chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(held)))
+		return text(t, ctx, held) == "2"
+	})
+	if f.runs("acme-0")+f.runs("acme-1") != 0 {
+		t.Fatal("a job of the paused group ran")
+	}
+	shot(t, ctx, "pause")
+	if status := submit(t, ctx, `tr[data-group="acme"] button.resume-group`); status != http.StatusOK {
+		t.Fatalf("resume the group: %d", status)
+	}
+	if got := text(t, ctx, "#flash"); !strings.Contains(got, "Resumed group acme of queue emails: moved 2 held jobs back") {
+		t.Fatalf("flash %q", got)
+	}
+	if n := eval[int](t, ctx, `document.querySelectorAll("#paused-groups tr.group").length`); n != 0 {
+		t.Errorf("%d paused groups listed after the resume", n)
+	}
+	waitFor(t, "the held jobs to run", func() bool { return f.runs("acme-0") == 1 && f.runs("acme-1") == 1 })
+}

@@ -28,6 +28,8 @@ const (
 	ActionDelete  = "delete"  // delete one dead letter, or every one matching a filter
 	ActionPurge   = "purge"   // delete every dead letter of a queue
 	ActionEnqueue = "enqueue" // enqueue a job
+	ActionPause   = "pause"   // pause a queue, or one group of its jobs
+	ActionResume  = "resume"  // resume a queue, or one of its paused groups (moving its held jobs back)
 )
 
 // Defaults of Config.
@@ -63,8 +65,8 @@ type Config struct {
 	// to {asyncplatform.DefaultQueue} when the backend cannot list).
 	Queues []string
 
-	// ReadOnly refuses every action (pop, redrive, delete, purge, enqueue)
-	// with 403, and leaves their forms out of the pages. Defaults to false.
+	// ReadOnly refuses every action (pop, redrive, delete, purge, enqueue,
+	// pause, resume) with 403, and leaves their forms out of the pages. Defaults to false.
 	ReadOnly bool
 
 	// Authorize, when set, is called before every request with the action
@@ -237,9 +239,11 @@ func New(p *ap.Platform, cfg Config) (*Dashboard, error) {
 	mux.HandleFunc("POST /delete", d.act(ActionDelete, d.delete))
 	mux.HandleFunc("POST /purge", d.act(ActionPurge, d.purge))
 	mux.HandleFunc("POST /enqueue", d.act(ActionEnqueue, d.enqueue))
+	mux.HandleFunc("POST /pause", d.act(ActionPause, d.pause))
+	mux.HandleFunc("POST /resume", d.act(ActionResume, d.resume))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
-		case "/pop", "/redrive", "/delete", "/purge", "/enqueue":
+		case "/pop", "/redrive", "/delete", "/purge", "/enqueue", "/pause", "/resume":
 			w.Header().Set("Allow", "POST")
 			d.fail(w, r, http.StatusMethodNotAllowed, "This address changes things: it takes a POST from the dashboard's own forms.")
 			return

@@ -99,7 +99,7 @@ func TestPostWithoutTokenIsRefused(t *testing.T) {
 		{"another site", url.Values{"q": {"mail"}, "confirm": {"mail"}, "csrf": {good}}, []string{"Sec-Fetch-Site", "cross-site"}},
 		{"another origin", url.Values{"q": {"mail"}, "confirm": {"mail"}, "csrf": {good}}, []string{"Origin", "https://evil.example"}},
 	} {
-		for _, path := range []string{"/purge", "/pop", "/redrive", "/delete", "/enqueue"} {
+		for _, path := range []string{"/purge", "/pop", "/redrive", "/delete", "/enqueue", "/pause", "/resume"} {
 			form := url.Values{}
 			for k, v := range tc.form {
 				form[k] = v
@@ -121,9 +121,17 @@ func TestPostWithoutTokenIsRefused(t *testing.T) {
 	if n := f.dead("mail"); n != 3 {
 		t.Fatalf("%d dead letters after refused requests, want 3", n)
 	}
+	if s, _ := f.p.Stats(context.Background(), "mail"); s.Paused {
+		t.Fatal("a refused POST /pause paused the queue")
+	}
 	// GET never acts.
-	if resp, _ := c.get("/purge?q=mail&confirm=mail&csrf=" + url.QueryEscape(good)); resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("GET /purge: %d, want 405", resp.StatusCode)
+	for _, path := range []string{"/purge", "/pause"} {
+		if resp, _ := c.get(path + "?q=mail&confirm=mail&csrf=" + url.QueryEscape(good)); resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("GET %s: %d, want 405", path, resp.StatusCode)
+		}
+	}
+	if s, _ := f.p.Stats(context.Background(), "mail"); s.Paused {
+		t.Fatal("GET /pause paused the queue")
 	}
 	// With the token, it works.
 	resp, _ := c.post("/purge", url.Values{"q": {"mail"}, "confirm": {"mail"}, "csrf": {good}})
@@ -139,6 +147,15 @@ func TestReadOnlyRefusesEveryAction(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, fixtureOptions{queues: []string{"mail"}, config: dashboard.Config{ReadOnly: true}})
 	f.enqueue("mail", 4, failing(4)...)
+	ctx := context.Background()
+	// A paused queue with a paused group: the page shows both, and offers
+	// to resume neither.
+	if err := f.p.Pause(ctx, "mail"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.p.PauseGroup(ctx, "mail", "acme"); err != nil {
+		t.Fatal(err)
+	}
 	c := newClient(t, f)
 	resp, body := c.get("/queue?q=mail")
 	if resp.StatusCode != http.StatusOK {
@@ -146,6 +163,9 @@ func TestReadOnlyRefusesEveryAction(t *testing.T) {
 	}
 	if strings.Contains(body, `method="post"`) || !strings.Contains(body, `id="read-only"`) {
 		t.Fatalf("a read-only page has a POST form, or does not say it is read-only:\n%s", body)
+	}
+	if err := contains(body, `id="paused-badge"`, `data-group="acme"`); err != nil {
+		t.Fatalf("a read-only page does not show the pauses: %v\n%s", err, body)
 	}
 	id := f.deadLetters("mail")[0].ID
 	for _, form := range []url.Values{
@@ -155,8 +175,9 @@ func TestReadOnlyRefusesEveryAction(t *testing.T) {
 		{"q": {"mail"}, "match": {"1"}, "confirm": {"yes"}, "type": {"fail.sms"}},
 		{"q": {"mail"}, "confirm": {"mail"}},  // purge
 		{"q": {"mail"}, "type": {"ok.email"}}, // enqueue
+		{"q": {"mail"}, "group": {"acme"}},    // pause or resume a group
 	} {
-		for _, path := range []string{"/pop", "/redrive", "/delete", "/purge", "/enqueue"} {
+		for _, path := range []string{"/pop", "/redrive", "/delete", "/purge", "/enqueue", "/pause", "/resume"} {
 			form.Set("csrf", "x") // a read-only page has no token to give
 			resp, body := c.post(path, form)
 			if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "read-only") {
@@ -167,8 +188,11 @@ func TestReadOnlyRefusesEveryAction(t *testing.T) {
 	if n := f.dead("mail"); n != 4 {
 		t.Fatalf("%d dead letters, want 4: a read-only dashboard changed something", n)
 	}
-	if s, _ := f.p.Stats(context.Background(), "mail"); s.Ready+s.Scheduled+s.InFlight != 0 {
-		t.Fatalf("a read-only dashboard enqueued: %+v", s)
+	if s, _ := f.p.Stats(ctx, "mail"); s.Ready+s.Scheduled+s.InFlight != 0 || !s.Paused {
+		t.Fatalf("a read-only dashboard enqueued or resumed: %+v", s)
+	}
+	if g, _ := f.p.PausedGroups(ctx, "mail"); len(g) != 1 {
+		t.Fatalf("a read-only dashboard resumed a group: paused groups %v", g)
 	}
 }
 

@@ -13,10 +13,11 @@
 // # Pages
 //
 //   - the queue list: every queue with its depths (ready, scheduled, in
-//     flight, dead) and small charts of the last ten minutes: attempts
+//     flight, dead), marked when it is paused, and small charts of the last ten minutes: attempts
 //     (succeeded and failed) per interval, with a Recorder, and the depths
 //     sampled at each view;
-//   - a queue: its depths and charts, its dead letters filtered by type,
+//   - a queue: its depths and charts, whether it is paused and its paused
+//     groups with the jobs each holds, its dead letters filtered by type,
 //     reason, age and text, paged with a cursor without any limit on how far
 //     (the filters are applied while paging, so a page is filled even when
 //     the matches are far apart), and the actions;
@@ -33,15 +34,25 @@
 // after typing its name, and enqueue a job. Acting on a filter asks first,
 // with the number of records it matches.
 //
+// Pause a queue and resume it (Platform.Pause, Resume), pause a group of its
+// jobs by name and resume a paused group (Platform.PauseGroup, ResumeGroup):
+// the page says how many held jobs the resume moved back. These take one
+// click: they lose nothing and are undone by the other button. A group's
+// resume waits a couple of seconds for the workers to notice, and goes on
+// if the browser leaves meanwhile. A backend without a store cannot pause:
+// the page says so and offers neither.
+//
 // # Safe by default
 //
 // Dead-letter records hold whatever a writer to the broker put there, so
 // every value from a record or a job is escaped for its context by
 // html/template, and control, bidi and zero-width characters are shown as
-// escapes (\x1b, \u202e) rather than sent to the page. A state change is a
+// escapes (\x1b, \u202e) rather than sent to the page; so is a group's
+// name, read from the store. A state change is a
 // POST with a CSRF token bound to a cookie (and a cross-origin request is
 // refused before the token is looked at); a GET never changes anything.
-// Config.ReadOnly refuses every action. Config.Authorize is called before
+// Config.ReadOnly refuses every action (and shows the pause states
+// without their buttons). Config.Authorize is called before
 // every request with its action, so the host decides who may view and who
 // may act. Every page is sent with a strict Content-Security-Policy: no
 // inline script or style, and the one script is loaded with a per-response

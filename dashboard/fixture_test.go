@@ -91,7 +91,8 @@ type fixture struct {
 }
 
 type fixtureOptions struct {
-	url     string // backend URL; memory when empty
+	url     string         // backend URL; memory when empty
+	backend driver.Backend // instead of url: a backend of the test's own
 	queues  []string
 	config  dashboard.Config
 	noStart bool
@@ -110,9 +111,12 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 	ctx := context.Background()
 	var b driver.Backend
 	var err error
-	if o.url == "" {
+	switch {
+	case o.backend != nil:
+		b = o.backend
+	case o.url == "":
 		b = memory.NewBroker().Connect()
-	} else {
+	default:
 		b, err = ap.Open(ctx, o.url)
 		if err != nil {
 			t.Fatal(err)

@@ -291,6 +291,7 @@ type letterRow struct {
 
 type queuePage struct {
 	base
+	pauseState
 	Stats     ap.QueueStats
 	StatsErr  string
 	Attempts  chart
@@ -335,6 +336,7 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 		data.Stats = s
 		d.samples.add(q, s, time.Now())
 	}
+	data.pauseState = d.readPauses(ctx, q)
 	data.Attempts = attemptsChart(d.cfg.Recorder, q, 420, 80)
 	data.Depth = depthChart(d.samples, q, time.Now(), 420, 80)
 
