@@ -82,6 +82,15 @@
 // its in-process server). A backend that cannot share queues across
 // processes sets Options.SingleProcess instead.
 //
+// Unique/ConcurrentProcesses and Schedule/OnePerTickProcesses,
+// RestartSkipsMissed and RestartCatchesUp start the test binary the same
+// way, several times (ASYNCPLATFORM_CONFORMANCE_PROC names the case, its
+// queue and the child's part), and talk to the children over their stdin
+// and stdout: 4 processes enqueueing one unique key, 3 running one
+// schedule, a scheduler killed with SIGKILL and another started. RunsChild
+// names every case with children, for a harness that shares an in-process
+// server with them.
+//
 // # Time budgets
 //
 // Options.Lease (500ms by default, raised to Capabilities.MinLease) is the
