@@ -113,8 +113,9 @@ func prefixedRedis(t *testing.T) string {
 func shell(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // asyncctl top in a real terminal: it lists every queue with its depths
-// and the oldest dead letter's age, refreshes in place as jobs arrive
-// (PENDING/s goes up), sorts on s, and quits on q with status 0.
+// and the oldest dead letter's age, marks a paused queue, refreshes in place
+// as jobs arrive (PENDING/s goes up) and as the queue is resumed, sorts on
+// s, and quits on q with status 0.
 func TestTopInTmux(t *testing.T) {
 	t.Parallel()
 	rawURL := prefixedRedis(t)
@@ -135,12 +136,14 @@ func TestTopInTmux(t *testing.T) {
 	}
 	enqueue(billing, 5, 0)
 	enqueue(reports, 1, time.Hour)
+	mustExe(t, rawURL, exitOK, "", "pause", billing)
+	t.Cleanup(func() { exe(t, rawURL, "", "resume", billing) })
 
 	x := newTmux(t, fmt.Sprintf("ASYNCPLATFORM_URL=%s %s top --interval 200ms", shell(rawURL), shell(bin)))
 	screen := x.waitFor("every queue",
 		`asyncctl top · redis://127\.0\.0\.1:\d+/0\?prefix=asyncctl-tmux-\w+ · 3 queues · every 200ms · \d\d:\d\d:\d\d`,
 		`(?m)^QUEUE\s+READY\s+SCHEDULED\s+IN FLIGHT\s+DEAD\s+PENDING/s\s+DEAD/s\s+OLDEST DEAD$`,
-		`(?m)^billing\s+5\s+0\s+0\s+0\s+[+-]\d+\.\d\s+[+-]\d+\.\d\s*$`,
+		`(?m)^billing \(paused\)\s+5\s+0\s+0\s+0\s+[+-]\d+\.\d\s+[+-]\d+\.\d\s*$`,
 		`(?m)^emails\s+0\s+0\s+0\s+3\s+[+-]\d+\.\d\s+[+-]\d+\.\d\s+\d+s$`,
 		`(?m)^reports\.daily\s+0\s+1\s+0\s+0\s`,
 		`(?m)^TOTAL\s+5\s+1\s+0\s+3$`,
@@ -152,7 +155,11 @@ func TestTopInTmux(t *testing.T) {
 
 	// Jobs arrive: the view refreshes in place.
 	enqueue(billing, 7, 0)
-	x.waitFor("the new jobs", `(?m)^billing\s+12\s+0\s+0\s+0\s+\+[1-9]\d*\.\d\s`, `(?m)^TOTAL\s+12\s+1\s+0\s+3$`)
+	x.waitFor("the new jobs", `(?m)^billing \(paused\)\s+12\s+0\s+0\s+0\s+\+[1-9]\d*\.\d\s`, `(?m)^TOTAL\s+12\s+1\s+0\s+3$`)
+
+	// Resumed: the mark goes at the next refresh.
+	mustExe(t, rawURL, exitOK, "", "resume", billing)
+	x.waitFor("billing resumed", `(?m)^billing\s+12\s`)
 
 	// s sorts by dead letters: emails first.
 	x.keys("s")

@@ -30,12 +30,13 @@ refreshes in place every --interval: the depths, how fast the pending jobs
 (PENDING/s and DEAD/s, the change per second over the last ten refreshes,
 at least 5s: a draining queue has a negative PENDING/s, a failing one a
 positive DEAD/s),
-and the age of the oldest dead letter. The broker keeps no count of jobs
+and the age of the oldest dead letter. A paused queue (asyncctl pause) is
+marked "(paused)" after its name. The broker keeps no count of jobs
 done, so these are net changes: the platform's metrics (package otel)
 count jobs processed and failed.
 
 Keys: q (or Ctrl-C) quits, s sorts by name, dead letters or ready jobs in
-turn, p pauses, r refreshes now. It needs a terminal; for scripts, use
+turn, p pauses the refreshing (not the queues), r refreshes now. It needs a terminal; for scripts, use
 "asyncctl queues --json".
 
 Examples:
@@ -252,7 +253,7 @@ func (m *topModel) View() string {
 	var b strings.Builder
 	state := "every " + m.interval.String()
 	if m.paused {
-		state = "paused"
+		state = "refresh paused"
 	}
 	when := "reading…"
 	if !m.at.IsZero() {
@@ -267,6 +268,9 @@ func (m *topModel) View() string {
 		name := field(r.Name)
 		if utf8.RuneCountInString(name) > maxQueueWidth {
 			name = string([]rune(name)[:maxQueueWidth-1]) + "…"
+		}
+		if r.Err == nil && r.Paused {
+			name += " (paused)"
 		}
 		if r.Err != nil {
 			cells = append(cells, []string{name, "-", "-", "-", "-", "-", "-", "error"})
@@ -332,7 +336,7 @@ func (m *topModel) View() string {
 			b.WriteString(m.cut("queue "+field(r.Name)+": "+shorten(m.redact(r.Err.Error()), 200)) + "\n")
 		}
 	}
-	b.WriteString(m.cut("\nq quit · s sort by " + topSorts[(m.sortBy+1)%len(topSorts)] + " · p pause · r refresh · PENDING/s, DEAD/s: change per second"))
+	b.WriteString(m.cut("\nq quit · s sort by " + topSorts[(m.sortBy+1)%len(topSorts)] + " · p pause refresh · r refresh · PENDING/s, DEAD/s: change per second"))
 	return b.String()
 }
 

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	tea "github.com/charmbracelet/bubbletea"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// top's view marks a paused queue after its name, a long name cut to
+// maxQueueWidth first; a queue whose figures could not be read is not
+// marked, and p pauses the view's refreshing, which the header says
+// without the word that marks queues alone.
+func TestTopMarksPausedQueues(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("q", 60)
+	m := &topModel{redact: func(s string) string { return s }, url: "memory://", interval: time.Second, prev: map[string][]topSample{}}
+	m.update([]ap.QueueInfo{
+		{Name: "billing", QueueStats: ap.QueueStats{Ready: 5, Paused: true}},
+		{Name: "emails", QueueStats: ap.QueueStats{Ready: 2}},
+		{Name: long, QueueStats: ap.QueueStats{Paused: true}},
+		{Name: "broken", QueueStats: ap.QueueStats{Paused: true}, Err: errors.New("stats failed")},
+	}, time.Now())
+	view := m.View()
+	for _, re := range []string{
+		`(?m)^billing \(paused\)\s+5\s`,
+		`(?m)^emails\s+2\s`,
+		`(?m)^` + strings.Repeat("q", maxQueueWidth-1) + `… \(paused\)\s+0\s`,
+		`(?m)^broken\s+-\s`,
+	} {
+		if !regexp.MustCompile(re).MatchString(view) {
+			t.Errorf("the view does not match %s:\n%s", re, view)
+		}
+	}
+	if n := strings.Count(view, "(paused)"); n != 2 {
+		t.Errorf("%d queues marked paused, want 2:\n%s", n, view)
+	}
+	m.Update(tea.KeyMsg{Type: tea.KeyRunes, Runes: []rune("p")})
+	if view := m.View(); !strings.Contains(view, " · refresh paused · ") {
+		t.Errorf("after p, the header does not say the refreshing is paused:\n%s", view)
+	}
+}
