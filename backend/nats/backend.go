@@ -425,6 +425,9 @@ func (b *Backend) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) 
 	s, err := b.js.Stream(ctx, cfg.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = b.js.CreateStream(ctx, cfg)
+		if err == nil {
+			err = waitLeader(ctx, s)
+		}
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			s, err = b.js.Stream(ctx, cfg.Name) // created by someone else meanwhile
 		}
@@ -447,6 +450,24 @@ func (b *Backend) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) 
 		return nil, fmt.Errorf("nats: stream %s exists with subjects %v, want [%s]", cfg.Name, got.Subjects, cfg.Subjects[0])
 	}
 	return s, nil
+}
+
+// waitLeader waits until a replicated stream just made has a leader: its
+// first requests would otherwise wait for the election, and time out under
+// load.
+func waitLeader(ctx context.Context, s jetstream.Stream) error {
+	for {
+		info := s.CachedInfo()
+		if info.Config.Replicas <= 1 || info.Cluster == nil || info.Cluster.Leader != "" {
+			return nil
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("nats: stream %s: no leader elected: %w", info.Config.Name, err)
+		}
+		if _, err := s.Info(ctx); err != nil {
+			return fmt.Errorf("nats: stream %s: %w", info.Config.Name, err)
+		}
+	}
 }
 
 // Capabilities implements driver.Backend.
@@ -663,7 +684,7 @@ func (b *Backend) deleteAll(ctx context.Context, s jetstream.Stream, subj string
 		switch err := s.DeleteMsg(ctx, seq); {
 		case err == nil:
 			n++
-		case errors.Is(err, jetstream.ErrMsgNotFound): // gone meanwhile
+		case gone(err): // gone meanwhile
 		default:
 			return fmt.Errorf("nats: delete %s seq %d: %w", subj, seq, err)
 		}

@@ -222,11 +222,11 @@ func (b *Backend) moveDead(ctx context.Context, m *jetstream.RawStreamMsg) error
 		return nil // another mover stored the copy, and deletes the original
 	}
 	err = b.dead.DeleteMsg(ctx, m.Sequence)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if gone(err) {
 		// Deleted meanwhile (DeleteDead, PurgeDead): so is the copy.
 		err = b.dead.DeleteMsg(ctx, ack.Sequence)
 	}
-	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err != nil && !gone(err) {
 		return fmt.Errorf("nats: move dead letter seq %d: %w", m.Sequence, err)
 	}
 	return nil
@@ -345,7 +345,7 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 	defer b.dropMarker(r.holdSeq)
 	if remove {
 		err := b.dead.DeleteMsg(ctx, r.seq)
-		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		if err != nil && !gone(err) {
 			return fmt.Errorf("nats: delete dead letter seq %d: %w", r.seq, err)
 		}
 		err = b.ackSync(ctx, r, ackAck)
@@ -583,20 +583,41 @@ func (b *Backend) deleteUnheld(ctx context.Context, queue string, seqs []uint64)
 
 // deleteDeadSeqs deletes the dead stream's messages at seqs; it returns how
 // many it deleted, and how many were gone already.
-func (b *Backend) deleteDeadSeqs(ctx context.Context, queue string, seqs []uint64) (deleted, gone int, err error) {
+func (b *Backend) deleteDeadSeqs(ctx context.Context, queue string, seqs []uint64) (deleted, already int, err error) {
 	for _, seq := range seqs {
 		err := b.dead.DeleteMsg(ctx, seq)
 		switch {
 		case err == nil:
 			deleted++
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			gone++ // deleted meanwhile by someone else, or moved
+		case gone(err):
+			already++ // deleted meanwhile by someone else, or moved
 		default:
-			return deleted, gone, fmt.Errorf("nats: delete dead letter of %s at seq %d: %w", queue, seq, err)
+			return deleted, already, fmt.Errorf("nats: delete dead letter of %s at seq %d: %w", queue, seq, err)
 		}
 	}
-	return deleted, gone, nil
+	return deleted, already, nil
 }
+
+// gone reports whether a DeleteMsg failed because the message was not
+// there: ErrMsgNotFound from one server; a replicated stream's leader
+// answers "sequence not found" (error code 10043), which the client
+// passes on as text only.
+func gone(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeSequenceNotFound {
+		return true
+	}
+	return strings.Contains(err.Error(), "err_code=10043")
+}
+
+// jsErrCodeSequenceNotFound is the server's JSSequenceNotFoundErrF.
+const jsErrCodeSequenceNotFound jetstream.ErrorCode = 10043
 
 // PurgeDead implements driver.Backend by deleting the queue's records one
 // by one (see deleteAll).

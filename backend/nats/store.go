@@ -93,6 +93,12 @@ func (b *Backend) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 			Duplicates:        2 * time.Minute,
 			Discard:           jetstream.DiscardNew,
 		})
+		if err == nil {
+			var st jetstream.Stream
+			if st, err = b.js.Stream(ctx, "KV_"+name); err == nil {
+				err = waitLeader(ctx, st)
+			}
+		}
 		if err == nil || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			kv, err = b.js.KeyValue(ctx, name)
 		}

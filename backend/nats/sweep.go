@@ -2,7 +2,6 @@ package nats
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -46,7 +45,7 @@ func sweep(ctx context.Context, s jetstream.Stream, subject string, floor, from 
 		}
 		looked++
 		if subject == "" || m.Subject == subject {
-			if err := s.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			if err := s.DeleteMsg(ctx, m.Sequence); err != nil && !gone(err) {
 				derr = fmt.Errorf("nats: sweep %s: delete %d: %w", s.CachedInfo().Config.Name, m.Sequence, err)
 				return false
 			}
