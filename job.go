@@ -65,6 +65,13 @@ type Job struct {
 	// Defaults to ReleaseOnFinish.
 	UniqueRelease UniqueRelease
 
+	// Priority, from 0 (the default) to MaxPriority, is the job's level in
+	// its queue: Enqueue stores a job of level n > 0 on PriorityQueue(Queue,
+	// n) and sets Queue to that name. Workers whose QueueConfig.Priorities
+	// is set take the higher levels first; a worker reads it back from the
+	// queue it took the job from.
+	Priority int
+
 	// Group, when set, puts the job in a group (a customer, a tenant, a
 	// batch) that can be paused on its own queue while the queue's other
 	// jobs flow (Platform.PauseGroup). 1 to MaxGroupLen bytes of

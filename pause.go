@@ -199,6 +199,9 @@ func (p *Platform) pollPauses(ctx context.Context) error {
 		now[n] = true
 	}
 	for name, g := range p.pz.gates {
+		if lv, ok := p.cfg.levels[name]; ok && now[lv.base] { // a priority level pauses with its queue
+			now[name] = true
+		}
 		switch {
 		case now[name] && g.OK():
 			g.Hold()

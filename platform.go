@@ -50,6 +50,8 @@ type Config struct {
 	// before it is offered again (±50 %). Defaults to DefaultLimitDelay.
 	LimitDelay time.Duration
 
+	levels map[string]level // the queues of priority levels worked here (priority.go); set by withDefaults
+
 	// Pools work several queues of Queues with one set of handlers, in
 	// strict priority order or by weight (see Pool). Defaults to none:
 	// every queue has handlers of its own.
@@ -226,6 +228,12 @@ type QueueConfig struct {
 	// Config.TrackStatus), on every platform that enqueues or works them:
 	// set it alike on producers and workers. Defaults to false.
 	TrackStatus bool
+
+	// Priorities makes the queue take jobs by Job.Priority: its levels'
+	// queues (PriorityQueue) are worked with it as a strict Pool, highest
+	// level first, with this queue's settings, Concurrency and Prefetch.
+	// Defaults to false: only the queue itself (level 0) is worked.
+	Priorities bool
 
 	// Output names an output queue: every job of this queue that ends
 	// (succeeds, or is dead-lettered) is reported there, as a job of type
@@ -446,6 +454,11 @@ func (c Config) withDefaults() (Config, error) {
 		queues[name] = q
 	}
 	c.Queues = queues
+	levels, err := c.expandPriorities()
+	if err != nil {
+		return c, err
+	}
+	c.levels = levels
 	if err := c.Policy.validate("Policy"); err != nil {
 		return c, err
 	}
@@ -641,6 +654,9 @@ func (p *Platform) prepare(j *Job, now time.Time) error {
 		j.Queue = DefaultQueue
 	}
 	if err := validQueue(j.Queue); err != nil {
+		return err
+	}
+	if err := setPriority(j); err != nil {
 		return err
 	}
 	if err := setGroup(j); err != nil {

@@ -42,6 +42,9 @@ func (p *Platform) decodeDelivery(d *driver.Delivery, j *Job, reg *registry) err
 	if len(j.Headers) > 0 {
 		j.Group = j.Headers[GroupHeader]
 	}
+	if p.cfg.levels != nil {
+		j.Priority = p.cfg.levels[d.Queue].level
+	}
 	// The count comes from the broker (on some, partly from a header any
 	// writer sets): bound it, and write lines only for the crashes the
 	// history keeps, never one loop turn per claimed delivery.

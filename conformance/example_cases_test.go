@@ -65,6 +65,7 @@ func ExampleCases() {
 	// Flow/Pause
 	// Flow/StrictOrder
 	// Flow/Weighted
+	// Flow/PriorityWithinQueue
 	// Flow/PauseGroup
 	// Flow/ClusterConcurrency
 	// Flow/RateLimit

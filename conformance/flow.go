@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -325,5 +326,45 @@ func testPauseGroup(t *testing.T, e *env) {
 	}
 	if g, err := admin.PausedGroups(ctx, e.queue); err != nil || len(g) != 0 {
 		t.Errorf("PausedGroups after ResumeGroup = %q, %v; want none", g, err)
+	}
+}
+
+// testPriorityWithinQueue: jobs of one queue at priorities 0 to MaxPriority,
+// enqueued lowest first, run highest level first at one handler, and each
+// handler sees its job's Priority; a job of a bad priority is refused.
+func testPriorityWithinQueue(t *testing.T, e *env) {
+	admin := e.producer()
+	const each = 3
+	var jobs []*ap.Job
+	for l := 0; l <= ap.MaxPriority; l++ {
+		for range each {
+			jobs = append(jobs, &ap.Job{Type: "pr", Priority: l})
+		}
+	}
+	e.enqueue(admin, jobs...)
+	if err := admin.Enqueue(ctxT(t, e.opts.Wait), &ap.Job{Type: "pr", Queue: e.queue, Priority: ap.MaxPriority + 1}); !errors.Is(err, ap.ErrInvalidJob) {
+		t.Errorf("Enqueue with Priority %d: %v, want ErrInvalidJob", ap.MaxPriority+1, err)
+	}
+	cfg := e.config()
+	cfg.Queues = map[string]ap.QueueConfig{e.queue: {Concurrency: 1, Prefetch: ap.Limit(0), Priorities: true}}
+	e.worker(cfg).handle(t, "pr", ok).start(t)
+	e.waitFor("every job to run", func() bool { return len(starts(e)) >= len(jobs) })
+	e.rec.mu.Lock()
+	var got []int
+	for _, a := range e.rec.attempts {
+		got = append(got, a.Job.Priority)
+		if want := ap.PriorityQueue(e.queue, a.Job.Priority); a.Job.Queue != want {
+			t.Errorf("a job of priority %d came from queue %q, want %q", a.Job.Priority, a.Job.Queue, want)
+		}
+	}
+	e.rec.mu.Unlock()
+	want := make([]int, 0, len(jobs))
+	for l := ap.MaxPriority; l >= 0; l-- {
+		for range each {
+			want = append(want, l)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the jobs ran at priorities %v, want %v", got, want)
 	}
 }

@@ -91,6 +91,7 @@ func cases() []testCase {
 		{"Flow/Pause", testPause},
 		{"Flow/StrictOrder", testStrictOrder},
 		{"Flow/Weighted", testWeighted},
+		{"Flow/PriorityWithinQueue", testPriorityWithinQueue},
 		{"Flow/PauseGroup", testPauseGroup},
 		{"Flow/ClusterConcurrency", testClusterConcurrency},
 		{"Flow/RateLimit", testRateLimit},
