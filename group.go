@@ -125,7 +125,7 @@ func (p *Platform) ResumeGroup(ctx context.Context, queue, group string) (int, e
 	moved := 0
 	for {
 		rctx, cancel := context.WithTimeout(ctx, quiet)
-		ds, err := p.backend.Receive(rctx, held, 100, p.cfg.Lease)
+		ds, err := p.backend.Receive(rctx, held, 100, max(p.cfg.Lease, time.Minute)) // a lease no slow batch outlives: a lapse would move a job twice
 		cancel()
 		if len(ds) == 0 {
 			if ctx.Err() != nil {
