@@ -27,7 +27,9 @@ import (
 // store from the previous tick to this one (a compare-and-swap), so there
 // is no leader, and a process whose clock is late or early cannot fire a
 // tick twice: a tick at or before the last one fired is never fired again.
-// Scheduling needs the backend's store (Platform.Store).
+// Each process also publishes the schedule's definition in the store, for
+// Platform.Schedules and TriggerSchedule (asyncctl schedules list and
+// trigger). Scheduling needs the backend's store (Platform.Store).
 type Schedule struct {
 	// Name identifies the schedule on the backend: every process gives the
 	// same schedule the same name. It follows the Store's key grammar.
