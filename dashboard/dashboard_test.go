@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -145,7 +146,8 @@ func TestPostWithoutTokenIsRefused(t *testing.T) {
 
 func TestReadOnlyRefusesEveryAction(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, fixtureOptions{queues: []string{"mail"}, config: dashboard.Config{ReadOnly: true}})
+	key := []byte("a key both dashboards share")
+	f := newFixture(t, fixtureOptions{queues: []string{"mail"}, config: dashboard.Config{ReadOnly: true, CSRFKey: key}})
 	f.enqueue("mail", 4, failing(4)...)
 	ctx := context.Background()
 	// A paused queue with a paused group: the page shows both, and offers
@@ -167,6 +169,16 @@ func TestReadOnlyRefusesEveryAction(t *testing.T) {
 	if err := contains(body, `id="paused-badge"`, `data-group="acme"`); err != nil {
 		t.Fatalf("a read-only page does not show the pauses: %v\n%s", err, body)
 	}
+	// A read-only page has no token to give; a writable dashboard with the
+	// same key, on the same host, gives one good for the client's cookie:
+	// read-only mode alone must refuse.
+	rw, err := dashboard.New(f.p, dashboard.Config{CSRFKey: key, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rwSrv := httptest.NewServer(rw)
+	defer rwSrv.Close()
+	tok := (&client{t: t, base: rwSrv.URL, hc: c.hc}).token("mail")
 	id := f.deadLetters("mail")[0].ID
 	for _, form := range []url.Values{
 		{"q": {"mail"}},             // pop
@@ -178,9 +190,9 @@ func TestReadOnlyRefusesEveryAction(t *testing.T) {
 		{"q": {"mail"}, "group": {"acme"}},    // pause or resume a group
 	} {
 		for _, path := range []string{"/pop", "/redrive", "/delete", "/purge", "/enqueue", "/pause", "/resume"} {
-			form.Set("csrf", "x") // a read-only page has no token to give
+			form.Set("csrf", tok)
 			resp, body := c.post(path, form)
-			if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "read-only") {
+			if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "This dashboard is read-only") {
 				t.Errorf("read-only: POST %s %v: %d, want 403 saying read-only", path, form, resp.StatusCode)
 			}
 		}
