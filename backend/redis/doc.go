@@ -164,7 +164,7 @@
 //     CLUSTERDOWN, so the queue resumes as soon as the replica is promoted
 //     (go-redis alone reloads every 60 s, and kept dialling the dead
 //     master until then). Measured on loopback with cluster-node-timeout
-//     3000: enqueues and claims stalled 5-6 s when the queue's master was
+//     3000: enqueues and claims stalled 4-6 s when the queue's master was
 //     SIGKILLed. A master the queue does not use stalls it too, for about a
 //     second: with cluster-require-full-coverage yes (the default) every
 //     node answers CLUSTERDOWN between the dead master's failure and its
