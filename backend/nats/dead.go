@@ -600,8 +600,8 @@ func (b *Backend) deleteDeadSeqs(ctx context.Context, queue string, seqs []uint6
 
 // gone reports whether a DeleteMsg failed because the message was not
 // there: ErrMsgNotFound from one server; a replicated stream's leader
-// answers "sequence not found" (error code 10043), which the client
-// passes on as text only.
+// answers "sequence not found" (error code 10043) or "no message found"
+// (10057, a failed delete), which the client passes on as text only.
 func gone(err error) bool {
 	if err == nil {
 		return false
@@ -609,15 +609,9 @@ func gone(err error) bool {
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return true
 	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeSequenceNotFound {
-		return true
-	}
-	return strings.Contains(err.Error(), "err_code=10043")
+	s := err.Error()
+	return strings.Contains(s, "err_code=10043") || strings.Contains(s, "err_code=10057") && strings.Contains(s, "no message found")
 }
-
-// jsErrCodeSequenceNotFound is the server's JSSequenceNotFoundErrF.
-const jsErrCodeSequenceNotFound jetstream.ErrorCode = 10043
 
 // PurgeDead implements driver.Backend by deleting the queue's records one
 // by one (see deleteAll).

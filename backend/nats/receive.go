@@ -218,8 +218,8 @@ func (b *Backend) ensureWork(ctx context.Context, qs *queueState, queue string, 
 // server from choosing it for new deliveries, but a message the server
 // chose just before still arrives, and counts as a delivery. So when ctx
 // ends first, pull returns at once and leaves the request to drain, which
-// gives each message that still comes to late. On a server without the
-// stale-request bug (see claim.go), pull first drains the inbox's
+// gives each message that still comes to late. On a single server without
+// the stale-request bug (see claim.go), pull first drains the inbox's
 // subscription: its UNSUB goes out at once, ahead of anything this process
 // sends later, such as the copies the platform hands back next, which the
 // server would otherwise give to this request (and a process killed while
@@ -266,7 +266,10 @@ func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, 
 			}
 		case <-ctx.Done():
 			left := batch - len(msgs)
-			unsub := !b.claiming()
+			// Not in a cluster: there the consumer's leader may be another
+			// server, which can still send over a route after the flush
+			// (Delivery/CancelledReceiveUncounted failed so on 2.15.2).
+			unsub := !b.claiming() && b.nc.ConnectedClusterName() == ""
 			if unsub {
 				_ = sub.Drain()
 			}
