@@ -141,19 +141,23 @@
 // returns at once and leaves its request to a drain goroutine, which hands
 // back whatever still arrives without counting that delivery: a new copy is
 // published with a base (the deliveries before it), then the delivery is
-// acked. On 2.10.14 and later the Receive first drains its inbox's
-// subscription: the UNSUB goes out at once, ahead of whatever the process
+// acked. On a single server of 2.10.14 and later the Receive first drains
+// its inbox's subscription: the UNSUB goes out at once, ahead of whatever the process
 // publishes next, and the inbox takes what the server sent before it saw
 // it, until a flush comes back. Before 2.10.14 the request keeps its inbox
 // until the server ends it (at most PollWait): there an unsubscribed
 // request is a stale one, which makes the server drop a lapsed lease's
-// redelivery and count it twice (see Claims). The difference shows when
+// redelivery and count it twice (see Claims). In a cluster too: the
+// consumer's leader may be another server, which can still send a message
+// over a route after the flush, lost to nobody and counted
+// (Delivery/CancelledReceiveUncounted failed so on three 2.15.2 nodes).
+// The difference shows when
 // the platform isolates a suspect: it cancels the Receive, hands back what
 // it had queued (new copies) and runs the suspect, which may kill the
 // process; a request still open takes one of those copies, and if the
 // process dies while the drain hands it back, an innocent job is charged a
 // crash (the fault suite's PoisonIsolation: about 1 run in 20 on 2.9.10,
-// and on 2.15.2 before the UNSUB; TestCancelledReceiveSkipsLaterCopies).
+// and on one 2.15.2 before the UNSUB; TestCancelledReceiveSkipsLaterCopies).
 // Close waits for the drains, so the usual shutdown (the platform's Stop,
 // then Close) counts no crash; a Receive still running at Close is
 // abandoned, the crash Close stands for. A pull under way when the
