@@ -146,10 +146,20 @@ func (q *Queue[J]) fetchPool(ctx context.Context) {
 				if lat[i] > 0 {
 					wait = max(pc.Probe, 4*lat[i])
 				}
+				var ds []*driver.Delivery
+				var err error
 				began := time.Now()
-				pctx, cancel := context.WithTimeout(rctx, wait)
-				ds, err := q.cfg.Backend.Receive(pctx, pc.Names[i], n, q.cfg.Lease)
-				cancel()
+				for try := 0; ; try++ {
+					pctx, cancel := context.WithTimeout(rctx, wait)
+					ds, err = q.cfg.Backend.Receive(pctx, pc.Names[i], n, q.cfg.Lease)
+					cancel()
+					// No answer in time is not proof of an empty queue on a
+					// slow broker: ask its depth before going lower.
+					if len(ds) > 0 || !errors.Is(err, context.DeadlineExceeded) || rctx.Err() != nil || try == 3 || !q.ready(rctx, pc.Names[i]) {
+						break
+					}
+					wait *= 2
+				}
 				got = len(ds)
 				if got > 0 || lat[i] == 0 {
 					lat[i] = max(time.Since(began), time.Millisecond)
@@ -250,6 +260,15 @@ func (q *Queue[J]) handBackHeld(f *Delivery[J]) {
 	q.mu.Lock()
 	delete(q.held, f)
 	q.mu.Unlock()
+}
+
+// ready reports whether the backend says the queue has jobs ready (false
+// when it cannot tell).
+func (q *Queue[J]) ready(ctx context.Context, name string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	s, err := q.cfg.Backend.Stats(ctx, name)
+	return err == nil && s.Ready > 0
 }
 
 // Wake makes a pool's fetcher look at its queues' pause gates again.
