@@ -470,6 +470,24 @@ func waitLeader(ctx context.Context, s jetstream.Stream) error {
 	}
 }
 
+// waitConsumerLeader waits until a replicated consumer just made or
+// updated has a leader: a pull sent before is answered "no responders",
+// which reads as a missing consumer.
+func waitConsumerLeader(ctx context.Context, c jetstream.Consumer) error {
+	for {
+		info := c.CachedInfo()
+		if info.Config.Replicas == 1 || info.Cluster == nil || info.Cluster.Leader != "" {
+			return nil
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("nats: consumer %s: no leader elected: %w", info.Name, err)
+		}
+		if _, err := c.Info(ctx); err != nil {
+			return fmt.Errorf("nats: consumer %s: %w", info.Name, err)
+		}
+	}
+}
+
 // Capabilities implements driver.Backend.
 func (b *Backend) Capabilities() driver.Capabilities {
 	return driver.Capabilities{

@@ -299,7 +299,7 @@ func (b *Backend) ensureDead(ctx context.Context, qs *queueState, queue string) 
 	if qs.dead {
 		return nil
 	}
-	_, err := b.dead.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+	c, err := b.dead.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       deadConsumer(queue),
 		Description:   "asyncplatform dead letters of queue " + queue,
 		FilterSubject: b.deadSubject(queue),
@@ -308,6 +308,9 @@ func (b *Backend) ensureDead(ctx context.Context, qs *queueState, queue string) 
 		MaxDeliver:    -1,
 		MaxAckPending: -1,
 	})
+	if err == nil {
+		err = waitConsumerLeader(ctx, c)
+	}
 	if err != nil {
 		return fmt.Errorf("nats: dead-letter consumer for queue %s: %w", queue, err)
 	}

@@ -196,6 +196,9 @@ func (b *Backend) ensureWork(ctx context.Context, qs *queueState, queue string, 
 		MaxDeliver:    -1,
 		MaxAckPending: -1,
 	})
+	if err == nil {
+		err = waitConsumerLeader(ctx, c)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("nats: consumer for queue %s with AckWait %v: %w", queue, lease, err)
 	}
