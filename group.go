@@ -178,7 +178,9 @@ func (p *Platform) PausedGroups(ctx context.Context, queue string) ([]string, er
 			return nil, fmt.Errorf("asyncplatform: listing paused groups: %w", err)
 		}
 		for _, k := range page.Keys {
-			out = append(out, strings.TrimPrefix(k, prefix))
+			if g := strings.TrimPrefix(k, prefix); checkGroup(queue, g) == nil {
+				out = append(out, g)
+			}
 		}
 		if page.Next == "" {
 			return out, nil
@@ -221,23 +223,38 @@ func (p *Platform) pollGroups(ctx context.Context) error {
 	return nil
 }
 
-// park sets a job of a paused group aside on its held queue, as it is,
-// then acknowledges its delivery. If it cannot be written there, the job
-// is handed back to come again a little later.
-func (p *Platform) park(f *inflight, j *Job) {
-	ctx := context.Background()
+// park sets a job of a group the last poll saw paused aside on its held
+// queue, as it is, then acknowledges its delivery; it reports false, doing
+// nothing, when the group has been resumed since (the job runs). The pause
+// is read again first, so a worker whose polls fail or lag never holds a
+// job after ResumeGroup has moved the held ones back; when it cannot be
+// read, or the job cannot be written there, the job is handed back to come
+// again a little later.
+func (p *Platform) park(f *inflight, j *Job) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), max(p.cfg.Lease/3, time.Second))
+	defer cancel()
+	_, _, err := p.pz.store.Get(ctx, groupKey(j.Queue, j.Group))
+	switch {
+	case errors.Is(err, ErrKeyNotFound):
+		return false
+	case err != nil:
+		p.log.Warn("asyncplatform: reading whether a job's group is paused failed; it comes back later", "queue", j.Queue, "group", j.Group, "id", j.ID, "error", err)
+		_ = p.requeue(f, j, time.Now().Add(PausePoll))
+		return true
+	}
 	held := HeldQueue(j.Queue, j.Group)
 	j.copyNo++
 	msg := p.message(j)
-	err := p.declare(ctx, held)
+	err = p.declare(ctx, held)
 	if err == nil {
 		err = p.backend.Enqueue(ctx, held, []driver.Message{msg})
 	}
 	if err != nil {
 		p.log.Warn("asyncplatform: setting aside a job of a paused group failed; it comes back later", "queue", j.Queue, "group", j.Group, "id", j.ID, "error", err)
 		_ = p.requeue(f, j, time.Now().Add(PausePoll))
-		return
+		return true
 	}
 	_ = p.settle(f, true, nil, nil)
 	p.log.Debug("asyncplatform: set aside a job of a paused group", "queue", j.Queue, "group", j.Group, "id", j.ID)
+	return true
 }

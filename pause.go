@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -39,13 +40,17 @@ func (p *Platform) pauseStore() (*Store, error) {
 		return nil, ErrNotNew
 	}
 	if p.pz.store == nil {
-		d, err := driver.StoreOf(p.backend)
-		if err != nil {
-			return nil, fmt.Errorf("asyncplatform: pausing queues needs the backend's store: %w", err)
-		}
-		p.pz.store = &Store{d: d, ns: flowNamespace}
+		_, err := driver.StoreOf(p.backend)
+		return nil, fmt.Errorf("asyncplatform: pausing queues needs the backend's store: %w", err)
 	}
 	return p.pz.store, nil
+}
+
+// initPauseStore finds the store pauses live in, once, at New.
+func (p *Platform) initPauseStore() {
+	if d, err := driver.StoreOf(p.backend); err == nil {
+		p.pz.store = &Store{d: d, ns: flowNamespace}
+	}
 }
 
 // Pause pauses a queue for every worker process of every platform over the
@@ -223,11 +228,14 @@ func (p *Platform) pollPauses(ctx context.Context) error {
 // process as a worker takes them) and what the backend buffered.
 func (p *Platform) releasePaused(ctx context.Context, queue string) {
 	for _, q := range p.queues {
-		for _, name := range q.Names() {
-			if name == queue {
-				q.HandBackQueued(p.handBack)
-				q.Wake()
-			}
+		names := q.Names()
+		if len(names) == 1 && names[0] == queue {
+			q.HandBackQueued(p.handBack)
+		}
+		// A pool's claimed-ahead jobs of other queues stay: its workers
+		// hand back the paused queue's as they take them (process).
+		if len(names) > 1 && slices.Contains(names, queue) {
+			q.Wake()
 		}
 	}
 	if r, ok := p.backend.(driver.Releaser); ok {

@@ -401,6 +401,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	if err := p.initOutcomes(); err != nil {
 		return nil, err
 	}
+	p.initPauseStore()
 	if err := p.initLimits(); err != nil {
 		return nil, err
 	}

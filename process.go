@@ -92,8 +92,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		p.handBack(f)
 		return
 	}
-	if j.Group != "" && p.groupPaused(j) { // its group is paused: set aside
-		p.park(f, j)
+	if j.Group != "" && p.groupPaused(j) && p.park(f, j) { // its group is paused: set aside
 		return
 	}
 	h := reg.byType[j.Type]

@@ -32,12 +32,19 @@ type PoolConfig[J any] struct {
 // to set up a consumer (RabbitMQ) before it can answer.
 const firstProbe = 500 * time.Millisecond
 
-// received is what one standing Receive of a pool returned.
-type received struct {
-	i   int
-	ds  []*driver.Delivery
-	err error
+// maxProbe bounds a probe's wait however slow the queue's last answer was.
+const maxProbe = time.Second
+
+// claimed is what one standing Receive of a pool claimed, held already
+// (so its lease is kept) and handed to the fetcher.
+type claimed[J any] struct {
+	i  int
+	fs []*Delivery[J]
 }
+
+// ended says a standing Receive is over: gen tells it from a newer one on
+// the same queue.
+type ended struct{ i, gen int }
 
 // Names are the queues this runner works: its Name, or its pool's queues.
 func (q *Queue[J]) Names() []string {
@@ -59,7 +66,13 @@ func (q *Queue[J]) fetchPool(ctx context.Context) {
 	pc := q.cfg.Pool
 	k := len(pc.Names)
 	standing := make([]context.CancelFunc, k) // non-nil: a sentinel waits on queue i
-	results := make(chan received, k)
+	gens := make([]int, k)                    // the generation of queue i's newest sentinel
+	// A sentinel holds what it claims (the lease keeper extends it) until
+	// the fetcher takes it on claims, or hands it back itself when its
+	// context ends first (the gate closed, a pause, Stop): claims is
+	// unbuffered so nothing claimed waits unowned in a channel.
+	claims := make(chan claimed[J])
+	over := make(chan ended, k)
 	waiting := 0
 	defer func() {
 		for i, cancel := range standing {
@@ -69,10 +82,7 @@ func (q *Queue[J]) fetchPool(ctx context.Context) {
 			}
 		}
 		for ; waiting > 0; waiting-- {
-			r := <-results
-			for _, d := range r.ds {
-				q.handBackNew(d)
-			}
+			<-over
 		}
 		close(q.jobs)
 	}()
@@ -98,29 +108,27 @@ func (q *Queue[J]) fetchPool(ctx context.Context) {
 		if !askable {
 			slots = nil // wait for a sentinel, a pause change or the gate
 		}
-		var r received
-		gotResult := false
+		var c claimed[J]
+		gotClaim := false
 		select { // a sentinel's job first: its queue comes before any it would be weighed against
-		case r = <-results:
-			gotResult = true
+		case c = <-claims:
+			gotClaim = true
 		default:
 			select {
 			case <-slots:
-			case r = <-results:
-				gotResult = true
+			case c = <-claims:
+				gotClaim = true
+			case e := <-over:
+				q.sentinelOver(e, standing, gens, &waiting)
+				continue
 			case <-rctx.Done():
 				continue
 			case <-q.wake:
 				continue
 			}
 		}
-		if gotResult {
-			waiting--
-			if standing[r.i] != nil {
-				standing[r.i]()
-				standing[r.i] = nil
-			}
-			if !q.passOn(ctx, r.ds, 0) {
+		if gotClaim {
+			if !q.passHeld(ctx, c.fs) {
 				return
 			}
 			continue
@@ -144,12 +152,13 @@ func (q *Queue[J]) fetchPool(ctx context.Context) {
 				}
 				wait := firstProbe // a first Receive may set up a consumer
 				if lat[i] > 0 {
-					wait = max(pc.Probe, 4*lat[i])
+					wait = min(max(pc.Probe, 4*lat[i]), maxProbe)
 				}
 				var ds []*driver.Delivery
 				var err error
-				began := time.Now()
+				var began time.Time
 				for try := 0; ; try++ {
+					began = time.Now()
 					pctx, cancel := context.WithTimeout(rctx, wait)
 					ds, err = q.cfg.Backend.Receive(pctx, pc.Names[i], n, q.cfg.Lease)
 					cancel()
@@ -208,13 +217,66 @@ func (q *Queue[J]) fetchPool(ctx context.Context) {
 			}
 			sctx, cancel := context.WithCancel(rctx)
 			standing[i] = cancel
+			gens[i]++
 			waiting++
-			go func() {
-				ds, err := q.cfg.Backend.Receive(sctx, pc.Names[i], 1, q.cfg.Lease)
-				results <- received{i: i, ds: ds, err: err}
-			}()
+			go func(gen int) {
+				defer func() { over <- ended{i: i, gen: gen} }()
+				ds, _ := q.cfg.Backend.Receive(sctx, pc.Names[i], 1, q.cfg.Lease)
+				if len(ds) == 0 {
+					return
+				}
+				fs := q.hold(ds)
+				select {
+				case claims <- claimed[J]{i: i, fs: fs}:
+				case <-sctx.Done():
+					for _, f := range fs {
+						q.handBackHeld(f)
+					}
+				}
+			}(gens[i])
 		}
 	}
+}
+
+// sentinelOver notes that a standing Receive ended: its queue may be asked
+// again (unless a newer sentinel already waits on it).
+func (q *Queue[J]) sentinelOver(e ended, standing []context.CancelFunc, gens []int, waiting *int) {
+	*waiting--
+	if e.gen == gens[e.i] && standing[e.i] != nil {
+		standing[e.i]()
+		standing[e.i] = nil
+	}
+}
+
+// hold records deliveries as held, so the lease keeper extends them.
+func (q *Queue[J]) hold(ds []*driver.Delivery) []*Delivery[J] {
+	now := time.Now()
+	fs := make([]*Delivery[J], len(ds))
+	q.mu.Lock()
+	for i, d := range ds {
+		fs[i] = &Delivery[J]{D: d, renewed: now}
+		q.held[fs[i]] = struct{}{}
+	}
+	q.mu.Unlock()
+	return fs
+}
+
+// passHeld hands held deliveries to the workers, each on a claim slot it
+// waits for. It returns false, having handed back what it could not pass
+// on, when ctx ends.
+func (q *Queue[J]) passHeld(ctx context.Context, fs []*Delivery[J]) bool {
+	for i, f := range fs {
+		select {
+		case <-q.slots:
+		case <-ctx.Done():
+			for _, f := range fs[i:] {
+				q.handBackHeld(f)
+			}
+			return false
+		}
+		q.jobs <- f
+	}
+	return true
 }
 
 // passOn hands deliveries to the workers: the first `tokens` on claim
