@@ -33,29 +33,45 @@ type harness struct {
 	store driver.Store // the companion store every backend carries
 
 	mu      sync.Mutex
-	proxies map[driver.Backend]*proxy
+	proxies map[driver.Backend][]*proxy
 }
 
 var _ conformance.Disconnecter = (*harness)(nil)
 
+// MakeBackend opens a backend through proxies of its own, one per node of
+// the harness's URL (a cluster's URL lists several).
 func (h *harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
-	px, err := newProxy(h.url.Host)
-	if err != nil {
-		return nil, err
+	var pxs []*proxy
+	closeAll := func() {
+		for _, px := range pxs {
+			px.close()
+		}
 	}
+	var hosts []string
+	for _, host := range strings.Split(h.url.Host, ",") {
+		px, err := newProxy(host)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		pxs = append(pxs, px)
+		hosts = append(hosts, px.ln.Addr().String())
+	}
+	u := *h.url
+	u.Host = strings.Join(hosts, ",")
 	b, err := New(ctx, Config{
-		URL:          px.rewrite(h.url),
+		URL:          u.String(),
 		Logger:       h.log,
 		Store:        h.store,
 		ReconnectMin: 10 * time.Millisecond,
 		ReconnectMax: 200 * time.Millisecond,
 	})
 	if err != nil {
-		px.close()
+		closeAll()
 		return nil, err
 	}
 	h.mu.Lock()
-	h.proxies[b] = px
+	h.proxies[b] = pxs
 	h.mu.Unlock()
 	return b, nil
 }
@@ -63,12 +79,14 @@ func (h *harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
 // Disconnect cuts the backend's connection; it reconnects by itself.
 func (h *harness) Disconnect(ctx context.Context, b driver.Backend) error {
 	h.mu.Lock()
-	px := h.proxies[b]
+	pxs := h.proxies[b]
 	h.mu.Unlock()
-	if px == nil {
+	if pxs == nil {
 		return errors.New("rabbit harness: Disconnect of a backend this harness did not make")
 	}
-	px.cut()
+	for _, px := range pxs {
+		px.cut()
+	}
 	return nil
 }
 
@@ -76,8 +94,10 @@ func (h *harness) Disconnect(ctx context.Context, b driver.Backend) error {
 func (h *harness) Close() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, px := range h.proxies {
-		px.close()
+	for _, pxs := range h.proxies {
+		for _, px := range pxs {
+			px.close()
+		}
 	}
 	h.proxies = nil
 }
@@ -91,7 +111,13 @@ func TestConformance(t *testing.T) {
 		testenv.Unreachable(t, "RabbitMQ at "+redact(testURL()), err)
 	}
 	probe.Close()
-	u, err := url.Parse(testURL())
+	runConformance(t, testURL())
+}
+
+// runConformance runs the conformance suite on the broker (or cluster) of
+// rawURL, with PostgreSQL as the companion store.
+func runConformance(t *testing.T, rawURL string) {
+	u, err := url.Parse(rawURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +134,7 @@ func TestConformance(t *testing.T) {
 			url:     u,
 			store:   pg,
 			log:     slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
-			proxies: map[driver.Backend]*proxy{},
+			proxies: map[driver.Backend][]*proxy{},
 		}, nil
 	}, conformance.Options{})
 }
