@@ -225,32 +225,21 @@ func (p *Platform) startLimits(ctx context.Context) {
 	if !need {
 		return
 	}
-	p.background.Add(1)
-	go func() {
-		defer p.background.Done()
-		tick := time.NewTicker(p.cfg.Lease / 3)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
+	p.every(ctx, p.cfg.Lease/3, func(ctx context.Context) {
+		p.lim.slots.Range(func(k, _ any) bool {
+			slot := k.(*flow.Slot)
+			rctx, cancel := context.WithTimeout(ctx, p.cfg.Lease/3)
+			err := slot.Renew(rctx)
+			cancel()
+			switch {
+			case err == nil:
+			case errors.Is(err, flow.ErrSlotLost):
+				p.lim.slots.Delete(slot)
+				p.log.Warn("asyncplatform: a running job lost its cluster concurrency slot (the store could not be reached within a lease); the limit may be passed until it ends", "key", slot.Key())
+			default:
+				p.log.Warn("asyncplatform: renewing a cluster concurrency slot failed; will retry", "key", slot.Key(), "error", err)
 			}
-			p.lim.slots.Range(func(k, _ any) bool {
-				slot := k.(*flow.Slot)
-				rctx, cancel := context.WithTimeout(ctx, p.cfg.Lease/3)
-				err := slot.Renew(rctx)
-				cancel()
-				switch {
-				case err == nil:
-				case errors.Is(err, flow.ErrSlotLost):
-					p.lim.slots.Delete(slot)
-					p.log.Warn("asyncplatform: a running job lost its cluster concurrency slot (the store could not be reached within a lease); the limit may be passed until it ends", "key", slot.Key())
-				default:
-					p.log.Warn("asyncplatform: renewing a cluster concurrency slot failed; will retry", "key", slot.Key(), "error", err)
-				}
-				return true
-			})
-		}
-	}()
+			return true
+		})
+	})
 }

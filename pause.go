@@ -168,24 +168,13 @@ func (p *Platform) startPauses(ctx context.Context) {
 	if p.pz.gates == nil {
 		return
 	}
-	p.background.Add(1)
-	go func() {
-		defer p.background.Done()
-		tick := time.NewTicker(PausePoll)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			pctx, cancel := context.WithTimeout(ctx, max(PausePoll, 2*time.Second))
-			if err := p.pollPauses(pctx); err != nil && ctx.Err() == nil {
-				p.log.Warn("asyncplatform: reading paused queues failed; keeping the last known states", "error", err)
-			}
-			cancel()
+	p.every(ctx, PausePoll, func(ctx context.Context) {
+		pctx, cancel := context.WithTimeout(ctx, max(PausePoll, 2*time.Second))
+		defer cancel()
+		if err := p.pollPauses(pctx); err != nil && ctx.Err() == nil {
+			p.log.Warn("asyncplatform: reading paused queues failed; keeping the last known states", "error", err)
 		}
-	}()
+	})
 }
 
 // pollPauses reads the paused queues and holds or releases each worked

@@ -976,6 +976,24 @@ func (p *Platform) Stop(ctx context.Context) error {
 	return err
 }
 
+// every runs fn every period on a background goroutine until ctx ends (Stop).
+func (p *Platform) every(ctx context.Context, period time.Duration, fn func(ctx context.Context)) {
+	p.background.Add(1)
+	go func() {
+		defer p.background.Done()
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			fn(ctx)
+		}
+	}()
+}
+
 // Stats returns the depths of a queue and whether it is paused.
 func (p *Platform) Stats(ctx context.Context, queue string) (QueueStats, error) {
 	if p.backend == nil {

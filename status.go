@@ -429,22 +429,11 @@ func (p *Platform) startOutcomes(ctx context.Context) {
 	if p.oc.store == nil {
 		return
 	}
-	p.background.Add(1)
-	go func() {
-		defer p.background.Done()
-		tick := time.NewTicker(cancelPoll)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			if p.oc.n.Load() > 0 {
-				p.pollCancels(ctx)
-			}
+	p.every(ctx, cancelPoll, func(ctx context.Context) {
+		if p.oc.n.Load() > 0 {
+			p.pollCancels(ctx)
 		}
-	}()
+	})
 }
 
 // pollCancels cancels the running jobs that Platform.Cancel named: one List
