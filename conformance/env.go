@@ -32,6 +32,15 @@ type env struct {
 
 	mu       sync.Mutex
 	backends []driver.Backend
+	extra    []string // queues of the case's own beside queue, deleted with it
+}
+
+// alsoDelete names queues the case made beside its own (a pool's, a
+// priority level's, a group's held queue), deleted at the end with it.
+func (e *env) alsoDelete(queues ...string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.extra = append(e.extra, queues...)
 }
 
 func newEnv(t *testing.T, makeHarness HarnessMaker, opts Options, scale float64, queue string) *env {
@@ -54,21 +63,24 @@ func (e *env) close() {
 	e.mu.Lock()
 	bs := e.backends
 	e.backends = nil
+	queues := append([]string{e.queue}, e.extra...)
 	e.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, b := range bs { // the case may have closed some: use a live one
-		d, ok := b.(driver.QueueDeleter)
-		if !ok {
-			break
-		}
-		err := d.DeleteQueue(ctx, e.queue)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, driver.ErrClosed) {
-			e.t.Errorf("deleting queue %s: %v", e.queue, err)
-			break
+	for _, q := range queues {
+		for _, b := range bs { // the case may have closed some: use a live one
+			d, ok := b.(driver.QueueDeleter)
+			if !ok {
+				break
+			}
+			err := d.DeleteQueue(ctx, q)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, driver.ErrClosed) {
+				e.t.Errorf("deleting queue %s: %v", q, err)
+				break
+			}
 		}
 	}
 	for _, b := range bs {

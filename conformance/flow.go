@@ -127,6 +127,7 @@ func poolQueues(e *env, n int) []string {
 	for i := range qs {
 		qs[i] = fmt.Sprintf("%s.p%d", e.queue, i)
 	}
+	e.alsoDelete(qs...)
 	return qs
 }
 
@@ -260,6 +261,7 @@ func testPauseGroup(t *testing.T, e *env) {
 	e.worker(cfg).handle(t, "g", ok).start(t)
 	admin := e.producer()
 	ctx := ctxT(t, 2*e.opts.Wait)
+	e.alsoDelete(ap.HeldQueue(e.queue, "acme"))
 	if err := admin.PauseGroup(ctx, e.queue, "acme"); err != nil {
 		t.Fatalf("PauseGroup: %v", err)
 	}
@@ -334,6 +336,9 @@ func testPauseGroup(t *testing.T, e *env) {
 // handler sees its job's Priority; a job of a bad priority is refused.
 func testPriorityWithinQueue(t *testing.T, e *env) {
 	admin := e.producer()
+	for l := 1; l <= ap.MaxPriority; l++ {
+		e.alsoDelete(ap.PriorityQueue(e.queue, l))
+	}
 	const each = 3
 	var jobs []*ap.Job
 	for l := 0; l <= ap.MaxPriority; l++ {
