@@ -19,10 +19,13 @@
 // lists them. The suite adapts to what the backend declares in
 // driver.Capabilities (its message limit, its shortest lease, whether it
 // redelivers at once on a closed connection) and to the optional
-// [Disconnecter], and never skips a case silently: the one case a backend
-// may be excused from, Crash/ProcessKill (a worker process killed with
-// SIGKILL), needs [Options].SingleProcess with a reason, which the test log
-// shows.
+// [Disconnecter], and never skips a case silently: the cases a backend may
+// be excused from are those that run real child processes ([RunsChild]
+// names them: Crash/ProcessKill, a worker killed with SIGKILL, and the
+// cases across processes), and they need [Options].SingleProcess with a
+// reason, which the test log shows. The backend also needs a store
+// (driver.Store or driver.StoreProvider): the unique, schedule, outcome
+// and flow cases keep their state in it.
 //
 // # Writing the test
 //
@@ -40,7 +43,9 @@
 //     with coarse time (Azure's whole seconds), a longer Wait, the reasons
 //     of DuplicatesWithoutFaults and SingleProcess.
 //  4. Implement driver.QueueDeleter, so that the suite removes each case's
-//     queue; without it the queues stay on the broker.
+//     queues (its own, and those it made beside it: QUEUE-b, a pool's
+//     QUEUE.p0..., the priority levels QUEUE.prio1..., a group's held
+//     queue QUEUE.held.acme); without it the queues stay on the broker.
 //
 // Run go test -run TestConformance ./yourbackend/, then one case by its
 // name: go test -run 'TestConformance/Lease/LapsedReceiptRefused'. A

@@ -70,9 +70,9 @@ type Options struct {
 	DuplicatesWithoutFaults string
 
 	// SingleProcess, when non-empty, says why the backend's queues cannot be
-	// shared by two processes (the memory backend lives in one). The
-	// ProcessKill case is then skipped with that reason in the log; every
-	// other backend must leave it empty.
+	// shared by two processes (the memory backend lives in one). The cases
+	// that run child processes (RunsChild) are then skipped with that
+	// reason in the log; every other backend must leave it empty.
 	SingleProcess string
 
 	// KnownDefects names cases (as Cases lists them) the backend is known to

@@ -336,8 +336,10 @@ func testCancelFailsBeforePoll(t *testing.T, e *env) {
 }
 
 // RunsChild reports whether the case a test name ends in (t.Name() inside
-// a HarnessMaker) runs a worker in a child process, the test binary run
-// again: Crash/ProcessKill and Outcomes/OutputSurvivesKill. A harness whose
+// a HarnessMaker) runs workers in child processes, the test binary run
+// again: Crash/ProcessKill, Outcomes/OutputSurvivesKill and the cases
+// across processes (Unique/ConcurrentProcesses, the Schedule process and
+// restart cases, Flow/ClusterConcurrency, Flow/RateLimit). A harness whose
 // server lives inside the test process shares that server with the child
 // for these cases, through the environment (backend/redis does so for
 // miniredis).
