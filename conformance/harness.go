@@ -69,6 +69,14 @@ type Options struct {
 	// this reason instead of failing on them. Real brokers leave it empty.
 	DuplicatesWithoutFaults string
 
+	// Unordered, when non-empty, says why the broker does not keep a
+	// queue's jobs in the order they were enqueued (Azure Queue Storage
+	// promises no FIFO order): cases that check the order the platform
+	// keeps where the broker does (Flow/PauseGroup's resumed jobs) then
+	// check only that every job ran once, with the reason in the log.
+	// Brokers with FIFO queues leave it empty.
+	Unordered string
+
 	// SingleProcess, when non-empty, says why the backend's queues cannot be
 	// shared by two processes (the memory backend lives in one). The cases
 	// that run child processes (RunsChild) are then skipped with that

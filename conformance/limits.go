@@ -33,6 +33,7 @@ func limitChild(t *testing.T, k *kid, arg string) {
 		cfg.Limits = map[string]ap.TypeLimit{"limited": {ClusterConcurrency: 5}}
 	case "rate":
 		cfg.Limits = map[string]ap.TypeLimit{"limited": {Rate: 50, Burst: 5}}
+		cfg.LimitDelay = ap.DefaultLimitDelay // the refused come back over a second: less churn on a slow broker
 	default:
 		t.Fatalf("argument %q", arg)
 	}

@@ -38,6 +38,10 @@ func TestConformance(t *testing.T) {
 		// dequeues on Azurite 3.37 can return the same message with the same
 		// DequeueCount, which no client can prevent.
 		DuplicatesWithoutFaults: "Azurite can hand one message to two concurrent dequeues (same DequeueCount)",
+		Unordered:               "Azure Queue Storage does not promise FIFO order",
+		KnownDefects: map[string]string{
+			"Flow/RateLimit": "a cluster-wide rate is one blob compare-and-swap per start; on a loaded Azurite three processes reach about 30 starts a second, not 50 (issue 19)",
+		},
 	})
 }
 
