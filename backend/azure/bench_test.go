@@ -204,16 +204,20 @@ func parallel(b testing.TB, w, n int, fn func() error) {
 // the time to page through every record 100 at a time (unless a page takes
 // over a second).
 //
-// Each depth runs on an Azurite of its own, started with --debug so that
-// its queue garbage collector's sweeps can be read (reliability.md,
-// finding 18). The dead letters are made first, 1,000 at a time on a
-// shallow queue (as the bench harness makes them), and after each 1,000
-// the run waits for Azurite's next sweep to finish: a sweep blocks Azurite
-// for a time that grows with the square of the deletes since the last one
-// (42 s after 2,000, 142 s after 4,000), longer than a request's 30 s
-// deadline. ASYNCPLATFORM_AZURE_DEPTH_NOGCWAIT=1 skips the waits. Claims that miss
-// the deadline are counted (claim-timeouts), not fatal; every sweep is
-// logged. Run it with -benchtime=1x:
+// Each depth runs on an Azurite of its own (reliability.md, finding 18).
+// The dead letters are made first, 1,000 at a time on a shallow queue (as
+// the bench harness makes them), and after each 1,000 the run waits for
+// Azurite's queue garbage collector to sweep what the deletes left: a
+// sweep blocks Azurite for a time that grows with the square of the deletes
+// since the last one (42 s after 2,000, 142 s after 4,000), longer than a
+// request's 30 s deadline. ASYNCPLATFORM_AZURE_DEPTH_NOGCWAIT=1 skips the
+// waits. With ASYNCPLATFORM_AZURE_DEPTH_DEBUG=1 Azurite writes its debug
+// log, the waits end with the sweep it reports and every sweep is logged
+// (that log slows Azurite down by itself at depth); otherwise a wait is 65
+// s (the GC sleeps 60 s between sweeps) and one request answered. A probe
+// request every 500 ms during the measurements gives the longest time
+// Azurite did not answer (stall-max-s). Claims that miss the deadline are
+// counted (claim-timeouts), not fatal. Run it with -benchtime=1x:
 //
 //	go test -run '^$' -bench Depth -benchtime=1x -timeout 60m ./backend/azure/
 func BenchmarkDepth(b *testing.B) {
@@ -249,7 +253,7 @@ const claimDeadline = 30 * time.Second
 
 func benchDepth(b *testing.B, depth int) {
 	ctx := context.Background()
-	cs, az, stop := debugAzurite(b)
+	cs, az, stop := debugAzurite(b, os.Getenv("ASYNCPLATFORM_AZURE_DEPTH_DEBUG") == "1")
 	defer stop()
 	be, err := New(ctx, Config{ConnectionString: cs, ClientOptions: clientOptions()})
 	if err != nil {
@@ -296,7 +300,7 @@ func benchDepth(b *testing.B, depth int) {
 		})
 		if os.Getenv("ASYNCPLATFORM_AZURE_DEPTH_NOGCWAIT") != "1" {
 			t := time.Now()
-			az.waitSweep(b)
+			az.waitSweep(b, be)
 			gcWait += time.Since(t)
 		}
 	}
@@ -311,6 +315,8 @@ func benchDepth(b *testing.B, depth int) {
 	b.ReportMetric(time.Since(t0).Seconds(), "fill-s")
 
 	measured := time.Now()
+	stopProbe := probeStalls(be)
+	defer stopProbe()
 	var timeouts int
 	ours := make([]time.Duration, 0, depthSamples)
 	bare := make([]time.Duration, 0, depthSamples)
@@ -402,6 +408,7 @@ func benchDepth(b *testing.B, depth int) {
 		}
 		b.ReportMetric(time.Since(t1).Seconds(), "listdead-all-s")
 	}
+	b.ReportMetric(stopProbe().Seconds(), "stall-max-s")
 	var longest time.Duration
 	for _, sw := range az.sweeps() {
 		b.Logf("Azurite queue GC at %v: %d unreferenced extents, sweep took %v", sw.at.Sub(t0).Round(time.Second), sw.extents, sw.took)
@@ -413,9 +420,9 @@ func benchDepth(b *testing.B, depth int) {
 }
 
 // debugAzurite starts an Azurite of the benchmark's own, in memory, that
-// writes its debug log (with the queue GC's lines) to a file; stop (or the
-// end of the benchmark) kills it.
-func debugAzurite(tb testing.TB) (cs string, az azuriteLog, stop func()) {
+// writes its debug log (with the queue GC's lines) to a file when debug is
+// set; stop (or the end of the benchmark) kills it.
+func debugAzurite(tb testing.TB, debug bool) (cs string, az *azuriteLog, stop func()) {
 	tb.Helper()
 	bin, err := filepath.Abs(azuriteBin)
 	if err == nil {
@@ -427,8 +434,13 @@ func debugAzurite(tb testing.TB) (cs string, az azuriteLog, stop func()) {
 	port, _ := freePort()
 	blobPort, _ := freePort()
 	dir := tb.TempDir()
-	az = azuriteLog(filepath.Join(dir, "debug.log"))
-	cmd := exec.Command(bin, append(azuriteArgs(port, blobPort), "--inMemoryPersistence", "--debug", string(az))...)
+	args := append(azuriteArgs(port, blobPort), "--inMemoryPersistence")
+	az = &azuriteLog{}
+	if debug {
+		az.path = filepath.Join(dir, "debug.log")
+		args = append(args, "--debug", az.path)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Env = append(os.Environ(), "AZURITE_ACCOUNTS="+devAccount+":"+devKey)
@@ -447,8 +459,19 @@ func debugAzurite(tb testing.TB) (cs string, az azuriteLog, stop func()) {
 	return azuriteConnString(addr, blobAddr), az, stop
 }
 
-// azuriteLog is the path of an Azurite debug log.
-type azuriteLog string
+// azuriteLog reads the queue GC's lines from an Azurite debug log. The log
+// grows by megabytes a second (every request is logged), so it is read
+// from where the last read stopped.
+type azuriteLog struct {
+	path string
+
+	mu      sync.Mutex
+	offset  int64
+	partial string // an unfinished last line
+	started int    // sweeps started so far
+	extents int    // unreferenced extents of the sweep under way
+	done    []sweep
+}
 
 // sweep is one run of Azurite's queue garbage collector, read from its log.
 type sweep struct {
@@ -458,39 +481,103 @@ type sweep struct {
 }
 
 var (
-	sweepFound = regexp.MustCompile(`^(\S+) .*QueueGCManager:markSweep\(\) Got referred extents, unreferenced extents count is (\d+)`)
+	sweepFound = regexp.MustCompile(`QueueGCManager:markSweep\(\) Got referred extents, unreferenced extents count is (\d+)`)
 	sweepDone  = regexp.MustCompile(`^(\S+) .*QueueGCManager:markSweepLoop\(\) Mark and sweep finished, take (\d+)ms`)
-	sweepStart = regexp.MustCompile(`QueueGCManager:markSweepLoop\(\) Start new mark and sweep`)
 )
 
-// sweeps reads the finished sweeps from the log.
-func (l azuriteLog) sweeps() []sweep {
-	data, _ := os.ReadFile(string(l))
-	var out []sweep
-	extents := -1
-	for _, line := range strings.Split(string(data), "\n") {
+// read takes in what the log gained since the last read.
+func (l *azuriteLog) read() {
+	if l.path == "" {
+		return
+	}
+	f, err := os.Open(l.path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if _, err := f.Seek(l.offset, io.SeekStart); err != nil {
+		return
+	}
+	data, _ := io.ReadAll(f)
+	l.offset += int64(len(data))
+	text := l.partial + string(data)
+	last := strings.LastIndexByte(text, '\n')
+	l.partial = text[last+1:]
+	for _, line := range strings.Split(text[:last+1], "\n") {
+		if !strings.Contains(line, "QueueGCManager") {
+			continue
+		}
+		if strings.Contains(line, "Start new mark and sweep") {
+			l.started++
+		}
 		if m := sweepFound.FindStringSubmatch(line); m != nil {
-			extents, _ = strconv.Atoi(m[2])
+			l.extents, _ = strconv.Atoi(m[1])
 		}
 		if m := sweepDone.FindStringSubmatch(line); m != nil {
 			at, _ := time.Parse(time.RFC3339Nano, m[1])
 			took, _ := strconv.Atoi(m[2])
-			out = append(out, sweep{at: at, extents: extents, took: time.Duration(took) * time.Millisecond})
-			extents = -1
+			l.done = append(l.done, sweep{at: at, extents: l.extents, took: time.Duration(took) * time.Millisecond})
+			l.extents = -1
 		}
 	}
-	return out
+}
+
+// sweeps returns the finished sweeps.
+func (l *azuriteLog) sweeps() []sweep {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.read()
+	return slices.Clone(l.done)
 }
 
 // waitSweep waits until a sweep that started after the call has finished
-// (Azurite sweeps every 60 s, after the previous sweep ends).
-func (l azuriteLog) waitSweep(tb testing.TB) {
-	data, _ := os.ReadFile(string(l))
-	started := len(sweepStart.FindAllIndex(data, -1))
+// (Azurite sweeps every 60 s, after the previous sweep ends). Without a
+// log it waits 65 s and for one request to be answered.
+func (l *azuriteLog) waitSweep(tb testing.TB, be *Backend) {
+	if l.path == "" {
+		time.Sleep(65 * time.Second)
+		if err := be.Ping(context.Background()); err != nil {
+			tb.Fatal(err)
+		}
+		return
+	}
+	l.mu.Lock()
+	l.read()
+	started := l.started
+	l.mu.Unlock()
 	for deadline := time.Now().Add(10 * time.Minute); len(l.sweeps()) <= started; time.Sleep(time.Second) {
 		if time.Now().After(deadline) {
 			tb.Fatalf("no Azurite queue GC sweep finished within 10 minutes (%d started before)", started)
 		}
+	}
+}
+
+// probeStalls sends a request to the queue service every 500 ms until stop,
+// which returns the longest one took.
+func probeStalls(be *Backend) (stop func() time.Duration) {
+	var longest atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			t := time.Now()
+			_ = be.Ping(context.Background())
+			if d := int64(time.Since(t)); d > longest.Load() {
+				longest.Store(d)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	var once sync.Once
+	return func() time.Duration {
+		once.Do(func() { close(done); wg.Wait() })
+		return time.Duration(longest.Load())
 	}
 }
 
