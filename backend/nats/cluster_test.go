@@ -238,7 +238,7 @@ func TestClusterNodeKill(t *testing.T) {
 		t.Logf("%s (port %s) killed: first enqueue after %v, first claim after %v", name, p, enq.Round(time.Millisecond), recv.Round(time.Millisecond))
 		time.Sleep(3 * time.Second)
 		clusterScript(t, "restart", p)
-		clusterScript(t, "wait")
+		clusterScript(t, "wait", port(strings.Split(base, ",")[0])) // the first node's port is the cluster's base
 	}
 
 	waitEnqueued(total / 4)

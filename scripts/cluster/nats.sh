@@ -19,7 +19,8 @@
 #
 # BASE may also be given as ASYNCPLATFORM_NATS_CLUSTER_BASE. The server is
 # /usr/sbin/nats-server (the machine's 2.9.10), or ASYNCPLATFORM_NATS_SERVER
-# (e.g. "$(scripts/nats-current.sh path)" for the current release).
+# (e.g. "$(scripts/nats-current.sh path)" for the current release), chosen
+# at start: restart starts a node with the binary its cluster started with.
 #
 # Typical use:
 #   eval "$(scripts/cluster/nats.sh start)"
@@ -71,7 +72,9 @@ start_node() {
 	local port=$1 dir
 	dir=$(node_dir "$port")
 	[[ -n $(pid_of "$dir" || true) ]] && return 0
-	setsid "$BIN" -c "$dir/nats.conf" >>"$dir/nats.log" 2>&1 </dev/null &
+	local bin=$BIN
+	[[ -f $dir/../bin ]] && bin=$(cat "$dir/../bin") # the cluster's own, chosen at start
+	setsid "$bin" -c "$dir/nats.conf" >>"$dir/nats.log" 2>&1 </dev/null &
 	echo $! >"$dir/pid"
 	local i
 	for i in $(seq 100); do
@@ -123,6 +126,7 @@ start)
 	sd=$(state_dir "$b")
 	[[ -d $sd ]] && die "a cluster on base $b exists ($sd): stop it first"
 	mkdir -p "$sd"
+	echo "$BIN" >"$sd/bin"
 	routes=""
 	for ((i = 0; i < NODES; i++)); do
 		routes+="${routes:+, }nats-route://127.0.0.1:$((b + 10 + i))"
