@@ -218,7 +218,12 @@ func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...out
 		}
 		if len(nacked) > 0 && failed == nil && nacks < maxNackRetries {
 			// A quorum queue nacks now and then, as one just declared did
-			// here (RejectStorm): try again shortly.
+			// here (RejectStorm): try again shortly, on a new channel. A
+			// channel whose first publish to a quorum queue came while the
+			// queue elected a leader (its node had just died) went on
+			// nacking every publish to it until that node came back
+			// (TestCluster/NodeKill); a new channel registers anew.
+			b.dropPublisher(p)
 			nacks++
 			b.log.Debug("publish nacked; trying again", "messages", len(nacked), "retry", nacks)
 			t := time.NewTimer(nackBackoff << (nacks - 1))
@@ -240,6 +245,17 @@ func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...out
 		pending = retry
 	}
 	return nil
+}
+
+// dropPublisher closes p and makes the next publish open a new publisher.
+// Publishes waiting for a confirm on p are sent again on the new one.
+func (b *Backend) dropPublisher(p *publisher) {
+	b.mu.Lock()
+	if b.pub == p {
+		b.pub = nil
+	}
+	b.mu.Unlock()
+	p.ch.Close()
 }
 
 // A nacked publish is tried again up to maxNackRetries times, after
