@@ -56,15 +56,20 @@ type typeLimit struct {
 	local *flow.Local
 	sem   *flow.Semaphore
 	rate  *flow.Rate
-	// next is held by the one job per process that waits here for the
-	// rate's next start (at most maxRateWait), so a start is not lost
-	// for want of a job at hand; the others are requeued.
-	next atomic.Bool
+	// waiting counts the jobs of this process that wait here for the
+	// rate's next start (at most maxRateWaiters, each at most
+	// maxRateWait), so a start is not lost for want of a job at hand; the
+	// others are requeued.
+	waiting atomic.Int32
 }
 
 // maxRateWait bounds how long the next job in line waits in its worker for
-// the rate's next start.
-const maxRateWait = 100 * time.Millisecond
+// the rate's next start; maxRateWaiters bounds the workers of one process
+// that wait so for one type.
+const (
+	maxRateWait    = 100 * time.Millisecond
+	maxRateWaiters = 1
+)
 
 // limits are the platform's job-type limits.
 type limits struct {
@@ -144,9 +149,11 @@ func (p *Platform) admit(f *inflight, j *Job, tl *typeLimit) (*flow.Slot, bool) 
 	}
 	if tl.rate != nil {
 		wait, err := tl.rate.Take(ctx, time.Now())
-		if err == nil && wait > 0 && wait <= maxRateWait && tl.next.CompareAndSwap(false, true) {
-			wait, err = p.waitRate(tl, wait)
-			tl.next.Store(false)
+		if err == nil && wait > 0 && wait <= maxRateWait {
+			if tl.waiting.Add(1) <= maxRateWaiters {
+				wait, err = p.waitRate(tl, wait)
+			}
+			tl.waiting.Add(-1)
 		}
 		if err != nil || wait > 0 {
 			p.unadmit(tl, slot)
