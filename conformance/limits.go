@@ -33,7 +33,6 @@ func limitChild(t *testing.T, k *kid, arg string) {
 		cfg.Limits = map[string]ap.TypeLimit{"limited": {ClusterConcurrency: 5}}
 	case "rate":
 		cfg.Limits = map[string]ap.TypeLimit{"limited": {Rate: 50, Burst: 5}}
-		cfg.LimitDelay = ap.DefaultLimitDelay // the refused come back over a second: less churn on a slow broker
 	default:
 		t.Fatalf("argument %q", arg)
 	}
@@ -177,22 +176,23 @@ func testClusterConcurrency(t *testing.T, e *env) {
 		return n >= 5
 	})
 	// Kill the process that is running the most jobs now.
-	now := time.Now().UnixNano()
-	running := make([]int, len(kids))
-	for _, s := range spans() {
-		if s.end == 0 {
-			running[s.proc]++
-		}
-	}
+	var running []int
 	victim := 0
-	for i := range running {
-		if running[i] > running[victim] {
-			victim = i
+	e.waitFor("a process running jobs", func() bool {
+		running = make([]int, len(kids))
+		for _, s := range spans() {
+			if s.end == 0 {
+				running[s.proc]++
+			}
 		}
-	}
-	if running[victim] == 0 {
-		t.Fatalf("no process was running a job at %d", now)
-	}
+		victim = 0
+		for i := range running {
+			if running[i] > running[victim] {
+				victim = i
+			}
+		}
+		return running[victim] > 0
+	})
 	kids[victim].kill(t)
 	killed := time.Now().UnixNano()
 	done := func() bool {
