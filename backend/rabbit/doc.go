@@ -159,8 +159,12 @@
 // the rest back. ListDead's cursor is the number of records to skip. Each
 // of NextDead, ListDead and DeleteDead so costs the whole queue streamed
 // (about 80µs a record here) and, for NextDead, a requeue of each record:
-// fine for thousands of records, slow for a million. Records held by
-// NextDead callers are not seen. PurgeDead is queue.purge (held records
+// fine for thousands of records, slow for a million. A quorum queue puts
+// records handed back by a closed channel back asynchronously: each of
+// these calls waits, up to a second, until the queue counts them ready
+// again before it returns (once on a cluster, a listing right after a
+// delete still missed one; docs/reliability.md). Records held by NextDead
+// callers are not seen. PurgeDead is queue.purge (held records
 // stay).
 //
 // Upgrade from the classic dead-letter queue. Declare looks for the queue's
