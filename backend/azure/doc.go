@@ -138,6 +138,11 @@
 //
 // # Limits
 //
+// Priorities within a queue (Job.Priority with QueueConfig.Priorities) are a
+// queue per level, here three more Storage queues per queue, and a waiting
+// Receive on each empty level, which polls at PollInterval as every Azure
+// Receive does (about ten requests a second per level at the default).
+//
 //   - MaxBody is 49,137 bytes: 64 KiB of base64 text is 49,152 bytes, less
 //     the 15-byte frame. Enqueue returns driver.ErrTooLarge (naming the
 //     limit) before sending anything when a body is larger.

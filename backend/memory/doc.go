@@ -59,6 +59,11 @@
 //
 // # Limits
 //
+// Priorities within a queue (Job.Priority with QueueConfig.Priorities) are a
+// queue per level, here three more in-process queues per queue, and a
+// waiting Receive on each empty level (a goroutine on a condition, no
+// polling).
+//
 // Nothing persists: a process exit loses everything. No message size limit
 // and no minimum lease. Queues and records live in the process's memory,
 // with no bound but that.

@@ -218,6 +218,10 @@
 //
 // # Limits
 //
+// Priorities within a queue (Job.Priority with QueueConfig.Priorities) are a
+// queue per level, here three more queues per queue, each laid out as in
+// Layout, and a waiting Receive on each empty level (a pull request).
+//
 // The server's max_payload (1 MiB by default) bounds a message with its
 // headers. Capabilities.MaxBody is max_payload minus HeaderReserve (16 KiB),
 // which leaves room for the headers and for a dead-letter record, which

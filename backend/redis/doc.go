@@ -129,6 +129,11 @@
 //
 // # Limits
 //
+// Priorities within a queue (Job.Priority with QueueConfig.Priorities) are a
+// queue per level, here three more sets of keys per queue (see Layout), and
+// a waiting Receive on each empty level (a blocked connection from the
+// client's pool).
+//
 //   - Capabilities.MinLease is 50ms; leases are kept in milliseconds.
 //   - A body is one Redis string: at most proto-max-bulk-len (512 MB by
 //     default). Config.MaxBody sets a lower limit of ours.
