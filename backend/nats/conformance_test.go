@@ -66,10 +66,12 @@ const faultsStream = "FAULTS"
 // server, and BrokerRestart and BrokerKill on a nats-server of its own.
 func TestFaults(t *testing.T) {
 	t.Parallel()
+	addr := realURL(t)
 	faults.Run(t, faults.Target{
-		Name:  "nats",
-		Lease: 500 * time.Millisecond,
-		Addr:  realURL(t),
+		Name:         "nats",
+		Lease:        500 * time.Millisecond,
+		Addr:         addr,
+		KnownDefects: serverDefects(t, addr),
 		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
 			return New(ctx, Config{URL: addr, Stream: faultsStream, DeadLease: 2 * time.Second, PollWait: 500 * time.Millisecond,
 				Options: []gonats.Option{gonats.ReconnectWait(100 * time.Millisecond)}, Logger: faults.Logger()})
@@ -117,4 +119,32 @@ func privateNATS(t *testing.T) *faults.Broker {
 	return &faults.Broker{Addr: "nats://" + hostport, Restart: s.Restart,
 		KillLeaves: "a SIGKILL of nats-server forgets the deliveries of its last ~100 ms (TestNATSKillFact): a worker that dies holding one " +
 			"in that window has its crash uncounted, which RandomFaults' random worker kills can hit (BrokerKill kills no worker)"}
+}
+
+// serverDefects names the fault scenarios the server at addr cannot pass:
+// before 2.10.14 (nats-server #5305, findings 17 and 19 of
+// docs/reliability.md), a cancelled Receive's pull request can take a copy
+// the platform handed back, so PoisonIsolation now and then charges an
+// innocent job a crash it did not cause (about 1 run in 30 on 2.9.10). The
+// README says these versions do not keep the try-count promise; the
+// scenario runs, as strict as ever, on every later server.
+func serverDefects(t *testing.T, addr string) map[string]string {
+	nc, err := gonats.Connect(addr)
+	if err != nil {
+		t.Fatalf("connecting to read the server version: %v", err)
+	}
+	defer nc.Close()
+	v := nc.ConnectedServerVersion()
+	if nc.ConnectedServerVersion() != "" && !versionAtLeast(v, 2, 10, 14) {
+		return map[string]string{"PoisonIsolation": "nats-server " + v + " hands a withdrawn pull's copy out again (#5305, fixed in 2.10.14): this version does not keep the try-count promise (README, findings 17 and 19)"}
+	}
+	return nil
+}
+
+func versionAtLeast(v string, major, minor, patch int) bool {
+	var a, b, c int
+	if _, err := fmt.Sscanf(v, "%d.%d.%d", &a, &b, &c); err != nil {
+		return false
+	}
+	return a > major || a == major && (b > minor || b == minor && c >= patch)
 }
