@@ -194,9 +194,10 @@ func TestHostileGroupIsText(t *testing.T) {
 		}
 	}
 	checkInert("the queue's page", body)
-	if err := contains(body, `<td class="mono name">&#34;&gt;&lt;img src=x onerror=&#34;window.__xss=1&#34;&gt;&lt;script&gt;window.__xss=2&lt;/script&gt;</td>`,
-		`<td class="n held">–</td>`); err != nil {
-		t.Errorf("the hostile group is not shown as text: %v\n%s", err, body)
+	// PausedGroups leaves out a key that is not a group name: a name
+	// written into the store around the platform is not listed at all.
+	if strings.Contains(body, "window.__xss") {
+		t.Errorf("a store key that is not a group name was listed:\n%s", body)
 	}
 	tok := tokenRE.FindStringSubmatch(body)[1]
 	for _, path := range []string{"/resume", "/pause"} {
@@ -208,8 +209,8 @@ func TestHostileGroupIsText(t *testing.T) {
 		checkInert("after POST "+path, body)
 	}
 	// The page says what went wrong; nothing was paused by the form.
-	if g, err := f.p.PausedGroups(ctx, "mail"); err != nil || len(g) != 1 {
-		t.Fatalf("paused groups %q, %v: want only the one written to the store", g, err)
+	if g, err := f.p.PausedGroups(ctx, "mail"); err != nil || len(g) != 0 {
+		t.Fatalf("paused groups %q, %v: want none (the key written to the store is not a group name)", g, err)
 	}
 }
 
