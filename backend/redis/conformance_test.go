@@ -100,7 +100,10 @@ func TestConformance(t *testing.T) {
 				addr = miniredis.RunT(t).Addr()
 			}
 			return &harness{addr: addr, prefix: "apt"}, nil
-		}, conformance.Options{Lease: 2 * time.Second})
+		}, conformance.Options{Lease: 2 * time.Second, KnownDefects: map[string]string{
+			// The real Redis above runs it; this is the emulator's speed.
+			"Flow/RateLimit": "miniredis serves every child-process case from one server inside the test process: three processes' compare-and-swaps reach about 24 starts a second there, not 50",
+		}})
 	})
 }
 
