@@ -41,7 +41,11 @@ type TypeLimit struct {
 
 	// Rate is how many jobs of the type start per second across every
 	// process over the backend (a GCRA in the backend's store; fractions
-	// allowed: 0.5 is one every two seconds). Defaults to 0: no limit.
+	// allowed: 0.5 is one every two seconds). Each process reserves starts
+	// in batches, one store write each, and a job waits in its worker for
+	// its start, up to a second, but never more than about three quarters
+	// of its queue's workers at once (contract §13). Defaults to 0: no
+	// limit.
 	Rate float64
 
 	// Burst is how many jobs the rate admits at once after a quiet spell.
@@ -55,21 +59,219 @@ var _ flow.KV = (*Store)(nil)
 type typeLimit struct {
 	local *flow.Local
 	sem   *flow.Semaphore
-	rate  *flow.Rate
-	// waiting counts the jobs of this process that wait here for the
-	// rate's next start (at most maxRateWaiters, each at most
-	// maxRateWait), so a start is not lost for want of a job at hand; the
-	// others are requeued.
-	waiting atomic.Int32
+	rate  *rateLine
 }
 
-// maxRateWait bounds how long the next job in line waits in its worker for
-// the rate's next start; maxRateWaiters bounds the workers of one process
-// that wait so for one type.
+// How a process takes the starts of a cluster-wide rate: it reserves them
+// in batches (one store write each), the first due within rateWait: a
+// start for each job waiting for one, and as many more as it used in the
+// last demandWindow, at most maxRateBatch and a quarter of the queue's
+// workers. A job waits in its worker for its start, up to rateWait; one
+// that finds no start reserved reserves a batch while no more than half
+// its queue's workers wait so, and is requeued otherwise. So at most about
+// three quarters of a queue's workers wait for a type's starts.
 const (
-	maxRateWait    = 100 * time.Millisecond
-	maxRateWaiters = 1
+	rateWait     = time.Second
+	maxRateBatch = 16
+	demandWindow = 100 * time.Millisecond
 )
+
+// rateLine is this process's share of a job type's cluster-wide rate:
+// starts reserved in the store a batch at a time (flow.Rate.Reserve), and
+// handed here, in order, to the jobs that come, each waiting for its
+// start's time (or the batch's, for starts a burst had left). A start no
+// job took within grace of that time is dropped (it
+// is lost to every process); one taken late, up to grace, lets the limit be
+// passed by at most grace/interval starts over any span of time.
+type rateLine struct {
+	rate    *flow.Rate
+	grace   time.Duration
+	waiting atomic.Int32 // jobs waiting here for their starts' time
+	pending atomic.Int32 // jobs waiting for a batch to be reserved
+	rtt     atomic.Int64 // ns: the expected round trip of a Reserve
+
+	reserving chan struct{} // held by the worker reserving a batch
+
+	mu       sync.Mutex
+	next     time.Time // the next unused start reserved
+	reserved time.Time // when its batch was reserved
+	left     int       // starts reserved and unused: next, next+interval, …
+	window   time.Time // the start of the current demand window
+	cur      int       // starts used in the current window
+	prev     int       // starts used in the window before
+}
+
+func newRateLine(r *flow.Rate) *rateLine {
+	return &rateLine{
+		rate:      r,
+		grace:     max(r.Interval(), r.Interval()*time.Duration(r.Burst()-1)),
+		reserving: make(chan struct{}, 1),
+	}
+}
+
+// used counts a start handed out here. The lock is held.
+func (l *rateLine) used(now time.Time) {
+	l.roll(now)
+	l.cur++
+}
+
+// roll moves the demand windows on to now. The lock is held.
+func (l *rateLine) roll(now time.Time) {
+	switch d := now.Sub(l.window); {
+	case d >= 2*demandWindow:
+		l.window, l.prev, l.cur = now, 0, 0
+	case d >= demandWindow:
+		l.window, l.prev, l.cur = l.window.Add(demandWindow), l.cur, 0
+	}
+}
+
+// take hands out the next reserved start, if one is left (ok): its time.
+// A start due after rateWait is not handed out; its time says when to
+// come again.
+func (l *rateLine) take(now time.Time) (at time.Time, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.takeLocked(now)
+}
+
+// takeLocked is take with the lock held.
+func (l *rateLine) takeLocked(now time.Time) (at time.Time, ok bool) {
+	iv := l.rate.Interval()
+	for l.left > 0 && now.Sub(l.due()) > l.grace {
+		l.next, l.left = l.next.Add(iv), l.left-1
+	}
+	if l.left == 0 {
+		return time.Time{}, false
+	}
+	at = l.due()
+	if at.Sub(now) <= rateWait {
+		l.next, l.left = l.next.Add(iv), l.left-1
+		l.used(now)
+	}
+	return at, true
+}
+
+// due returns when the next reserved start is due: its time, or when it
+// was reserved if that is later (the starts a burst had left are due at
+// once). The lock is held.
+func (l *rateLine) due() time.Time {
+	if l.next.Before(l.reserved) {
+		return l.reserved
+	}
+	return l.next
+}
+
+// add keeps a batch reserved for the time at, the starts before it being
+// gone, and hands out its first start to the job that reserved it, as take
+// would at now (ok false: every start of the batch came too late).
+func (l *rateLine) add(g flow.Grant, at, now time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.next, l.left, l.reserved = g.First, g.Count, at
+	if late := now.Sub(l.due()); late > l.grace && late <= rateWait {
+		// Slower than expected: the reserver's start is its own (late by
+		// the store's delay), the others are dropped by take as late.
+		first := l.due()
+		l.next, l.left = l.next.Add(l.rate.Interval()), l.left-1
+		l.used(now)
+		return first, true
+	}
+	return l.takeLocked(now)
+}
+
+// crowded reports whether maxWaiting jobs of the type already wait here,
+// for their starts' time or for a batch.
+func (l *rateLine) crowded(maxWaiting int) bool {
+	return int(l.waiting.Load()+l.pending.Load()) >= maxWaiting
+}
+
+// roundTrip is the expected time of a Reserve: the longest of the last
+// ones, decaying (better a start waited for a little than one dropped).
+func (l *rateLine) roundTrip() time.Duration {
+	return time.Duration(l.rtt.Load())
+}
+
+// took adds the time of a Reserve to the estimate.
+func (l *rateLine) took(d time.Duration) {
+	old := l.rtt.Load()
+	l.rtt.Store(max(int64(d), old-old/8))
+}
+
+// want is the size of the next batch: a start for each job waiting for
+// one, and as many more as were used here in the last demand window; at
+// most maxWaiting/2.
+func (l *rateLine) want(maxWaiting int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.roll(time.Now())
+	n := 1 + int(l.pending.Load()) + l.prev
+	return max(min(n, maxRateBatch, maxWaiting/2), 1)
+}
+
+// rateStart finds a job a start under the rate and waits for its time: the
+// next start reserved here, or the first of a batch it reserves (one worker
+// at a time; the others wait for that batch). A job that finds no start
+// reserved while more than maxWaiting jobs of the type are here already
+// reserves none: so at most about 1.5 × maxWaiting wait (those, and the
+// jobs that take the starts they reserved). It returns 0 once the start's
+// time has come, or, when the job is to be requeued, how long until this
+// process's or the limit's next start.
+func (p *Platform) rateStart(ctx context.Context, l *rateLine, maxWaiting int) (time.Duration, error) {
+	at, ok := l.take(time.Now())
+	if !ok {
+		if l.crowded(maxWaiting) { // enough wait for starts already
+			return demandWindow, nil
+		}
+		l.pending.Add(1)
+		select {
+		case l.reserving <- struct{}{}:
+			l.pending.Add(-1)
+		case <-ctx.Done():
+			l.pending.Add(-1)
+			return 0, ctx.Err()
+		}
+		at, ok = l.take(time.Now()) // a batch reserved while this one waited
+		if !ok && l.crowded(maxWaiting) {
+			<-l.reserving
+			return demandWindow, nil
+		}
+		if !ok {
+			// The batch is timed from when it is expected back: the starts
+			// due at once are due then, not dropped as late on arrival.
+			start := time.Now()
+			expect := start.Add(l.roundTrip())
+			g, wait, err := l.rate.Reserve(ctx, expect, l.want(maxWaiting), rateWait)
+			l.took(time.Since(start))
+			if err != nil || g.Count == 0 {
+				<-l.reserving
+				return max(wait, time.Millisecond), err
+			}
+			at, ok = l.add(g, expect, time.Now())
+		}
+		<-l.reserving
+		if !ok {
+			return demandWindow, nil
+		}
+	}
+	d := time.Until(at)
+	if d > rateWait {
+		return d, nil
+	}
+	if d > 0 {
+		l.waiting.Add(1)
+		defer l.waiting.Add(-1)
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-p.stopWait: // stopping: the start is lost, the job is handed back
+			return d, nil
+		case <-p.workCtx.Done():
+			return d, nil
+		}
+	}
+	return 0, nil
+}
 
 // limits are the platform's job-type limits.
 type limits struct {
@@ -116,7 +318,7 @@ func (p *Platform) initLimits() error {
 			if err != nil {
 				return fmt.Errorf("%w: %s.Rate: %w", ErrInvalidConfig, where, err)
 			}
-			tl.rate = r
+			tl.rate = newRateLine(r)
 		}
 		if tl.local != nil || tl.sem != nil || tl.rate != nil {
 			p.lim.byType[typ] = tl
@@ -130,7 +332,7 @@ func (p *Platform) initLimits() error {
 // rate, in that order. It returns the slot taken (nil: none) and whether j
 // may run; when it may not, it has let go of what it took and requeued j
 // uncounted.
-func (p *Platform) admit(f *inflight, j *Job, tl *typeLimit) (*flow.Slot, bool) {
+func (p *Platform) admit(f *inflight, j *Job, tl *typeLimit, workers int) (*flow.Slot, bool) {
 	if tl.local != nil && !tl.local.TryAcquire() {
 		p.limited(f, j, 0, nil)
 		return nil, false
@@ -148,16 +350,13 @@ func (p *Platform) admit(f *inflight, j *Job, tl *typeLimit) (*flow.Slot, bool) 
 		slot = s
 	}
 	if tl.rate != nil {
-		wait, err := tl.rate.Take(ctx, time.Now())
-		if err == nil && wait > 0 && wait <= maxRateWait {
-			if tl.waiting.Add(1) <= maxRateWaiters {
-				wait, err = p.waitRate(tl, wait)
-			}
-			tl.waiting.Add(-1)
-		}
-		if err != nil || wait > 0 {
+		if wait, err := p.rateStart(ctx, tl.rate, max(workers/2, 1)); err != nil || wait > 0 {
 			p.unadmit(tl, slot)
-			p.limited(f, j, wait, err)
+			if p.stopping.Load() {
+				p.handBack(f)
+			} else {
+				p.limited(f, j, wait, err)
+			}
 			return nil, false
 		}
 	}
@@ -165,28 +364,6 @@ func (p *Platform) admit(f *inflight, j *Job, tl *typeLimit) (*flow.Slot, bool) 
 		p.lim.slots.Store(slot, struct{}{})
 	}
 	return slot, true
-}
-
-// waitRate waits in line for the rate's next start, a few times at most.
-func (p *Platform) waitRate(tl *typeLimit, wait time.Duration) (time.Duration, error) {
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	for range 4 {
-		select {
-		case <-t.C:
-		case <-p.workCtx.Done():
-			return wait, nil
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease/3)
-		var err error
-		wait, err = tl.rate.Take(ctx, time.Now())
-		cancel()
-		if err != nil || wait == 0 || wait > maxRateWait {
-			return wait, err
-		}
-		t.Reset(wait)
-	}
-	return wait, nil
 }
 
 // unadmit gives back what admit took.

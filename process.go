@@ -106,7 +106,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	}
 	if p.lim.byType != nil {
 		if tl := p.lim.byType[j.Type]; tl != nil {
-			slot, ok := p.admit(f, j, tl)
+			slot, ok := p.admit(f, j, tl, q.Concurrency())
 			if !ok {
 				return
 			}

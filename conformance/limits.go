@@ -33,6 +33,7 @@ func limitChild(t *testing.T, k *kid, arg string) {
 		cfg.Limits = map[string]ap.TypeLimit{"limited": {ClusterConcurrency: 5}}
 	case "rate":
 		cfg.Limits = map[string]ap.TypeLimit{"limited": {Rate: 50, Burst: 5}}
+		cfg.LimitDelay = 0 // the default: the jobs requeued over the rate come back less often
 	default:
 		t.Fatalf("argument %q", arg)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/conformance"
 	"github.com/asyncplatform/asyncplatform/conformance/faults"
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
 
 type harness struct{ url string }
@@ -54,9 +55,11 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { os.Unsetenv(inprocessEnv) })
 		}
 		opts := suiteOptions
-		opts.KnownDefects = map[string]string{
-			// The machine's server above runs it; this is the embedded one's speed.
-			"Flow/RateLimit": "the embedded server runs inside the test process, beside the suite's parallel cases: three child processes' compare-and-swaps reach about 29 starts a second there, not 50",
+		if testenv.Race {
+			// The server runs inside this race-instrumented process, beside
+			// the suite's parallel cases: a 1.5 s lease lapsed in CI while a
+			// job was set aside (Flow/PauseGroup), a crash counted.
+			opts.Lease *= 2
 		}
 		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
 			return harness{url: url}, nil

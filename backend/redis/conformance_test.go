@@ -16,6 +16,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/conformance"
 	"github.com/asyncplatform/asyncplatform/conformance/faults"
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
 
 // harness opens each backend on a client of its own, as a separate worker
@@ -100,10 +101,7 @@ func TestConformance(t *testing.T) {
 				addr = miniredis.RunT(t).Addr()
 			}
 			return &harness{addr: addr, prefix: "apt"}, nil
-		}, conformance.Options{Lease: 2 * time.Second, KnownDefects: map[string]string{
-			// The real Redis above runs it; this is the emulator's speed.
-			"Flow/RateLimit": "miniredis serves every child-process case from one server inside the test process: three processes' compare-and-swaps reach about 24 starts a second there, not 50",
-		}})
+		}, conformance.Options{Lease: 2 * time.Second, KnownDefects: miniredisDefects})
 	})
 }
 
@@ -162,3 +160,14 @@ func privateRedis(t *testing.T) *faults.Broker {
 			"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--maxmemory-policy", "noeviction"}})
 	return &faults.Broker{Addr: addr, Restart: s.Restart}
 }
+
+// miniredisDefects: miniredis serves Flow/RateLimit's three child processes
+// from inside the race-instrumented test process, too slowly (the real
+// Redis runs the case in the same package, and miniredis does without the
+// race detector).
+var miniredisDefects = func() map[string]string {
+	if !testenv.Race {
+		return nil
+	}
+	return map[string]string{"Flow/RateLimit": "miniredis serves the three child processes from inside the race-instrumented test process: 448 starts in 10 s in CI, against 450 to 550"}
+}()

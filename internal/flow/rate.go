@@ -198,33 +198,70 @@ func (r *Rate) Key() string { return r.cfg.Key }
 // ctx.Err() when ctx ends while another Take holds the Rate, or a
 // *ContentionError.
 func (r *Rate) Take(ctx context.Context, now time.Time) (wait time.Duration, err error) {
+	_, wait, err = r.Reserve(ctx, now, 1, 0)
+	return wait, err
+}
+
+// Grant is the events one Reserve admitted: Count of them, the i-th (from
+// 0) due at At(i), one interval after the one before. An event may happen at
+// its time or later, never earlier.
+type Grant struct {
+	Count    int       // events admitted; 0: none
+	First    time.Time // the first event's time (the past: at once)
+	Interval time.Duration
+}
+
+// At returns the time of the grant's i-th event (from 0).
+func (g Grant) At(i int) time.Time { return g.First.Add(time.Duration(i) * g.Interval) }
+
+// Reserve asks for n events in one write, the first of them due within
+// horizon of now: the events are due one interval apart from the first
+// (Grant.At), some perhaps at once (what the burst has left), the rest
+// later. So a process that starts many events pays one store round trip
+// per batch, not per event, and processes asking at once do not contend
+// for every single event. It returns a Grant of n events, or, when the
+// first would be due after now+horizon, an empty Grant and how long until
+// it is due. Take is Reserve of one event with no horizon.
+//
+// Events reserved are the process's: those it does not use are lost to
+// every process (the limit then admits fewer than its rate), so ask for
+// about as many as will be used. Its errors are Take's.
+func (r *Rate) Reserve(ctx context.Context, now time.Time, n int, horizon time.Duration) (Grant, time.Duration, error) {
 	if now.IsZero() {
 		now = time.Now()
 	}
+	n = max(n, 1)
+	horizon = max(horizon, 0)
 	select {
 	case r.lock <- struct{}{}:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return Grant{}, 0, ctx.Err()
 	}
 	defer func() { <-r.lock }()
 
-	n := now.UnixNano()
+	t := now.UnixNano()
 	st := r.state
-	fresh := false // st was read from the store in this Take
+	fresh := false // st was read from the store in this Reserve
 	for attempts := 0; attempts < r.cfg.MaxAttempts; {
-		present := st.rev != "" && (fresh || n < st.expires)
-		tat := n
-		if present && st.tat > n {
+		present := st.rev != "" && (fresh || t < st.expires)
+		tat := t
+		if present && st.tat > t {
 			tat = st.tat
 		}
-		if allowAt := tat - r.tau; allowAt > n {
+		first := tat - r.tau // the first event's time
+		if first > t+int64(horizon) {
 			r.state = st
-			return time.Duration(allowAt - n), nil
+			return Grant{}, time.Duration(first - t), nil
 		}
-		newTAT := tat + r.interval
-		ttl := ceilMillis(time.Duration(newTAT - n))
+		k := int64(n)
+		newTAT := tat + k*r.interval
+		// The TTL runs from the write, so it is reckoned from the real
+		// clock when the caller's now is later (a batch timed from when it
+		// is expected back): the key must last until its TAT.
+		ttl := min(ceilMillis(time.Duration(newTAT-min(t, time.Now().UnixNano()))), driver.MaxTTL)
 		value := []byte(strconv.FormatInt(newTAT, 10))
 		var rev string
+		var err error
 		if present {
 			rev, err = r.kv.Update(ctx, r.cfg.Key, value, st.rev, ttl)
 		} else {
@@ -233,22 +270,22 @@ func (r *Rate) Take(ctx context.Context, now time.Time) (wait time.Duration, err
 		attempts++
 		switch {
 		case err == nil:
-			r.state = rateState{rev: rev, tat: newTAT, expires: n + int64(ttl)}
-			return 0, nil
+			r.state = rateState{rev: rev, tat: newTAT, expires: t + int64(ttl)}
+			return Grant{Count: int(k), First: time.Unix(0, first), Interval: time.Duration(r.interval)}, 0, nil
 		case errors.Is(err, driver.ErrRevision), errors.Is(err, driver.ErrKeyExists):
 			// Another process wrote first: read what it wrote.
 		default:
 			r.state = rateState{}
-			return 0, fmt.Errorf("flow: rate %q: take: %w", r.cfg.Key, err)
+			return Grant{}, 0, fmt.Errorf("flow: rate %q: take: %w", r.cfg.Key, err)
 		}
 		if st, err = r.read(ctx); err != nil {
 			r.state = rateState{}
-			return 0, err
+			return Grant{}, 0, err
 		}
 		fresh = true
 	}
 	r.state = rateState{}
-	return 0, &ContentionError{Key: r.cfg.Key, Attempts: r.cfg.MaxAttempts}
+	return Grant{}, 0, &ContentionError{Key: r.cfg.Key, Attempts: r.cfg.MaxAttempts}
 }
 
 // read returns the key's state in the store now: rev "" when it is absent.

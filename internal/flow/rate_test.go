@@ -112,6 +112,69 @@ func TestRateGCRA(t *testing.T) {
 	}
 }
 
+// TestRateReserve checks batches to the nanosecond on the fake store: n
+// events one interval apart from the first due, whether the burst has some
+// left (at once) or not (within the horizon); a refusal that says when the
+// next is due; and that a batch is the same limit as single Takes (another
+// process shares it).
+func TestRateReserve(t *testing.T) {
+	t.Parallel()
+	kv := newFakeKV()
+	ctx := t.Context()
+	const iv = 100 * time.Millisecond
+	r, err := flow.NewRate(kv, flow.RateConfig{Key: "batch", Events: 10, Burst: 3})
+	must(t, "NewRate", err)
+	other, err := flow.NewRate(kv, flow.RateConfig{Key: "batch", Events: 10, Burst: 3})
+	must(t, "NewRate", err)
+	reserve := func(r *flow.Rate, n int, horizon time.Duration, wantCount int, wantFirst, wantWait time.Duration) {
+		t.Helper()
+		now := kv.Now()
+		g, wait, err := r.Reserve(ctx, now, n, horizon)
+		must(t, "Reserve", err)
+		if g.Count != wantCount || wait != wantWait || (g.Count > 0 && g.First.Sub(now) != wantFirst) {
+			t.Fatalf("Reserve(%d, %v) = %d events from %+v, wait %v; want %d from %+v, wait %v",
+				n, horizon, g.Count, g.First.Sub(now), wait, wantCount, wantFirst, wantWait)
+		}
+		for i := 1; i < g.Count; i++ {
+			if d := g.At(i).Sub(g.At(i - 1)); d != iv {
+				t.Fatalf("events %d and %d of a grant are %v apart, want %v", i-1, i, d, iv)
+			}
+		}
+	}
+	// Idle: the burst of 3 (due 200 ms and 100 ms ago and now: at once),
+	// then two more at +100 ms and +200 ms.
+	reserve(r, 5, 50*time.Millisecond, 5, -2*iv, 0)
+	// Everything to +200 ms is taken: the next is due at +300 ms, beyond
+	// either horizon.
+	reserve(other, 10, 250*time.Millisecond, 0, 0, 3*iv)
+	reserve(other, 1, 0, 0, 0, 3*iv)
+	// Within a horizon that reaches it: from +300 ms on.
+	reserve(other, 2, 3*iv, 2, 3*iv, 0)
+	kv.Advance(5 * iv)
+	// Due now, the last of the batch at +200 ms.
+	reserve(r, 3, 0, 3, 0, 0)
+	// In 10 s of steady demand, batches admit what single Takes do, and the
+	// events they reserve are due no sooner.
+	kv.Advance(10 * iv)
+	start := kv.Now()
+	admitted := 0
+	for range 1000 {
+		g, _, err := r.Reserve(ctx, kv.Now(), 4, 3*iv)
+		must(t, "Reserve", err)
+		for i := range g.Count {
+			if g.At(i).Before(start.Add(time.Duration(admitted-2) * iv)) {
+				t.Fatalf("event %d reserved is due at +%v, before its turn", admitted, g.At(i).Sub(start))
+			}
+			admitted++
+		}
+		kv.Advance(10 * time.Millisecond)
+	}
+	// 3 at once, one per interval, and a batch of 4 from up to 3 intervals ahead.
+	if want := 3 + 100 - 1 + 3; admitted < want || admitted > want+4 {
+		t.Fatalf("%d reserved in 10 s at 10/s with a burst of 3, batches of 4 and a horizon of 3 intervals, want %d to %d", admitted, want, want+4)
+	}
+}
+
 // TestRateProcesses: two Rates over one key (two processes) share its
 // tokens: of their Takes at one instant exactly Burst are admitted, and one
 // more once an interval has passed.
