@@ -54,7 +54,8 @@ func ExamplePlatform_Status() {
 		log.Fatal(err)
 	}
 	defer p.Stop(ctx)
-	for !st.State.Terminal() {
+	deadline := time.Now().Add(30 * time.Second)
+	for !st.State.Terminal() && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 		st, _ = p.Status(ctx, job.ID)
 	}

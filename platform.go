@@ -105,7 +105,9 @@ type Config struct {
 	HealthChecks map[string]HealthCheck
 
 	// HealthInterval is how often the health checks run; a Reject triggers
-	// a run at once. Defaults to DefaultHealthInterval.
+	// a run at once, and while a check fails they run again sooner (after
+	// 250 ms, doubling up to HealthInterval), so taking resumes soon after
+	// what failed is back. Defaults to DefaultHealthInterval.
 	HealthInterval time.Duration
 
 	// WarnTries, when positive, logs a warning (with the job's ID, type and
@@ -355,6 +357,7 @@ type Platform struct {
 	queues   []*runner.Queue[Job]
 
 	fetchCancel context.CancelFunc      // stops the fetchers
+	stopWait    <-chan struct{}         // closed when Stop begins
 	workCtx     context.Context         // parent of handler contexts
 	workCancel  context.CancelCauseFunc // cancels running handlers at Stop's deadline
 	bgCancel    context.CancelFunc      // stops the lease keeper and health loop
@@ -882,6 +885,7 @@ func (p *Platform) Start(ctx context.Context) error {
 	p.started = true
 	p.stopDone = make(chan struct{})
 	p.fetchCancel = fetchCancel
+	p.stopWait = fetchCtx.Done()
 	p.health.Start(fetchCtx)
 	hctx, hcancel := context.WithTimeout(ctx, p.cfg.HealthInterval)
 	p.health.Run(hctx, p.log) // no job is taken before the checks have passed once

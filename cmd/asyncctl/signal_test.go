@@ -34,9 +34,10 @@ func TestSIGINTRedrive(t *testing.T) {
 			queue := newQueue(t, rawURL)
 			all := seedDead(t, rawURL, queue, 30)
 
+			bin := binary(t)                                                      // built before the safety net starts: a build under load can take a minute
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a safety net
 			defer cancel()
-			cmd := exec.CommandContext(ctx, binary(t), "dead", "redrive", "--queue", queue, "--all", "--rate", "10")
+			cmd := exec.CommandContext(ctx, bin, "dead", "redrive", "--queue", queue, "--all", "--rate", "10")
 			cmd.Env = append(os.Environ(), urlEnv+"="+rawURL)
 			var out, errOut bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -197,17 +197,31 @@ func safeCheck(ctx context.Context, check Check) (err error) {
 	return check(ctx)
 }
 
-// Loop runs the checks every interval and on request, until ctx ends.
+// FirstRetry is how soon Loop runs the checks again after a run that
+// failed; each failure after that doubles the wait, up to the interval.
+const FirstRetry = 250 * time.Millisecond
+
+// Loop runs the checks every interval and on request, until ctx ends. While
+// they fail it runs them sooner (after FirstRetry, doubling up to every),
+// so the gate opens soon after what it checks is back.
 func (h *Gate) Loop(ctx context.Context, every time.Duration, log *slog.Logger) {
 	if len(h.checks) == 0 {
 		return
 	}
-	t := time.NewTicker(every)
+	retry := min(FirstRetry, every)
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, every)
-		h.Run(cctx, log)
+		healthy := h.Run(cctx, log)
 		cancel()
+		next := every
+		if healthy {
+			retry = min(FirstRetry, every)
+		} else {
+			next, retry = retry, min(2*retry, every)
+		}
+		t.Reset(next)
 		select {
 		case <-ctx.Done():
 			return

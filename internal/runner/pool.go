@@ -202,7 +202,7 @@ func (q *Queue[J]) fetchPool(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			}
-			retry = min(retry*2, 5*time.Second)
+			retry = min(retry*2, maxReceiveRetry)
 			continue
 		case got > 0:
 			retry = 50 * time.Millisecond

@@ -227,10 +227,15 @@ func (q *Queue[J]) Fetch(ctx context.Context) {
 			case <-ctx.Done():
 				return
 			}
-			retry = min(retry*2, 5*time.Second)
+			retry = min(retry*2, maxReceiveRetry)
 		}
 	}
 }
+
+// maxReceiveRetry bounds the wait before a failed Receive is tried again
+// (from 50 ms, doubling): a broker back from a failover is used again
+// within it.
+const maxReceiveRetry = 2 * time.Second
 
 // Paused reports whether the named queue of this runner is paused (its
 // gate, Config.Pause or the pool's, is held).
