@@ -176,20 +176,21 @@ type Backend struct {
 	done    <-chan struct{}    // closing.Done()
 	wg      sync.WaitGroup
 
-	mu       sync.Mutex
-	closed   bool
-	shutting bool                  // Close has begun
-	conn     *amqp.Connection      // nil while reconnecting
-	up       chan struct{}         // closed while conn is set
-	pub      *publisher            // of conn, made lazily
-	declared map[string]amqp.Table // broker queue name → arguments, declared by this backend
-	cons     map[string]*consumer  // the live consumer of each queue
-	qch      map[string]*qchan     // the consumer channel of each queue
-	window   map[string]int        // the largest Receive max of each queue: its prefetch
-	blocked  *blockState           // non-nil while the broker blocks conn
-	blockSig chan struct{}         // closed when a block begins; renewed when it lifts
-	known    map[string]bool       // queues whose work and dead queues are declared
-	legacy   map[string]bool       // queues with a classic dead-letter queue to move (migrateDead)
+	mu        sync.Mutex
+	closed    bool
+	shutting  bool                     // Close has begun
+	conn      *amqp.Connection         // nil while reconnecting
+	up        chan struct{}            // closed while conn is set
+	pub       *publisher               // of conn, made lazily
+	declared  map[string]amqp.Table    // broker queue name → arguments, declared by this backend
+	cons      map[string]*consumer     // the live consumer of each queue
+	qch       map[string]*qchan        // the consumer channel of each queue
+	window    map[string]int           // the largest Receive max of each queue: its prefetch
+	blocked   *blockState              // non-nil while the broker blocks conn
+	blockSig  chan struct{}            // closed when a block begins; renewed when it lifts
+	known     map[string]bool          // queues whose work and dead queues are declared
+	legacy    map[string]bool          // queues with a classic dead-letter queue to move (migrateDead)
+	deadTurns map[string]chan struct{} // per queue: held by the dead-letter read of this Backend that holds lockDead
 
 	consMu  sync.Mutex // serialises consumer creation
 	pubMu   sync.Mutex // serialises publisher creation
@@ -221,16 +222,17 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{
-		cfg:      cfg,
-		log:      cfg.Logger.With("backend", "rabbit"),
-		up:       make(chan struct{}),
-		declared: map[string]amqp.Table{},
-		cons:     map[string]*consumer{},
-		qch:      map[string]*qchan{},
-		window:   map[string]int{},
-		blockSig: make(chan struct{}),
-		known:    map[string]bool{},
-		legacy:   map[string]bool{},
+		cfg:       cfg,
+		log:       cfg.Logger.With("backend", "rabbit"),
+		up:        make(chan struct{}),
+		declared:  map[string]amqp.Table{},
+		cons:      map[string]*consumer{},
+		qch:       map[string]*qchan{},
+		window:    map[string]int{},
+		blockSig:  make(chan struct{}),
+		known:     map[string]bool{},
+		legacy:    map[string]bool{},
+		deadTurns: map[string]chan struct{}{},
 	}
 	b.nodes, _ = splitNodes(cfg.URL) // checked by validate
 	b.closing, b.stop = context.WithCancel(context.Background())

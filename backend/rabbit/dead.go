@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sort"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +19,7 @@ import (
 // deadReceipt is the Handle of a DeadDelivery: the basic.get delivery tag on
 // a channel opened for this one holder.
 type deadReceipt struct {
+	owner   string // the queue whose dead letter it is
 	queue   string // the broker's dead-letter queue
 	ch      *amqp.Channel
 	tag     uint64
@@ -40,17 +41,58 @@ func deadSeq(d amqp.Delivery) int64 {
 	return d.Timestamp.UnixNano()
 }
 
-// nextMu makes the NextDead scans of this process take turns: a scan
-// holds every ready record for a moment, and another scan at the same time
-// would find none.
-var nextMu sync.Mutex
+// deadLockName is the exclusive queue that a dead-letter read of queue
+// holds (see lockDead).
+func (b *Backend) deadLockName(queue string) string { return b.deadName(queue) + "-lock" }
+
+// lockDead makes the dead-letter reads of queue take turns across every
+// process and node: a read takes every ready record off the queue for a
+// moment (AMQP has no browse), and a read beside it would not see the
+// records it holds (a DeleteDead then left redriven records in place, a
+// listing found none: TestSIGINTRedrive). It waits for the other reads of
+// this Backend, then takes the exclusive queue deadLockName (see lockQueue).
+// The func it returns releases both.
+func (b *Backend) lockDead(ctx context.Context, queue string) (func(), error) {
+	b.mu.Lock()
+	turn := b.deadTurns[queue]
+	if turn == nil {
+		turn = make(chan struct{}, 1)
+		b.deadTurns[queue] = turn
+	}
+	b.mu.Unlock()
+	select {
+	case turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("rabbit: waiting for another dead-letter read of %q: %w", queue, ctx.Err())
+	case <-b.done:
+		return nil, driver.ErrClosed
+	}
+	conn, err := b.connection(ctx)
+	if err != nil {
+		<-turn
+		return nil, err
+	}
+	name := b.deadLockName(queue)
+	ch, err := lockQueue(ctx, conn, name)
+	if err != nil {
+		<-turn
+		return nil, err
+	}
+	return func() {
+		if err := unlockQueue(conn, ch, name); err != nil {
+			b.log.Warn("the dead-letter lock stays held until the connection closes", "queue", queue, "err", err)
+		}
+		<-turn
+	}, nil
+}
 
 // NextDead reads every ready record of the dead-letter queue on a channel
-// of its own (see scanDead), keeps the oldest (by deadSeqHeader) unacked,
-// which hides it from every other caller until SettleDead or until the
-// channel or connection closes, and hands the others back (basic.nack with
-// requeue). It costs the whole queue streamed: a quorum queue puts records
-// it gets back at its tail, so its head is not always the oldest.
+// of its own (see scanDead), holding lockDead, keeps the oldest (by
+// deadSeqHeader) unacked, which hides it from every other caller until
+// SettleDead or until the channel or connection closes, and hands the
+// others back (basic.nack with requeue). It costs the whole queue streamed:
+// a quorum queue puts records it gets back at its tail, so its head is not
+// always the oldest.
 func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDelivery, error) {
 	if b.isClosed() {
 		return nil, driver.ErrClosed
@@ -59,6 +101,11 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 		return nil, err
 	}
 	b.migrateDead(ctx, queue)
+	unlock, err := b.lockDead(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	conn, err := b.connection(ctx)
 	if err != nil {
 		return nil, err
@@ -67,14 +114,15 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	if err != nil {
 		return nil, fmt.Errorf("rabbit: open channel: %w", err)
 	}
-	nextMu.Lock()
-	defer nextMu.Unlock()
+	name := b.deadName(queue)
 	var all []amqp.Delivery
-	if _, err := scanDead(ctx, ch, b.deadName(queue), math.MaxInt, func(d amqp.Delivery) bool {
+	_, tag, err := scanDead(ctx, ch, name, math.MaxInt, func(d amqp.Delivery) bool {
 		all = append(all, d)
 		return true
-	}); err != nil {
+	})
+	if err != nil {
 		ch.Close()
+		b.waitReady(ctx, name, len(all))
 		return nil, err
 	}
 	if len(all) == 0 {
@@ -89,9 +137,10 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	}
 	// Stop the consumer first: a record handed back must not come back to
 	// this channel, which holds the oldest from now on.
-	if err := ch.Cancel(all[0].ConsumerTag, false); err != nil {
+	if err := ch.Cancel(tag, false); err != nil {
 		ch.Close()
-		return nil, fmt.Errorf("rabbit: cancel the scan of %q: %w", b.deadName(queue), err)
+		b.waitReady(ctx, name, len(all))
+		return nil, fmt.Errorf("rabbit: cancel the scan of %q: %w", name, err)
 	}
 	for i, d := range all {
 		if i == oldest {
@@ -99,20 +148,25 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 		}
 		if err := ch.Nack(d.DeliveryTag, false, true); err != nil {
 			ch.Close() // returns them all
+			b.waitReady(ctx, name, len(all))
 			return nil, fmt.Errorf("rabbit: hand back dead letter %q: %w", d.MessageId, err)
 		}
 	}
 	d := all[oldest]
-	b.waitReady(ctx, b.deadName(queue), len(all)-1)
+	// The returns are in place before the next read, which waits for the
+	// lock; the channel has settled its returns by then too, so the ack of
+	// a SettleDead is written at once, not queued behind them.
+	b.waitReady(ctx, name, len(all)-1)
 	return &driver.DeadDelivery{
 		DeadMessage: driver.DeadMessage{ID: d.MessageId, Body: d.Body},
-		Handle:      &deadReceipt{queue: b.deadName(queue), ch: ch, tag: d.DeliveryTag},
+		Handle:      &deadReceipt{owner: queue, queue: name, ch: ch, tag: d.DeliveryTag},
 	}, nil
 }
 
 // SettleDead acks the held record (remove) or nacks it with requeue
 // (keep): the next NextDead sees it again, since it is still the oldest.
-// Then it closes the holder's channel.
+// Then it closes the holder's channel. A keep holds lockDead, so that the
+// next read finds the record in place.
 func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove bool) error {
 	if b.isClosed() {
 		return driver.ErrClosed
@@ -137,6 +191,9 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 		}
 		return nil
 	}
+	if unlock, err := b.lockDead(ctx, r.owner); err == nil {
+		defer unlock()
+	}
 	ready := b.ready(ctx, r.queue)
 	if err := r.ch.Nack(r.tag, false, true); err != nil {
 		return fmt.Errorf("rabbit: settle dead letter %q: %w: %w", d.ID, driver.ErrLeaseLost, err)
@@ -149,28 +206,37 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 
 // returnsWait bounds how long a dead-letter call waits for records it
 // handed back to be ready again: a quorum queue applies a closed channel's
-// returns after the close completes.
-const returnsWait = time.Second
+// returns after the close completes. The wait ends as soon as they are,
+// within milliseconds but on a loaded machine.
+const returnsWait = 10 * time.Second
 
 // waitReady waits, up to returnsWait, until the dead-letter queue name has
-// at least n ready records: the records this call handed back are in place
-// before it returns, so the next call sees them (a NextDead caller taking
-// some meanwhile only makes it wait longer, never fail).
-func (b *Backend) waitReady(ctx context.Context, name string, n int) {
-	if n <= 0 {
-		return
-	}
+// at least n ready records, so that the records this call handed back are
+// in place before it returns and the next read sees them. Callers hold
+// lockDead, so no other read takes records meanwhile. It returns the last
+// count it saw, or -1 when it could not tell.
+func (b *Backend) waitReady(ctx context.Context, name string, n int) int {
+	seen := -1
 	deadline := time.Now().Add(returnsWait)
 	_ = b.withChannel(ctx, func(ch *amqp.Channel) error {
-		for time.Now().Before(deadline) && ctx.Err() == nil {
+		for {
 			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
-			if err != nil || q.Messages >= n {
+			if err != nil {
 				return err
+			}
+			seen = q.Messages
+			if seen >= n {
+				return nil
+			}
+			if !time.Now().Before(deadline) || ctx.Err() != nil {
+				b.log.Warn("records handed back to the dead-letter queue are not all ready again; the next read may miss some",
+					"queue", name, "ready", seen, "want", n, "waited", returnsWait)
+				return nil
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		return nil
 	})
+	return seen
 }
 
 // ready returns the number of ready records of the dead-letter queue
@@ -196,24 +262,33 @@ const scanIdle = 500 * time.Millisecond
 // how many it read. It streams them with a consumer whose prefetch is the
 // number wanted (up to AMQP's 65535, then basic.get one by one), and acks
 // nothing itself: when the caller closes ch, every record not acked goes
-// back (to the tail of the queue: callers sort by deadSeq).
-func scanDead(ctx context.Context, ch *amqp.Channel, name string, want int, fn func(amqp.Delivery) bool) (int, error) {
+// back (to the tail of the queue: callers sort by deadSeq). It returns the
+// tag of its consumer, "" when it started none. Callers hold lockDead.
+func scanDead(ctx context.Context, ch *amqp.Channel, name string, want int, fn func(amqp.Delivery) bool) (read int, tag string, err error) {
 	q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
 	if err != nil {
-		return 0, fmt.Errorf("rabbit: inspect %q: %w", name, err)
+		return 0, "", fmt.Errorf("rabbit: inspect %q: %w", name, err)
 	}
 	n := min(want, q.Messages)
 	if n == 0 {
-		return 0, nil
+		return 0, "", nil
 	}
 	window := min(n, 65535)
 	if err := ch.Qos(window, 0, false); err != nil {
-		return 0, fmt.Errorf("rabbit: set prefetch %d: %w", window, err)
+		return 0, "", fmt.Errorf("rabbit: set prefetch %d: %w", window, err)
 	}
-	dl, err := ch.Consume(name, "", false, false, false, false, nil)
+	tag = fmt.Sprintf("asyncplatform-dead-%d-%d", os.Getpid(), consumerSeq.Add(1))
+	dl, err := ch.Consume(name, tag, false, false, false, false, nil)
 	if err != nil {
-		return 0, fmt.Errorf("rabbit: consume %q: %w", name, err)
+		return 0, "", fmt.Errorf("rabbit: consume %q: %w", name, err)
 	}
+	read, err = readScan(ctx, ch, name, dl, window, n, fn)
+	return read, tag, err
+}
+
+// readScan is the reading of scanDead: window records from the consumer's
+// deliveries dl, then basic.get up to n.
+func readScan(ctx context.Context, ch *amqp.Channel, name string, dl <-chan amqp.Delivery, window, n int, fn func(amqp.Delivery) bool) (int, error) {
 	idle := time.NewTimer(scanIdle)
 	defer idle.Stop()
 	seen := 0
@@ -253,9 +328,10 @@ func scanDead(ctx context.Context, ch *amqp.Channel, name string, want int, fn f
 }
 
 // ListDead reads every ready record of the dead-letter queue on a side
-// channel (see scanDead), sorts them by deadSeq, keeps the page after the
-// cursor, and closes the channel, which returns them all. The cursor is the
-// number of records to skip, so a page costs the whole queue streamed.
+// channel (see scanDead), holding lockDead, sorts them by deadSeq, keeps
+// the page after the cursor, and closes the channel, which returns them
+// all; it returns once they are ready again. The cursor is the number of
+// records to skip, so a page costs the whole queue streamed.
 func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int) ([]driver.DeadMessage, string, error) {
 	if b.isClosed() {
 		return nil, "", driver.ErrClosed
@@ -275,14 +351,20 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 		return nil, "", err
 	}
 	b.migrateDead(ctx, queue)
+	unlock, err := b.lockDead(ctx, queue)
+	if err != nil {
+		return nil, "", err
+	}
+	defer unlock()
 	var all []amqp.Delivery
-	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
-		_, err := scanDead(ctx, ch, b.deadName(queue), math.MaxInt, func(d amqp.Delivery) bool {
+	err = b.withChannel(ctx, func(ch *amqp.Channel) error {
+		_, _, err := scanDead(ctx, ch, b.deadName(queue), math.MaxInt, func(d amqp.Delivery) bool {
 			all = append(all, d)
 			return true
 		})
 		return err
 	})
+	b.waitReady(ctx, b.deadName(queue), len(all))
 	if err != nil {
 		return nil, "", err
 	}
@@ -295,14 +377,22 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 	if len(all) > skip+limit {
 		next = strconv.Itoa(skip + limit)
 	}
-	read := len(all)
-	b.waitReady(ctx, b.deadName(queue), read)
 	return recs, next, nil
 }
 
-// DeleteDead reads the whole dead-letter queue on a side channel (see
-// scanDead), acks the records whose ID is among ids, and closes the channel,
-// which returns the others.
+// deleteRounds bounds the scans of a DeleteDead that finds more records
+// ready after its acks than it left: each looks again for the records the
+// one before acked.
+const deleteRounds = 3
+
+// DeleteDead removes the records whose ID is among ids, holding lockDead:
+// it reads the whole dead-letter queue on a side channel (see deleteScan),
+// acks those records, and closes the channel, which returns the others;
+// once they are ready again, the queue must count exactly the records it
+// returned. More means a record came in meanwhile or an ack was not
+// applied, so it reads the queue again for the records it acked, acks any
+// still there, and counts as removed only what it no longer finds. A record
+// held by a NextDead caller is not seen, and stays.
 func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (int, error) {
 	if b.isClosed() {
 		return 0, driver.ErrClosed
@@ -314,41 +404,106 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 		return 0, err
 	}
 	b.migrateDead(ctx, queue)
-	want := make(map[string]bool, len(ids))
-	for _, id := range ids {
-		want[id] = true
+	unlock, err := b.lockDead(ctx, queue)
+	if err != nil {
+		return 0, err
 	}
-	n, read := 0, 0
-	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
+	defer unlock()
+	look := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		look[id] = true
+	}
+	deleted, unsure := 0, 0 // unsure: acked by the last round, not known removed
+	for round := 0; ; round++ {
+		ack := round < deleteRounds
+		left, found, err := b.deleteScan(ctx, queue, look, ack)
+		if err != nil {
+			return deleted, err
+		}
+		deleted += max(unsure-len(found), 0) // acked before, no longer there
+		seen := b.waitReady(ctx, b.deadName(queue), left)
+		if !ack || len(found) == 0 {
+			return deleted, nil
+		}
+		if seen == left {
+			return deleted + len(found), nil
+		}
+		unsure = len(found)
+		look = make(map[string]bool, len(found))
+		for _, d := range found {
+			look[d.MessageId] = true
+		}
+	}
+}
+
+// deleteScan reads every ready record of the dead-letter queue on a side
+// channel, acks the ones whose ID is in ids when ack is set, and closes the
+// channel, which returns the others. It returns the records it found and
+// how many it returned.
+//
+// A quorum queue's client in the broker queues the settles of a channel
+// beyond a few dozen unapplied commands and sends them as earlier ones are
+// applied; a channel closed meanwhile drops them and its records come back
+// (TestDeleteDeadAcksApplied: 500 acks then a close left up to 466 records
+// in place). So before it closes the channel, it cancels the consumer and
+// takes one more record with basic.get, two calls the broker answers only
+// once the queue has applied them, and so every settle sent before them.
+func (b *Backend) deleteScan(ctx context.Context, queue string, ids map[string]bool, ack bool) (returned int, found []amqp.Delivery, err error) {
+	name := b.deadName(queue)
+	err = b.withChannel(ctx, func(ch *amqp.Channel) error {
 		// Ack after the scan: an ack during it would open the consumer's
 		// window to records past it, which basic.get then cannot see.
-		var tags []uint64
-		var err error
-		read, err = scanDead(ctx, ch, b.deadName(queue), math.MaxInt, func(d amqp.Delivery) bool {
-			if want[d.MessageId] {
-				tags = append(tags, d.DeliveryTag)
+		read, tag, err := scanDead(ctx, ch, name, math.MaxInt, func(d amqp.Delivery) bool {
+			if ids[d.MessageId] {
+				found = append(found, d)
 			}
 			return true
 		})
-		if err != nil {
+		returned = read
+		if err != nil || !ack || len(found) == 0 {
 			return err
 		}
-		for _, tag := range tags {
-			if err := ch.Ack(tag, false); err != nil {
-				return fmt.Errorf("rabbit: ack dead letter: %w", err)
+		for _, d := range found {
+			if err := ch.Ack(d.DeliveryTag, false); err != nil {
+				return fmt.Errorf("rabbit: ack dead letter %q: %w", d.MessageId, err)
 			}
-			n++
+			returned--
+		}
+		if afterAcks != nil {
+			afterAcks()
+		}
+		if !ackBarrier {
+			return nil
+		}
+		if err := ch.Cancel(tag, false); err != nil {
+			return fmt.Errorf("rabbit: cancel the scan of %q: %w", name, err)
+		}
+		_, got, err := ch.Get(name, false)
+		if err != nil {
+			return fmt.Errorf("rabbit: get from %q after the acks: %w", name, err)
+		}
+		if got {
+			returned++ // back when the channel closes
 		}
 		return nil
 	})
-	if err == nil {
-		b.waitReady(ctx, b.deadName(queue), read-n)
+	if err != nil {
+		b.waitReady(ctx, name, returned)
+		return 0, nil, err
 	}
-	return n, err
+	return returned, found, nil
 }
 
-// PurgeDead purges the dead-letter queue (queue.purge): records held by a
-// NextDead caller are left alone.
+// ackBarrier and afterAcks are for tests: without the barrier,
+// deleteScan closes its channel right after its acks; afterAcks runs after
+// them.
+var (
+	ackBarrier = true
+	afterAcks  func()
+)
+
+// PurgeDead purges the dead-letter queue (queue.purge), holding lockDead:
+// records held by a NextDead caller are left alone.
 func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	if b.isClosed() {
 		return 0, driver.ErrClosed
@@ -357,8 +512,13 @@ func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 		return 0, err
 	}
 	b.migrateDead(ctx, queue)
+	unlock, err := b.lockDead(ctx, queue)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
 	n := 0
-	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
+	err = b.withChannel(ctx, func(ch *amqp.Channel) error {
 		var err error
 		n, err = ch.QueuePurge(b.deadName(queue), false)
 		if err != nil {

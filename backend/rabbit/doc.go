@@ -50,6 +50,8 @@
 //     queue's name; each Queues call compacts it (and so does a Declare
 //     that finds 1,000 messages), holding the exclusive queue
 //     p:queues-lock meanwhile.
+//   - p.q:dead-lock: an exclusive queue that a dead-letter read of q holds
+//     while it reads (see Dead letters); it exists only meanwhile.
 //
 // Every publish is persistent, mandatory, and waits for its publisher
 // confirm; a returned (unroutable) publish fails with ErrUnroutable, and a
@@ -144,28 +146,41 @@
 // A quorum queue puts a record it gets back (a nack with requeue, a closed
 // channel) at its tail, behind records never handed out
 // (TestQuorumRequeueFact), so the queue's order is not the records' order:
-// every read sorts by x-asyncplatform-dead-seq. NextDead streams every ready
-// record on a channel of its own (a consumer whose prefetch is the count
-// the broker reports, up to 65535, then basic.get), keeps the oldest unacked,
-// which hides it from every other caller, and hands the others back
-// (basic.nack with requeue); NextDead calls of one Backend take turns, and
-// one of another process running at the same instant can find none
-// (ErrNoDeadLetters) while a scan holds them. SettleDead acks the held record
-// (remove) or nacks it with requeue (keep: it is still the oldest, so the
-// next NextDead hands it out again). A holder that vanishes closes its
-// channel and the record is visible again. AMQP has no browse: ListDead and
-// DeleteDead stream every ready record on a side channel, sort them, keep
-// the page or ack the records to delete, and close the channel, which hands
-// the rest back. ListDead's cursor is the number of records to skip. Each
-// of NextDead, ListDead and DeleteDead so costs the whole queue streamed
-// (about 80µs a record here) and, for NextDead, a requeue of each record:
-// fine for thousands of records, slow for a million. A quorum queue puts
-// records handed back by a closed channel back asynchronously: each of
-// these calls waits, up to a second, until the queue counts them ready
-// again before it returns (once on a cluster, a listing right after a
-// delete still missed one; docs/reliability.md). Records held by NextDead
-// callers are not seen. PurgeDead is queue.purge (held records
-// stay).
+// every read sorts by x-asyncplatform-dead-seq. AMQP has no browse, so
+// every read takes the records off the queue for a moment: NextDead,
+// ListDead, DeleteDead, PurgeDead and a keeping SettleDead take turns,
+// across processes and nodes, by holding the exclusive queue
+// p.q:dead-lock (the broker deletes it with its connection, so a reader
+// that dies lets go); without that, a read beside another saw none of the
+// records the other held, and a redrive's DeleteDead left the records it
+// had redriven in place. NextDead streams every ready record on a channel
+// of its own (a consumer whose prefetch is the count the broker reports,
+// up to 65535, then basic.get), keeps the oldest unacked, which hides it
+// from every other caller, and hands the others back (basic.nack with
+// requeue). SettleDead acks the held record (remove) or nacks it with
+// requeue (keep: it is still the oldest, so the next NextDead hands it out
+// again). A holder that vanishes closes its channel and the record is
+// visible again. ListDead and DeleteDead stream every ready record on a
+// side channel, sort them, keep the page or ack the records to delete, and
+// close the channel, which hands the rest back. ListDead's cursor is the
+// number of records to skip. Each of NextDead, ListDead and DeleteDead so
+// costs the whole queue streamed (about 80µs a record here) and, for
+// NextDead, a requeue of each record: fine for thousands of records, slow
+// for a million. A quorum queue puts records handed back by a closed
+// channel back asynchronously (all at once): each read waits, up to 10 s,
+// until the queue counts them ready again before it lets go of the lock.
+// RabbitMQ 3.10 holds a channel's acks to a quorum queue back beyond a few
+// dozen unapplied commands and drops them when the channel closes (500
+// acks then a close left up to 466 records in place,
+// TestDeleteDeadAcksApplied), so DeleteDead cancels its consumer and makes
+// one basic.get before it closes the channel, calls the queue answers only
+// once it has applied the acks; and when the queue then counts more
+// records than DeleteDead handed back (a record dead-lettered meanwhile,
+// or an ack not applied), it reads the queue again for the records it
+// acked, acks any still there, and counts as deleted only those gone.
+// Records held by NextDead callers are not seen. PurgeDead is queue.purge
+// (held records stay). Stats.Dead counts ready records: not those a read
+// holds at that instant.
 //
 // Upgrade from the classic dead-letter queue. Declare looks for the queue's
 // classic p.q.dead of the layout before issue 24. While it exists, each
@@ -230,14 +245,18 @@
 //   - What the broker can lose: nothing confirmed while a majority of a
 //     queue's members lives. A quorum queue SIGKILLed within about 0.8 s of
 //     its creation can come back empty on 3.10.8 (rabbitKillLeaves,
-//     TestRabbitKillFact); delay queues are created on first use. On the
-//     3-node cluster, messages in a delay queue (50 ms step) sometimes stayed
-//     ready for 20 s and more past their TTL, so a retry came back late or,
-//     within a test's wait, not at all (Retry/Precedence,
-//     Outcomes/OutputOnePerJob); a basic.get then handed one out as a live
-//     message: the broker did not take them as expired. Not seen on one
-//     node. Possibly rabbitmq-server #10718 (the same queue arguments); see
-//     docs/reliability.md.
+//     TestRabbitKillFact); delay queues are created on first use. On
+//     3.10.8 a new quorum queue gets its arguments only after the
+//     declaring call's start: a second connection declaring it at that
+//     moment got declare-ok at once, its publish got no TTL, and it and
+//     every message behind it stayed in the delay queue for good
+//     (Retry/Precedence, Outcomes/OutputOnePerJob on the cluster; not on
+//     one node). Every delay publish now carries the step's TTL as its own
+//     expiration, which the queue reads even then (TestCluster/DelayRace).
+//     A delay queue that already holds such a message from an older
+//     version stays stuck behind it (late, not lost) until its messages
+//     are moved by hand to the work queue p.q (a shovel, or basic.get and
+//     publish): the backend does not sweep delay queues.
 //   - Tested with scripts/cluster/rabbit.sh (3 nodes of the machine's
 //     3.10.8 on loopback ports of their own; TestCluster under
 //     ASYNCPLATFORM_CLUSTER=rabbit).

@@ -92,18 +92,14 @@ func (b *Backend) Queues(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	ch, err := b.lockList(ctx, conn)
+	ch, err := lockQueue(ctx, conn, b.listLockName())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rabbit: list queues: %w", err)
 	}
 	defer func() {
-		if ch.IsClosed() {
-			if ch, err = conn.Channel(); err != nil {
-				return // the connection is gone, and the lock with it
-			}
+		if err := unlockQueue(conn, ch, b.listLockName()); err != nil {
+			b.log.Warn("the queue listing lock stays held until the connection closes", "err", err)
 		}
-		_, _ = ch.QueueDelete(b.listLockName(), false, false, false)
-		ch.Close()
 	}()
 	if err := declareQueue(ch, b.registryName(), amqp.Table{}); err != nil {
 		return nil, err
@@ -165,30 +161,53 @@ func (b *Backend) Queues(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// lockList returns a channel of conn on which this call holds the lock
-// queue, waiting (a few tens of milliseconds at a time) while another
-// connection holds it.
-func (b *Backend) lockList(ctx context.Context, conn *amqp.Connection) (*amqp.Channel, error) {
+// lockQueue returns a channel of conn on which this call holds the lock
+// queue name, an exclusive queue, waiting (a few tens of milliseconds at a
+// time) while another connection holds it. An exclusive queue keeps
+// connections apart, not two channels of one connection: callers of one
+// Backend take turns first. The broker deletes it with its connection, so a
+// holder that dies releases it.
+func lockQueue(ctx context.Context, conn *amqp.Connection, name string) (*amqp.Channel, error) {
 	for {
 		ch, err := conn.Channel()
 		if err != nil {
 			return nil, fmt.Errorf("rabbit: open channel: %w", err)
 		}
-		_, err = ch.QueueDeclare(b.listLockName(), false, true, true, false, nil)
+		_, err = ch.QueueDeclare(name, false, true, true, false, nil)
 		if err == nil {
 			return ch, nil
 		}
 		ch.Close()
 		var aerr *amqp.Error
 		if !errors.As(err, &aerr) || aerr.Code != amqp.ResourceLocked {
-			return nil, fmt.Errorf("rabbit: list queues: lock %q: %w", b.listLockName(), err)
+			return nil, fmt.Errorf("rabbit: lock %q: %w", name, err)
 		}
 		t := time.NewTimer(time.Duration(10+mathrand.IntN(40)) * time.Millisecond)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("rabbit: list queues: waiting for another listing to end: %w", ctx.Err())
+			return nil, fmt.Errorf("rabbit: waiting for lock %q, which another connection holds: %w", name, ctx.Err())
 		case <-t.C:
 		}
 	}
+}
+
+// unlockQueue releases the lock queue name that lockQueue took on ch, a
+// channel of conn, trying twice. When it fails, the lock stays held until
+// conn closes.
+func unlockQueue(conn *amqp.Connection, ch *amqp.Channel, name string) error {
+	var err error
+	for range 2 {
+		if ch.IsClosed() {
+			if ch, err = conn.Channel(); err != nil {
+				return nil // the connection is gone, and the lock with it
+			}
+		}
+		_, err = ch.QueueDelete(name, false, false, false)
+		ch.Close()
+		if err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("rabbit: release lock %q: %w", name, err)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -411,12 +412,24 @@ func (b *Backend) route(ctx context.Context, queue string, msg driver.Message) (
 // delayed makes the publish of pub to the largest delay step that fits in
 // rem, carrying what is left of rem in delayHeader, and declares that delay
 // queue when this backend has not yet.
+//
+// The publish carries the step's TTL as its own expiration too, besides
+// the queue's x-message-ttl. RabbitMQ 3.10 starts a quorum queue on an old
+// machine version and gives it its arguments (x-message-ttl among them)
+// only after the declaring call's start: a second connection declaring the
+// same new queue at that moment gets declare-ok at once, and its publish
+// got no TTL. Such a message never expires, and a queue expires messages
+// from its head only, so every later one stayed behind it for good
+// (TestCluster/DelayRace; Retry/Precedence and Outcomes/OutputOnePerJob on
+// a cluster). A message's own expiration is read even then. Dead-lettering
+// drops the expiration, so the copy in the work queue keeps no TTL.
 func (b *Backend) delayed(ctx context.Context, queue string, pub amqp.Publishing, rem time.Duration) (outMsg, error) {
 	k := pickStep(rem)
 	name := b.delayName(queue, k)
 	if err := b.ensure(ctx, name, b.delayArgs(queue, k)); err != nil {
 		return outMsg{}, err
 	}
+	pub.Expiration = strconv.FormatInt(step(k).Milliseconds(), 10)
 	if left := rem - step(k); left > 0 {
 		ms := (left + time.Millisecond - 1) / time.Millisecond
 		pub.Headers = amqp.Table{delayHeader: int64(ms)}

@@ -18,6 +18,7 @@
 #   scripts/cluster/rabbit.sh wait [BASE]    wait until every node answers AMQP and sees 3 running nodes
 #   scripts/cluster/rabbit.sh status [BASE]  each node's port, pid and whether it answers
 #   scripts/cluster/rabbit.sh stop [BASE]    SIGKILL every node of the cluster and remove its directory
+#   scripts/cluster/rabbit.sh ctl PORT ARGS  run rabbitmqctl ARGS against the node with AMQP port PORT
 #
 # BASE may also be given as ASYNCPLATFORM_RABBIT_CLUSTER_BASE. The server is
 # /usr/lib/rabbitmq/bin/rabbitmq-server (the machine's 3.10), or
@@ -202,6 +203,12 @@ restart)
 	start_node "$1"
 	;;
 wait) wait_cluster "$(base_of "${1:-}")" ;;
+ctl)
+	[[ -n ${1:-} ]] || die "ctl PORT ARGS..."
+	d=$(node_dir "$1")
+	shift
+	ctl "$d" "$@"
+	;;
 status)
 	b=$(base_of "${1:-}")
 	dir=$(state_dir "$b")
