@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"os"
 	"os/exec"
@@ -15,7 +14,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/conformance"
 	"github.com/asyncplatform/asyncplatform/driver"
 )
@@ -152,13 +150,28 @@ func TestClusterConformance(t *testing.T) {
 	}, conformance.Options{Lease: time.Second})
 }
 
-// timedBackend notes when Enqueue and a Receive that handed out work last
-// succeeded.
+// timedBackend notes when Enqueue and a Receive that handed out work
+// succeeded, and when a Ping (the platform's health check) failed and
+// passed.
 type timedBackend struct {
 	*urlBackend
 	mu       sync.Mutex
 	enqueued []time.Time
 	received []time.Time
+	pingFail []time.Time
+	pingOK   []time.Time
+}
+
+func (b *timedBackend) Ping(ctx context.Context) error {
+	err := b.urlBackend.Ping(ctx)
+	b.mu.Lock()
+	if err != nil {
+		b.pingFail = append(b.pingFail, time.Now())
+	} else {
+		b.pingOK = append(b.pingOK, time.Now())
+	}
+	b.mu.Unlock()
+	return err
 }
 
 func (b *timedBackend) Enqueue(ctx context.Context, queue string, msgs []driver.Message) error {
@@ -243,86 +256,13 @@ func nodeKill(t *testing.T, c *redisCluster, wait int) {
 	t.Cleanup(func() { b.Close() })
 	cc := b.rdb.(*goredis.ClusterClient)
 	q := testQueue(t)
+	l := startKillLoad(t, b, q, 0)
 
-	p, err := ap.New(b, ap.Config{
-		Queues: map[string]ap.QueueConfig{q: {Concurrency: 10}},
-		Lease:  2 * time.Second,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu   sync.Mutex
-		seen = map[string]int{}
-	)
-	if err := p.Handle("k", func(ctx context.Context, j *ap.Job) error {
-		time.Sleep(5 * time.Millisecond)
-		mu.Lock()
-		seen[j.ID]++
-		mu.Unlock()
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	handled := func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(seen)
-	}
-
-	// The producer: 2,000 jobs, one Enqueue each, about 50 a second so
-	// that both kills happen under load; a failed Enqueue is retried with
-	// the same job ID until it succeeds (a failure may have stored it: a
-	// duplicate then, never a loss).
-	const n = 2000
-	var (
-		amu      sync.Mutex
-		acked    = map[string]bool{}
-		failures int
-	)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := range n {
-			id := fmt.Sprintf("job-%04d", i)
-			for {
-				ectx, cancel := context.WithTimeout(ctx, 5*time.Second)
-				err := p.Enqueue(ectx, &ap.Job{ID: id, Type: "k", Queue: q})
-				cancel()
-				if err == nil {
-					break
-				}
-				amu.Lock()
-				failures++
-				amu.Unlock()
-				time.Sleep(100 * time.Millisecond)
-			}
-			amu.Lock()
-			acked[id] = true
-			amu.Unlock()
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
-
-	waitUntil := func(what string, d time.Duration, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(d)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %v waiting for %s (handled %d)", d, what, handled())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 	key := b.keys(q)[0]
 	// promoted waits until the queue's slot has a master other than port.
 	promoted := func(port int) time.Time {
 		t.Helper()
-		waitUntil("a new master for the queue's slot", 60*time.Second, func() bool {
+		l.waitUntil("a new master for the queue's slot", 60*time.Second, func() bool {
 			cc.ReloadState(ctx)
 			m, err := cc.MasterForKey(ctx, key)
 			return err == nil && portOf(t, m.Options().Addr) != port
@@ -333,9 +273,12 @@ func nodeKill(t *testing.T, c *redisCluster, wait int) {
 	// first enqueue and claim after it, then restarts the node and waits
 	// for the cluster to be whole again. With wait_replicas, the killed
 	// node is restarted as soon as its replica took over (see below).
+	// The longest stall is taken over the 15 s after the kill: a kill of a
+	// master the queue does not use still stops the whole cluster between
+	// its failure detection and its replica's promotion.
 	killAndFollow := func(what string, port int, slotMaster bool) (enq, claim time.Duration) {
 		t.Helper()
-		at := handled()
+		at := l.handled()
 		c.script("kill", strconv.Itoa(port)) // returns once the process is gone
 		t0 := time.Now()
 		if slotMaster && wait > 0 {
@@ -346,20 +289,7 @@ func nodeKill(t *testing.T, c *redisCluster, wait int) {
 			t.Logf("replica promoted %v after the kill; restarting the killed node", tp.Sub(t0).Round(time.Millisecond))
 			c.script("restart", strconv.Itoa(port))
 		}
-		waitUntil("an enqueue and a claim after the kill of "+what, 60*time.Second, func() bool {
-			return firstAfter(&b.mu, &b.enqueued, t0) >= 0 && firstAfter(&b.mu, &b.received, t0) >= 0
-		})
-		enq, claim = firstAfter(&b.mu, &b.enqueued, t0), firstAfter(&b.mu, &b.received, t0)
-		waitUntil("200 more jobs handled", 60*time.Second, func() bool { return handled() >= at+200 })
-		// The longest stall in the 15 s after the kill: a kill of a master
-		// the queue does not use still stops the whole cluster between its
-		// failure detection and its replica's promotion.
-		t1 := t0.Add(15 * time.Second)
-		time.Sleep(time.Until(t1))
-		t.Logf("kill of %s (port %d) with %d jobs handled: first enqueue after %v, first claim after %v; "+
-			"longest stall within 15s: enqueues %v, claims %v",
-			what, port, at, enq.Round(time.Millisecond), claim.Round(time.Millisecond),
-			longestGap(&b.mu, &b.enqueued, t0, t1).Round(time.Millisecond), longestGap(&b.mu, &b.received, t0, t1).Round(time.Millisecond))
+		enq, claim = l.follow(what, port, at, t0)
 		if !(slotMaster && wait > 0) {
 			c.script("restart", strconv.Itoa(port))
 		}
@@ -367,7 +297,7 @@ func nodeKill(t *testing.T, c *redisCluster, wait int) {
 		return enq, claim
 	}
 
-	waitUntil("300 jobs handled", 60*time.Second, func() bool { return handled() >= 300 })
+	l.waitUntil("300 jobs handled", 60*time.Second, func() bool { return l.handled() >= 300 })
 	master, err := cc.MasterForKey(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -384,12 +314,13 @@ func nodeKill(t *testing.T, c *redisCluster, wait int) {
 		t.Fatal(err)
 	}
 	now := portOf(t, master.Options().Addr)
+	var omu sync.Mutex
 	other := -1
 	_ = cc.ForEachMaster(ctx, func(ctx context.Context, m *goredis.Client) error {
 		if p := portOf(t, m.Options().Addr); p != now {
-			mu.Lock()
+			omu.Lock()
 			other = p
-			mu.Unlock()
+			omu.Unlock()
 		}
 		return nil
 	})
@@ -398,43 +329,11 @@ func nodeKill(t *testing.T, c *redisCluster, wait int) {
 	}
 	enq2, claim2 := killAndFollow("another master", other, false)
 
-	<-done
-	waitUntil("every acknowledged job handled", 120*time.Second, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for id := range acked {
-			if seen[id] == 0 {
-				return false
-			}
-		}
-		return true
-	})
-	stopCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	if err := p.Stop(stopCtx); err != nil {
-		t.Error(err)
-	}
-	st, err := b.Stats(ctx, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	lost, dup := 0, 0
-	for id := range acked {
-		switch seen[id] {
-		case 0:
-			lost++
-		case 1:
-		default:
-			dup += seen[id] - 1
-		}
-	}
+	acked, lost, dup, failures, st := l.finish()
 	t.Logf("wait_replicas=%d: %d jobs, lost %d, duplicated %d, enqueue failures retried %d, queue at the end %+v; "+
 		"kill of the slot's master: enqueue %v, claim %v; kill of another master: enqueue %v, claim %v",
-		wait, len(acked), lost, dup, failures, st,
+		wait, acked, lost, dup, failures, st,
 		enq1.Round(time.Millisecond), claim1.Round(time.Millisecond), enq2.Round(time.Millisecond), claim2.Round(time.Millisecond))
-	_ = b.DeleteQueue(ctx, q)
 	if lost > 0 && wait > 0 {
 		t.Errorf("%d acknowledged jobs lost with wait_replicas=%d", lost, wait)
 	}
