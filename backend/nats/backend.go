@@ -497,6 +497,9 @@ func (b *Backend) Capabilities() driver.Capabilities {
 	}
 }
 
+// lookupTry bounds one try of a consumer lookup in Declare.
+const lookupTry = 5 * time.Second
+
 // Declare implements driver.Backend. The streams are made by New and the
 // consumers lazily (the work consumer by Receive, whose lease sets its
 // AckWait), so Declare checks that a work consumer of the queue's name, if
@@ -506,7 +509,19 @@ func (b *Backend) Declare(ctx context.Context, queue string) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
 	}
-	c, err := b.work.Consumer(ctx, workConsumer(queue))
+	var c jetstream.Consumer
+	var err error
+	for {
+		// In a cluster, a lookup sent while the consumer (made by another
+		// process just then) elects its leader can go unanswered for good:
+		// each try has a bound of its own.
+		tctx, cancel := context.WithTimeout(ctx, lookupTry)
+		c, err = b.work.Consumer(tctx, workConsumer(queue))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+			break
+		}
+	}
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil
 	}
