@@ -200,3 +200,47 @@ func TestStatusEnqueuedRace(t *testing.T) {
 		t.Errorf("after a redrive: %+v, %v; want waiting, copy 1", st, err)
 	}
 }
+
+// TestStatusLateSettleOfOlderCopy: a retry's copy can run, and end, before
+// the attempt that scheduled it has written its own end (the retrying
+// state). That late write must not replace the later copy's state: a status
+// left at retrying would never turn terminal (ExamplePlatform_Status once
+// waited forever in CI).
+func TestStatusLateSettleOfOlderCopy(t *testing.T) {
+	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog, TrackStatus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	running := JobStatus{ID: "j1", Queue: "default", Type: "t", State: StateRunning, Tries: 2, Copy: 1}
+	rev, err := p.writeStatus(ctx, &running, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Copy 2 takes the record from copy 1's running state to its end.
+	next := running
+	next.State, next.Tries, next.Copy = StateRunning, 3, 2
+	rev2, err := p.writeStatus(ctx, &next, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.State = StateSucceeded
+	if _, err := p.writeStatus(ctx, &next, rev2); err != nil {
+		t.Fatal(err)
+	}
+	// Copy 1's end, late, at the revision it last wrote.
+	late := running
+	late.State = StateRetrying
+	if _, err := p.writeStatus(ctx, &late, rev); !errors.Is(err, errStaleStatus) {
+		t.Errorf("a late write of copy 1's end: %v, want errStaleStatus", err)
+	}
+	// The same copy's earlier try, late: also stale.
+	sameCopy := next
+	sameCopy.State, sameCopy.Tries = StateRetrying, 2
+	if _, err := p.writeStatus(ctx, &sameCopy, rev); !errors.Is(err, errStaleStatus) {
+		t.Errorf("a late write of an earlier try of copy 2: %v, want errStaleStatus", err)
+	}
+	if st, err := p.Status(ctx, "j1"); err != nil || st.State != StateSucceeded || st.Copy != 2 {
+		t.Errorf("status after the late writes: %+v, %v; want copy 2 succeeded", st, err)
+	}
+}

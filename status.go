@@ -208,10 +208,22 @@ func readStatus(ctx context.Context, s *Store, key string) (JobStatus, string, e
 	return st, rev, nil
 }
 
+// errStaleStatus reports a status write given up because the record holds
+// a later attempt's state: a later copy of the job (a retry that ran before
+// this attempt's end was written), or a later try of the same copy (a
+// redelivery after a lost lease).
+var errStaleStatus = errors.New("asyncplatform: a later attempt's status is recorded")
+
+// newerStatus reports whether cur records a later attempt than st.
+func newerStatus(cur, st *JobStatus) bool {
+	return cur.Copy > st.Copy || cur.Copy == st.Copy && cur.Tries > st.Tries
+}
+
 // writeStatus writes st at rev (empty: create), and on a conflict (Cancel
 // wrote meanwhile, or the record is older or newer than thought) reads the
-// record again, keeps its CancelRequested, and writes again. It returns the
-// new revision and whether a cancellation was requested.
+// record again, keeps its CancelRequested, and writes again. When the record
+// holds a later attempt's state, it leaves it and returns errStaleStatus.
+// It returns the new revision.
 func (p *Platform) writeStatus(ctx context.Context, st *JobStatus, rev string) (string, error) {
 	s, key := p.oc.store, "job/"+statusKey(st.ID)
 	b, _ := json.Marshal(st)
@@ -231,6 +243,8 @@ func (p *Platform) writeStatus(ctx context.Context, st *JobStatus, rev string) (
 			rev = ""
 		case gerr != nil:
 			return "", gerr
+		case newerStatus(&cur, st):
+			return "", errStaleStatus
 		default:
 			rev = r
 			if cur.CancelRequested && !st.CancelRequested {
@@ -327,6 +341,10 @@ func (p *Platform) statusRunning(f *inflight, in decide.Input) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease)
 	defer cancel()
 	rev, err := p.writeStatus(ctx, &st, tr.rev)
+	if errors.Is(err, errStaleStatus) { // an older copy run again: the record follows the newer one
+		j.track = nil
+		return true
+	}
 	if err != nil {
 		p.log.Warn("asyncplatform: writing a job's status failed; it runs untracked this time", "queue", j.Queue, "id", j.ID, "error", err)
 		j.track = nil
@@ -416,7 +434,11 @@ func (p *Platform) statusSettled(f *inflight, j *Job, d decide.Decision, text st
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease)
 	defer cancel()
-	if _, err := p.writeStatus(ctx, &st, tr.rev); err != nil {
+	_, err := p.writeStatus(ctx, &st, tr.rev)
+	if errors.Is(err, errStaleStatus) { // a later copy ran (and may have ended) first
+		return
+	}
+	if err != nil {
 		p.log.Warn("asyncplatform: writing a job's status failed", "queue", j.Queue, "id", f.Job.ID, "state", st.State, "error", err)
 	}
 	if st.CancelRequested && st.State.Terminal() {
