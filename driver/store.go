@@ -73,6 +73,10 @@ type Store interface {
 	// deleting an absent key is not an error. With rev set it removes the
 	// key only when it is present at that revision, and returns ErrRevision
 	// otherwise.
+	//
+	// A revision given to Update or Delete is one the store returned (from
+	// Get, Create or Update); what a string it never returned matches is
+	// the store's business.
 	Delete(ctx context.Context, key, rev string) error
 
 	// List returns, in byte order, up to limit present keys that start with
