@@ -22,6 +22,7 @@ func fromWire(w *wire.Job, j *Job) {
 		EnqueuedAt: w.EnqueuedAt, NotBefore: w.NotBefore, Deadline: w.Deadline,
 		Failures: w.Failures, Crashes: w.Crashes, unhandled: w.Unhandled, copyNo: w.Copy,
 		Policy: Policy(w.Policy), Errors: w.Errors, payloadRef: w.PayloadRef,
+		delivered: true,
 	}
 }
 

@@ -104,6 +104,9 @@ type Job struct {
 
 	// copyNo numbers the copies of the job written by retries and redrives.
 	copyNo uint64
+	// delivered marks a job decoded off the broker (a delivery or a dead
+	// letter): Enqueue of it writes a new copy, with a new copy number.
+	delivered bool
 	// unhandled counts requeues for want of a handler.
 	unhandled int
 	// payloadRef points at the payload in the PayloadStore when it was
@@ -117,8 +120,9 @@ type Job struct {
 }
 
 // CopyNumber numbers the copy of the job being handled: 0 for the copy Enqueue
-// wrote, then one more for every copy the platform wrote since (a retry, a
-// rejection, a shutdown hand-back, a redrive). Delivery is at least once, so
+// wrote, then one more for every copy written since (a retry, a rejection, a
+// shutdown hand-back, a redrive, an Enqueue of a job a handler or a dead
+// letter gave). Delivery is at least once, so
 // one copy can be handled twice: a copy written twice (a write re-sent after
 // a lost confirm) comes with the same counters; an acknowledgement lost in a
 // connection cut or a broker restart brings the copy back with one more

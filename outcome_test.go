@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/decide"
 )
 
@@ -242,5 +243,135 @@ func TestStatusLateSettleOfOlderCopy(t *testing.T) {
 	}
 	if st, err := p.Status(ctx, "j1"); err != nil || st.State != StateSucceeded || st.Copy != 2 {
 		t.Errorf("status after the late writes: %+v, %v; want copy 2 succeeded", st, err)
+	}
+}
+
+// TestStatusDuplicateOlderCopy: an older copy that comes again after a later
+// copy ended (a crash between storing a copy and settling the one before)
+// runs untracked: its attempt leaves the later copy's end in place.
+func TestStatusDuplicateOlderCopy(t *testing.T) {
+	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog, TrackStatus: true,
+		Policy: Policy{RetryLimit: Limit(5), BackoffBase: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ran := make(chan uint64, 1)
+	if err := p.Handle("t", func(_ context.Context, j *Job) error {
+		ran <- j.CopyNumber()
+		return errors.New("fails")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := JobStatus{ID: "j1", Queue: "default", Type: "t", State: StateSucceeded, Tries: 2, Copy: 2}
+	if _, err := p.writeStatus(ctx, &done, ""); err != nil {
+		t.Fatal(err)
+	}
+	old := &Job{ID: "j1", Type: "t", Queue: "default", EnqueuedAt: time.Now(), copyNo: 1}
+	if err := p.backend.Enqueue(ctx, "default", []driver.Message{p.message(old)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-ran:
+		if c != 1 {
+			t.Fatalf("copy %d ran, want 1", c)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the old copy did not run")
+	}
+	if err := p.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := p.Status(ctx, "j1"); err != nil || st.State != StateSucceeded || st.Copy != 2 {
+		t.Errorf("status after an old copy ran again: %+v, %v; want copy 2's succeeded kept", st, err)
+	}
+}
+
+// TestReenqueueDeadLetterOfCopyZero: a dead letter's job enqueued again is a
+// new copy even when the dead one was the first (copy 0): its message ID
+// differs from the first's (a deduplicating broker would drop it), and its
+// status replaces the dead one's.
+func TestReenqueueDeadLetterOfCopyZero(t *testing.T) {
+	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog, TrackStatus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	copies := make(chan uint64, 2)
+	if err := p.Handle("t", func(_ context.Context, j *Job) error {
+		copies <- j.CopyNumber()
+		if j.CopyNumber() == 0 {
+			return Permanent(errors.New("first life"))
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	job := &Job{Type: "t"}
+	if err := p.Enqueue(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	first := messageID(job)
+	drain := func(p *Platform) uint64 {
+		if err := p.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer p.Stop(ctx)
+		select {
+		case c := <-copies:
+			return c
+		case <-time.After(30 * time.Second):
+			t.Fatal("no run")
+		}
+		return 0
+	}
+	if c := drain(p); c != 0 {
+		t.Fatalf("first run: copy %d", c)
+	}
+	var dl DeadLetter
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := p.NextDeadLetter(ctx, "default", func(_ context.Context, d DeadLetter) (bool, error) {
+			dl = d
+			return true, nil
+		})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrNoDeadLetters) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	again := dl.Job
+	if err := p.Enqueue(ctx, &again); err != nil {
+		t.Fatal(err)
+	}
+	if again.CopyNumber() != 1 || messageID(&again) == first {
+		t.Errorf("re-enqueued dead letter: copy %d, message ID %q (first %q); want copy 1, a new ID", again.CopyNumber(), messageID(&again), first)
+	}
+	if st, err := p.Status(ctx, again.ID); err != nil || st.State != StateWaiting || st.Copy != 1 {
+		t.Errorf("status of the re-enqueued job: %+v, %v; want waiting, copy 1", st, err)
+	}
+	p2, err := New(p.backend, Config{Logger: quietLog, TrackStatus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.Handle("t", func(_ context.Context, j *Job) error { copies <- j.CopyNumber(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if c := drain(p2); c != 1 {
+		t.Errorf("second life ran copy %d, want 1", c)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		st, err := p2.Status(ctx, again.ID)
+		if err == nil && st.State == StateSucceeded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status of the second life: %+v, %v; want succeeded", st, err)
+		}
 	}
 }

@@ -697,9 +697,10 @@ func (p *Platform) prepare(j *Job, now time.Time) error {
 	j.TryCount, j.Failures, j.Crashes = 0, 0, 0
 	// A job re-enqueued from a dead letter or a handler starts afresh: its
 	// payload is offloaded again from Payload, and a new copy number keeps
-	// its message ID apart from the old copies' on deduplicating backends.
+	// its message ID apart from the old copies' on deduplicating backends,
+	// and its status ahead of theirs (copy 0's too).
 	j.payloadRef, j.unhandled = "", 0
-	if j.copyNo > 0 {
+	if j.copyNo > 0 || j.delivered {
 		j.copyNo++
 	}
 	return nil

@@ -320,9 +320,15 @@ func (p *Platform) statusBegin(j *Job, in *decide.Input) {
 		p.log.Warn("asyncplatform: reading a job's status failed; it runs untracked this time", "queue", j.Queue, "id", j.ID, "error", err)
 		return
 	}
+	in.Cancelled = st.CancelRequested
+	if newerStatus(&st, &JobStatus{Copy: j.copyNo, Tries: j.TryCount + 1}) {
+		// A later copy's status: this is an older copy come again (a
+		// duplicate; a crash between storing a copy and settling the one
+		// before). It runs untracked, and the record stays the later one's.
+		return
+	}
 	st.Queue, st.Type, st.Copy = j.Queue, j.Type, j.copyNo
 	j.track = &tracked{rec: st, rev: rev}
-	in.Cancelled = st.CancelRequested
 }
 
 // statusRunning writes the running status before the handler runs and makes
