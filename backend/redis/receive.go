@@ -46,6 +46,11 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 			return nil, err
 		}
 		ds, wait, err := b.claim(ctx, queue, keys, max, lease)
+		if err != nil && b.closed.Load() {
+			// Close came while the claim ran (and the owner may have
+			// closed the client after it): this Receive ends with Close.
+			return nil, driver.ErrClosed
+		}
 		if err != nil || len(ds) > 0 {
 			return ds, err
 		}
@@ -118,6 +123,9 @@ func (b *Backend) settle(ctx context.Context, what string, s *goredis.Script, d 
 	}
 	args = append([]any{h.id, h.token}, args...)
 	n, err := s.Run(ctx, b.rdb, b.keys(d.Queue), args...).Int()
+	if err != nil && b.closed.Load() {
+		return driver.ErrClosed
+	}
 	if err != nil {
 		return fmt.Errorf("redis: %s on %q: %w", what, d.Queue, err)
 	}
