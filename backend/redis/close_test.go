@@ -36,7 +36,6 @@ func (h holdScripts) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 	}
 }
 
-
 // TestReceiveClosedMidClaim: a Receive whose claim is under way when Close
 // is called, and whose client its owner closes right after (as a process
 // shutting down does), ends with driver.ErrClosed, not the client's error
