@@ -22,6 +22,44 @@ type publisher struct {
 
 	mu       sync.Mutex
 	returned map[string]time.Time // MessageId → when it came back
+	users    int                  // publishes under way on ch (see use)
+	retired  bool                 // no new publish takes it; ch closes when users is 0
+}
+
+// use counts one more publish under way on p, unless p is retired.
+func (p *publisher) use() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.retired {
+		return false
+	}
+	p.users++
+	return true
+}
+
+// done ends a use. The last use of a retired publisher closes its channel.
+func (p *publisher) done() {
+	p.mu.Lock()
+	p.users--
+	last := p.retired && p.users == 0
+	p.mu.Unlock()
+	if last {
+		p.ch.Close()
+	}
+}
+
+// retire keeps new publishes off p and closes its channel once the
+// publishes under way on it have their confirms. Closing it at once would
+// resolve their confirms as not acked, and publishFor would send them again
+// although the broker may have stored them already: two copies of a job.
+func (p *publisher) retire() {
+	p.mu.Lock()
+	p.retired = true
+	idle := p.users == 0
+	p.mu.Unlock()
+	if idle {
+		p.ch.Close()
+	}
 }
 
 // returnBuffer must hold every return that arrives between two drains; the
@@ -29,14 +67,16 @@ type publisher struct {
 // a full buffer only stalls the connection's reader until the next drain.
 const returnBuffer = 1024
 
-// publisher returns the live publisher, opening it when needed.
+// publisher returns the live publisher, opening it when needed, counted as
+// in use (see publisher.use): call done once the publishes made on it have
+// their confirms.
 func (b *Backend) publisher(ctx context.Context) (*publisher, error) {
 	b.pubMu.Lock()
 	defer b.pubMu.Unlock()
 	b.mu.Lock()
 	p := b.pub
 	b.mu.Unlock()
-	if p != nil && !p.ch.IsClosed() {
+	if p != nil && !p.ch.IsClosed() && p.use() {
 		return p, nil
 	}
 	conn, err := b.connection(ctx)
@@ -56,6 +96,7 @@ func (b *Backend) publisher(ctx context.Context) (*publisher, error) {
 		returns:  ch.NotifyReturn(make(chan amqp.Return, returnBuffer)),
 		closed:   make(chan struct{}),
 		returned: map[string]time.Time{},
+		users:    1,
 	}
 	closeCh := ch.NotifyClose(make(chan *amqp.Error, 1))
 	b.wg.Add(1)
@@ -181,40 +222,10 @@ func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...out
 		if err != nil {
 			return err
 		}
-		type inflight struct {
-			m  outMsg
-			dc *amqp.DeferredConfirmation
-		}
-		fl := make([]inflight, 0, len(pending))
-		var retry []outMsg
-		for i, m := range pending {
-			dc, err := p.ch.PublishWithDeferredConfirm("", m.key, true, false, m.pub)
-			if err != nil {
-				if p.ch.IsClosed() {
-					retry = append(retry, pending[i:]...)
-					break
-				}
-				return fmt.Errorf("rabbit: publish to %q: %w", m.key, err)
-			}
-			fl = append(fl, inflight{m, dc})
-		}
-		var failed error
-		var nacked []outMsg
-		for _, f := range fl {
-			if err := b.waitConfirm(ctx, f.dc); err != nil {
-				return fmt.Errorf("rabbit: publish to %q: %w", f.m.key, err)
-			}
-			switch {
-			case f.dc.Acked():
-				if p.wasReturned(f.m.pub.MessageId) {
-					b.forget(f.m.key)
-					failed = errors.Join(failed, fmt.Errorf("%w: no queue %q", ErrUnroutable, f.m.key))
-				}
-			case p.ch.IsClosed():
-				retry = append(retry, f.m)
-			default:
-				nacked = append(nacked, f.m)
-			}
+		retry, nacked, failed, err := b.publishOn(ctx, p, pending)
+		p.done()
+		if err != nil {
+			return err
 		}
 		if len(nacked) > 0 && failed == nil && nacks < maxNackRetries {
 			// A quorum queue nacks now and then, as one just declared did
@@ -247,15 +258,54 @@ func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...out
 	return nil
 }
 
-// dropPublisher closes p and makes the next publish open a new publisher.
-// Publishes waiting for a confirm on p are sent again on the new one.
+// publishOn publishes msgs on p and waits for their confirms. It returns
+// those to send again on another channel (p closed before they were
+// confirmed), those nacked, and the returned ones as failed.
+func (b *Backend) publishOn(ctx context.Context, p *publisher, msgs []outMsg) (retry, nacked []outMsg, failed, err error) {
+	type inflight struct {
+		m  outMsg
+		dc *amqp.DeferredConfirmation
+	}
+	fl := make([]inflight, 0, len(msgs))
+	for i, m := range msgs {
+		dc, err := p.ch.PublishWithDeferredConfirm("", m.key, true, false, m.pub)
+		if err != nil {
+			if p.ch.IsClosed() {
+				retry = append(retry, msgs[i:]...)
+				break
+			}
+			return nil, nil, nil, fmt.Errorf("rabbit: publish to %q: %w", m.key, err)
+		}
+		fl = append(fl, inflight{m, dc})
+	}
+	for _, f := range fl {
+		if err := b.waitConfirm(ctx, f.dc); err != nil {
+			return nil, nil, nil, fmt.Errorf("rabbit: publish to %q: %w", f.m.key, err)
+		}
+		switch {
+		case f.dc.Acked():
+			if p.wasReturned(f.m.pub.MessageId) {
+				b.forget(f.m.key)
+				failed = errors.Join(failed, fmt.Errorf("%w: no queue %q", ErrUnroutable, f.m.key))
+			}
+		case p.ch.IsClosed():
+			retry = append(retry, f.m)
+		default:
+			nacked = append(nacked, f.m)
+		}
+	}
+	return retry, nacked, failed, nil
+}
+
+// dropPublisher makes the next publish open a new publisher and retires p:
+// it closes once the publishes under way on it have their confirms.
 func (b *Backend) dropPublisher(p *publisher) {
 	b.mu.Lock()
 	if b.pub == p {
 		b.pub = nil
 	}
 	b.mu.Unlock()
-	p.ch.Close()
+	p.retire()
 }
 
 // A nacked publish is tried again up to maxNackRetries times, after
