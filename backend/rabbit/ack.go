@@ -68,26 +68,66 @@ type ackReq struct {
 	err   error
 	done  bool          // the frame that acks tag is written (or failed)
 	lead  bool          // the caller is to lead the next flush
-	wake  chan struct{} // closed when done or lead is set; nil for a leader
+	wake  chan struct{} // closed when done or lead is set
 }
 
 // ack acks tag and returns once a frame that acks it is written.
 func (a *acker) ack(tag uint64) error {
-	r := &ackReq{tag: tag, until: time.Now().Add(ackWait)}
-	a.mu.Lock()
-	a.queue = append(a.queue, r)
-	if a.leading {
-		r.wake = make(chan struct{})
-		a.kickLocked()
-		a.mu.Unlock()
-		<-r.wake
-		if r.done {
-			return r.err
-		}
-		a.mu.Lock() // r.lead: the previous leader left the queue to us
+	r := a.enqueue([]uint64{tag})[0]
+	return a.await(r)
+}
+
+// ackAll acks tags together and returns once frames that ack them are
+// written: they are queued before a flush sees any of them, so they go out
+// in one multiple ack when every tag below them is settled, and in as few
+// frames as the unsettled tags between them allow otherwise.
+func (a *acker) ackAll(tags []uint64) error {
+	if len(tags) == 0 {
+		return nil
 	}
-	a.leading = true
-	for {
+	rs := a.enqueue(tags)
+	errs := make([]error, len(rs))
+	var wg sync.WaitGroup
+	for i, r := range rs {
+		// Each may be handed the lead, and a leader flushes until its own
+		// ack is written: they wait side by side.
+		wg.Go(func() { errs[i] = a.await(r) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// enqueue queues an ack of each tag; the first leads the next flush when
+// no caller leads one now.
+func (a *acker) enqueue(tags []uint64) []*ackReq {
+	until := time.Now().Add(ackWait)
+	rs := make([]*ackReq, len(tags))
+	for i, tag := range tags {
+		rs[i] = &ackReq{tag: tag, until: until, wake: make(chan struct{})}
+	}
+	a.mu.Lock()
+	a.queue = append(a.queue, rs...)
+	if a.leading {
+		a.kickLocked()
+	} else {
+		a.leading = true
+		rs[0].lead = true
+		close(rs[0].wake)
+	}
+	a.mu.Unlock()
+	return rs
+}
+
+// await waits until r's frame is written, leading the flushes when r is
+// handed the lead.
+func (a *acker) await(r *ackReq) error {
+	<-r.wake
+	a.mu.Lock()
+	if r.done && !r.lead {
+		a.mu.Unlock()
+		return r.err
+	}
+	for !r.done {
 		until := a.flushLocked()
 		if r.done {
 			break
