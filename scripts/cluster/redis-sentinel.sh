@@ -44,21 +44,9 @@ base_of() {
 	echo "$b"
 }
 
-state_dir() { echo "${TMPDIR:-/tmp}/asyncplatform-redis-sentinel-$1"; }
-
-# node_dir PORT finds the directory of the set that holds PORT.
-node_dir() {
-	local port=$1 d
-	for d in "${TMPDIR:-/tmp}"/asyncplatform-redis-sentinel-*/"$port"; do
-		[[ -d $d ]] && { echo "$d"; return 0; }
-	done
-	die "no node on port $port (start one first)"
-}
-
-pid_of() {
-	local f=$1/redis.pid
-	[[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"
-}
+STATE_PREFIX=asyncplatform-redis-sentinel
+# shellcheck source=redis-nodes.sh
+source "$(dirname "$0")/redis-nodes.sh"
 
 # write_conf PORT DIR KIND [MASTERPORT] writes the node's config file:
 # KIND is master, replica or sentinel.
@@ -182,22 +170,6 @@ cmd_start() {
 	url_of "$b"
 }
 
-cmd_kill() {
-	local port=${1:?kill needs a port} dir pid
-	dir=$(node_dir "$port")
-	pid=$(pid_of "$dir") || die "node $port is not running"
-	kill -KILL "$pid"
-	while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
-	rm -f "$dir/redis.pid"
-}
-
-cmd_restart() {
-	local port=${1:?restart needs a port} dir
-	dir=$(node_dir "$port")
-	[[ -z $(pid_of "$dir") ]] || die "node $port is running"
-	start_node "$port" "$dir"
-}
-
 cmd_status() {
 	local b dir p pid
 	b=$(base_of "${1:-}")
@@ -213,18 +185,6 @@ cmd_status() {
 			echo "$p pid $pid $(info "$p" replication role)"
 		fi
 	done
-}
-
-cmd_stop() {
-	local b dir p pid
-	b=$(base_of "${1:-}")
-	dir=$(state_dir "$b")
-	[[ -d $dir ]] || return 0
-	for ((p = b; p < b + NODES; p++)); do
-		pid=$(pid_of "$dir/$p" || true)
-		[[ -n $pid ]] && kill -KILL "$pid" && while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
-	done
-	rm -rf "$dir"
 }
 
 case ${1:-} in

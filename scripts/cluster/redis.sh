@@ -44,21 +44,9 @@ base_of() {
 	echo "$b"
 }
 
-state_dir() { echo "${TMPDIR:-/tmp}/asyncplatform-redis-cluster-$1"; }
-
-# node_dir PORT finds the directory of the cluster that holds PORT.
-node_dir() {
-	local port=$1 d
-	for d in "${TMPDIR:-/tmp}"/asyncplatform-redis-cluster-*/"$port"; do
-		[[ -d $d ]] && { echo "$d"; return 0; }
-	done
-	die "no cluster node on port $port (start one first)"
-}
-
-pid_of() {
-	local f=$1/redis.pid
-	[[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"
-}
+STATE_PREFIX=asyncplatform-redis-cluster
+# shellcheck source=redis-nodes.sh
+source "$(dirname "$0")/redis-nodes.sh"
 
 start_node() {
 	local port=$1 dir=$2
@@ -126,22 +114,6 @@ cmd_start() {
 	url_of "$b"
 }
 
-cmd_kill() {
-	local port=${1:?kill needs a port} dir pid
-	dir=$(node_dir "$port")
-	pid=$(pid_of "$dir") || die "node $port is not running"
-	kill -KILL "$pid"
-	while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
-	rm -f "$dir/redis.pid"
-}
-
-cmd_restart() {
-	local port=${1:?restart needs a port} dir
-	dir=$(node_dir "$port")
-	[[ -z $(pid_of "$dir") ]] || die "node $port is running"
-	start_node "$port" "$dir"
-}
-
 cmd_status() {
 	local b dir p pid
 	b=$(base_of "${1:-}")
@@ -155,18 +127,6 @@ cmd_status() {
 			echo "$p down"
 		fi
 	done
-}
-
-cmd_stop() {
-	local b dir p pid
-	b=$(base_of "${1:-}")
-	dir=$(state_dir "$b")
-	[[ -d $dir ]] || return 0
-	for ((p = b; p < b + NODES; p++)); do
-		pid=$(pid_of "$dir/$p" || true)
-		[[ -n $pid ]] && kill -KILL "$pid" && while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
-	done
-	rm -rf "$dir"
 }
 
 case ${1:-} in
