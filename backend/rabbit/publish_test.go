@@ -15,9 +15,9 @@ import (
 // for their confirms on the old one must not be stored twice. Closing the
 // old channel at once resolved their confirms as not acked, and they were
 // sent again although the broker had already enqueued them: two copies of a
-// job (Outcomes/OutputOnePerJob and Flow/PauseGroup on a cluster, where new
-// quorum queues nack now and then). The nacks here come from a queue that
-// rejects every publish (x-max-length 0, reject-publish).
+// job (Outcomes/OutputOnePerJob on a cluster, where a new quorum queue
+// nacks now and then). The nacks here come from a queue that rejects every
+// publish (x-max-length 0, reject-publish).
 func TestNackLeavesOthersSingle(t *testing.T) {
 	b := newBackend(t, Config{URL: testURL()})
 	ctx := testCtx(t)
