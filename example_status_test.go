@@ -23,7 +23,9 @@ func ExamplePlatform_Status() {
 	defer backend.Close()
 	var p *ap.Platform
 	p, err = ap.New(backend, ap.Config{
-		Queues: map[string]ap.QueueConfig{"reports": {TrackStatus: true}},
+		// One worker, so that each attempt's hook runs before the next
+		// attempt starts (a status shows the latest attempt).
+		Queues: map[string]ap.QueueConfig{"reports": {TrackStatus: true, Concurrency: 1}},
 		Policy: ap.Policy{BackoffBase: time.Millisecond},
 		Hooks: ap.Hooks{AfterAttempt: func(ctx context.Context, a ap.Attempt) {
 			st, _ := p.Status(ctx, a.Job.ID) // written before the hook runs

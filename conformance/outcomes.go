@@ -32,6 +32,18 @@ func (e *env) status(p *ap.Platform, id string) ap.JobStatus {
 // retrying, running, retrying, running, then succeeded with its result.
 func testStatusWalk(t *testing.T, e *env) {
 	cfg := e.tracking()
+	// One worker: attempt k's hook then runs before attempt k+1 can start.
+	// With more, a retry due at once (the backoff's full jitter can make it
+	// so) can be running, and its status with it, by the time the hook
+	// reads: the status shows the latest attempt.
+	queues := make(map[string]ap.QueueConfig, len(cfg.Queues))
+	for name, qc := range cfg.Queues {
+		queues[name] = qc
+	}
+	qc := queues[e.queue]
+	qc.Concurrency = 1
+	queues[e.queue] = qc
+	cfg.Queues = queues
 	var mu sync.Mutex
 	var seen []ap.JobState
 	var w *worker
