@@ -52,7 +52,6 @@ type acker struct {
 	timer   *time.Timer   // the leader's, for the end of a wait
 
 	acks, frames atomic.Int64 // acks asked for, ack frames written; for benchmarks
-	sent         atomic.Int64 // ack and nack frames written (see settleBarrier)
 }
 
 func newAcker(ch settler) *acker {
@@ -229,7 +228,6 @@ func (a *acker) flushLocked() (until time.Time) {
 
 	a.acks.Add(int64(n + len(single)))
 	a.frames.Add(int64(min(n, 1) + len(single)))
-	a.sent.Add(int64(min(n, 1) + len(single)))
 	if n > 0 {
 		err := a.ch.Ack(high, n > 1)
 		for _, r := range covered {
@@ -281,7 +279,6 @@ func (a *acker) nack(tag uint64, requeue bool) error {
 	}
 	// The tag is not queued and not settled, so no multiple ack covers it
 	// until the frame below is written and settleLocked runs.
-	a.sent.Add(1)
 	err := a.ch.Nack(tag, false, requeue)
 	a.mu.Lock()
 	a.settleLocked(tag)

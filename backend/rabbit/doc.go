@@ -121,21 +121,6 @@
 // and acked one by one 27 of 60 came back counted (TestReleaseAcksApplied). A killed process cannot do that: its buffered
 // messages come back with one more delivery counted, like the ones it held.
 //
-// A released consumer's channel is retired: a Receive that comes during the
-// release starts its consumer on a new channel, and the retired one closes
-// at the last settle of what it handed out, or with the connection at
-// Close. When a handler holds a tag below the buffered ones, their
-// originals are acked one frame each, and handlers settle one frame each;
-// so before such a close, once more than 16 settle frames went out since
-// the last barrier, a settle barrier waits until the queue has applied
-// them: a basic.get on the work queue, which the broker answers only after
-// applying what came before (the message it may take is handed back as an
-// uncounted copy, at the tail). Without it a release with a held delivery
-// below 60 buffered ones, followed at once by that delivery's ack or by
-// Close, brought 27 originals back counted beside their copies
-// (TestReleaseHeldAcksApplied, TestCloseHeldAcksApplied, and
-// TestRetiredManySettlesApplied for 80 handler acks).
-//
 // Acks. Settles on a consumer channel are coalesced like a group commit. The
 // first Ack writes its frame; Acks arriving meanwhile queue up, and the next
 // frame settles them together: one basic.ack with multiple set, up to the

@@ -223,6 +223,7 @@ func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...out
 			return err
 		}
 		retry, nacked, failed, err := b.publishOn(ctx, p, pending)
+		p.done()
 		if err != nil {
 			return err
 		}
@@ -259,10 +260,8 @@ func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...out
 
 // publishOn publishes msgs on p and waits for their confirms. It returns
 // those to send again on another channel (p closed before they were
-// confirmed), those nacked, and the returned ones as failed. It ends the
-// caller's use of p, even when it panics.
+// confirmed), those nacked, and the returned ones as failed.
 func (b *Backend) publishOn(ctx context.Context, p *publisher, msgs []outMsg) (retry, nacked []outMsg, failed, err error) {
-	defer p.done()
 	type inflight struct {
 		m  outMsg
 		dc *amqp.DeferredConfirmation

@@ -38,94 +38,28 @@ const (
 type qchan struct {
 	ch       *amqp.Channel
 	acks     *acker // every ack and nack of ch goes through it
-	queue    string // the queue's name, not its work queue's
 	gen      uint64
 	prefetch int
 	held     atomic.Int64 // deliveries handed out and not yet settled
 	retired  atomic.Bool
-	closing  atomic.Bool  // closeRetired has begun
-	applied  atomic.Int64 // acks.sent when the last settle barrier began
 }
 
-// retire marks q retired and closes it when nothing it handed out is still
-// held. Otherwise the last settle closes it (see settled).
-func (b *Backend) retire(q *qchan) {
+// retire marks the channel retired and closes it when nothing it handed out
+// is still held. Otherwise the last settle closes it (see settled).
+func (q *qchan) retire() {
 	q.retired.Store(true)
 	if q.held.Load() == 0 {
-		b.closeRetired(q)
+		q.ch.Close()
 	}
 }
 
-// settled ends one held delivery of q; the last one of a retired channel
-// closes it.
-func (b *Backend) settled(q *qchan) {
+// settled ends one held delivery; the last one of a retired channel closes
+// it.
+func (q *qchan) settled() {
 	if q.held.Add(-1) == 0 && q.retired.Load() {
-		b.closeRetired(q)
+		q.ch.Close()
 	}
 }
-
-// closeRetired closes a retired channel once the settles it sent are
-// applied (see settleBarrier).
-func (b *Backend) closeRetired(q *qchan) {
-	if !q.closing.CompareAndSwap(false, true) {
-		return
-	}
-	b.settleBarrier(q)
-	q.ch.Close()
-}
-
-// barrierAfter is how many settle frames a channel may have sent since its
-// last settle barrier and still be closed without one: well below the 32
-// unapplied commands beyond which RabbitMQ 3.10 holds a channel's settles
-// back.
-const barrierAfter = 16
-
-// settleBarrier returns once the queue has applied the settles q sent,
-// when they may be more than barrierAfter.
-//
-// RabbitMQ 3.10 holds a channel's settles to a quorum queue back once
-// about 32 commands are unapplied, sends them as earlier ones are applied,
-// and drops the ones it still holds when the channel closes: those
-// deliveries come back with a delivery counted. A released consumer whose
-// handler held a lower tag acks its originals one frame each, and closing
-// the channel at the handler's ack right after, or at Close, brought 27
-// of 60 originals back beside their copies, and the handler's acked
-// message with them (TestReleaseHeldAcksApplied, TestCloseHeldAcksApplied).
-// The barrier is a basic.get on the work queue, which the broker answers
-// only once the queue has applied it, and so every settle sent before it
-// (DeleteDead uses the same, see deleteScan). The consumer is cancelled by
-// then, and basic.get is the one such call that takes at most one message:
-// a message it takes is handed back as an uncounted copy at the tail of the
-// queue, as a released consumer's buffer is.
-func (b *Backend) settleBarrier(q *qchan) {
-	sent := q.acks.sent.Load()
-	if sent-q.applied.Load() <= barrierAfter || !settleBarriers {
-		return
-	}
-	q.applied.Store(sent)
-	d, ok, err := q.ch.Get(b.workName(q.queue), false)
-	if err != nil {
-		b.log.Debug("settle barrier failed; settles held back may be dropped", "queue", q.queue, "err", err)
-		return
-	}
-	if !ok {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
-	defer cancel()
-	if err := b.handBack(ctx, q.queue, d); err != nil {
-		b.log.Warn("handing back the message of a settle barrier failed; it returns with one more delivery counted", "queue", q.queue, "id", d.MessageId, "err", err)
-		q.acks.nack(d.DeliveryTag, true)
-		return
-	}
-	if err := q.acks.ack(d.DeliveryTag); err != nil {
-		b.log.Debug("acking the message of a settle barrier failed", "queue", q.queue, "err", err)
-	}
-}
-
-// settleBarriers is for tests: without it, retired channels close with no
-// settle barrier.
-var settleBarriers = true
 
 // consumer is one basic.consume on a work queue.
 type consumer struct {
@@ -189,7 +123,7 @@ func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*cons
 			ch.Close()
 			return nil, fmt.Errorf("rabbit: set prefetch %d: %w", prefetch, err)
 		}
-		qc = &qchan{ch: ch, acks: newAcker(ch), queue: queue, gen: b.chanGen.Add(1), prefetch: prefetch}
+		qc = &qchan{ch: ch, acks: newAcker(ch), gen: b.chanGen.Add(1), prefetch: prefetch}
 	}
 	tag := fmt.Sprintf("asyncplatform-%d-%d", os.Getpid(), consumerSeq.Add(1))
 	dl, err := qc.ch.Consume(b.workName(queue), tag, false, false, false, false, nil)
@@ -217,7 +151,7 @@ func (b *Backend) leave(c *consumer, cancelled bool, lease time.Duration) {
 	release := false
 	if c.receivers == 0 && b.cons[c.queue] == c {
 		if cancelled {
-			b.detachLocked(c)
+			delete(b.cons, c.queue)
 			release = true
 		} else {
 			if lease <= 0 {
@@ -239,7 +173,7 @@ func (b *Backend) idleRelease(c *consumer) {
 		b.mu.Unlock()
 		return
 	}
-	b.detachLocked(c)
+	delete(b.cons, c.queue)
 	c.idle = nil
 	b.wg.Add(1)
 	b.mu.Unlock()
@@ -252,30 +186,17 @@ func (b *Backend) idleRelease(c *consumer) {
 func (b *Backend) releaseAll() {
 	b.mu.Lock()
 	cs := make([]*consumer, 0, len(b.cons))
-	for _, c := range b.cons {
+	for q, c := range b.cons {
 		if c.idle != nil {
 			c.idle.Stop()
 			c.idle = nil
 		}
 		cs = append(cs, c)
-		b.detachLocked(c)
+		delete(b.cons, q)
 	}
 	b.mu.Unlock()
 	for _, c := range cs {
 		b.release(c)
-	}
-}
-
-// detachLocked takes c, about to be released, out of b.cons and its
-// channel out of b.qch, so that a Receive during the release opens a new
-// channel. A consumer started on the releasing channel was retired under
-// it: once the Receive's deliveries were settled, the channel closed and
-// the new consumer's whole buffer came back counted
-// (TestReceiveDuringRelease). Called with b.mu held.
-func (b *Backend) detachLocked(c *consumer) {
-	delete(b.cons, c.queue)
-	if b.qch[c.queue] == c.qchan {
-		delete(b.qch, c.queue)
 	}
 }
 
@@ -349,18 +270,19 @@ collect:
 	// back with a delivery counted, beside their copies
 	// (TestReleaseAcksApplied). Together they go out in one multiple ack
 	// when nothing below them is held (one command), and otherwise in as
-	// few frames as the held tags between them allow; then the settle
-	// barrier waits until they are applied, since the channel may close
-	// without another (at the held ones' last settle, or with the
-	// connection at Close).
+	// few frames as the held tags between them allow.
 	if err := c.acks.ackAll(tags); err != nil {
 		b.log.Debug("acking the originals of handed-back messages failed", "queue", c.queue, "err", err)
 	}
 	if len(tags) > 0 {
 		b.log.Debug("handed back buffered messages", "queue", c.queue, "messages", len(tags))
 	}
-	b.settleBarrier(c.qchan)
-	b.retire(c.qchan)
+	b.mu.Lock()
+	if b.qch[c.queue] == c.qchan {
+		delete(b.qch, c.queue)
+	}
+	b.mu.Unlock()
+	c.retire()
 }
 
 // handBack stores an uncounted copy of a delivery that was never handed
@@ -607,7 +529,7 @@ func (b *Backend) settle(r *receipt) error {
 	if !r.settled.CompareAndSwap(false, true) {
 		return fmt.Errorf("rabbit: delivery tag %d already settled: %w", r.tag, driver.ErrLeaseLost)
 	}
-	defer b.settled(r.c)
+	defer r.c.settled()
 	if r.c.ch.IsClosed() {
 		return fmt.Errorf("rabbit: channel generation %d is closed: %w", r.c.gen, driver.ErrLeaseLost)
 	}
@@ -665,7 +587,7 @@ func (b *Backend) unsettled(r *receipt, err error) error {
 	if errors.Is(err, driver.ErrLeaseLost) || !r.settled.CompareAndSwap(false, true) {
 		return err
 	}
-	defer b.settled(r.c)
+	defer r.c.settled()
 	if !r.c.ch.IsClosed() {
 		if nerr := r.c.acks.nack(r.tag, true); nerr != nil {
 			b.log.Warn("rabbit: hand back a delivery whose new copy was not written", "tag", r.tag, "err", nerr)
