@@ -215,6 +215,12 @@ func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...out
 			}
 			b.log.Debug("publishing again after a lost channel", "messages", len(pending), "attempt", attempt)
 		}
+		if err := ctx.Err(); err != nil {
+			// Not sent: a confirm that came before the wait looked at ctx
+			// would otherwise make a publish under an ended ctx succeed
+			// now and then (TestFailedRequeueHandsBack).
+			return fmt.Errorf("rabbit: publish: %w", err)
+		}
 		if err := b.waitUnblocked(ctx); err != nil {
 			return err
 		}
