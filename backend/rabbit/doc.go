@@ -215,6 +215,14 @@
 //     counted when the channel closes. Release waits for the prefetch window
 //     to fill or the broker to go quiet before it cancels, which closes the
 //     window for settles but not for a publish landing at that instant.
+//   - A release while a handler holds a lower delivery tag (Stop with jobs
+//     running) acks its originals one frame each, and the channel closes
+//     at that handler's settle or at Close: RabbitMQ 3.10 can drop the
+//     acks beyond about 32 unapplied, and those originals come back
+//     counted beside their copies (duplicates, never a loss). A Receive
+//     that starts while a release runs can consume on the releasing
+//     channel, and its buffer then comes back counted. See
+//     docs/reliability.md (RabbitMQ cluster, third session).
 //
 // # Clusters
 //
