@@ -121,8 +121,9 @@ func (p *Platform) ResumeGroup(ctx context.Context, queue, group string) (int, e
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	quiet := PausePoll // the held queue is empty once it stayed so for this long
+	quiet := PausePoll // a Receive that long with nothing, and Stats says nothing is ready
 	moved := 0
+	seen := map[string]bool{} // the held copies moved: a copy held twice moves once
 	for {
 		rctx, cancel := context.WithTimeout(ctx, quiet)
 		ds, err := p.backend.Receive(rctx, held, 100, max(p.cfg.Lease, time.Minute)) // a lease no slow batch outlives: a lapse would move a job twice
@@ -134,29 +135,49 @@ func (p *Platform) ResumeGroup(ctx context.Context, queue, group string) (int, e
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				return moved, fmt.Errorf("asyncplatform: resuming group %q of queue %q: %w", group, queue, err)
 			}
-			return moved, nil
-		}
-		msgs := make([]driver.Message, len(ds))
-		for i, d := range ds {
-			var j Job
-			if derr := p.decodeDelivery(d, &j, nil); derr != nil {
-				msgs[i] = driver.Message{ID: newID(time.Now()), Body: d.Body} // not a job: the queue's worker dead-letters it
+			// A loaded machine or a slow broker can keep a Receive empty
+			// for a while: the held queue is empty when its depth says so
+			// too (where the backend can tell).
+			if st, serr := p.backend.Stats(ctx, held); serr == nil && st.Ready > 0 {
 				continue
 			}
+			return moved, nil
+		}
+		var msgs []driver.Message
+		var dups []*driver.Delivery
+		for _, d := range ds {
+			var j Job
+			if derr := p.decodeDelivery(d, &j, nil); derr != nil {
+				msgs = append(msgs, driver.Message{ID: newID(time.Now()), Body: d.Body}) // not a job: the queue's worker dead-letters it
+				continue
+			}
+			// A job set aside twice (the acknowledgement of its first
+			// setting aside was lost, and it came again) is one job.
+			id := messageID(&j)
+			if seen[id] {
+				dups = append(dups, d)
+				continue
+			}
+			seen[id] = true
 			j.Crashes -= max(d.Deliveries-1, 0) // held, not crashed: only its own deliveries count
 			j.Crashes = max(j.Crashes, 0)
 			j.copyNo++
-			msgs[i] = p.message(&j)
+			msgs = append(msgs, p.message(&j))
 		}
-		if err := p.backend.Enqueue(ctx, queue, msgs); err != nil {
-			return moved, fmt.Errorf("asyncplatform: resuming group %q of queue %q: moving %d held jobs back: %w", group, queue, len(msgs), err)
+		if len(msgs) > 0 {
+			if err := p.backend.Enqueue(ctx, queue, msgs); err != nil {
+				return moved, fmt.Errorf("asyncplatform: resuming group %q of queue %q: moving %d held jobs back: %w", group, queue, len(msgs), err)
+			}
 		}
 		for _, d := range ds {
 			if err := p.backend.Ack(ctx, d); err != nil {
 				p.log.WarnContext(ctx, "asyncplatform: a held job moved back was not removed from the held queue; it will be moved again", "queue", held, "error", err)
 			}
 		}
-		moved += len(ds)
+		if len(dups) > 0 {
+			p.log.InfoContext(ctx, "asyncplatform: a job set aside twice was moved back once", "queue", held, "copies", len(dups))
+		}
+		moved += len(msgs)
 	}
 }
 

@@ -287,6 +287,12 @@ func testPauseGroup(t *testing.T, e *env) {
 	for _, j := range others {
 		e.waitFor("the other groups' jobs to run", func() bool { return e.rec.count(j.ID) == 1 })
 	}
+	// Every job of the group is set aside: waited for where the held
+	// queue's depth tells it, not timed.
+	e.waitFor("the paused group's jobs to be set aside", func() bool {
+		st, err := admin.Stats(ctx, ap.HeldQueue(e.queue, "acme"))
+		return err == nil && (st.Ready < 0 || st.Ready >= int64(len(acme)))
+	})
 	e.settle()
 	for _, j := range acme {
 		if n := e.rec.count(j.ID); n != 0 {

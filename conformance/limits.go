@@ -231,7 +231,13 @@ func testClusterConcurrency(t *testing.T, e *env) {
 }
 
 // testRateLimit: three worker processes share a rate limit of 50 jobs a
-// second on one job type: over 10 s of steady backlog they start 500 ± 10 % (with a burst of 5).
+// second (burst 5) on one job type, over about 12 s of steady backlog. What
+// load cannot break is checked: no 10 s window holds more starts than the
+// limit admits (500 + the burst, and a second's worth for a start stamped
+// late by a stalled process), and every job enqueued starts in the end. How
+// close the rate comes to 50/s is a figure, logged here and measured by the
+// bench (its limits phase), never asserted: a loaded machine slows the
+// workers, not the limit.
 func testRateLimit(t *testing.T, e *env) {
 	if e.opts.SingleProcess != "" {
 		t.Skipf("the backend declares it cannot share queues across processes: %s", e.opts.SingleProcess)
@@ -247,40 +253,71 @@ func testRateLimit(t *testing.T, e *env) {
 	defer close(stop)
 	spans := collect(kids, stop)
 	admin := e.producer()
+	var ids []string
 	enqueue := func(n int) {
 		var js []*ap.Job
 		for range n {
 			js = append(js, &ap.Job{Type: "limited"})
 		}
 		e.enqueue(admin, js...)
-	}
-	const backlog, window = 100, 10 * time.Second
-	enqueue(backlog)
-	total := backlog
-	e.waitFor("the first job to start", func() bool { return len(spans()) > 0 })
-	first := time.Now()
-	for time.Since(first) < window+2*time.Second { // keep about `backlog` jobs waiting
-		time.Sleep(200 * time.Millisecond)
-		if n := backlog - (total - len(spans())); n > 0 {
-			enqueue(n)
-			total += n
+		for _, j := range js {
+			ids = append(ids, j.ID)
 		}
 	}
-	got := spans()
-	t0 := got[0].start
-	for _, s := range got {
-		t0 = min(t0, s.start)
+	const (
+		rate, burst       = 50, 5
+		backlog, observed = 100, 12 * time.Second
+		window            = 10 * time.Second
+	)
+	enqueue(backlog)
+	e.waitFor("the first job to start", func() bool { return len(spans()) > 0 })
+	first := time.Now()
+	for time.Since(first) < observed { // keep about `backlog` jobs waiting
+		time.Sleep(200 * time.Millisecond)
+		if n := backlog - (len(ids) - len(spans())); n > 0 {
+			enqueue(n)
+		}
 	}
-	t0 += int64(time.Second) // past the start-up: the processes' first claims and their first burst
-	in := 0
-	for _, s := range got {
-		if s.start >= t0 && s.start < t0+int64(window) {
+	// Every job enqueued starts: the backlog drains at the limit's pace.
+	started := func() map[string]bool {
+		m := map[string]bool{}
+		for _, s := range spans() {
+			m[s.id] = true
+		}
+		return m
+	}
+	e.waitLonger(2*time.Duration(len(ids)-len(spans())+burst)*time.Second/rate, "every job enqueued to start", func() bool {
+		return len(started()) >= len(ids)
+	})
+	got := spans()
+	starts := make([]int64, len(got))
+	for i, s := range got {
+		starts[i] = s.start
+	}
+	slices.Sort(starts)
+	// The most starts in any window: each window begins at a start.
+	slack := e.scaled(time.Second)
+	limit := int((window+slack)/time.Second)*rate + burst
+	most, at := 0, 0
+	for i, j := 0, 0; i < len(starts); i++ {
+		for j < len(starts) && starts[j] < starts[i]+int64(window) {
+			j++
+		}
+		if j-i > most {
+			most, at = j-i, i
+		}
+	}
+	if most > limit {
+		t.Errorf("%d jobs started in the %v from %+.3fs; a limit of %d/s with a burst of %d admits at most %d (%d, and %v for a start stamped late)",
+			most, window, float64(starts[at]-starts[0])/1e9, rate, burst, limit, int(window/time.Second)*rate+burst, slack)
+	}
+	// The figure: starts in the 10 s after the first second (the start-up).
+	t0, in := starts[0]+int64(time.Second), 0
+	for _, s := range starts {
+		if s >= t0 && s < t0+int64(window) {
 			in++
 		}
 	}
-	const want = 500
-	if in < want*9/10 || in > want*11/10 {
-		t.Errorf("%d jobs started in %v of a 50/s limit; want %d ± 10 %%", in, window, want)
-	}
-	t.Logf("%d jobs started in %v (want %d ± 10 %%)", in, window, want)
+	t.Logf("%d jobs started in the %v after the first second (a limit of %d/s admits %d); at most %d in any %v; %d jobs in all",
+		in, window, rate, int(window/time.Second)*rate, most, window, len(ids))
 }

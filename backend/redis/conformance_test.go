@@ -79,6 +79,7 @@ func TestConformance(t *testing.T) {
 		}, conformance.Options{Lease: time.Second})
 	})
 	t.Run("miniredis", func(t *testing.T) {
+		testenv.Long(t, "the suite again on miniredis, in this process under -race; the default run has it on Redis")
 		// miniredis answers TIME with the wall clock unless SetTime is
 		// called, and this backend keeps time only through TIME (no key
 		// TTLs), so its clock needs no driving.
@@ -101,7 +102,7 @@ func TestConformance(t *testing.T) {
 				addr = miniredis.RunT(t).Addr()
 			}
 			return &harness{addr: addr, prefix: "apt"}, nil
-		}, conformance.Options{Lease: 2 * time.Second, KnownDefects: miniredisDefects})
+		}, conformance.Options{Lease: 2 * time.Second})
 	})
 }
 
@@ -160,14 +161,3 @@ func privateRedis(t *testing.T) *faults.Broker {
 			"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--maxmemory-policy", "noeviction"}})
 	return &faults.Broker{Addr: addr, Restart: s.Restart}
 }
-
-// miniredisDefects: miniredis serves Flow/RateLimit's three child processes
-// from inside the race-instrumented test process, too slowly (the real
-// Redis runs the case in the same package, and miniredis does without the
-// race detector).
-var miniredisDefects = func() map[string]string {
-	if !testenv.Race {
-		return nil
-	}
-	return map[string]string{"Flow/RateLimit": "miniredis serves the three child processes from inside the race-instrumented test process: 448 starts in 10 s in CI, against 450 to 550"}
-}()

@@ -481,20 +481,39 @@ func deadLetterCrash(t *testing.T, r *run) *Report {
 // declines half the time, one fails half the time and vanishes once (its
 // connection closes while it holds a record). No record is ever held by two
 // callers, each is popped exactly once, none is lost.
+//
+// The callers go on until every record is popped, however long the record
+// of the vanished caller stays hidden (a backend whose holds are leases
+// shows it again only when its hold lapses: Azure's blob leases last 15 s
+// at least); patience bounds the wait, and a record still hidden then is
+// reported as a hold that outlived its caller. A job dead-lettered twice
+// (two records: its first DeadLetter's lease was lost before the delivery
+// was removed, and it ran again) is the at-least-once duplicate the
+// contract allows when the history shows that lost lease; two callers
+// holding the same record at once never is.
 func deadLetterConcurrent(t *testing.T, r *run) *Report {
 	n := scale(24)
 	r.mustEnqueue(jobs("dc", n, Plan{Permanent: true})...)
 	r.start(r.spec(), false)
 	r.waitResolved(patience)
 	r.stopAll()
+	records := r.deadRecords()
 
+	// A record is told apart from another of the same job by the attempt
+	// that wrote it.
+	type recKey struct {
+		id     string
+		tries  int
+		deadAt int64
+	}
 	var (
 		mu       sync.Mutex
-		held     = map[string]int{}
+		held     = map[recKey]int{}
 		popped   []ap.DeadLetter
 		twice    []string
 		declined int
-		vanished bool
+		vanished time.Time
+		lostRec  recKey
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
@@ -504,23 +523,25 @@ func deadLetterConcurrent(t *testing.T, r *run) *Report {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for iter := 0; iter < 10*n+500 && ctx.Err() == nil; iter++ {
+			for ctx.Err() == nil {
 				mu.Lock()
-				all := len(popped) >= n
+				all := len(popped) >= records
 				mu.Unlock()
 				if all {
 					return
 				}
 				var got *ap.DeadLetter
 				err := p.NextDeadLetter(ctx, r.queue, func(_ context.Context, dl ap.DeadLetter) (bool, error) {
-					id := dl.Job.ID
+					k := recKey{dl.Job.ID, dl.Job.TryCount, dl.DeadAt.UnixNano()}
 					mu.Lock()
-					if held[id] > 0 {
-						twice = append(twice, id)
+					if held[k] > 0 {
+						twice = append(twice, dl.Job.ID)
 					}
-					held[id]++
-					vanish := i == 3 && !vanished
-					vanished = vanished || vanish
+					held[k]++
+					vanish := i == 3 && vanished.IsZero()
+					if vanish {
+						vanished, lostRec = time.Now(), k
+					}
 					mu.Unlock()
 					pause(0, 5*time.Millisecond)
 					pop, err := true, error(nil)
@@ -529,7 +550,7 @@ func deadLetterConcurrent(t *testing.T, r *run) *Report {
 						// The caller's connection dies while it holds the
 						// record: from then on it holds nothing.
 						mu.Lock()
-						held[id]--
+						held[k]--
 						mu.Unlock()
 						b.Close()
 						return true, nil
@@ -539,7 +560,7 @@ func deadLetterConcurrent(t *testing.T, r *run) *Report {
 						err = errors.New("the admin's own failure")
 					}
 					mu.Lock()
-					held[id]--
+					held[k]--
 					if !pop || err != nil {
 						declined++
 					}
@@ -563,14 +584,45 @@ func deadLetterConcurrent(t *testing.T, r *run) *Report {
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d popped, %d declined or failed, a caller vanished: %v", len(popped), declined, vanished)
+	t.Logf("%d records, %d popped, %d declined or failed, a caller vanished: %v", records, len(popped), declined, !vanished.IsZero())
+	if !vanished.IsZero() {
+		back := false
+		for _, dl := range popped {
+			back = back || recKey{dl.Job.ID, dl.Job.TryCount, dl.DeadAt.UnixNano()} == lostRec
+		}
+		if back {
+			t.Logf("the record the vanished caller held (%s) was popped again", lostRec.id)
+		} else {
+			t.Errorf("the record the vanished caller held (%s) was still hidden %v after it vanished: a hold outlived its caller",
+				lostRec.id, time.Since(vanished).Round(time.Millisecond))
+		}
+	}
 	rep := r.finish(popped, false)
 	for _, id := range twice {
 		rep.Duplicated++
-		rep.note("duplicated: dead letter %s held by two callers at once", id)
+		rep.note("duplicated: a dead letter of %s held by two callers at once", id)
+		t.Errorf("a dead letter of %s was held by two callers at once", id)
 	}
-	r.judge(rep, false)
+	lost := r.history().count(KindAck, string(ap.OutcomeLeaseLost))
+	r.judge(rep, len(twice) == 0 && rep.dupsExplained(lost))
 	return rep
+}
+
+// deadRecords counts the records in the dead-letter listing.
+func (r *run) deadRecords() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := 0
+	for cursor := ""; ; {
+		page, err := r.ad().DeadLetters(ctx, r.queue, cursor, 1000)
+		if err != nil {
+			r.t.Fatalf("listing the dead letters: %v", err)
+		}
+		n += len(page.Letters)
+		if cursor = page.Next; cursor == "" {
+			return n
+		}
+	}
 }
 
 // SigtermMidJob: a worker gets SIGTERM while its handlers run; it calls Stop,

@@ -30,3 +30,18 @@ func Getenv(name, def string) string {
 	}
 	return def
 }
+
+// LongEnv names the variable that turns on the long mode (scripts/test
+// --long): soaks, clusters and the suites' second runs on other servers.
+// The default run keeps one run of every suite per backend, a short fault
+// run included, and fits in the time CI gives it.
+const LongEnv = "ASYNCPLATFORM_LONG"
+
+// Long skips the test unless the long mode is on; why says what the test
+// adds to the default run's.
+func Long(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv(LongEnv) == "" {
+		t.Skipf("long mode only (scripts/test --long, or %s=1): %s", LongEnv, why)
+	}
+}
