@@ -248,6 +248,11 @@ func (e *env) settle() { time.Sleep(max(3*e.lease/2, e.scaled(300*time.Milliseco
 // ASYNCPLATFORM_CONFORMANCE_SCALE.
 func (e *env) scaled(d time.Duration) time.Duration { return scaled(d, e.scale) }
 
+// bound stretches a bound on how soon something must happen by
+// ASYNCPLATFORM_CONFORMANCE_SCALE and by the machine's load factor now
+// (see loadFactor).
+func (e *env) bound(d time.Duration) time.Duration { return scaled(d, e.scale*loadFactor()) }
+
 // stallExcuse returns, when this process stalled long enough during the case
 // for a held lease to lapse before its next renewal (a quarter of the lease
 // or more, as the stall watch sees it), why a duplicate delivery is then no

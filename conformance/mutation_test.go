@@ -159,7 +159,7 @@ func runMutant(m reference.Entry, everything bool) (failed []string, out string,
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+run, "-test.count=1", "-test.parallel=8", "-test.timeout=2m")
-	cmd.Env = append(os.Environ(), mutationEnv+"="+string(m.Mutation))
+	cmd.Env = append(os.Environ(), mutationEnv+"="+string(m.Mutation), conformance.LoadEnv+"=1") // the bounds where the mutations fail them
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	err = cmd.Run()

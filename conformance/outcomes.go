@@ -180,8 +180,8 @@ func testCancelRunning(t *testing.T, e *env) {
 	}
 	select {
 	case cause := <-ended:
-		if d := time.Since(at); d > e.scaled(2*time.Second) {
-			t.Errorf("the handler's context ended %v after Cancel, want within 2 s", d)
+		if d := time.Since(at); d > e.bound(2*time.Second) {
+			t.Errorf("the handler's context ended %v after Cancel, want within %v", d, e.bound(2*time.Second))
 		}
 		if !errors.Is(cause, ap.ErrJobCancelled) || !errors.Is(cause, context.Canceled) {
 			t.Errorf("the context's cause is %v, want ErrJobCancelled (a context.Canceled)", cause)

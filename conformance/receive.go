@@ -19,7 +19,7 @@ import (
 // Receive already waiting: "soon after (within a second or so)", plus the
 // backend's MinLease for backends that keep time in coarse steps (Azure's
 // visibility timeouts are whole seconds).
-func (e *env) onTime() time.Duration { return e.scaled(time.Second) + e.caps.MinLease }
+func (e *env) onTime() time.Duration { return e.bound(time.Second) + e.caps.MinLease }
 
 // testReceiveBatch: Receive on an empty queue blocks until its ctx ends and
 // returns ctx.Err(); a batch Enqueue stores every message; Receive hands
@@ -73,7 +73,6 @@ func testReceiveBatch(t *testing.T, e *env) {
 func testWakesOnEnqueue(t *testing.T, e *env) {
 	send := e.declared()
 	recv := e.backend()
-	bound := e.scaled(250 * time.Millisecond)
 	var lat []time.Duration
 	for i, idle := range []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 450 * time.Millisecond} {
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.Wait)
@@ -91,7 +90,7 @@ func testWakesOnEnqueue(t *testing.T, e *env) {
 	}
 	sorted := slices.Clone(lat)
 	slices.Sort(sorted)
-	if sorted[1] > bound {
+	if bound := e.bound(250 * time.Millisecond); sorted[1] > bound {
 		var s []string
 		for _, l := range lat {
 			s = append(s, l.Round(time.Millisecond).String())

@@ -130,7 +130,7 @@ func testBackoffRespected(t *testing.T, e *env) {
 	first := e.rec.of(job.ID)[0].At
 	// RetryAt is set just after the handler returns: the gap is the
 	// handler's run, the backoff and the little between them.
-	if gap := o.RetryAt.Sub(first); gap > 400*time.Millisecond+o.Duration+e.scaled(100*time.Millisecond) {
+	if gap := o.RetryAt.Sub(first); gap > 400*time.Millisecond+o.Duration+e.bound(100*time.Millisecond) {
 		t.Errorf("backoff %v exceeds the 400ms cap%s", gap-o.Duration, e.stallNote())
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -108,4 +110,37 @@ func (w *stallWatch) longest(since time.Time) time.Duration {
 		d = max(d, w.stalls[i].d)
 	}
 	return d
+}
+
+// The load factor stretches the bounds on how soon something must happen
+// (a due message handed out, a lapsed lease's message back, a woken
+// Receive, a cancelled handler's context ended, a retry's backoff), never
+// the leases and delays a case sets up: a loaded machine slows brokers and
+// workers alike, and a bound that holds on an idle machine fails there
+// with nothing wrong. It is the machine's load average over the last
+// minute per CPU, from 1 to maxLoadFactor, read when the bound is checked
+// (Linux's /proc/loadavg; 1 elsewhere). LoadEnv=1 pins it to 1, as the
+// mutation runs do: their bounds must stay where the mutations fail them.
+const maxLoadFactor = 2.5
+
+// LoadEnv names the variable that pins the suite's load factor to 1 when
+// set to "1": every bound on how soon something must happen is then the
+// contract's own, whatever the machine's load.
+const LoadEnv = "ASYNCPLATFORM_CONFORMANCE_LOAD"
+
+// loadFactor returns the load factor now.
+func loadFactor() float64 {
+	if os.Getenv(LoadEnv) == "1" {
+		return 1
+	}
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 1
+	}
+	f, _, _ := strings.Cut(string(b), " ")
+	avg, err := strconv.ParseFloat(f, 64)
+	if err != nil || math.IsNaN(avg) {
+		return 1
+	}
+	return min(max(avg/float64(runtime.NumCPU()), 1), maxLoadFactor)
 }
