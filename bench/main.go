@@ -16,7 +16,8 @@
 //	-rate      offered jobs/s in the latency phase (Azure uses -azure-rate)
 //	-quick     small N and short phases, for trying the tool
 //	-out       where benchmarks.md and benchmarks.png go (default ../docs)
-//	-throughput, -peers, -scale, -depth  turn those parts off with =false
+//	-throughput, -peers, -scale, -depth, -store, -unique, -limits  turn those parts off with =false
+//	-only      run only the parts named, e.g. -only limits
 //	-cpuprofile DIR  write a CPU profile of each facade run (see go tool pprof)
 //
 // The brokers are the machine's: Redis 127.0.0.1:6379, RabbitMQ
@@ -63,6 +64,7 @@ type options struct {
 	Store      bool
 	StoreDur   time.Duration
 	Unique     bool
+	Limits     bool
 	BigDepth   int
 	Rate       int
 	LatencyDur time.Duration
@@ -78,6 +80,7 @@ func main() {
 		backends string
 		child    string
 		worker   string
+		only     string
 	)
 	flag.StringVar(&backends, "backends", "memory,redis,rabbit,nats,azure", "comma-separated backends to measure")
 	flag.IntVar(&o.N, "n", 10000, "jobs per phase")
@@ -90,6 +93,8 @@ func main() {
 	flag.BoolVar(&o.Depth, "depth", true, "measure costs at small and large queue depth")
 	flag.BoolVar(&o.Store, "store", true, "measure each backend's store (Get, Create, CAS)")
 	flag.BoolVar(&o.Unique, "unique", true, "measure what a unique key costs an enqueue")
+	flag.BoolVar(&o.Limits, "limits", true, "measure cluster-wide limits: the rate achieved, the concurrency reached")
+	flag.StringVar(&only, "only", "", "run only these parts, comma-separated: throughput, scale, depth, store, unique, limits")
 	flag.DurationVar(&o.StoreDur, "store-time", 5*time.Second, "length of each store operation's run")
 	flag.StringVar(&o.Srv.Postgres, "postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (RabbitMQ's companion store)")
 	flag.IntVar(&o.BigDepth, "big-depth", 1000000, "the large queue depth on memory and Redis")
@@ -104,6 +109,20 @@ func main() {
 	flag.StringVar(&worker, "worker", "", "internal: run as a worker process (JSON spec)")
 	flag.Parse()
 	o.Backends = strings.Split(backends, ",")
+	if only != "" {
+		parts := map[string]*bool{"throughput": &o.Throughput, "scale": &o.Scale, "depth": &o.Depth,
+			"store": &o.Store, "unique": &o.Unique, "limits": &o.Limits}
+		for _, on := range parts {
+			*on = false
+		}
+		for _, name := range strings.Split(only, ",") {
+			on, ok := parts[name]
+			if !ok {
+				log.Fatalf("-only: unknown part %q", name)
+			}
+			*on = true
+		}
+	}
 	o.Srv.Azure = os.Getenv("ASYNCPLATFORM_AZURE_CONNECTION_STRING")
 
 	switch {
@@ -218,6 +237,9 @@ func run(o options) error {
 	if o.Unique {
 		rep.Unique = measureUniques(o)
 	}
+	if o.Limits {
+		rep.Limits = measureLimits(o)
+	}
 	rep.LoadAfter = loadAvg()
 	if left := leftovers(o.Srv); len(left) > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("left on the brokers (a bug of this tool): %s", strings.Join(left, ", ")))
@@ -264,6 +286,10 @@ func runChild(js string) {
 	}
 	if spec.System == uniqueSystem {
 		runUniqueChild(spec)
+		return
+	}
+	if spec.System == limitsSystem {
+		runLimitsChild(spec)
 		return
 	}
 	start := time.Now()

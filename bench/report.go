@@ -28,6 +28,7 @@ type report struct {
 	Depth                 []depthResult
 	Store                 []storeResult
 	Unique                []uniqueResult
+	Limits                []limitsResult
 	Notes                 []string
 }
 
@@ -130,6 +131,9 @@ func (rep *report) markdown() string {
 
 	w("![processing throughput per backend](benchmarks.png)\n\n")
 	for _, be := range o.Backends {
+		if !slices.ContainsFunc(rep.Results, func(r result) bool { return r.Backend == be }) {
+			continue // a run of other parts only
+		}
 		w("## %s\n\n", be)
 		w("| system | enqueue/s | batch/s | process/s c=10 | process/s c=50 | p50 | p99 | allocs/job | RSS MiB | ours vs this (c=10, c=50) | load |\n")
 		w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
@@ -171,6 +175,7 @@ func (rep *report) markdown() string {
 	rep.writeDepth(w)
 	rep.writeStore(w)
 	rep.writeUnique(w)
+	rep.writeLimits(w)
 	// The hand-written reading of the figures (where the time goes) lives
 	// beside the code, so a rerun keeps it.
 	if a, err := os.ReadFile("analysis.md"); err == nil {
@@ -195,6 +200,9 @@ func (rep *report) command() string {
 
 // writeGoals checks the targets of issue 10.
 func (rep *report) writeGoals(w func(string, ...any)) {
+	if len(rep.Results) == 0 {
+		return
+	}
 	w("## Targets\n\n| target | measured | met |\n|---|---|:-:|\n")
 	check := func(name, measured string, ok, known bool) {
 		mark := "no"

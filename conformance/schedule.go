@@ -53,8 +53,8 @@ func testScheduleOnePerTick(t *testing.T, e *env) {
 		_ = w.P.Stop(ctx)
 		cancel()
 	}
-	stopped := time.Now()                              // no scheduler runs from here
-	e.worker(e.config()).handle(t, "tick", h).start(t) // works what is left
+	stopped := time.Now()                                                // no scheduler runs from here
+	e.worker(e.config()).handle(t, "tick", h).start(t)                   // works what is left
 	secs := func(a, b time.Time) int { return int(b.Unix() - a.Unix()) } // whole-second ticks in (a, b]
 	// Every tick due while the schedulers ran fires, but the last: on a
 	// loaded machine a scheduler can be late for it and then stopped. The
