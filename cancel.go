@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/asyncplatform/asyncplatform/internal/kv"
 )
 
 // ReasonCancelled: Platform.Cancel ended the job, before it ran or while it
@@ -43,30 +45,32 @@ func (p *Platform) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	key := statusKey(id)
-	for {
+	err = kv.Retry(ctx, func() error {
 		st, rev, err := readStatus(ctx, s, key)
 		if err != nil {
-			return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
+			return err
 		}
 		if st.State.Terminal() {
-			return fmt.Errorf("asyncplatform: cancel %q: %w (%s)", id, ErrJobFinished, st.State)
+			return fmt.Errorf("%w (%s)", ErrJobFinished, st.State)
 		}
-		if !st.CancelRequested {
-			st.CancelRequested = true
-			b, _ := json.Marshal(&st)
-			_, err = s.Update(ctx, "job/"+key, b, rev, p.cfg.StatusRetention)
-			if errors.Is(err, ErrRevision) {
-				continue // it changed meanwhile: read it again
-			}
-			if err != nil {
-				return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
-			}
+		if st.CancelRequested {
+			return nil
 		}
-		// The mark a running job's worker polls for.
-		_, err = s.Create(ctx, "cancel/"+key, nil, p.cfg.StatusRetention)
-		if err != nil && !errors.Is(err, ErrKeyExists) {
-			return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
+		st.CancelRequested = true
+		b, _ := json.Marshal(&st)
+		_, err = s.Update(ctx, "job/"+key, b, rev, p.cfg.StatusRetention)
+		if errors.Is(err, ErrRevision) {
+			return kv.ErrRetry // it changed meanwhile: read it again
 		}
-		return nil
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
 	}
+	// The mark a running job's worker polls for.
+	_, err = s.Create(ctx, "cancel/"+key, nil, p.cfg.StatusRetention)
+	if err != nil && !errors.Is(err, ErrKeyExists) {
+		return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
+	}
+	return nil
 }

@@ -11,14 +11,11 @@ import (
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/flow"
+	"github.com/asyncplatform/asyncplatform/internal/kv"
 )
 
 // DefaultLimitDelay is Config.LimitDelay's default.
 const DefaultLimitDelay = time.Second
-
-// limitNamespace holds the cluster-wide limits' state in the store:
-// sem/<type>/<slot> and rate/<type>.
-const limitNamespace = "_limit/"
 
 // TypeLimit bounds the jobs of one type (Config.Limits): how many run at once
 // in this process, how many at once across every process sharing the
@@ -284,7 +281,7 @@ func (p *Platform) initLimits() error {
 	if len(p.cfg.Limits) == 0 {
 		return nil
 	}
-	var kv *Store
+	var shared *Store
 	p.lim.byType = make(map[string]*typeLimit, len(p.cfg.Limits))
 	for typ, l := range p.cfg.Limits {
 		where := fmt.Sprintf("Limits[%q]", typ)
@@ -298,23 +295,23 @@ func (p *Platform) initLimits() error {
 		if l.Concurrency > 0 {
 			tl.local, _ = flow.NewLocal(l.Concurrency)
 		}
-		if (l.ClusterConcurrency > 0 || l.Rate > 0) && kv == nil {
+		if (l.ClusterConcurrency > 0 || l.Rate > 0) && shared == nil {
 			d, err := driver.StoreOf(p.backend)
 			if err != nil {
 				return fmt.Errorf("%w: %s: a cluster-wide limit needs the backend's store: %w", ErrInvalidConfig, where, err)
 			}
-			kv = &Store{d: d, ns: limitNamespace}
+			shared = platformStore(d, kv.Limits) // sem/<type>/<slot> and rate/<type>
 		}
 		key := statusKey(typ) // the type as a key segment (hashed when it does not fit)
 		if l.ClusterConcurrency > 0 {
-			s, err := flow.NewSemaphore(kv, flow.SemaphoreConfig{Prefix: "sem/" + key, Slots: l.ClusterConcurrency, Lease: p.cfg.Lease})
+			s, err := flow.NewSemaphore(shared, flow.SemaphoreConfig{Prefix: "sem/" + key, Slots: l.ClusterConcurrency, Lease: p.cfg.Lease})
 			if err != nil {
 				return fmt.Errorf("%w: %s.ClusterConcurrency: %w", ErrInvalidConfig, where, err)
 			}
 			tl.sem = s
 		}
 		if l.Rate > 0 {
-			r, err := flow.NewRate(kv, flow.RateConfig{Key: "rate/" + key, Events: l.Rate, Burst: max(l.Burst, 1)})
+			r, err := flow.NewRate(shared, flow.RateConfig{Key: "rate/" + key, Events: l.Rate, Burst: max(l.Burst, 1)})
 			if err != nil {
 				return fmt.Errorf("%w: %s.Rate: %w", ErrInvalidConfig, where, err)
 			}

@@ -12,11 +12,8 @@ import (
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/health"
+	"github.com/asyncplatform/asyncplatform/internal/kv"
 )
-
-// flowNamespace holds the platform's flow-control state in the backend's
-// store: pause/<queue> for each paused queue.
-const flowNamespace = "_flow/"
 
 // PausePoll is how often a working platform reads which queues are paused:
 // a Pause stops every worker process's claims within about this long.
@@ -49,7 +46,7 @@ func (p *Platform) pauseStore() (*Store, error) {
 // initPauseStore finds the store pauses live in, once, at New.
 func (p *Platform) initPauseStore() {
 	if d, err := driver.StoreOf(p.backend); err == nil {
-		p.pz.store = &Store{d: d, ns: flowNamespace}
+		p.pz.store = platformStore(d, kv.Flow) // pause/<queue> and group/<queue>/<group>
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/kv"
 )
 
 // Schedule is a periodic job: a job enqueued at every tick of a cron
@@ -63,9 +64,6 @@ type Schedule struct {
 // ScheduleTickHeader is the header a scheduled job carries its tick in
 // (RFC 3339 with nanoseconds, UTC).
 const ScheduleTickHeader = "asyncplatform-schedule-tick"
-
-// scheduleNamespace is the store namespace of the schedules' records.
-const scheduleNamespace = "_schedule"
 
 // maxCatchUpScan bounds the ticks looked at to find the missed ones.
 const maxCatchUpScan = 1_000_000
@@ -184,7 +182,7 @@ func (p *Platform) scheduleStore() (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("asyncplatform: schedules need the backend's store: %w", err)
 	}
-	return &Store{d: d, ns: scheduleNamespace + "/"}, nil
+	return platformStore(d, kv.Schedules), nil
 }
 
 // lateLimit is how late a tick may be fired by a scheduler that fell
@@ -303,32 +301,29 @@ func readTick(ctx context.Context, st *Store, name string) (time.Time, error) {
 func (p *Platform) fire(ctx context.Context, st *Store, e *schedEntry, t time.Time) {
 	name, val := e.s.Name, []byte(strconv.FormatInt(t.UnixNano(), 10))
 	won := false
-	var err error
-	for range 10 {
-		var v []byte
-		var rev string
-		v, rev, err = st.Get(ctx, name)
+	err := kv.Retry(ctx, func() error {
+		v, rev, err := st.Get(ctx, name)
 		switch {
 		case errors.Is(err, ErrKeyNotFound):
 			_, err = st.Create(ctx, name, val, 0)
 			if errors.Is(err, ErrKeyExists) {
-				continue
+				return kv.ErrRetry
 			}
 		case err == nil:
 			last, perr := strconv.ParseInt(string(v), 10, 64)
 			if perr == nil && last >= t.UnixNano() {
-				return // fired by another process
+				return nil // fired by another process
 			}
 			_, err = st.Update(ctx, name, val, rev, 0)
 			if errors.Is(err, ErrRevision) {
-				continue
+				return kv.ErrRetry
 			}
 		}
 		won = err == nil
-		break
-	}
+		return err
+	})
 	if !won {
-		if ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil {
 			p.log.Warn("asyncplatform: a schedule's tick was not fired", "schedule", name, "tick", t, "error", err)
 		}
 		return
@@ -359,11 +354,6 @@ const ScheduleTriggerHeader = "asyncplatform-schedule-trigger"
 // a schedule that no process has run on this backend.
 var ErrNoSchedule = errors.New("no such schedule")
 
-// scheduleDefNamespace is the store namespace of the schedules'
-// definitions, written by each process that starts a schedule, for
-// Schedules and TriggerSchedule.
-const scheduleDefNamespace = "_scheddef"
-
 // scheduleDef is a schedule's definition as the store keeps it.
 type scheduleDef struct {
 	Cron     string        `json:"cron,omitempty"`
@@ -382,7 +372,7 @@ func (p *Platform) defStore() (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("asyncplatform: schedules need the backend's store: %w", err)
 	}
-	return &Store{d: d, ns: scheduleDefNamespace + "/"}, nil
+	return platformStore(d, kv.ScheduleDefs), nil
 }
 
 // publishSchedule writes the schedule's definition to the store (last
@@ -419,23 +409,26 @@ func (p *Platform) publishSchedule(ctx context.Context, e *schedEntry) {
 
 // put writes key whatever it holds.
 func put(ctx context.Context, st *Store, key string, v []byte) error {
-	for range 10 {
+	err := kv.Retry(ctx, func() error {
 		_, rev, err := st.Get(ctx, key)
 		switch {
 		case errors.Is(err, ErrKeyNotFound):
 			_, err = st.Create(ctx, key, v, 0)
 			if errors.Is(err, ErrKeyExists) {
-				continue
+				return kv.ErrRetry
 			}
 		case err == nil:
 			_, err = st.Update(ctx, key, v, rev, 0)
 			if errors.Is(err, ErrRevision) {
-				continue
+				return kv.ErrRetry
 			}
 		}
 		return err
+	})
+	if errors.Is(err, kv.ErrContended) {
+		return fmt.Errorf("key %q: %w", key, err)
 	}
-	return fmt.Errorf("key %q keeps changing", key)
+	return err
 }
 
 // ScheduleInfo is what the backend's store tells of one schedule: its

@@ -15,6 +15,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/decide"
 	"github.com/asyncplatform/asyncplatform/internal/jobctx"
+	"github.com/asyncplatform/asyncplatform/internal/kv"
 )
 
 // DefaultStatusRetention is how long a job's status is kept after its last
@@ -89,10 +90,6 @@ const MaxStatusResult = driver.MaxValueLen - 8<<10
 // ended longer than Config.StatusRetention ago.
 var ErrJobNotFound = errors.New("asyncplatform: no status for this job (unknown, untracked, or past its retention)")
 
-// statusNamespace holds the platform's own records in the store: job/<id>
-// (a JobStatus) and cancel/<id> (a running job's cancellation).
-const statusNamespace = "_jobs/"
-
 // cancelPoll is how often a worker running tracked jobs looks for
 // cancellations: one store List per tick, whatever the number of jobs.
 const cancelPoll = 300 * time.Millisecond
@@ -165,7 +162,7 @@ func (p *Platform) initOutcomes() error {
 		}
 		return nil
 	}
-	p.oc.store = &Store{d: d, ns: statusNamespace}
+	p.oc.store = platformStore(d, kv.Status) // job/<id> (a JobStatus) and cancel/<id>
 	return nil
 }
 
@@ -227,24 +224,25 @@ func newerStatus(cur, st *JobStatus) bool {
 func (p *Platform) writeStatus(ctx context.Context, st *JobStatus, rev string) (string, error) {
 	s, key := p.oc.store, "job/"+statusKey(st.ID)
 	b, _ := json.Marshal(st)
-	var err error
-	for range 4 {
+	var written string
+	err := kv.Retry(ctx, func() error {
+		var err error
 		if rev == "" {
-			rev, err = s.Create(ctx, key, b, p.cfg.StatusRetention)
+			written, err = s.Create(ctx, key, b, p.cfg.StatusRetention)
 		} else {
-			rev, err = s.Update(ctx, key, b, rev, p.cfg.StatusRetention)
+			written, err = s.Update(ctx, key, b, rev, p.cfg.StatusRetention)
 		}
 		if err == nil || !(errors.Is(err, ErrKeyExists) || errors.Is(err, ErrRevision)) {
-			return rev, err
+			return err
 		}
 		cur, r, gerr := readStatus(ctx, s, statusKey(st.ID))
 		switch {
 		case errors.Is(gerr, ErrJobNotFound):
 			rev = ""
 		case gerr != nil:
-			return "", gerr
+			return gerr
 		case newerStatus(&cur, st):
-			return "", errStaleStatus
+			return errStaleStatus
 		default:
 			rev = r
 			if cur.CancelRequested && !st.CancelRequested {
@@ -252,8 +250,12 @@ func (p *Platform) writeStatus(ctx context.Context, st *JobStatus, rev string) (
 				b, _ = json.Marshal(st)
 			}
 		}
+		return kv.ErrRetry
+	})
+	if err != nil {
+		return "", err
 	}
-	return "", err
+	return written, nil
 }
 
 // statusEnqueued writes the waiting (or scheduled) status of newly stored
@@ -282,7 +284,7 @@ func (p *Platform) statusEnqueued(ctx context.Context, queue string, jobs []*Job
 func (p *Platform) createStatus(ctx context.Context, st *JobStatus) error {
 	s, key := p.oc.store, "job/"+statusKey(st.ID)
 	b, _ := json.Marshal(st)
-	for range 4 {
+	return kv.Retry(ctx, func() error {
 		_, err := s.Create(ctx, key, b, p.cfg.StatusRetention)
 		if !errors.Is(err, ErrKeyExists) {
 			return err
@@ -290,18 +292,18 @@ func (p *Platform) createStatus(ctx context.Context, st *JobStatus) error {
 		cur, rev, err := readStatus(ctx, s, statusKey(st.ID))
 		switch {
 		case errors.Is(err, ErrJobNotFound):
-			continue
+			return kv.ErrRetry
 		case err != nil:
 			return err
 		case cur.Copy >= st.Copy:
 			return nil // the worker's newer state of this copy
 		}
 		_, err = s.Update(ctx, key, b, rev, p.cfg.StatusRetention)
-		if !errors.Is(err, ErrRevision) {
-			return err
+		if errors.Is(err, ErrRevision) {
+			return kv.ErrRetry
 		}
-	}
-	return nil
+		return err
+	})
 }
 
 // statusBegin reads a delivered job's status (a tracked queue) and tells the

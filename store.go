@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/kv"
 )
 
 // Errors of a Store, matched with errors.Is. Every error a Store returns is a
@@ -305,5 +306,11 @@ func plausibleRev(rev string) bool {
 // errNilStore is the error of every method of a Store that NewStore or
 // Platform.Store did not make (the zero Store{}).
 var errNilStore = errors.New("the Store was not made by NewStore or Platform.Store")
+
+// platformStore returns the Store of one of the platform's own namespaces
+// (internal/kv lists them).
+func platformStore(d driver.Store, ns kv.Namespace) *Store {
+	return &Store{d: d, ns: ns.Prefix()}
+}
 
 func (s *Store) zero() bool { return s == nil || s.d == nil }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/kv"
 )
 
 // UniqueRelease says when a unique job gives up its key before its window
@@ -55,10 +56,6 @@ const DefaultUniqueWindow = 24 * time.Hour
 // on a job with a UniqueKey and drops it from a job without one (a delivered
 // job enqueued again, say).
 const UniqueHeader = "asyncplatform-unique"
-
-// uniqueNamespace is the store namespace of unique keys (names starting
-// with '_' are the platform's own).
-const uniqueNamespace = "_unique"
 
 // ErrDuplicate is matched (errors.Is) by the error of Enqueue, EnqueueBatch
 // and Redrive for a job whose UniqueKey is held by another live job. The
@@ -177,7 +174,7 @@ func (p *Platform) uniqueStore() (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("asyncplatform: unique jobs need the backend's store: %w", err)
 	}
-	return &Store{d: d, ns: uniqueNamespace + "/"}, nil
+	return platformStore(d, kv.Unique), nil
 }
 
 // claimKeys takes the keys of the unique jobs among jobs (prepared, in
@@ -370,26 +367,35 @@ func (p *Platform) retakeKeys(ctx context.Context, letters []DeadLetter) ([]Dead
 // when the job's own claim still holds it. held names the job that holds
 // it otherwise.
 func retake(ctx context.Context, st *Store, c claim, id string) (rev, held string, err error) {
-	for range 3 { // a key that expires between Create and Get is tried again
+	err = kv.Retry(ctx, func() error {
+		var err error
 		rev, err = st.Create(ctx, c.key, []byte(id), c.window)
 		if !errors.Is(err, ErrKeyExists) {
-			return rev, "", err
+			return err
 		}
 		holder, cur, err := st.Get(ctx, c.key)
 		switch {
-		case errors.Is(err, ErrKeyNotFound):
-			continue
+		case errors.Is(err, ErrKeyNotFound): // expired between Create and Get
+			return kv.ErrRetry
 		case err != nil:
-			return "", "", err
+			return err
 		case string(holder) != id:
-			return "", string(holder), nil
+			rev, held = "", string(holder)
+			return nil
 		}
 		rev, err = st.Update(ctx, c.key, holder, cur, c.window) // its own claim, kept (ReleaseOnSuccess, ReleaseOnWindow)
-		if !errors.Is(err, ErrRevision) {
-			return rev, "", err
+		if errors.Is(err, ErrRevision) {
+			return kv.ErrRetry
 		}
+		return err
+	})
+	switch {
+	case errors.Is(err, kv.ErrContended):
+		return "", "", fmt.Errorf("unique key %q: %w", c.key, err)
+	case err != nil:
+		return "", "", err
 	}
-	return "", "", fmt.Errorf("unique key %q keeps changing", c.key)
+	return rev, held, nil
 }
 
 func cloneHeaders(h map[string]string) map[string]string {
