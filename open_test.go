@@ -25,7 +25,7 @@ func init() {
 	})
 }
 
-// Item 4 of issue 17: Open's errors show no credential of the URL, in any
+// TestOpenRedactsSecrets: Open's errors show no credential of the URL, in any
 // form: a token in the user part (NATS token auth), a percent-encoded
 // password raw or decoded, a secret query parameter.
 func TestOpenRedactsSecrets(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 // handler has a standing Receive on each; a job lands on each at once and
 // each is claimed, but only one runs at a time, each for two leases. The
 // jobs waiting their turn are held (their leases extended), so each runs
-// once, at try 1, charged no crash. (Found by review: a claimed job used to
-// wait unheld in a channel and come back with a crash.)
+// once, at try 1, charged no crash: a claimed job never waits unheld for a
+// handler (its lease would lapse and it would come back with a crash).
 func TestPoolSentinelsKeepLeases(t *testing.T) {
 	ctx := context.Background()
 	lease := 600 * time.Millisecond

@@ -36,8 +36,8 @@ import (
 //
 //	go test -run '^$' -bench EnqueueUnique -benchtime 2000x -count 5 .
 //
-// The unique=false runs use only what the platform had before unique keys
-// (issue 20), so this file builds against an older tree with the line that
+// The unique=false runs use only what the platform had before unique keys,
+// so this file builds against an older tree with the line that
 // sets the key deleted: docs/benchmarks.md compares the two binaries.
 func BenchmarkEnqueueUnique(b *testing.B) {
 	ctx := context.Background()

@@ -11,7 +11,7 @@ import (
 )
 
 // tracking is the suite's config with status tracking on (results, status
-// and cancellation: issue 21).
+// and cancellation).
 func (e *env) tracking() ap.Config {
 	cfg := e.config()
 	cfg.TrackStatus = true

@@ -55,7 +55,7 @@ func TestDirStore(t *testing.T) {
 	}
 }
 
-// Item 2 of issue 17: a reference may name only a payload the store made; a
+// TestForgedReferences: a reference may name only a payload the store made; a
 // forged one reads and deletes nothing, and is "not found" (the job is
 // dead-lettered as payload_missing).
 func TestForgedReferences(t *testing.T) {
@@ -238,7 +238,7 @@ func TestKey(t *testing.T) {
 	}
 }
 
-// Item 8 of issue 17: temporary files left by a killed write go when a store
+// TestDurability: temporary files left by a killed write go when a store
 // opens (once older than StaleTempAge), and the directory is synced after a
 // payload is renamed into place.
 func TestDurability(t *testing.T) {

@@ -43,7 +43,7 @@ func (c *counting) GetJob(ctx context.Context, jobID, ref string) ([]byte, error
 
 var _ ap.JobPayloadStore = (*counting)(nil)
 
-// Item 3 of issue 17: a job whose reference names a directory, is too long
+// TestForgedJobIsPayloadMissing: a job whose reference names a directory, is too long
 // for a file name, holds a NUL byte or names a file the store did not make is
 // dead-lettered once as payload_missing, not requeued uncounted for ever.
 func TestForgedJobIsPayloadMissing(t *testing.T) {

@@ -209,7 +209,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// Item 7 of issue 17: /readyz tells any HTTP client only which checks pass;
+// TestReadinessHidesErrors: /readyz tells any HTTP client only which checks pass;
 // a check's error text (a DSN with its password, a panic value) goes to the
 // log, once per change, not to the client.
 func TestReadinessHidesErrors(t *testing.T) {

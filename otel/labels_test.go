@@ -29,7 +29,7 @@ func typeLabels(t *testing.T, data metricdata.Aggregation) map[string]bool {
 	return out
 }
 
-// Item 9 of issue 17: a flood of forged job types makes no more than
+// TestJobTypeLabelsBounded: a flood of forged job types makes no more than
 // MaxJobTypes series (then "other"); registered types keep their name.
 func TestJobTypeLabelsBounded(t *testing.T) {
 	t.Parallel()

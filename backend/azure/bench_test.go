@@ -204,7 +204,8 @@ func parallel(b testing.TB, w, n int, fn func() error) {
 // the time to page through every record 100 at a time (unless a page takes
 // over a second).
 //
-// Each depth runs on an Azurite of its own (reliability.md, finding 18).
+// Each depth runs on an Azurite of its own (evidence: docs/reliability.md,
+// "Azure: the benchmark's claim that failed with context deadline exceeded").
 // The dead letters are made first, 1,000 at a time on a shallow queue (as
 // the bench harness makes them), and after each 1,000 the run waits for
 // Azurite's queue garbage collector to sweep what the deletes left: a

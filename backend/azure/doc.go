@@ -172,8 +172,9 @@
 //     receive (or last Extend) was sent, the only bound known never to be
 //     later than the service's. A request that takes a good part of the
 //     lease to answer (Azurite during its garbage collection, see
-//     docs/reliability.md finding 18) leaves that much less of the lease:
-//     a settle after its local end is refused with driver.ErrLeaseLost and
+//     docs/reliability.md, "Azure: the benchmark's claim that failed with
+//     context deadline exceeded") leaves that much less of the lease: a
+//     settle after its local end is refused with driver.ErrLeaseLost and
 //     the job comes back, one crash counted, although the service would
 //     still have taken it.
 //   - A deleted queue's name cannot be created again for about 30 seconds

@@ -31,8 +31,9 @@ import (
 // within its visibility timeout carries the same DequeueCount both times,
 // and the backend, which counts crashes from DequeueCount, cannot tell the
 // second receiver that the first ran it: what the soak's Azure PoisonJob
-// and RandomFaults showed as uncounted crashes (docs/reliability.md,
-// finding 2). It fails only if a message is never received.
+// and RandomFaults showed as uncounted crashes (evidence:
+// docs/reliability.md, "Azure (Azurite 3.37): one message handed to two
+// concurrent receivers"). It fails only if a message is never received.
 func TestAzuriteDoubleDequeueFact(t *testing.T) {
 	b := privateAzurite(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -17,9 +17,9 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// The legacy layout's writer, as the versions before blobs had it
-// (backend/azure/dead.go before issue 23): a queue per record, overflow
-// chunks first, the lock message, then the "done" metadata.
+// The legacy layout's writer, as the versions before blob dead letters had
+// it: a queue per record, overflow chunks first, the lock message, then the
+// "done" metadata.
 
 func (f lockFrame) encode() string { return base64.StdEncoding.EncodeToString(f.raw()) }
 

@@ -35,10 +35,10 @@ func (s slowService) Do(req *http.Request) (*http.Response, error) {
 
 // TestCancelledReceiveHandsBackAll: a Receive whose ctx ends while its
 // request is in flight hands back every message it took, uncounted and
-// visible at once, even when each update is slow. (The hand-back used to run
-// its updates one after another within one 30 s budget: at 1.2 s an update,
-// the messages past the 25th came back only after their lease, with a crash
-// counted.)
+// visible at once, even when each update is slow: the updates run in
+// parallel, each with its own timeout. (Run one after another within one
+// 30 s budget at 1.2 s an update, the messages past the 25th would come
+// back only after their lease, with a crash counted.)
 func TestCancelledReceiveHandsBackAll(t *testing.T) {
 	t.Parallel()
 	b, q := newBackend(t, Config{})

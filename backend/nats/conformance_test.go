@@ -150,8 +150,9 @@ func privateNATS(t *testing.T) *faults.Broker {
 }
 
 // serverDefects names the fault scenarios the server at addr cannot pass:
-// before 2.10.14 (nats-server #5305, findings 17 and 19 of
-// docs/reliability.md), a cancelled Receive's pull request can take a copy
+// before 2.10.14 (nats-server #5305; evidence: docs/reliability.md, "NATS
+// before 2.10.14: a message a live worker holds is handed out again" and
+// "NATS PoisonIsolation"), a cancelled Receive's pull request can take a copy
 // the platform handed back, so PoisonIsolation now and then charges an
 // innocent job a crash it did not cause (about 1 run in 30 on 2.9.10). The
 // README says these versions do not keep the try-count promise; the

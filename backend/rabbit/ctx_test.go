@@ -9,10 +9,9 @@ import (
 )
 
 // TestEnqueueEndedContextStoresNothing: an Enqueue whose ctx has ended
-// fails and stores nothing. (The publish used to be sent and its confirm
-// then raced the ended ctx: an error returned for a stored message, and
-// TestFailedRequeueHandsBack's settle under a cancelled ctx succeeded now
-// and then, when the confirm won.)
+// fails and stores nothing: the publish is not sent, so no confirm races
+// the ended ctx (which would return an error for a stored message, and let
+// a settle under a cancelled ctx succeed when the confirm won).
 func TestEnqueueEndedContextStoresNothing(t *testing.T) {
 	b := newBackend(t, Config{})
 	q := queueName(t, b)

@@ -160,9 +160,8 @@ func TestConnectionCutUnderLoad(t *testing.T) {
 		t.Errorf("dead letters at the end: %+v", st)
 	}
 	// Every job succeeded (checked above); a copy still on the queue (a
-	// cut between a settle and its confirm leaves one now and then: 2 runs
-	// in 8 before this session's changes too) is a duplicate to come,
-	// which at-least-once allows after a cut.
+	// cut between a settle and its confirm leaves one now and then) is a
+	// duplicate to come, which at-least-once allows after a cut.
 	if st.Ready+st.Scheduled > 0 {
 		t.Logf("copies left on the queue at the end, duplicates to come after a cut: %+v", st)
 	}

@@ -530,7 +530,7 @@ func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 }
 
 // migrateDead moves the records of the queue's classic dead-letter queue of
-// the layout before issue 24 (p.q.dead) into its quorum dead-letter queue,
+// the older layout (p.q.dead) into its quorum dead-letter queue,
 // once Declare has found that the old queue exists: each record is taken
 // with basic.get, published to the new queue with the same message-id,
 // confirmed, and only then acked, in order, so a crash in between leaves a
@@ -595,7 +595,7 @@ func (b *Backend) moveLegacy(ctx context.Context, queue string) (int, error) {
 }
 
 // findLegacyDead records whether the queue has a classic dead-letter queue
-// of the layout before issue 24, which migrateDead then empties.
+// of the older layout (p.q.dead), which migrateDead then empties.
 func (b *Backend) findLegacyDead(ctx context.Context, queue string) error {
 	found := false
 	err := b.withChannel(ctx, func(ch *amqp.Channel) error {

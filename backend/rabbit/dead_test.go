@@ -10,12 +10,11 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// TestDeadUpgrade: a queue of the layout before issue 24, whose dead
-// letters sit in a classic queue p.q.dead, upgrades to the quorum
-// dead-letter queue p.q:dead without losing a record: every record is
-// moved in its order, one held by a NextDead caller of the old version
-// meanwhile is moved once it is let go, and Stats counts both queues until
-// then.
+// TestDeadUpgrade: a queue of the older layout, whose dead letters sit in
+// a classic queue p.q.dead, upgrades to the quorum dead-letter queue
+// p.q:dead without losing a record: every record is moved in its order,
+// one held by a NextDead caller of the old version meanwhile is moved once
+// it is let go, and Stats counts both queues until then.
 func TestDeadUpgrade(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t, Config{})
@@ -23,7 +22,7 @@ func TestDeadUpgrade(t *testing.T) {
 	q := queueName(t, b)
 	const n = 300
 
-	// The old layout, as the backend before issue 24 made it.
+	// The older layout, as older versions of the backend make it.
 	conn, err := amqp.Dial(testURL())
 	if err != nil {
 		t.Fatal(err)

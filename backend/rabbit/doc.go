@@ -32,7 +32,7 @@
 //     like the work queue. Records are published to it by the backend (no
 //     broker dead-lettering); the AMQP message-id is the job ID, and the
 //     header x-asyncplatform-dead-seq (the time of the DeadLetter, in Unix
-//     nanoseconds) their order. Before issue 24 it was p.q.dead, a classic
+//     nanoseconds) their order. Older versions used p.q.dead, a classic
 //     queue on one node: Declare moves the records of such a queue into
 //     p.q:dead (see Dead letters) and leaves it, empty, for DeleteQueue.
 //   - p.q.delay.<ms>: the delay queues, one per step of a fixed ladder
@@ -82,8 +82,9 @@
 // later): a message leaves a delay queue only once the work queue has
 // confirmed its copy, so a restart of the node can duplicate a delayed job
 // but not drop it. Classic delay queues, whose dead-lettering is
-// at-most-once, dropped the messages they held across a graceful restart
-// (docs/reliability.md, finding 13).
+// at-most-once, drop the messages they hold across a graceful restart
+// (evidence: docs/reliability.md, "RabbitMQ: a delayed copy can be lost
+// across a broker restart").
 //
 // Connections. A Backend holds one connection: one confirm-mode channel for
 // publishing, one channel per consumed queue, and short-lived channels for
@@ -189,7 +190,7 @@
 // holds at that instant.
 //
 // Upgrade from the classic dead-letter queue. Declare looks for the queue's
-// classic p.q.dead of the layout before issue 24. While it exists, each
+// classic p.q.dead of the older layout. While it exists, each
 // Declare, NextDead, ListDead, DeleteDead and PurgeDead first moves its
 // records into p.q:dead: basic.get, publish a copy (same message-id, its
 // order from its timestamp) with confirm, then ack, one record at a time, so
@@ -237,7 +238,7 @@
 //     registry p:queues, a classic queue on the node that first declared it:
 //     while that node is down, Queues (asyncctl queues, the dashboard's list)
 //     fails and Declare logs that it could not register the queue; nothing
-//     else depends on it. Dead-letter queues of the layout before issue 24
+//     else depends on it. Dead-letter queues of the older layout (p.q.dead)
 //     are classic: Declare moves their records (see Dead letters).
 //   - What a node loss costs: the connection to the lost node closes (at
 //     once for a killed process; within two heartbeats, Config.Heartbeat,

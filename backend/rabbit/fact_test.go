@@ -359,8 +359,8 @@ func amqpChannel(t *testing.T, addr string) *amqp.Channel {
 // (RabbitMQ 3.10.8) a record handed back, by basic.nack with requeue or by
 // closing the channel that holds it, goes to the back, behind records that
 // were never handed out, so the head is not always the oldest record. (A
-// classic queue requeues in place, which the layout before issue 24 relied
-// on.)
+// classic queue requeues in place, so the older layout's classic p.q.dead
+// kept its order in the queue.)
 func TestQuorumRequeueFact(t *testing.T) {
 	t.Parallel()
 	conn, err := amqp.Dial(testURL())

@@ -39,8 +39,8 @@ func pickStep(remaining time.Duration) int {
 func (b *Backend) workName(queue string) string { return b.cfg.Prefix + "." + queue }
 func (b *Backend) deadName(queue string) string { return b.cfg.Prefix + "." + queue + ":dead" }
 
-// legacyDeadName is the classic dead-letter queue of the layout before
-// issue 24, which migrateDead empties into deadName.
+// legacyDeadName is the classic dead-letter queue of the older layout,
+// which migrateDead empties into deadName.
 func (b *Backend) legacyDeadName(queue string) string { return b.cfg.Prefix + "." + queue + ".dead" }
 func (b *Backend) delayName(queue string, k int) string {
 	return b.cfg.Prefix + "." + queue + ".delay." + strconv.FormatInt(step(k).Milliseconds(), 10)
@@ -54,8 +54,9 @@ func deadArgs() amqp.Table { return amqp.Table{amqp.QueueTypeArg: amqp.QueueType
 
 // delayArgs declares delay step k of queue: a quorum queue whose expired
 // messages are dead-lettered at least once back to the work queue. A classic
-// delay queue dead-letters at most once, and dropped the messages it held
-// across a restart of the node (docs/reliability.md, finding 13).
+// delay queue dead-letters at most once, and drops the messages it holds
+// across a restart of the node (evidence: docs/reliability.md, "RabbitMQ: a
+// delayed copy can be lost across a broker restart").
 // At-least-once dead-lettering needs x-overflow=reject-publish.
 func (b *Backend) delayArgs(queue string, k int) amqp.Table {
 	return amqp.Table{
@@ -123,7 +124,7 @@ func (b *Backend) ensureQueue(ctx context.Context, queue string) error {
 }
 
 // Declare declares the queue's quorum work and dead-letter queues, moves
-// the records of a classic dead-letter queue of the layout before issue 24
+// the records of a classic dead-letter queue of the older layout (p.q.dead)
 // into the new one (see migrateDead), and registers the queue for Queues.
 // Delay queues are declared when first used.
 func (b *Backend) Declare(ctx context.Context, queue string) error {
@@ -212,7 +213,7 @@ func (b *Backend) inspect(ctx context.Context, ch **amqp.Channel, name string) (
 // Stats reports Ready (ready messages of the work queue, which includes
 // messages between two delay hops), Scheduled (messages in the delay
 // queues) and Dead (ready records of the dead-letter queue, and of a
-// classic one of the layout before issue 24 not yet moved). InFlight is -1:
+// classic one of the older layout not yet moved). InFlight is -1:
 // AMQP does not tell unacknowledged counts without the management plugin.
 func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error) {
 	if b.isClosed() {

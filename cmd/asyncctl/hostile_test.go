@@ -15,7 +15,7 @@ import (
 	ap "github.com/asyncplatform/asyncplatform"
 )
 
-// Item 4 of issue 17: a token in the user part of the URL (NATS token auth)
+// TestTokenNeverPrinted: a token in the user part of the URL (NATS token auth)
 // and a percent-encoded password never reach stdout or stderr, -v included.
 func TestTokenNeverPrinted(t *testing.T) {
 	t.Parallel()
@@ -54,7 +54,7 @@ func TestTokenNeverPrinted(t *testing.T) {
 	}
 }
 
-// Item 9 of issue 17: a bad --queue is a bad command line (exit 2) for every
+// TestBadQueueIsUsage: a bad --queue is a bad command line (exit 2) for every
 // command, refused before the backend is opened.
 func TestBadQueueIsUsage(t *testing.T) {
 	t.Parallel()
@@ -134,7 +134,7 @@ func TestEscapeFunctions(t *testing.T) {
 	}
 }
 
-// Item 5 of issue 17: nothing printed from a dead-letter record reaches the
+// TestTerminalInjection: nothing printed from a dead-letter record reaches the
 // terminal raw: IDs, types, errors, worker names, headers, payload text, in
 // dead list, show, pop and on stderr; JSON stays JSON and reads back the
 // same.

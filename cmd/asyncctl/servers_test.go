@@ -106,7 +106,7 @@ type server struct {
 	name     string // as testenv.Unreachable names it
 	scheme   string
 	url      func() string
-	required bool // by issue 8: skipping it is a failure under ASYNCPLATFORM_REQUIRE_SERVERS
+	required bool // skipping it is a failure under ASYNCPLATFORM_REQUIRE_SERVERS
 }
 
 var servers = []server{

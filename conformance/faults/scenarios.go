@@ -241,7 +241,8 @@ func brokerRestart(t *testing.T, r *run, kill bool) *Report {
 	}
 	// The broker must take jobs again: one acknowledged enqueue within a
 	// minute of the last restart (which, acknowledged, must complete). A
-	// queue that still answers but takes nothing (finding 9) fails here.
+	// queue that still answers but takes nothing (a RabbitMQ quorum queue left
+	// without a leader by a kill) fails here.
 	probe := jobs("probe", 1, Plan{})
 	taken := false
 	for deadline := time.Now().Add(time.Minute); !taken && time.Now().Before(deadline); {
