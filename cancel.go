@@ -38,7 +38,9 @@ var ErrJobFinished = errors.New("asyncplatform: the job has finished")
 // handler that returns nil anyway has succeeded.
 //
 // A job with no status gives an error matching ErrJobNotFound, a finished
-// one ErrJobFinished. Cancelling a job twice is not an error.
+// one ErrJobFinished. Cancelling a job twice is not an error. A status that
+// other writers change on every one of the store's 16 tries in a row gives
+// an error that says so (call again).
 func (p *Platform) Cancel(ctx context.Context, id string) error {
 	s, err := p.statusStore()
 	if err != nil {

@@ -121,7 +121,13 @@ func (p *Platform) ResumeGroup(ctx context.Context, queue, group string) (int, e
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	quiet := PausePoll // a Receive that long with nothing, and Stats says nothing is ready
+	// The held queue is empty when a Receive of quiet finds nothing and its
+	// depth says nothing is ready. A depth that says otherwise (or cannot
+	// tell) means a slow broker: the next Receive waits twice as long, up
+	// to maxQuiet, and after resumeTries such Receives the call ends, its
+	// count so far returned (call again for the rest).
+	const resumeTries = 6
+	quiet, maxQuiet, empties := PausePoll, max(p.cfg.Lease, 8*PausePoll), 0
 	moved := 0
 	seen := map[string]bool{} // the held copies moved: a copy held twice moves once
 	for {
@@ -135,14 +141,18 @@ func (p *Platform) ResumeGroup(ctx context.Context, queue, group string) (int, e
 			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 				return moved, fmt.Errorf("asyncplatform: resuming group %q of queue %q: %w", group, queue, err)
 			}
-			// A loaded machine or a slow broker can keep a Receive empty
-			// for a while: the held queue is empty when its depth says so
-			// too (where the backend can tell).
-			if st, serr := p.backend.Stats(ctx, held); serr == nil && st.Ready > 0 {
-				continue
+			st, serr := p.backend.Stats(ctx, held)
+			if serr != nil || st.Ready == 0 {
+				return moved, nil
 			}
-			return moved, nil
+			if empties++; empties == resumeTries {
+				p.log.WarnContext(ctx, "asyncplatform: held jobs are left after resuming a group: the broker handed none out; call ResumeGroup again", "queue", held, "ready", st.Ready)
+				return moved, nil
+			}
+			quiet = min(2*quiet, maxQuiet)
+			continue
 		}
+		empties = 0
 		var msgs []driver.Message
 		var dups []*driver.Delivery
 		for _, d := range ds {

@@ -28,7 +28,7 @@ func testErrClosed(t *testing.T, e *env) {
 	defer cancel()
 	waiting := receiveAsync(rctx, b, e.queue, e.lease) // the queue is empty now
 	time.Sleep(e.scaled(100 * time.Millisecond))
-	bound := e.scaled(2 * time.Second)
+	bound := e.bound(2 * time.Second)
 	closed := make(chan error, 1)
 	go func() { closed <- b.Close() }()
 	select {

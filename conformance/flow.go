@@ -287,11 +287,15 @@ func testPauseGroup(t *testing.T, e *env) {
 	for _, j := range others {
 		e.waitFor("the other groups' jobs to run", func() bool { return e.rec.count(j.ID) == 1 })
 	}
-	// Every job of the group is set aside: waited for where the held
-	// queue's depth tells it, not timed.
+	// Every job of the group is set aside: waited for where the depths
+	// tell it (the held queue holds them all, the queue none), not timed.
 	e.waitFor("the paused group's jobs to be set aside", func() bool {
-		st, err := admin.Stats(ctx, ap.HeldQueue(e.queue, "acme"))
-		return err == nil && (st.Ready < 0 || st.Ready >= int64(len(acme)))
+		held, err := admin.Stats(ctx, ap.HeldQueue(e.queue, "acme"))
+		if err != nil || held.Ready >= 0 && held.Ready < int64(len(acme)) {
+			return false
+		}
+		st, err := admin.Stats(ctx, e.queue)
+		return err == nil && st.Ready <= 0 && st.Scheduled <= 0
 	})
 	e.settle()
 	for _, j := range acme {

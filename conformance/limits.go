@@ -236,8 +236,10 @@ func testClusterConcurrency(t *testing.T, e *env) {
 // limit admits (500 + the burst, and a second's worth for a start stamped
 // late by a stalled process), and every job enqueued starts in the end. How
 // close the rate comes to 50/s is a figure, logged here and measured by the
-// bench (its limits phase), never asserted: a loaded machine slows the
-// workers, not the limit.
+// bench (its limits phase), never asserted: on a loaded machine the three
+// race-instrumented children spend their CPU claiming and handing back the
+// jobs over the rate (109 starts in 10 s at a load of 8 on two cores, 501
+// at 2), which says nothing of the limit.
 func testRateLimit(t *testing.T, e *env) {
 	if e.opts.SingleProcess != "" {
 		t.Skipf("the backend declares it cannot share queues across processes: %s", e.opts.SingleProcess)
@@ -286,7 +288,10 @@ func testRateLimit(t *testing.T, e *env) {
 		}
 		return m
 	}
-	e.waitLonger(2*time.Duration(len(ids)-len(spans())+burst)*time.Second/rate, "every job enqueued to start", func() bool {
+	// The backlog drains at the rate the loaded children reach: bounded
+	// generously (five times its time at the rate, stretched by the load
+	// factor), on top of the case's wait.
+	e.waitLonger(e.bound(5*time.Duration(max(len(ids)-len(spans()), 0)+burst)*time.Second/rate), "every job enqueued to start", func() bool {
 		return len(started()) >= len(ids)
 	})
 	got := spans()
@@ -296,7 +301,7 @@ func testRateLimit(t *testing.T, e *env) {
 	}
 	slices.Sort(starts)
 	// The most starts in any window: each window begins at a start.
-	slack := e.scaled(time.Second)
+	slack := e.bound(time.Second)
 	limit := int((window+slack)/time.Second)*rate + burst
 	most, at := 0, 0
 	for i, j := 0, 0; i < len(starts); i++ {

@@ -201,7 +201,7 @@ func testCancelRunning(t *testing.T, e *env) {
 		if !errors.Is(cause, ap.ErrJobCancelled) || !errors.Is(cause, context.Canceled) {
 			t.Errorf("the context's cause is %v, want ErrJobCancelled (a context.Canceled)", cause)
 		}
-	case <-time.After(e.scaled(5 * time.Second)):
+	case <-time.After(e.bound(5*time.Second) + e.opts.Wait):
 		t.Fatal("the handler's context did not end after Cancel")
 	}
 	dl := e.waitDead(w.P, 1)[0]

@@ -37,7 +37,7 @@ func testStatsDepths(t *testing.T, e *env) {
 	}
 	var st driver.Stats
 	var err error
-	deadline := time.Now().Add(e.scaled(5 * time.Second))
+	deadline := time.Now().Add(e.bound(5 * time.Second))
 	for {
 		st, err = b.Stats(ctx, e.queue)
 		if err != nil {

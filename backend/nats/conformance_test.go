@@ -16,7 +16,6 @@ import (
 	"github.com/asyncplatform/asyncplatform/conformance"
 	"github.com/asyncplatform/asyncplatform/conformance/faults"
 	"github.com/asyncplatform/asyncplatform/driver"
-	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
 
 type harness struct{ url string }
@@ -40,8 +39,6 @@ var suiteOptions = conformance.Options{Lease: 1500 * time.Millisecond, Wait: 30 
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	t.Run("server", func(t *testing.T) {
-		testenv.Long(t, "the suite again on the machine's nats-server (2.9 here: PoisonIsolation is a known defect there); "+
-			"the default run has it on the go.mod nats-server, which keeps every promise, and TestFaults on the machine's")
 		url := realURL(t)
 		conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
 			return harness{url: url}, nil

@@ -53,9 +53,9 @@ var ErrContended = errors.New("kv: the key kept changing")
 // it returns anything but ErrRetry, and returns that. The policy, the same
 // for every engine: the first conflict is tried again at once; each later
 // one after a random pause of up to 2^n ms (at most 16 ms), so that writers
-// that keep meeting spread apart; after MaxTries tries, or when ctx ends
-// during a pause, it gives up with an error that matches ErrContended (or
-// ctx.Err()).
+// that keep meeting spread apart. After MaxTries tries it gives up with an
+// error that matches ErrContended; when ctx ends during a pause it returns
+// ctx.Err().
 func Retry(ctx context.Context, step func() error) error {
 	for try := 1; ; try++ {
 		err := step()
@@ -73,7 +73,7 @@ func Retry(ctx context.Context, step func() error) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w: %w", ErrContended, ctx.Err())
+			return ctx.Err()
 		case <-t.C:
 		}
 	}
