@@ -140,9 +140,12 @@ func (r *run) judgePoison(innocentCrashes int) *Report {
 			rep.Wrong(dl.Job.ID, "an innocent job was dead-lettered %s", dl.Reason)
 		}
 	}
+	// A lease the platform reported lost is a crash of the job's own (on a
+	// loaded machine a renewal can come too late): counted, not charged.
+	lost := h.count(KindAck, string(ap.OutcomeLeaseLost))
 	for _, e := range h {
-		if e.Kind == KindStart && e.ID != "poison" && e.Crashes > innocentCrashes {
-			rep.Wrong(e.ID, "an innocent job saw %d crashes: a crash it did not cause was charged to it", e.Crashes)
+		if e.Kind == KindStart && e.ID != "poison" && e.Crashes > innocentCrashes+lost[e.ID] {
+			rep.Wrong(e.ID, "an innocent job saw %d crashes (%d leases reported lost): a crash it did not cause was charged to it", e.Crashes, lost[e.ID])
 		}
 	}
 	r.judge(rep, false)
@@ -511,6 +514,7 @@ func deadLetterConcurrent(t *testing.T, r *run) *Report {
 		mu       sync.Mutex
 		held     = map[recKey]int{}
 		popped   []ap.DeadLetter
+		maybe    []ap.DeadLetter // the callback asked to pop, and NextDeadLetter then failed
 		twice    []string
 		declined int
 		vanished time.Time
@@ -526,7 +530,7 @@ func deadLetterConcurrent(t *testing.T, r *run) *Report {
 			defer wg.Done()
 			for ctx.Err() == nil {
 				mu.Lock()
-				all := len(popped) >= records
+				all := len(popped)+len(maybe) >= records
 				mu.Unlock()
 				if all {
 					return
@@ -558,7 +562,7 @@ func deadLetterConcurrent(t *testing.T, r *run) *Report {
 					case i == 2 && mrand.IntN(2) == 0:
 						pop = false
 					case i == 3 && mrand.IntN(2) == 0:
-						err = errors.New("the admin's own failure")
+						err = errAdmin
 					}
 					mu.Lock()
 					held[k]--
@@ -580,11 +584,35 @@ func deadLetterConcurrent(t *testing.T, r *run) *Report {
 					time.Sleep(20 * time.Millisecond) // the rest are held by others, or by the vanished caller
 				case errors.Is(err, driver.ErrClosed):
 					p, b = r.platform(r.home, false) // the vanished caller comes back
+				case got != nil:
+					// The pop was asked for and its settle failed: it may
+					// have happened (a reply lost on a loaded machine).
+					t.Logf("NextDeadLetter: the callback popped %s, then: %v", got.Job.ID, err)
+					mu.Lock()
+					maybe = append(maybe, *got)
+					mu.Unlock()
+				case err != nil && !errors.Is(err, errAdmin):
+					t.Logf("NextDeadLetter: %v", err)
 				}
 			}
 		}()
 	}
 	wg.Wait()
+	if len(maybe) > 0 {
+		// A record whose pop failed but is gone was popped; one still
+		// listed is drained below.
+		listed := map[recKey]bool{} // still there, or popped by another caller since
+		for _, dl := range append(r.deadList(), popped...) {
+			listed[recKey{dl.Job.ID, dl.Job.TryCount, dl.DeadAt.UnixNano()}] = true
+		}
+		for _, dl := range maybe {
+			if k := (recKey{dl.Job.ID, dl.Job.TryCount, dl.DeadAt.UnixNano()}); !listed[k] {
+				listed[k] = true
+				t.Logf("the record of %s whose pop failed is gone: it was popped", dl.Job.ID)
+				popped = append(popped, dl)
+			}
+		}
+	}
 	t.Logf("%d records, %d popped, %d declined or failed, a caller vanished: %v", records, len(popped), declined, !vanished.IsZero())
 	if !vanished.IsZero() {
 		back := false
@@ -628,19 +656,25 @@ func deadLetterConcurrent(t *testing.T, r *run) *Report {
 	return rep
 }
 
+// errAdmin is DeadLetterConcurrent's failing admin's own error.
+var errAdmin = errors.New("the admin's own failure")
+
 // deadRecords counts the records in the dead-letter listing.
-func (r *run) deadRecords() int {
+func (r *run) deadRecords() int { return len(r.deadList()) }
+
+// deadList lists the dead-letter queue.
+func (r *run) deadList() []ap.DeadLetter {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n := 0
+	var all []ap.DeadLetter
 	for cursor := ""; ; {
 		page, err := r.ad().DeadLetters(ctx, r.queue, cursor, 1000)
 		if err != nil {
 			r.t.Fatalf("listing the dead letters: %v", err)
 		}
-		n += len(page.Letters)
+		all = append(all, page.Letters...)
 		if cursor = page.Next; cursor == "" {
-			return n
+			return all
 		}
 	}
 }
