@@ -118,9 +118,9 @@
 //
 // On a slow or shared machine, ASYNCPLATFORM_CONFORMANCE_SCALE (a number
 // from 1 to 100) multiplies Lease, Wait and every one of these bounds. The
-// bounds but the body's half lease (a rule relative to the lease) are also
-// stretched by the machine's load factor when they are checked: its load
-// average per CPU, from 1 to 2.5 (LoadEnv=1 pins it to 1).
+// bounds are also stretched by the machine's load factor when they are
+// checked (the body's half lease up to nine tenths of the lease at most):
+// its load average per CPU, from 1 to 2.5 (LoadEnv=1 pins it to 1).
 // Nothing in the suite asserts a speed: how many jobs a second a limit lets
 // through is a figure the case logs, and the bench measures. The
 // suite also watches for stalls of the test process itself (see Options):

@@ -194,7 +194,10 @@ func bodyWithinLease(t *testing.T, e *env, maxBody int) time.Duration {
 		t.Errorf("a body of %d bytes came back as %d different bytes", maxBody, len(ds[0].Body))
 	}
 	e.ack(b, ds...)
-	if _, cut := e.h.(Disconnecter); !cut && took > e.lease/2 {
+	// Half a lease, stretched by the load factor (a loaded broker is slow
+	// to send a megabyte) but never past nine tenths of the lease, where
+	// the platform would get the delivery with its lease all but spent.
+	if _, cut := e.h.(Disconnecter); !cut && took > min(e.bound(e.lease/2), e.lease*9/10) {
 		// A Disconnecter's leases last as long as the connection.
 		t.Errorf("a body of %d bytes took %v to Receive, with a lease of %v: the lease runs from the claim and the platform "+
 			"renews it first up to half a lease after Receive returns, so a body of MaxBody bytes must be deliverable within half of "+
