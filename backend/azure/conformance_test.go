@@ -39,8 +39,20 @@ func TestConformance(t *testing.T) {
 		// DequeueCount, which no client can prevent.
 		DuplicatesWithoutFaults: "Azurite can hand one message to two concurrent dequeues (same DequeueCount)",
 		Unordered:               "Azure Queue Storage does not promise FIFO order",
+		KnownDefects:            raceDefects,
 	})
 }
+
+// raceDefects are the cases a race-instrumented build cannot pass here:
+// the three child processes of Flow/RateLimit spend the machine's CPU on
+// the Azure SDK under the race detector (328 starts in 10 s in CI on 2
+// cores; 491 to 500 without it).
+var raceDefects = func() map[string]string {
+	if !testenv.Race {
+		return nil
+	}
+	return map[string]string{"Flow/RateLimit": "under the race detector the three Azure SDK child processes are CPU-bound on a 2-core machine (328 starts in 10 s in CI, against 450 to 550; 491 to 500 without the race detector, which runs the case)"}
+}()
 
 // TestFaults runs the fault suite (conformance/faults) on the package's
 // Azurite, and BrokerRestart on an Azurite of its own that keeps its data on
