@@ -43,15 +43,19 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// raceDefects are the cases a race-instrumented build cannot pass here:
-// the three child processes of Flow/RateLimit spend the machine's CPU on
-// the Azure SDK under the race detector (328 starts in 10 s in CI on 2
-// cores; 491 to 500 without it).
+// raceDefects are the cases a race-instrumented build cannot run here
+// beside the rest of the package: the three child processes of
+// Flow/RateLimit spend the machine's CPU on the Azure SDK under the race
+// detector and keep Azurite busy for a minute and more (under 2 starts a
+// second with two busy loops beside), and the package's other cases then
+// lose leases (Lease/ExtendedForSlowHandler failed in 2 of the 4 CI runs
+// that ran it beside them, and in none of those before). The case runs
+// without the race detector.
 var raceDefects = func() map[string]string {
 	if !testenv.Race {
 		return nil
 	}
-	return map[string]string{"Flow/RateLimit": "under the race detector the three Azure SDK child processes are CPU-bound on a 2-core machine (328 starts in 10 s in CI, against 450 to 550; 491 to 500 without the race detector, which runs the case)"}
+	return map[string]string{"Flow/RateLimit": "under the race detector the three Azure SDK child processes are CPU-bound on a 2-core machine and starve the package's other cases (run without the race detector)"}
 }()
 
 // TestFaults runs the fault suite (conformance/faults) on the package's
