@@ -9,7 +9,7 @@ func toWire(j *Job) wire.Job {
 	return wire.Job{
 		ID: j.ID, Type: j.Type, Payload: j.Payload, Headers: j.Headers,
 		EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore, Deadline: j.Deadline,
-		Failures: j.Failures, Crashes: j.Crashes, Unhandled: j.unhandled, Copy: j.copyNo,
+		Failures: j.Failures, Crashes: j.Crashes, Unhandled: j.unhandled, Copy: j.copyNo, Suspect: j.suspect,
 		Policy: wire.Policy(j.Policy), Errors: j.Errors, PayloadRef: j.payloadRef,
 	}
 }
@@ -20,7 +20,7 @@ func fromWire(w *wire.Job, j *Job) {
 	*j = Job{
 		ID: w.ID, Type: w.Type, Payload: w.Payload, Headers: w.Headers,
 		EnqueuedAt: w.EnqueuedAt, NotBefore: w.NotBefore, Deadline: w.Deadline,
-		Failures: w.Failures, Crashes: w.Crashes, unhandled: w.Unhandled, copyNo: w.Copy,
+		Failures: w.Failures, Crashes: w.Crashes, unhandled: w.Unhandled, copyNo: w.Copy, suspect: w.Suspect,
 		Policy: Policy(w.Policy), Errors: w.Errors, payloadRef: w.PayloadRef,
 		delivered: true,
 	}

@@ -25,20 +25,45 @@ func crash(t *testing.T, b driver.Backend, queue string) {
 	time.Sleep(60 * time.Millisecond) // its lease lapses
 }
 
-// A job is a suspect while its newest history line is a crash: not once
-// it has failed since, nor once its isolated run was rejected.
+// A job is a suspect from a delivery with no outcome until it reports one:
+// the envelope carries the mark, and the history's text is never read
+// back (a line a writer forged makes no suspect; a forged line's absence
+// clears none).
 func TestSuspect(t *testing.T) {
-	j := &Job{Crashes: 1, Errors: []string{"try 1" + crashNote}}
-	if !suspect(j) {
-		t.Error("a job back from a crash is no suspect")
+	mem, _ := memory.New(context.Background(), memory.Config{})
+	p, err := New(mem, Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decode := func(j *Job, deliveries int) *Job {
+		t.Helper()
+		var got Job
+		if err := p.decodeDelivery(&driver.Delivery{Queue: "q", Body: p.message(j).Body, Deliveries: deliveries}, &got, nil); err != nil {
+			t.Fatal(err)
+		}
+		return &got
+	}
+	j := decode(&Job{ID: "x", Type: "t", EnqueuedAt: time.Now()}, 2)
+	if !suspect(j) || j.Crashes != 1 {
+		t.Fatalf("a job back from a crash: suspect %v, %d crashes", suspect(j), j.Crashes)
+	}
+	if again := decode(j, 1); !suspect(again) { // its copy, written without an outcome (parked, handed back)
+		t.Error("a suspect's copy written with no outcome since is no suspect")
 	}
 	cleared(j)
 	if suspect(j) || len(j.Errors) != 1 {
 		t.Errorf("after its isolated run was rejected: suspect %v, history %q", suspect(j), j.Errors)
 	}
-	j = &Job{Crashes: 1, Failures: 1, Errors: []string{"try 1" + crashNote, "try 2 at ...: boom"}}
-	if suspect(j) {
-		t.Error("a job that failed after its crash is still a suspect")
+	if again := decode(j, 1); suspect(again) {
+		t.Error("the copy of a suspect cleared by its outcome is a suspect again")
+	}
+	forged := decode(&Job{ID: "y", Type: "t", Crashes: 1, Errors: []string{"try 1" + crashNote}}, 1)
+	if suspect(forged) {
+		t.Error("a history line that reads like a crash makes a suspect")
+	}
+	unmarked := decode(&Job{ID: "z", Type: "t", suspect: true, Errors: []string{"anything"}}, 1)
+	if !suspect(unmarked) {
+		t.Error("a marked copy whose newest line is no crash line is no suspect")
 	}
 }
 
@@ -153,3 +178,47 @@ func (h panicOn) Handle(_ context.Context, r slog.Record) error {
 }
 func (h panicOn) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h panicOn) WithGroup(string) slog.Handler      { return h }
+
+// A suspect runs alone until it reports an outcome: after a crash its next
+// attempt is isolated; once that attempt has failed (or been rejected), the
+// attempt after it is not.
+func TestSuspectUntilOutcome(t *testing.T) {
+	for _, how := range []string{"fails", "rejected"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := context.Background()
+			broker := memory.NewBroker()
+			producer, _ := New(broker.Connect(), Config{Logger: quietLog})
+			_ = producer.Enqueue(ctx, &Job{ID: "s", Type: "t", Policy: Policy{BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}})
+			crash(t, broker.Connect(), DefaultQueue)
+			attempts := make(chan Attempt, 3)
+			p, err := New(broker.Connect(), Config{Logger: quietLog, Hooks: Hooks{AfterAttempt: func(_ context.Context, a Attempt) { attempts <- a }}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int32
+			_ = p.Handle("t", func(ctx context.Context, j *Job) error {
+				if runs.Add(1) > 1 {
+					return nil
+				}
+				if how == "rejected" {
+					return RejectAfter(errors.New("not now"), time.Millisecond)
+				}
+				return errors.New("boom")
+			})
+			if err := p.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer p.Stop(ctx)
+			for i, want := range []bool{true, false} {
+				select {
+				case a := <-attempts:
+					if a.Isolated != want {
+						t.Errorf("attempt %d (try %d, %s): isolated %v, want %v", i+1, a.Job.TryCount, a.Outcome, a.Isolated, want)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("attempt %d never came", i+1)
+				}
+			}
+		})
+	}
+}

@@ -109,6 +109,10 @@ type Job struct {
 	delivered bool
 	// unhandled counts requeues for want of a handler.
 	unhandled int
+	// suspect marks a job whose newest delivery ended with no outcome (a
+	// worker holding it died or lost its lease) and that has reported no
+	// outcome since: it runs alone (see Config.DisableIsolation).
+	suspect bool
 	// payloadRef points at the payload in the PayloadStore when it was
 	// offloaded; the message then carries no payload.
 	payloadRef string

@@ -51,6 +51,7 @@ func (p *Platform) decodeDelivery(d *driver.Delivery, j *Job, reg *registry) err
 	extra := min(max(d.Deliveries-1, 0), maxCrashes-j.Crashes)
 	first := j.Crashes + 1
 	j.Crashes += extra
+	j.suspect = j.suspect || extra > 0
 	for c := max(first, j.Crashes-p.cfg.ErrorHistory+1); c <= j.Crashes; c++ {
 		j.Errors = appendHistory(j.Errors, fmt.Sprintf("try %d%s", j.Failures+c, crashNote), p.cfg.ErrorHistory)
 	}
@@ -65,16 +66,18 @@ const crashNote = ": no outcome (the worker died or lost its lease)"
 const maxCrashes = 1 << 30
 
 // suspect reports whether j was in a process that died and has not reported
-// an outcome since: its newest history line is a crash.
-func suspect(j *Job) bool {
-	return j.Crashes > 0 && len(j.Errors) > 0 && strings.HasSuffix(j.Errors[len(j.Errors)-1], crashNote)
-}
+// an outcome since. The envelope carries it as a flag; the history's lines
+// are for people and are never read back.
+func suspect(j *Job) bool { return j.suspect }
 
-// cleared marks j's newest crash line as followed by an outcome (a
+// cleared marks j as having reported an outcome since its crash (a
 // suspect's isolated run was rejected): its next copy is no suspect.
 func cleared(j *Job) {
-	if suspect(j) {
-		last := len(j.Errors) - 1
+	if !j.suspect {
+		return
+	}
+	j.suspect = false
+	if last := len(j.Errors) - 1; last >= 0 { // its crash's line
 		j.Errors = append(j.Errors[:last:last], j.Errors[last]+"; it then ran alone and reported an outcome")
 	}
 }
@@ -166,6 +169,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 			text = fmt.Sprintf("timed out after %v: %s", in.Policy.Timeout, text)
 		}
 		if in.Result != decide.Rejection && !in.Stopping {
+			next.suspect = false // it reported an outcome: a failure
 			next.Errors = appendHistory(next.Errors, fmt.Sprintf("try %d at %s: %s", next.TryCount, start.UTC().Format(time.RFC3339), firstLine(text)), p.cfg.ErrorHistory)
 		}
 		var pe *PanicError

@@ -22,8 +22,9 @@ import (
 //	Headers: uvarint count, then key/value strings
 //	EnqueuedAt, NotBefore, Deadline: varint Unix nanoseconds (0 = zero time)
 //	Failures, Crashes, unhandled, copyNo: uvarint
-//	Policy: flags byte (1 retry limit set, 2 poison limit set), two uvarint
-//	        limits, BackoffBase, BackoffCap, Timeout as varint nanoseconds
+//	flags byte: 1 retry limit set, 2 poison limit set, 4 suspect; then the
+//	        Policy: two uvarint limits, BackoffBase, BackoffCap, Timeout as
+//	        varint nanoseconds
 //	Errors: uvarint count, then strings
 //	payload reference: string (empty unless the payload was offloaded; the
 //	        Payload field is then empty)
@@ -72,6 +73,9 @@ type Job struct {
 	Crashes    int
 	Unhandled  int    // requeues for want of a handler
 	Copy       uint64 // the copy number
+	// Suspect marks a copy whose newest delivery ended with no outcome (its
+	// worker died or lost the lease) and that has reported none since.
+	Suspect    bool
 	Policy     Policy
 	Errors     []string
 	PayloadRef string // set when the payload lives in the PayloadStore
@@ -144,6 +148,9 @@ func appendJob(b []byte, j *Job) []byte {
 	if j.Policy.PoisonLimit != nil {
 		flags |= 2
 		poison = *j.Policy.PoisonLimit
+	}
+	if j.Suspect {
+		flags |= 4
 	}
 	b = append(b, flags)
 	b = binary.AppendUvarint(b, uint64(retry))
@@ -300,7 +307,8 @@ func DecodeJob(b []byte, j *Job, names map[string]string) error {
 	j.Crashes = r.small("Crashes")
 	j.Unhandled = r.small("unhandled")
 	j.Copy = r.uvarint("copy")
-	flags := r.byte("Policy")
+	flags := r.byte("flags")
+	j.Suspect = flags&4 != 0
 	retry := r.small("RetryLimit")
 	poison := r.small("PoisonLimit")
 	if flags&1 != 0 {

@@ -15,7 +15,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	j := &Job{
 		ID: "id", Type: "type", Payload: []byte{0, 1, 2, 0xff}, Headers: map[string]string{"k": "v"},
 		EnqueuedAt: time.Unix(0, 12345), NotBefore: time.Unix(5, 0), Deadline: time.Unix(10, 0),
-		Failures: 3, Crashes: 2, Unhandled: 1, Copy: 9, Errors: []string{"a", "b"},
+		Failures: 3, Crashes: 2, Unhandled: 1, Copy: 9, Suspect: true, Errors: []string{"a", "b"},
 		Policy: Policy{RetryLimit: limit(0), PoisonLimit: limit(4), BackoffBase: time.Second, BackoffCap: time.Minute, Timeout: -1},
 	}
 	var got Job
@@ -24,7 +24,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	}
 	if got.ID != j.ID || got.Type != j.Type || !bytes.Equal(got.Payload, j.Payload) || got.Headers["k"] != "v" ||
 		!got.EnqueuedAt.Equal(j.EnqueuedAt) || !got.NotBefore.Equal(j.NotBefore) || !got.Deadline.Equal(j.Deadline) ||
-		got.Failures != 3 || got.Crashes != 2 || got.Unhandled != 1 || got.Copy != 9 || len(got.Errors) != 2 ||
+		got.Failures != 3 || got.Crashes != 2 || got.Unhandled != 1 || got.Copy != 9 || !got.Suspect || len(got.Errors) != 2 ||
 		*got.Policy.RetryLimit != 0 || *got.Policy.PoisonLimit != 4 || got.Policy.Timeout != -1 || got.Policy.BackoffCap != time.Minute {
 		t.Errorf("round trip lost something:\n got %+v\nwant %+v", got, *j)
 	}
