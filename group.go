@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/decide"
 )
 
 // GroupHeader is the header a job carries its Group in.
@@ -254,38 +255,51 @@ func (p *Platform) pollGroups(ctx context.Context) error {
 	return nil
 }
 
-// park sets a job of a group the last poll saw paused aside on its held
-// queue, as it is, then acknowledges its delivery; it reports false, doing
-// nothing, when the group has been resumed since (the job runs). The pause
-// is read again first, so a worker whose polls fail or lag never holds a
-// job after ResumeGroup has moved the held ones back; when it cannot be
-// read, or the job cannot be written there, the job is handed back to come
-// again a little later.
-func (p *Platform) park(f *inflight, j *Job) bool {
+// groupState says whether j's group is paused. The last poll's answer is
+// read again from the store before a job is set aside, so a worker whose
+// polls fail or lag never holds a job after ResumeGroup has moved the held
+// ones back; when the store cannot answer, the state is unknown (the job
+// comes again a little later).
+func (p *Platform) groupState(j *Job) decide.Group {
+	if j.Group == "" || !p.groupPaused(j) {
+		return decide.GroupOpen
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(p.cfg.Lease/3, time.Second))
 	defer cancel()
 	_, _, err := p.pz.store.Get(ctx, groupKey(j.Queue, j.Group))
 	switch {
 	case errors.Is(err, ErrKeyNotFound):
-		return false
+		return decide.GroupOpen
 	case err != nil:
 		p.log.Warn("asyncplatform: reading whether a job's group is paused failed; it comes back later", "queue", j.Queue, "group", j.Group, "id", j.ID, "error", err)
-		_ = p.requeue(f, j, time.Now().Add(PausePoll))
-		return true
+		return decide.GroupUnknown
 	}
+	return decide.GroupPaused
+}
+
+// park sets j aside, as it is, on its group's held queue, then acknowledges
+// its delivery. It returns errNotParked, having written nothing, when the
+// held copy could not be written.
+func (p *Platform) park(f *inflight, j *Job) error {
+	ctx, cancel := context.WithTimeout(context.Background(), max(p.cfg.Lease/3, time.Second))
+	defer cancel()
 	held := HeldQueue(j.Queue, j.Group)
 	j.copyNo++
 	msg := p.message(j)
-	err = p.declare(ctx, held)
+	err := p.declare(ctx, held)
 	if err == nil {
 		err = p.backend.Enqueue(ctx, held, []driver.Message{msg})
 	}
 	if err != nil {
-		p.log.Warn("asyncplatform: setting aside a job of a paused group failed; it comes back later", "queue", j.Queue, "group", j.Group, "id", j.ID, "error", err)
-		_ = p.requeue(f, j, time.Now().Add(PausePoll))
-		return true
+		j.copyNo--
+		return fmt.Errorf("%w: %w", errNotParked, err)
 	}
-	_ = p.settle(f, true, nil, nil)
+	if err := p.settle(f, true, nil, nil); err != nil {
+		return err
+	}
 	p.log.Debug("asyncplatform: set aside a job of a paused group", "queue", j.Queue, "group", j.Group, "id", j.ID)
-	return true
+	return nil
 }
+
+// errNotParked says a job of a paused group could not be set aside.
+var errNotParked = errors.New("setting aside a job of a paused group failed")

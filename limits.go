@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -327,40 +326,44 @@ func (p *Platform) initLimits() error {
 // admit takes what j's type's limits require before its handler runs: a
 // place under the process's concurrency, a cluster slot, a start under the
 // rate, in that order. It returns the slot taken (nil: none) and whether j
-// may run; when it may not, it has let go of what it took and requeued j
-// uncounted.
-func (p *Platform) admit(f *inflight, j *Job, tl *typeLimit, workers int) (*flow.Slot, bool) {
+// may run; when it may not, it has let go of what it took and says how long
+// the limit asks the job to wait (zero: about Config.LimitDelay). It
+// settles nothing: the caller asks decide.Decide what becomes of a refused
+// job.
+func (p *Platform) admit(j *Job, tl *typeLimit, workers int) (slot *flow.Slot, ok bool, wait time.Duration) {
 	if tl.local != nil && !tl.local.TryAcquire() {
-		p.limited(f, j, 0, nil)
-		return nil, false
+		return nil, false, 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease/3)
 	defer cancel()
-	var slot *flow.Slot
 	if tl.sem != nil {
 		s, got, err := tl.sem.TryAcquire(ctx, p.cfg.WorkerName)
 		if err != nil || !got {
 			p.unadmit(tl, nil)
-			p.limited(f, j, 0, err)
-			return nil, false
+			p.limitFailed(j, err)
+			return nil, false, 0
 		}
 		slot = s
 	}
 	if tl.rate != nil {
 		if wait, err := p.rateStart(ctx, tl.rate, max(workers/2, 1)); err != nil || wait > 0 {
 			p.unadmit(tl, slot)
-			if p.stopping.Load() {
-				p.handBack(f)
-			} else {
-				p.limited(f, j, wait, err)
-			}
-			return nil, false
+			p.limitFailed(j, err)
+			return nil, false, wait
 		}
 	}
 	if slot != nil {
 		p.lim.slots.Store(slot, struct{}{})
 	}
-	return slot, true
+	return slot, true, 0
+}
+
+// limitFailed logs a limit that could not be read: the job waits as if
+// over it.
+func (p *Platform) limitFailed(j *Job, err error) {
+	if err != nil {
+		p.log.Warn("asyncplatform: checking a job type's limits failed; the job waits and comes again", "type", j.Type, "id", j.ID, "error", err)
+	}
 }
 
 // unadmit gives back what admit took.
@@ -375,25 +378,6 @@ func (p *Platform) unadmit(tl *typeLimit, slot *flow.Slot) {
 	}
 	if tl.local != nil {
 		tl.local.Release()
-	}
-}
-
-// limited requeues a job over a limit, uncounted: after wait (a rate's
-// answer) or else after about LimitDelay (±50 %, so waiting jobs do not
-// all come back at once).
-func (p *Platform) limited(f *inflight, j *Job, wait time.Duration, cause error) {
-	if cause != nil {
-		p.log.Warn("asyncplatform: checking a job type's limits failed; the job waits and comes again", "type", j.Type, "id", j.ID, "error", cause)
-	}
-	if wait <= 0 {
-		d := p.cfg.LimitDelay
-		wait = d/2 + rand.N(d)
-	} else { // over a rate: spread the refused, which would all come back at the next start
-		wait += rand.N(p.cfg.LimitDelay / 2)
-	}
-	p.log.Debug("asyncplatform: a job over its type's limit waits, no try spent", "queue", j.Queue, "type", j.Type, "id", j.ID, "in", wait)
-	if err := p.requeue(f, j, time.Now().Add(wait)); err != nil && !errors.Is(err, driver.ErrLeaseLost) {
-		p.log.Warn("asyncplatform: requeueing a job over its type's limit failed; it comes back after its lease", "type", j.Type, "error", err)
 	}
 }
 

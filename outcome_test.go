@@ -30,6 +30,9 @@ type outcomeRow struct {
 	payloadGone bool  // its offloaded payload is gone
 	timedOut    bool  // the handler ran past its timeout
 	cancelled   bool  // Platform.Cancel was called for it
+	overLimit   bool  // admission refused it (its type's limit)
+	limitWait   time.Duration
+	group       decide.Group
 	retryLimit  int
 
 	want        Outcome
@@ -66,6 +69,11 @@ func TestOutcomeTable(t *testing.T) {
 		{readme: "(it is cancelled with `Cancel`)", cancelled: true, retryLimit: 3, want: OutcomeDeadLettered, wantReason: ReasonCancelled},
 		{readme: "(it is cancelled with `Cancel`)", cancelled: true, err: ErrJobCancelled, failures: 1, retryLimit: 3, want: OutcomeDeadLettered, wantReason: ReasonCancelled},
 		{readme: "(it is cancelled with `Cancel`)", cancelled: true, crashes: DefaultPoisonLimit + 1, want: OutcomeDeadLettered, wantReason: ReasonCancelled},
+		{readme: "(its type is over a `Config.Limits` limit)", overLimit: true, failures: 1, crashes: 1, want: outcomeDeferred, wantDelay: DefaultLimitDelay * 3 / 2},
+		{readme: "(its type is over a `Config.Limits` limit)", overLimit: true, limitWait: time.Minute, want: outcomeDeferred, wantDelay: time.Minute + DefaultLimitDelay/2},
+		{readme: "(its type is over a `Config.Limits` limit)", overLimit: true, cancelled: true, want: OutcomeDeadLettered, wantReason: ReasonCancelled},
+		{readme: "(its group is paused with `PauseGroup`)", group: decide.GroupPaused, cancelled: true, crashes: DefaultPoisonLimit + 1, want: outcomeParked},
+		{readme: "(its group is paused with `PauseGroup`)", group: decide.GroupUnknown, want: outcomeDeferred, wantDelay: PausePoll},
 	}
 	mem, err := memory.New(context.Background(), memory.Config{})
 	if err != nil {
@@ -94,6 +102,12 @@ func TestOutcomeTable(t *testing.T) {
 	}
 }
 
+// The gate's outcomes that no Attempt reports (the handler never runs).
+const (
+	outcomeDeferred Outcome = "(deferred)"
+	outcomeParked   Outcome = "(parked)"
+)
+
 // decideRow runs a row through the pipeline's steps: decode, gate (the
 // handler is assumed to run when the gate says Run), classify, decide.
 func decideRow(p *Platform, h *handlerEntry, r outcomeRow, now time.Time) (Outcome, Reason, bool, time.Duration) {
@@ -113,9 +127,20 @@ func decideRow(p *Platform, h *handlerEntry, r outcomeRow, now time.Time) (Outco
 		entry = nil
 	}
 	in := p.input(j, entry, Policy{RetryLimit: Limit(r.retryLimit)})
-	in.Now = now
+	in.Now, in.Jitter = now, 1
 	in.Cancelled = r.cancelled
+	in.Group = r.group
 	d := decide.Decide(in)
+	if d.Outcome == decide.Run && r.overLimit { // admission refused it: the gate again
+		in.OverLimit, in.LimitWait = true, r.limitWait
+		d = decide.Decide(in)
+	}
+	switch d.Outcome {
+	case decide.Deferred:
+		return outcomeDeferred, "", d.Failures > r.failures, d.RetryAt.Sub(now)
+	case decide.Parked:
+		return outcomeParked, "", d.Failures > r.failures, 0
+	}
 	if d.Outcome == decide.Run {
 		in.Result, in.RejectAfter = classify(r.err)
 		if r.payloadGone {

@@ -92,25 +92,30 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		return
 	}
 	if p.stopping.Load() || !p.health.OK() || q.Paused(f.D.Queue) { // claimed ahead, before the stop, the failed check or the pause
-		p.handBack(f)
-		return
-	}
-	if j.Group != "" && p.groupPaused(j) && p.park(f, j) { // its group is paused: set aside
+		p.apply(f, j, decide.Decision{Outcome: decide.HandedBack}, "")
 		return
 	}
 	h := reg.byType[j.Type]
 	in := p.input(j, h, qp)
 	p.warnTries(j)
+	in.Group = p.groupState(j)
 	// A tracked job: was it cancelled?
 	p.statusBegin(j, &in)
+	in.Jitter = rand.Float64()
 	if d := decide.Decide(in); d.Outcome != decide.Run { // gate
 		p.apply(f, j, d, "")
 		return
 	}
 	if p.lim.byType != nil {
-		if tl := p.lim.byType[j.Type]; tl != nil {
-			slot, ok := p.admit(f, j, tl, q.Concurrency())
+		if tl := p.lim.byType[j.Type]; tl != nil { // admission: the gate again, with the type's limits
+			slot, ok, wait := p.admit(j, tl, q.Concurrency())
 			if !ok {
+				d := decide.Decision{Outcome: decide.HandedBack}
+				if !p.stopping.Load() {
+					in.OverLimit, in.LimitWait = true, wait
+					d = decide.Decide(in)
+				}
+				p.apply(f, j, d, "")
 				return
 			}
 			defer p.unadmit(tl, slot)
@@ -265,8 +270,8 @@ func (p *Platform) input(j *Job, h *handlerEntry, qp Policy) decide.Input {
 		Type: j.Type, Deadline: j.Deadline, HasHandler: h != nil,
 		Policy:           pol.merge(qp).merge(p.cfg.Policy).resolve(),
 		UnhandledRetries: *p.cfg.UnhandledRetries, UnhandledDelay: p.cfg.UnhandledDelay,
-		RejectDelay: p.cfg.RejectDelay,
-		Now:         time.Now(),
+		RejectDelay: p.cfg.RejectDelay, GroupPoll: PausePoll, LimitDelay: p.cfg.LimitDelay,
+		Now: time.Now(),
 	}
 }
 
@@ -306,6 +311,9 @@ func outcomeOf(d decide.Decision) (Outcome, Reason) {
 
 // apply settles the delivery as d says; j is the job the next copy or the
 // dead letter is built from, text the handler's error for a dead letter.
+// Every delivery that decodes as a job ends here, whatever decided its end
+// (the gate, admission, the handler's verdict, a stop), so the output
+// report and the status are written the same way for each.
 func (p *Platform) apply(f *inflight, j *Job, d decide.Decision, text string) (err error) {
 	j, d = p.report(f, j, d, text) // an end is reported to the output queue before it is settled (output.go)
 	defer func() { p.statusSettled(f, j, d, text, err) }()
@@ -336,6 +344,20 @@ func (p *Platform) apply(f *inflight, j *Job, d decide.Decision, text string) (e
 			text = d.Why
 		}
 		return p.dead(f, j, Reason(d.Reason), text, nil)
+	case decide.Deferred:
+		p.log.Debug("asyncplatform: a job that may not run yet waits, no try spent", "queue", j.Queue, "type", j.Type, "id", j.ID, "until", d.RetryAt)
+		err := p.requeue(f, j, d.RetryAt)
+		if err != nil && !errors.Is(err, driver.ErrLeaseLost) {
+			p.log.Warn("asyncplatform: requeueing a job that may not run yet failed; it comes back after its lease", "queue", j.Queue, "type", j.Type, "id", j.ID, "error", err)
+		}
+		return err
+	case decide.Parked:
+		err := p.park(f, j)
+		if errors.Is(err, errNotParked) { // it comes again, and the pause is read again
+			p.log.Warn("asyncplatform: setting aside a job of a paused group failed; it comes back later", "queue", j.Queue, "group", j.Group, "id", j.ID, "error", err)
+			return p.requeue(f, j, time.Now().Add(PausePoll))
+		}
+		return err
 	}
 	return fmt.Errorf("asyncplatform: no way to settle outcome %v", d.Outcome)
 }

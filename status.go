@@ -430,8 +430,10 @@ func (p *Platform) statusSettled(f *inflight, j *Job, d decide.Decision, text st
 		st.State, st.RetryAt = StateRetrying, d.RetryAt
 	case decide.Rejected, decide.Requeued:
 		st.State, st.RetryAt = StateScheduled, d.RetryAt
-	case decide.HandedBack:
+	case decide.HandedBack, decide.Parked:
 		st.State = StateWaiting
+	case decide.Deferred:
+		st.State, st.RetryAt = StateScheduled, d.RetryAt
 	case decide.DeadLettered:
 		st.State, st.Reason = StateDeadLettered, Reason(d.Reason)
 		if d.Reason == decide.Cancelled {

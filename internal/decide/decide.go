@@ -33,9 +33,16 @@ const (
 	Requeued
 	// DeadLettered: move it to the dead-letter queue, for Reason.
 	DeadLettered
+	// Deferred: it may not run yet (over its type's limit, or its group's
+	// pause could not be read); write the next copy uncounted, due at
+	// RetryAt.
+	Deferred
+	// Parked: its group is paused; set it aside, as it is, on the group's
+	// held queue.
+	Parked
 )
 
-var outcomeNames = [...]string{"run", "succeeded", "retried", "rejected", "handed_back", "requeued", "dead_lettered"}
+var outcomeNames = [...]string{"run", "succeeded", "retried", "rejected", "handed_back", "requeued", "dead_lettered", "deferred", "parked"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -83,6 +90,20 @@ const (
 	PayloadGone
 )
 
+// Group is what a worker knows of the pause of a job's group.
+type Group int
+
+// The group states.
+const (
+	// GroupOpen: the job has no group, or its group is not paused.
+	GroupOpen Group = iota
+	// GroupPaused: its group is paused.
+	GroupPaused
+	// GroupUnknown: its group may be paused, and the pause could not be
+	// read.
+	GroupUnknown
+)
+
 // Policy is a resolved policy: every field set.
 type Policy struct {
 	RetryLimit  int
@@ -106,6 +127,15 @@ type Input struct {
 	UnhandledRetries int           // requeues allowed for want of a handler
 	UnhandledDelay   time.Duration // between them
 	RejectDelay      time.Duration // Config.RejectDelay
+
+	Group     Group         // the pause of the job's group
+	GroupPoll time.Duration // when Group is GroupUnknown: come again after this
+
+	// OverLimit: admission refused the job (a type's concurrency or rate
+	// limit). LimitWait is the limit's own wait (a rate's answer); zero
+	// means about LimitDelay (±50 %).
+	OverLimit             bool
+	LimitWait, LimitDelay time.Duration
 
 	Result Result
 	// RejectAfter is the Reject's own delay; zero means RejectDelay.
@@ -135,9 +165,13 @@ type Decision struct {
 }
 
 // Decide decides. Before the handler runs (Result NotRun), in this order: a
-// cancelled job is dead-lettered, a passed deadline expires the job, crashes beyond the poison limit poison it,
-// and a missing handler requeues it until UnhandledRetries are spent; else
-// the handler runs. After it ran: nil succeeds; a cancelled job whose
+// job of a paused group is parked (deferred when the pause could not be
+// read), a cancelled job is dead-lettered, a passed deadline expires the
+// job, crashes beyond the poison limit poison it, a missing handler
+// requeues it until UnhandledRetries are spent, and a job over its type's
+// limit is deferred; else the handler runs. The limit is asked only once
+// the rest of the gate said Run, and then Decide is asked again with
+// OverLimit set. Jitter spreads a deferred job's wait. After it ran: nil succeeds; a cancelled job whose
 // handler returned an error is dead-lettered uncounted; a shutdown hands the job back
 // uncounted; Reject requeues it uncounted; a payload gone from the store
 // dead-letters it uncounted; Invalid and Permanent dead-letter
@@ -147,6 +181,10 @@ func Decide(in Input) Decision {
 	d := Decision{Failures: in.Failures, Crashes: in.Crashes, Unhandled: in.Unhandled}
 	if in.Result == NotRun {
 		switch {
+		case in.Group == GroupPaused:
+			d.Outcome = Parked
+		case in.Group == GroupUnknown:
+			d.Outcome, d.RetryAt = Deferred, in.Now.Add(in.GroupPoll)
 		case in.Cancelled:
 			d.Outcome, d.Reason = DeadLettered, Cancelled
 			d.Why = "cancelled (Platform.Cancel) before it ran"
@@ -162,6 +200,8 @@ func Decide(in Input) Decision {
 		case !in.HasHandler:
 			d.Outcome, d.Reason = DeadLettered, Unhandled
 			d.Why = fmt.Sprintf("no handler registered for job type %q after %d requeues", in.Type, in.Unhandled)
+		case in.OverLimit:
+			d.Outcome, d.RetryAt = Deferred, in.Now.Add(limitWait(in))
 		default:
 			d.Outcome = Run
 		}
@@ -203,6 +243,17 @@ func Decide(in Input) Decision {
 		d.Outcome, d.RetryAt = Retried, in.Now.Add(Backoff(in.Policy, d.Failures, in.Jitter))
 	}
 	return d
+}
+
+// limitWait is how long a job over its type's limit waits: the limit's
+// own wait plus up to half LimitDelay, or LimitDelay ±50 %, so the jobs it
+// refused do not all come back at once.
+func limitWait(in Input) time.Duration {
+	j := min(max(in.Jitter, 0), 1)
+	if in.LimitWait > 0 {
+		return in.LimitWait + time.Duration(j*float64(in.LimitDelay/2))
+	}
+	return in.LimitDelay/2 + time.Duration(j*float64(in.LimitDelay))
 }
 
 // Backoff is the delay before the retry after the given number of failures:

@@ -68,6 +68,9 @@ func Retry(ctx context.Context, step func() error) error {
 		if try == 1 {
 			continue
 		}
+		if err := ctx.Err(); err != nil { // a pause drawn as zero would not see it
+			return err
+		}
 		d := rand.N(min(time.Millisecond<<(try-1), maxPause) + 1)
 		t := time.NewTimer(d)
 		select {
