@@ -46,8 +46,8 @@ func TestEnqueueLimits(t *testing.T) {
 	if err := p.Enqueue(ctx, &Job{Type: "t", Payload: make([]byte, p.MaxPayload(Job{Type: "t"}))}); err != nil {
 		t.Errorf("a payload of MaxPayload bytes: %v", err)
 	}
-	if _, err := New(memory.NewBroker().Connect(), Config{MaxHeaders: MaxHeadersLimit + 1}); !errors.Is(err, ErrInvalidConfig) {
-		t.Errorf("MaxHeaders over MaxHeadersLimit: %v", err)
+	if _, err := New(memory.NewBroker().Connect(), Config{MaxHeaders: maxHeadersLimit + 1}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("MaxHeaders over maxHeadersLimit: %v", err)
 	}
 }
 

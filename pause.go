@@ -16,7 +16,9 @@ import (
 )
 
 // PausePoll is how often a working platform reads which queues are paused:
-// a Pause stops every worker process's claims within about this long.
+// a Pause stops every worker process's claims within about this long, so a
+// caller that must know every worker has stopped claiming (a deploy
+// script, a test) waits twice this after Pause returns.
 const PausePoll = 500 * time.Millisecond
 
 // pauseRecord is the value of a pause key: who paused the queue, and when.

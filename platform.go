@@ -33,10 +33,10 @@ const (
 	DefaultMaxHeaderBytes   = 64 << 10
 	DefaultMaxErrorText     = 64 << 10
 
-	// MaxHeadersLimit is the highest Config.MaxHeaders: a worker refuses to
+	// maxHeadersLimit is the highest Config.MaxHeaders: a worker refuses to
 	// decode a message with more headers (or error-history lines) as not a
 	// job.
-	MaxHeadersLimit = wire.MaxHeaders
+	maxHeadersLimit = wire.MaxHeaders
 )
 
 // Config configures a Platform. The zero value is usable: every field has a
@@ -138,8 +138,9 @@ type Config struct {
 	MaxMessage int
 
 	// MaxHeaders bounds a job's header count; Enqueue refuses more with an
-	// error matching ErrInvalidJob (a *LimitError). At most
-	// MaxHeadersLimit. Defaults to DefaultMaxHeaders.
+	// error matching ErrInvalidJob (a *LimitError). At most 10,000 (New
+	// refuses more: a worker decodes no message with more headers).
+	// Defaults to DefaultMaxHeaders.
 	MaxHeaders int
 
 	// MaxHeaderBytes bounds the total size of a job's header keys and
@@ -512,7 +513,7 @@ func (c Config) withDefaults() (Config, error) {
 		def, max int
 	}{
 		{"MaxMessage", &c.MaxMessage, DefaultMaxMessage, math.MaxInt},
-		{"MaxHeaders", &c.MaxHeaders, DefaultMaxHeaders, MaxHeadersLimit},
+		{"MaxHeaders", &c.MaxHeaders, DefaultMaxHeaders, maxHeadersLimit},
 		{"MaxHeaderBytes", &c.MaxHeaderBytes, DefaultMaxHeaderBytes, math.MaxInt},
 		{"MaxErrorText", &c.MaxErrorText, DefaultMaxErrorText, math.MaxInt},
 	}

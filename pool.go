@@ -9,10 +9,10 @@ import (
 	"github.com/asyncplatform/asyncplatform/internal/runner"
 )
 
-// PoolProbe bounds how long a pool waits for a queue that just had work to
+// poolProbe bounds how long a pool waits for a queue that just had work to
 // answer whether it still has some, before it asks the next queue; a queue
 // found empty is then watched at no cost until a job arrives.
-const PoolProbe = 100 * time.Millisecond
+const poolProbe = 100 * time.Millisecond
 
 // Pool works several queues of Config.Queues with one set of handlers, by
 // priority: in strict order (a queue's jobs are taken only while every
@@ -128,7 +128,7 @@ func (p *Platform) newRunners() {
 			Concurrency: pl.Concurrency, Prefetch: *pl.Prefetch, Log: p.log, Workers: &p.workers,
 			Process: func(t *jobctx.Timer, f *inflight) { p.process(q, p.cfg.Queues[f.D.Queue].Policy, t, f) },
 			Pool: &runner.PoolConfig[Job]{
-				Names: pl.Queues, Weights: pl.Weights, Pauses: pauses, Probe: PoolProbe, HandBack: p.handBack,
+				Names: pl.Queues, Weights: pl.Weights, Pauses: pauses, Probe: poolProbe, HandBack: p.handBack,
 			},
 		})
 		p.queues = append(p.queues, q)

@@ -40,7 +40,7 @@ func TestPoolSentinelsKeepLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Stop(ctx)
-	time.Sleep(3*PoolProbe + firstProbeWait) // every queue found empty: sentinels stand
+	time.Sleep(3*poolProbe + firstProbeWait) // every queue found empty: sentinels stand
 	for _, q := range []string{"a", "b", "c"} {
 		if err := p.Enqueue(ctx, &Job{Type: "t", Queue: q}); err != nil {
 			t.Fatal(err)
