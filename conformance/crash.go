@@ -1,14 +1,10 @@
 package conformance
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"os/exec"
-	"regexp"
-	"strings"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -127,70 +123,30 @@ func testProcessKill(t *testing.T, e *env) {
 	}
 	job := &ap.Job{Type: "k"}
 	e.enqueue(e.producer(), job)
-	var parts []string
-	for _, p := range strings.Split(t.Name(), "/") {
-		parts = append(parts, "^"+regexp.QuoteMeta(p)+"$")
-	}
-	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+e.queue)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the worker process: %v", err)
-	}
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	var seen []string
-	timeout := time.After(e.opts.Wait)
-wait:
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("the worker process exited before taking the job: %v", seen)
-			}
-			seen = append(seen, l)
-			if strings.HasPrefix(l, "STARTED "+job.ID) {
-				break wait
-			}
-		case <-timeout:
-			_ = cmd.Process.Kill()
-			t.Fatalf("the worker process never took the job: %v", seen)
-		}
-	}
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL mid-job
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	for range lines {
-	}
+	c := e.spawn(t, 1, "")
+	c.expect(t, "STARTED "+job.ID, e.opts.Wait)
+	c.kill(t) // SIGKILL mid-job
 	e.worker(e.config()).handle(t, "k", ok).start(t)
 	e.waitFor("the killed process's job", func() bool { return e.rec.count(job.ID) == 1 })
 	checkTries(t, e.rec.of(job.ID), [3]int{2, 0, 1})
 }
 
-// runChild is the worker process of the ProcessKill case: it takes one job,
-// says so on stdout, and hangs until it is killed.
-func runChild(t *testing.T, makeHarness HarnessMaker, opts Options, scale float64, queue string) {
-	t.Run("Crash/ProcessKill", func(t *testing.T) {
-		e := newEnv(t, makeHarness, opts, scale, queue)
-		cfg := e.config()
-		cfg.Queues = map[string]ap.QueueConfig{queue: {Concurrency: 1, Prefetch: ap.Limit(0)}}
-		w := e.worker(cfg).handle(t, "k", func(ctx context.Context, j *ap.Job) error {
-			fmt.Fprintf(os.Stdout, "STARTED %s %d\n", j.ID, j.TryCount)
-			time.Sleep(2 * time.Minute) // the parent kills us long before
-			return errors.New("the parent never killed this worker")
-		})
-		w.start(t)
-		time.Sleep(2 * time.Minute)
+// processKillChild is the worker process of the ProcessKill case: it
+// takes one job, says so, and hangs until it is killed.
+func processKillChild(t *testing.T, k *kid, _ string) {
+	p := k.platform(ap.Config{
+		Queues: map[string]ap.QueueConfig{k.queue: {Concurrency: 1, Prefetch: ap.Limit(0)}},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
+	_ = p.Handle("k", func(ctx context.Context, j *ap.Job) error {
+		say("STARTED %s %d", j.ID, j.TryCount)
+		time.Sleep(2 * time.Minute) // the parent kills us long before
+		return errors.New("the parent never killed this worker")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), k.opts.Wait)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	time.Sleep(2 * time.Minute)
 }

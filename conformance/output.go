@@ -1,13 +1,12 @@
 package conformance
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
-	"os/exec"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -201,52 +200,9 @@ func testOutputSurvivesKill(t *testing.T, e *env) {
 	got := e.consumeOutput(t)
 	job := &ap.Job{Type: "k"}
 	e.enqueue(e.producer(), job)
-	var parts []string
-	for _, p := range strings.Split(t.Name(), "/") {
-		parts = append(parts, "^"+regexp.QuoteMeta(p)+"$")
-	}
-	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+e.queue)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting the worker process: %v", err)
-	}
-	lines := make(chan string)
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	var seen []string
-	timeout := time.After(e.opts.Wait)
-wait:
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("the worker process exited before publishing the report: %v", seen)
-			}
-			seen = append(seen, l)
-			if strings.HasPrefix(l, "PUBLISHED "+job.ID) {
-				break wait
-			}
-		case <-timeout:
-			_ = cmd.Process.Kill()
-			t.Fatalf("the worker process never published the job's report: %v", seen)
-		}
-	}
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL between the publish and the ack
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	for range lines {
-	}
+	c := e.spawn(t, 1, "")
+	c.expect(t, "PUBLISHED "+job.ID, e.opts.Wait)
+	c.kill(t) // SIGKILL between the publish and the ack
 	w := e.worker(e.withOutput(e.config())).handle(t, "k", resultK).start(t)
 	e.waitFor("the killed process's job to run again and be reported", func() bool {
 		return e.rec.count(job.ID) == 1 && len(got.of(job.ID)) >= 1 && len(e.rec.outcomes(job.ID)) == 1
@@ -278,26 +234,31 @@ func resultK(_ context.Context, j *ap.Job) error {
 	return nil
 }
 
-// runOutputChild is the worker process of Outcomes/OutputSurvivesKill: it
-// runs the job, publishes its report, says so on stdout, and hangs before
-// it acknowledges the job until it is killed.
-func runOutputChild(t *testing.T, makeHarness HarnessMaker, opts Options, scale float64, queue string) {
-	t.Run("Outcomes/OutputSurvivesKill", func(t *testing.T) {
-		e := newEnv(t, makeHarness, opts, scale, queue)
-		hang := func(q, id string) {
-			if q != queue {
-				return
-			}
-			fmt.Fprintf(os.Stdout, "PUBLISHED %s\n", id)
-			time.Sleep(2 * time.Minute) // the parent kills us long before
+// outputKillChild is the worker process of the OutputSurvivesKill case:
+// it says when it has published its job's report and hangs there, before
+// the job is acknowledged, until it is killed.
+func outputKillChild(t *testing.T, k *kid, _ string) {
+	queue := k.queue
+	hang := func(q, id string) {
+		if q != queue {
+			return
 		}
-		outcomehook.Published.Store(&hang)
-		cfg := e.withOutput(e.config())
-		cfg.Queues[queue] = ap.QueueConfig{Concurrency: 1, Prefetch: ap.Limit(0), Output: outputQueue(queue)}
-		cfg.WorkerName = fmt.Sprintf("child-%d", os.Getpid())
-		e.worker(cfg).handle(t, "k", resultK).start(t)
-		time.Sleep(2 * time.Minute)
+		say("PUBLISHED %s", id)
+		time.Sleep(2 * time.Minute) // the parent kills us long before
+	}
+	outcomehook.Published.Store(&hang)
+	p := k.platform(ap.Config{
+		Queues:     map[string]ap.QueueConfig{queue: {Concurrency: 1, Prefetch: ap.Limit(0), Output: outputQueue(queue)}},
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		WorkerName: fmt.Sprintf("child-%d", os.Getpid()),
 	})
+	_ = p.Handle("k", resultK)
+	ctx, cancel := context.WithTimeout(context.Background(), k.opts.Wait)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	time.Sleep(2 * time.Minute)
 }
 
 // testCancelFailsBeforePoll: a handler that returns an error just after
@@ -333,17 +294,4 @@ func testCancelFailsBeforePoll(t *testing.T, e *env) {
 	}
 	var st ap.JobStatus
 	e.waitFor("the cancelled status", func() bool { st = e.status(prod, job.ID); return st.State == ap.StateCancelled })
-}
-
-// RunsChild reports whether the case a test name ends in (t.Name() inside
-// a HarnessMaker) runs workers in child processes, the test binary run
-// again: Crash/ProcessKill, Outcomes/OutputSurvivesKill and the cases
-// across processes (Unique/ConcurrentProcesses, the Schedule process and
-// restart cases, Flow/ClusterConcurrency, Flow/RateLimit). A harness whose
-// server lives inside the test process shares that server with the child
-// for these cases, through the environment (backend/redis does so for
-// miniredis).
-func RunsChild(testName string) bool {
-	return strings.HasSuffix(testName, "/Crash/ProcessKill") || strings.HasSuffix(testName, "/Outcomes/OutputSurvivesKill") ||
-		runsProcs(testName) // procs.go: the cases of unique and periodic jobs across processes
 }

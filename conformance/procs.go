@@ -35,11 +35,19 @@ var childMains = map[string]func(t *testing.T, k *kid, arg string){
 	"Schedule/RestartCatchesUp":    scheduleChild,
 	"Flow/ClusterConcurrency":      limitChild,
 	"Flow/RateLimit":               limitChild,
+	"Crash/ProcessKill":            processKillChild,
+	"Outcomes/OutputSurvivesKill":  outputKillChild,
 }
 
-// runsProcs reports whether the case a test name ends in starts child
-// processes of procs.go (see RunsChild).
-func runsProcs(testName string) bool {
+// RunsChild reports whether the case a test name ends in (t.Name() inside
+// a HarnessMaker) runs workers in child processes, the test binary run
+// again: the cases of childMains (Crash/ProcessKill,
+// Outcomes/OutputSurvivesKill, Unique/ConcurrentProcesses, the Schedule
+// process and restart cases, Flow/ClusterConcurrency, Flow/RateLimit). A
+// harness whose server lives inside the test process shares that server
+// with the child for these cases, through the environment (backend/redis
+// does so for miniredis).
+func RunsChild(testName string) bool {
 	for c := range childMains {
 		if strings.HasSuffix(testName, "/"+c) {
 			return true

@@ -117,9 +117,6 @@ func cases() []testCase {
 	}
 }
 
-// childEnv carries the queue to a child process of the ProcessKill case.
-const childEnv = "ASYNCPLATFORM_CONFORMANCE_CHILD"
-
 // Run runs every case of the suite against the backends that makeHarness
 // opens, each case a parallel subtest of t with a queue of its own (see
 // Cases). Call it from one test function of the backend's package,
@@ -138,11 +135,6 @@ func Run(t *testing.T, makeHarness HarnessMaker, opts Options) {
 		t.Fatal(err)
 	}
 	opts.Lease, opts.Wait = scaled(opts.Lease, scale), scaled(opts.Wait, scale)
-	if q := os.Getenv(childEnv); q != "" {
-		runChild(t, makeHarness, opts, scale, q) // -test.run picks one of the two
-		runOutputChild(t, makeHarness, opts, scale, q)
-		return
-	}
 	if v := os.Getenv(procEnv); v != "" { // procs.go
 		runProc(t, makeHarness, opts, v)
 		return
