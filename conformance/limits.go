@@ -80,10 +80,13 @@ func collect(kids []*child, stop chan struct{}) func() []span {
 				select {
 				case <-stop:
 					return
-				case l, ok := <-k.lines:
-					if !ok {
-						return
-					}
+				default:
+				}
+				l, ok, over := k.next(100 * time.Millisecond)
+				switch {
+				case over:
+					return
+				case ok:
 					word, rest, _ := strings.Cut(strings.TrimPrefix(l, procPrefix), " ")
 					ts, id, _ := strings.Cut(rest, " ")
 					v, err := strconv.ParseInt(ts, 10, 64)

@@ -3,11 +3,9 @@ package conformance
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +13,7 @@ import (
 
 	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/childproc"
 )
 
 // procEnv carries a child process's part to it: the case's name, its
@@ -58,12 +57,8 @@ func RunsChild(testName string) bool {
 
 // child is a child process seen from the case that started it.
 type child struct {
-	n     int
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	lines chan string
-	mu    sync.Mutex
-	seen  []string // every line it wrote, for failure messages
+	n int
+	p *childproc.Proc
 }
 
 // spawn runs the test binary again as a child process of the case t (which
@@ -72,10 +67,6 @@ type child struct {
 // killed if it has not exited within 10 seconds.
 func (e *env) spawn(t *testing.T, n int, arg string) *child {
 	t.Helper()
-	var parts []string
-	for _, p := range strings.Split(t.Name(), "/") {
-		parts = append(parts, "^"+regexp.QuoteMeta(p)+"$")
-	}
 	caseName := ""
 	for c := range childMains {
 		if strings.HasSuffix(t.Name(), "/"+c) {
@@ -85,32 +76,11 @@ func (e *env) spawn(t *testing.T, n int, arg string) *child {
 	if caseName == "" {
 		t.Fatalf("spawn from %s, which has no child part", t.Name())
 	}
-	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1")
-	cmd.Env = append(os.Environ(), procEnv+"="+strings.Join([]string{caseName, e.queue, arg}, procSep))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	p, err := childproc.Start(childproc.Config{Test: t.Name(), Env: procEnv, Value: strings.Join([]string{caseName, e.queue, arg}, procSep)})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("child process %d: %v", n, err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting child process %d: %v", n, err)
-	}
-	c := &child{n: n, cmd: cmd, in: in, lines: make(chan string, 1024)}
-	go func() {
-		defer close(c.lines)
-		sc := bufio.NewScanner(out)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			c.mu.Lock()
-			c.seen = append(c.seen, sc.Text())
-			c.mu.Unlock()
-			c.lines <- sc.Text()
-		}
-	}()
+	c := &child{n: n, p: p}
 	t.Cleanup(func() { c.stop(t, 10*time.Second) })
 	return c
 }
@@ -119,62 +89,44 @@ func (e *env) spawn(t *testing.T, n int, arg string) *child {
 // procPrefix+word, skipping its other lines, or fails the case after d.
 func (c *child) expect(t *testing.T, word string, d time.Duration) string {
 	t.Helper()
-	timeout := time.After(d)
-	for {
-		select {
-		case l, ok := <-c.lines:
-			if !ok {
-				t.Fatalf("child process %d exited before saying %s; it said:\n%s", c.n, word, c)
-			}
-			if rest, ok := strings.CutPrefix(l, procPrefix+word); ok {
-				return strings.TrimSpace(rest)
-			}
-		case <-timeout:
-			t.Fatalf("child process %d did not say %s within %v; it said:\n%s", c.n, word, d, c)
-		}
+	rest, err := c.p.Expect(procPrefix+word, d)
+	if err != nil {
+		t.Fatalf("child process %d: %v; it said:\n%s", c.n, err, c.p)
 	}
+	return strings.TrimSpace(rest)
+}
+
+// next returns the child's next line, waiting at most d; ok is false when
+// none came in time, over when the child's output has ended.
+func (c *child) next(d time.Duration) (line string, ok, over bool) {
+	l, err := c.p.Expect("", d)
+	return l, err == nil, errors.Is(err, childproc.ErrExited)
 }
 
 // send writes a line to the child's stdin.
 func (c *child) send(t *testing.T, line string) {
 	t.Helper()
-	if _, err := io.WriteString(c.in, line+"\n"); err != nil {
+	if err := c.p.Send(line); err != nil {
 		t.Fatalf("writing to child process %d: %v", c.n, err)
 	}
 }
 
+// finish closes the child's stdin, which tells it to finish; it does not
+// wait.
+func (c *child) finish() { c.p.CloseStdin() }
+
 // kill kills the child with SIGKILL and waits for it.
-func (c *child) kill(t *testing.T) {
-	t.Helper()
-	if err := c.cmd.Process.Kill(); err != nil {
-		t.Fatalf("killing child process %d: %v", c.n, err)
-	}
-	_ = c.cmd.Wait()
-}
+func (c *child) kill(*testing.T) { c.p.Kill() }
 
 // stop closes the child's stdin, which tells it to finish, and waits for
 // it to exit; after grace it is killed.
 func (c *child) stop(t *testing.T, grace time.Duration) {
-	_ = c.in.Close()
-	done := make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(grace):
-		_ = c.cmd.Process.Kill()
-		<-done
+	if c.p.Stop(grace) {
 		t.Logf("child process %d had not exited %v after its stdin closed: killed", c.n, grace)
 	}
 }
 
-func (c *child) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.seen) > 40 {
-		return "  ...\n  " + strings.Join(c.seen[len(c.seen)-40:], "\n  ")
-	}
-	return "  " + strings.Join(c.seen, "\n  ")
-}
+func (c *child) String() string { return c.p.String() }
 
 // kid is a child process's own side: the harness it opened and the
 // parent's queue. Unlike a case's env, it never removes the queue: the

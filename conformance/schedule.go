@@ -237,7 +237,7 @@ func idleQueue(q string) string { return q + "-idle" }
 func (e *env) stopChildren(t *testing.T, kids []*child) {
 	t.Helper()
 	for _, k := range kids {
-		_ = k.in.Close()
+		k.finish()
 	}
 	for _, k := range kids {
 		k.expect(t, "STOPPED", e.opts.Wait)

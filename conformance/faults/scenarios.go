@@ -696,8 +696,8 @@ func sigtermMidJob(t *testing.T, r *run) *Report {
 	}
 	pause(0, 300*time.Millisecond)
 	w.Term()
-	if c, ok := w.(*child); ok && c.err != nil {
-		t.Errorf("the worker did not exit cleanly on SIGTERM: %v", c.err)
+	if c, ok := w.(*child); ok && c.p.Err() != nil {
+		t.Errorf("the worker did not exit cleanly on SIGTERM: %v", c.p.Err())
 	}
 	s2 := r.spec()
 	s2.Concurrency = n

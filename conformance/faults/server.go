@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/asyncplatform/asyncplatform/internal/childproc"
 )
 
 // Server is a broker process of a test's own on a fixed loopback port: a
@@ -73,7 +75,7 @@ func StartServer(t *testing.T, cfg ServerConfig) *Server {
 func (s *Server) start() error {
 	cmd := exec.Command(s.cfg.Bin, s.cfg.Args...)
 	cmd.Dir = s.cfg.Dir
-	dieWithParent(cmd)
+	childproc.DieWithParent(cmd)
 	cmd.Env = append(os.Environ(), s.cfg.Env...)
 	log, err := os.OpenFile(filepath.Join(s.cfg.Dir, "server.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {

@@ -8,17 +8,15 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/childproc"
 )
 
 // childEnv carries a WorkerSpec, as JSON, to a child worker process.
@@ -258,69 +256,45 @@ func waitGroup(wg *sync.WaitGroup, d time.Duration) {
 
 // ---- child processes ----
 
+// child is a worker process, seen from the run.
 type child struct {
-	name  string
-	cmd   *exec.Cmd
-	stdin io.Closer
-	done  chan struct{}
-	err   error // Wait's, once done is closed
+	name string
+	p    *childproc.Proc
 }
 
 // startChild re-executes the test binary, running only the test at path,
-// which calls Run and so becomes the worker described by spec.
+// which calls Run and so becomes the worker described by spec. Its output
+// goes to a file of its own in outDir.
 func startChild(path string, spec WorkerSpec, outDir string) (*child, error) {
 	js, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
 	}
-	var parts []string
-	for _, p := range strings.Split(path, "/") {
-		parts = append(parts, "^"+regexp.QuoteMeta(p)+"$")
-	}
-	cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1", "-test.timeout=10m")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(js))
-	dieWithParent(cmd)
 	out, err := os.Create(filepath.Join(outDir, spec.Name+".out"))
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stdout, cmd.Stderr = out, out
-	stdin, err := cmd.StdinPipe() // closed by the parent, or by its death: the child then exits
+	p, err := childproc.Start(childproc.Config{Test: path, Env: childEnv, Value: string(js), Timeout: 10 * time.Minute, Output: out, DieWithParent: true})
 	if err != nil {
 		out.Close()
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		out.Close()
-		return nil, err
-	}
-	c := &child{name: spec.Name, cmd: cmd, stdin: stdin, done: make(chan struct{})}
 	go func() {
-		c.err = cmd.Wait()
+		<-p.Done()
 		out.Close()
-		close(c.done)
 	}()
-	return c, nil
+	return &child{name: spec.Name, p: p}, nil
 }
 
 func (c *child) Name() string          { return c.name }
-func (c *child) Done() <-chan struct{} { return c.done }
+func (c *child) Done() <-chan struct{} { return c.p.Done() }
 
-func (c *child) Kill() {
-	_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	<-c.done
-	c.stdin.Close()
-}
+// Kill kills the worker with SIGKILL and waits for it to exit.
+func (c *child) Kill() { c.p.Kill() }
 
-func (c *child) Term() {
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.done:
-	case <-time.After(30 * time.Second):
-		c.Kill()
-	}
-	c.stdin.Close()
-}
+// Term sends the worker SIGTERM and waits for it to exit; after 30 s it is
+// killed.
+func (c *child) Term() { c.p.Term(30 * time.Second) }
 
 // runChild is the body of a child worker process. It never returns.
 func runChild(tg Target, js string) {

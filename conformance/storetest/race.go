@@ -4,28 +4,19 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/internal/childproc"
 )
 
 // raceProcs and raceRounds size Create/RaceProcesses: that many processes
 // race to create each of that many keys.
 const raceProcs, raceRounds = 4, 5
-
-// child is one racing process, seen from the parent.
-type child struct {
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	lines chan string
-}
 
 // testCreateRaceProcesses runs the test binary again as raceProcs worker
 // processes, each with a connection of its own, and has them race to create
@@ -34,59 +25,24 @@ func testCreateRaceProcesses(t *testing.T, e *env) {
 	if e.opts.SingleProcess != "" {
 		t.Skipf("the store declares it cannot be shared by processes: %s", e.opts.SingleProcess)
 	}
-	var parts []string
-	for _, p := range strings.Split(t.Name(), "/") {
-		parts = append(parts, "^"+regexp.QuoteMeta(p)+"$")
-	}
-	var kids []*child
+	var kids []*childproc.Proc
 	t.Cleanup(func() {
 		for _, k := range kids {
-			_ = k.in.Close()
-			done := make(chan struct{})
-			go func() { _ = k.cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = k.cmd.Process.Kill()
-				<-done
-			}
+			k.Stop(10 * time.Second)
 		}
 	})
 	for i := range raceProcs {
-		cmd := exec.Command(os.Args[0], "-test.run="+strings.Join(parts, "/"), "-test.count=1")
-		cmd.Env = append(os.Environ(), childEnv+"="+e.ns+","+strconv.Itoa(i))
-		cmd.Stderr = os.Stderr
-		in, err := cmd.StdinPipe()
-		must(t, "stdin pipe", err)
-		out, err := cmd.StdoutPipe()
-		must(t, "stdout pipe", err)
-		must(t, "starting a racing process", cmd.Start())
-		k := &child{cmd: cmd, in: in, lines: make(chan string, 16)}
-		go func() {
-			defer close(k.lines)
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				k.lines <- sc.Text()
-			}
-		}()
+		k, err := childproc.Start(childproc.Config{Test: t.Name(), Env: childEnv, Value: e.ns + "," + strconv.Itoa(i)})
+		must(t, "starting a racing process", err)
 		kids = append(kids, k)
 	}
 	read := func(i int, want string) string {
 		t.Helper()
-		timeout := time.After(e.opts.Wait)
-		for {
-			select {
-			case l, ok := <-kids[i].lines:
-				if !ok {
-					t.Fatalf("racing process %d exited before saying %s", i, want)
-				}
-				if strings.HasPrefix(l, want) {
-					return strings.TrimPrefix(l, want)
-				}
-			case <-timeout:
-				t.Fatalf("racing process %d did not say %s within %v", i, want, e.opts.Wait)
-			}
+		rest, err := kids[i].Expect(want, e.opts.Wait)
+		if err != nil {
+			t.Fatalf("racing process %d: %v; it said:\n%s", i, err, kids[i])
 		}
+		return rest
 	}
 	for i := range kids {
 		read(i, "STORETEST READY")
@@ -94,7 +50,7 @@ func testCreateRaceProcesses(t *testing.T, e *env) {
 	ctx := e.ctx()
 	for round := range raceRounds {
 		for _, k := range kids { // as close together as a pipe write each
-			fmt.Fprintf(k.in, "%d\n", round)
+			must(t, "releasing a racing process", k.Send(strconv.Itoa(round)))
 		}
 		winner, rev := -1, ""
 		for i := range kids {
