@@ -151,8 +151,14 @@ func testCancelWaiting(t *testing.T, e *env) {
 	prod := e.worker(e.tracking()).P
 	job := &ap.Job{Type: "never", NotBefore: time.Now().Add(e.scaled(time.Second))}
 	e.enqueue(prod, job)
-	if st := e.status(prod, job.ID); st.State != ap.StateScheduled {
+	// A status written after NotBefore is rightly "waiting" (the job is due):
+	// only a read before NotBefore is judged.
+	switch st := e.status(prod, job.ID); {
+	case st.State == ap.StateScheduled:
+	case time.Now().Before(job.NotBefore):
 		t.Errorf("a delayed job's status is %s, want scheduled", st.State)
+	default:
+		t.Logf("not judged whether a delayed job's status is scheduled: its delay ended before it was read (the machine is loaded); it is %s", st.State)
 	}
 	if err := prod.Cancel(ctxT(t, e.opts.Wait), job.ID); err != nil {
 		t.Fatalf("Cancel: %v", err)
