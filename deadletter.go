@@ -262,7 +262,7 @@ func (p *Platform) redriveChunk(ctx context.Context, queue string, chunk []DeadL
 	for _, dl := range chunk {
 		j := dl.Job
 		j.Queue = queue
-		j.Failures, j.Crashes, j.TryCount, j.unhandled = 0, 0, 0, 0
+		j.Failures, j.Crashes, j.TryCount, j.unhandled, j.suspect = 0, 0, 0, 0, false
 		j.NotBefore = time.Time{}
 		if !j.Deadline.IsZero() && !time.Now().Before(j.Deadline) {
 			j.Deadline = time.Time{}

@@ -158,7 +158,10 @@ func (p *Platform) ResumeGroup(ctx context.Context, queue, group string) (int, e
 		var dups []*driver.Delivery
 		for _, d := range ds {
 			var j Job
-			if derr := p.decodeDelivery(d, &j, nil); derr != nil {
+			// Held, not crashed: its deliveries here are no crashes.
+			once := *d
+			once.Deliveries = 1
+			if derr := p.decodeDelivery(&once, &j, nil); derr != nil {
 				msgs = append(msgs, driver.Message{ID: newID(time.Now()), Body: d.Body}) // not a job: the queue's worker dead-letters it
 				continue
 			}
@@ -170,8 +173,6 @@ func (p *Platform) ResumeGroup(ctx context.Context, queue, group string) (int, e
 				continue
 			}
 			seen[id] = true
-			j.Crashes -= max(d.Deliveries-1, 0) // held, not crashed: only its own deliveries count
-			j.Crashes = max(j.Crashes, 0)
 			j.copyNo++
 			msgs = append(msgs, p.message(&j))
 		}

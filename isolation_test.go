@@ -61,8 +61,8 @@ func TestSuspect(t *testing.T) {
 	if suspect(forged) {
 		t.Error("a history line that reads like a crash makes a suspect")
 	}
-	unmarked := decode(&Job{ID: "z", Type: "t", suspect: true, Errors: []string{"anything"}}, 1)
-	if !suspect(unmarked) {
+	marked := decode(&Job{ID: "z", Type: "t", suspect: true, Errors: []string{"anything"}}, 1)
+	if !suspect(marked) {
 		t.Error("a marked copy whose newest line is no crash line is no suspect")
 	}
 }
@@ -221,4 +221,99 @@ func TestSuspectUntilOutcome(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A job starts afresh, no suspect, when it is moved back from a paused
+// group's held queue (its deliveries there are no crashes), enqueued again
+// from its own delivery, or redriven from a dead letter.
+func TestSuspectNotCarriedAfresh(t *testing.T) {
+	ctx := context.Background()
+	type seen struct {
+		id       string
+		isolated bool
+		crashes  int
+	}
+	run := func(t *testing.T, broker *memory.Broker, n int) []seen {
+		t.Helper()
+		attempts := make(chan Attempt, n)
+		p, err := New(broker.Connect(), Config{Logger: quietLog, Hooks: Hooks{AfterAttempt: func(_ context.Context, a Attempt) { attempts <- a }}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = p.Handle("t", func(context.Context, *Job) error { return nil })
+		_ = p.Handle("again", func(ctx context.Context, j *Job) error {
+			next := *j
+			next.ID, next.Type = j.ID+"-again", "t"
+			return p.Enqueue(ctx, &next)
+		})
+		if err := p.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer p.Stop(ctx)
+		var got []seen
+		for range n {
+			select {
+			case a := <-attempts:
+				got = append(got, seen{a.Job.ID, a.Isolated, a.Job.Crashes})
+			case <-time.After(10 * time.Second):
+				t.Fatalf("%d of %d attempts came: %+v", len(got), n, got)
+			}
+		}
+		return got
+	}
+	t.Run("held", func(t *testing.T) {
+		broker := memory.NewBroker()
+		admin, _ := New(broker.Connect(), Config{Logger: quietLog})
+		_ = admin.PauseGroup(ctx, DefaultQueue, "g")
+		w, _ := New(broker.Connect(), Config{Logger: quietLog})
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_ = admin.Enqueue(ctx, &Job{ID: "h", Type: "t", Group: "g"})
+		waitUntil(t, "the job to be set aside", func() bool {
+			st, _ := admin.Stats(ctx, HeldQueue(DefaultQueue, "g"))
+			return st.Ready == 1
+		})
+		_ = w.Stop(ctx)
+		crash(t, broker.Connect(), HeldQueue(DefaultQueue, "g")) // a ResumeGroup that died holding it
+		if n, err := admin.ResumeGroup(ctx, DefaultQueue, "g"); n != 1 || err != nil {
+			t.Fatalf("ResumeGroup = %d, %v", n, err)
+		}
+		if got := run(t, broker, 1); got[0] != (seen{"h", false, 0}) {
+			t.Errorf("the job moved back: %+v, want no crash and no isolation", got[0])
+		}
+	})
+	t.Run("enqueued again", func(t *testing.T) {
+		broker := memory.NewBroker()
+		admin, _ := New(broker.Connect(), Config{Logger: quietLog})
+		_ = admin.Enqueue(ctx, &Job{ID: "e", Type: "again"})
+		crash(t, broker.Connect(), DefaultQueue)
+		got := run(t, broker, 2)
+		want := []seen{{"e", true, 1}, {"e-again", false, 0}}
+		if got[0] != want[0] || got[1] != want[1] {
+			t.Errorf("attempts %+v, want %+v", got, want)
+		}
+	})
+	t.Run("redriven", func(t *testing.T) {
+		broker := memory.NewBroker()
+		admin, _ := New(broker.Connect(), Config{Logger: quietLog})
+		_ = admin.Enqueue(ctx, &Job{ID: "r", Type: "t", Policy: Policy{PoisonLimit: Limit(0)}})
+		crash(t, broker.Connect(), DefaultQueue)
+		w, _ := New(broker.Connect(), Config{Logger: quietLog})
+		_ = w.Handle("t", func(context.Context, *Job) error { return nil })
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the poisoned job's dead letter", func() bool {
+			st, _ := admin.Stats(ctx, DefaultQueue)
+			return st.Dead == 1
+		})
+		_ = w.Stop(ctx)
+		if n, err := admin.Redrive(ctx, DefaultQueue); n != 1 || err != nil {
+			t.Fatalf("Redrive = %d, %v", n, err)
+		}
+		if got := run(t, broker, 1); got[0] != (seen{"r", false, 0}) {
+			t.Errorf("the redriven job: %+v, want no crash and no isolation", got[0])
+		}
+	})
 }

@@ -117,6 +117,9 @@ func (p *Platform) report(f *inflight, j *Job, d decide.Decision, text string) (
 		return j, d
 	}
 	next.TryCount = next.Failures + next.Crashes
+	if d.Outcome == decide.Succeeded {
+		next.suspect = false // it ran and reported an outcome
+	}
 	back := decide.Decision{Outcome: decide.Rejected, RetryAt: time.Now().Add(p.cfg.RejectDelay),
 		Failures: next.Failures, Crashes: next.Crashes, Unhandled: next.unhandled}
 	return &next, back

@@ -170,8 +170,8 @@ type Config struct {
 	VerifyKeys [][]byte
 
 	// DisableIsolation turns off the isolation of suspects. A suspect is a
-	// delivered job with a crash behind it (Crashes > 0): it was held by a
-	// worker that died. By default the platform runs a suspect alone: it
+	// delivered job whose last delivery ended with no outcome (it was held
+	// by a worker that died) and that has reported none since. By default the platform runs a suspect alone: it
 	// stops taking jobs on every queue, hands back uncounted the jobs it
 	// claimed ahead, waits for the running handlers to finish, runs the
 	// suspect, then resumes. So a job that kills its worker is charged every
@@ -695,7 +695,7 @@ func (p *Platform) prepare(j *Job, now time.Time) error {
 	if j.EnqueuedAt.IsZero() {
 		j.EnqueuedAt = now
 	}
-	j.TryCount, j.Failures, j.Crashes = 0, 0, 0
+	j.TryCount, j.Failures, j.Crashes, j.suspect = 0, 0, 0, false
 	// A job re-enqueued from a dead letter or a handler starts afresh: its
 	// payload is offloaded again from Payload, and a new copy number keeps
 	// its message ID apart from the old copies' on deduplicating backends,

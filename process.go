@@ -92,16 +92,18 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		return
 	}
 	if p.stopping.Load() || !p.health.OK() || q.Paused(f.D.Queue) { // claimed ahead, before the stop, the failed check or the pause
-		p.apply(f, j, decide.Decision{Outcome: decide.HandedBack}, "")
+		p.handBack(f) // not an end: nothing is reported, its status stays
 		return
 	}
 	h := reg.byType[j.Type]
 	in := p.input(j, h, qp)
 	p.warnTries(j)
-	in.Group = p.groupState(j)
-	// A tracked job: was it cancelled?
-	p.statusBegin(j, &in)
-	in.Jitter = rand.Float64()
+	// A job of a paused group is set aside whatever its status says, so
+	// its status is neither read nor written.
+	if in.Group = p.groupState(j); in.Group == decide.GroupOpen {
+		p.statusBegin(j, &in) // a tracked job: was it cancelled?
+	}
+	in.Now, in.Jitter = time.Now(), rand.Float64()
 	if d := decide.Decide(in); d.Outcome != decide.Run { // gate
 		p.apply(f, j, d, "")
 		return
@@ -110,12 +112,9 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		if tl := p.lim.byType[j.Type]; tl != nil { // admission: the gate again, with the type's limits
 			slot, ok, wait := p.admit(j, tl, q.Concurrency())
 			if !ok {
-				d := decide.Decision{Outcome: decide.HandedBack}
-				if !p.stopping.Load() {
-					in.OverLimit, in.LimitWait = true, wait
-					d = decide.Decide(in)
-				}
-				p.apply(f, j, d, "")
+				in.OverLimit, in.LimitWait = true, wait
+				in.Stopping, in.Now = p.stopping.Load(), time.Now()
+				p.apply(f, j, decide.Decide(in), "")
 				return
 			}
 			defer p.unadmit(tl, slot)
@@ -303,17 +302,21 @@ func outcomeOf(d decide.Decision) (Outcome, Reason) {
 		return OutcomeRetried, ""
 	case decide.Rejected:
 		return OutcomeRejected, ""
-	case decide.HandedBack, decide.Requeued:
+	case decide.HandedBack, decide.Requeued, decide.Deferred, decide.Parked:
 		return OutcomeHandedBack, ""
+	case decide.DeadLettered:
+		return OutcomeDeadLettered, Reason(d.Reason)
 	}
-	return OutcomeDeadLettered, Reason(d.Reason)
+	panic(fmt.Sprintf("asyncplatform: no attempt outcome for %v", d.Outcome))
 }
 
 // apply settles the delivery as d says; j is the job the next copy or the
 // dead letter is built from, text the handler's error for a dead letter.
-// Every delivery that decodes as a job ends here, whatever decided its end
-// (the gate, admission, the handler's verdict, a stop), so the output
-// report and the status are written the same way for each.
+// Every decision ends here, whoever made it (the gate, admission, the
+// handler's verdict), so the output report and the status are written the
+// same way for each. A delivery claimed ahead and handed back unrun (a
+// stop, a pause, a suspect's isolation) is no decision: it is handed back
+// without a report or a status write.
 func (p *Platform) apply(f *inflight, j *Job, d decide.Decision, text string) (err error) {
 	j, d = p.report(f, j, d, text) // an end is reported to the output queue before it is settled (output.go)
 	defer func() { p.statusSettled(f, j, d, text, err) }()
@@ -355,7 +358,8 @@ func (p *Platform) apply(f *inflight, j *Job, d decide.Decision, text string) (e
 		err := p.park(f, j)
 		if errors.Is(err, errNotParked) { // it comes again, and the pause is read again
 			p.log.Warn("asyncplatform: setting aside a job of a paused group failed; it comes back later", "queue", j.Queue, "group", j.Group, "id", j.ID, "error", err)
-			return p.requeue(f, j, time.Now().Add(PausePoll))
+			d.Outcome, d.RetryAt = decide.Deferred, time.Now().Add(PausePoll)
+			return p.requeue(f, j, d.RetryAt)
 		}
 		return err
 	}

@@ -381,7 +381,7 @@ func (p *Platform) statusEnded(j *Job, herr error) bool {
 	if tr == nil {
 		return false
 	}
-	if _, ok := p.oc.running.LoadAndDelete(statusKey(j.ID)); ok {
+	if p.oc.running.CompareAndDelete(statusKey(j.ID), tr) { // not another delivery's of the same job
 		p.oc.n.Add(-1)
 	}
 	tr.mu.Lock()
@@ -410,8 +410,11 @@ func (p *Platform) statusSettled(f *inflight, j *Job, d decide.Decision, text st
 		return
 	}
 	f.Job.track = nil
-	if _, ok := p.oc.running.LoadAndDelete(statusKey(f.Job.ID)); ok { // settled without statusEnded (a panic in a hook, say)
+	if p.oc.running.CompareAndDelete(statusKey(f.Job.ID), tr) { // settled without statusEnded (a panic in a hook, say)
 		p.oc.n.Add(-1)
+	}
+	if d.Outcome == decide.Deferred && tr.rec.State == StateRunning {
+		return // another delivery of the job runs it (a duplicate refused by a limit): its record is that one's
 	}
 	st := tr.rec
 	now := time.Now()
@@ -430,7 +433,7 @@ func (p *Platform) statusSettled(f *inflight, j *Job, d decide.Decision, text st
 		st.State, st.RetryAt = StateRetrying, d.RetryAt
 	case decide.Rejected, decide.Requeued:
 		st.State, st.RetryAt = StateScheduled, d.RetryAt
-	case decide.HandedBack, decide.Parked:
+	case decide.HandedBack:
 		st.State = StateWaiting
 	case decide.Deferred:
 		st.State, st.RetryAt = StateScheduled, d.RetryAt

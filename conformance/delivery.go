@@ -66,27 +66,26 @@ func testExactlyOnce(t *testing.T, e *env) {
 
 // testNotBefore: a delayed job never runs early, and an undelayed job
 // enqueued after it does not wait for it. The second is judged only when
-// the worker was running long enough before the delay ended (a bound the
-// machine's load stretches); else it is logged as not judged.
+// the enqueue left the running worker long enough before the delay ended
+// (a bound the machine's load stretches); else it is logged as not judged.
 func testNotBefore(t *testing.T, e *env) {
-	w := e.worker(e.config()).handle(t, "nb", ok)
+	w := e.worker(e.config()).handle(t, "nb", ok).start(t)
 	at := time.Now().Add(e.bound(800 * time.Millisecond))
 	later := &ap.Job{Type: "nb", NotBefore: at}
 	now := &ap.Job{Type: "nb"}
 	e.enqueue(w.P, later, now)
-	w.start(t)
-	started := time.Now()
+	enqueued := time.Now()
 	e.waitFor("both jobs", func() bool { return e.rec.count(later.ID) == 1 && e.rec.count(now.ID) == 1 })
 	if got := e.rec.of(later.ID)[0].At; got.Before(at) {
 		t.Errorf("a job delayed until %v ran %v early", at.Format(time.StampMilli), at.Sub(got))
 	}
 	got := e.rec.of(now.ID)[0].At
-	switch room := at.Sub(started); {
+	switch room := at.Sub(enqueued); {
 	case got.Before(at):
 	case room >= e.bound(500*time.Millisecond):
-		t.Errorf("an undelayed job waited behind a delayed one: it ran %v after the worker started, %v after the delay ended%s",
-			got.Sub(started).Round(time.Millisecond), got.Sub(at).Round(time.Millisecond), e.stallNote())
+		t.Errorf("an undelayed job waited behind a delayed one: it ran %v after its enqueue, %v after the delay ended%s",
+			got.Sub(enqueued).Round(time.Millisecond), got.Sub(at).Round(time.Millisecond), e.stallNote())
 	default:
-		t.Logf("not judged whether the undelayed job waited: the worker started only %v before the delay ended (the machine is loaded)", room.Round(time.Millisecond))
+		t.Logf("not judged whether the undelayed job waited: it was enqueued only %v before the delay ended (the machine is loaded)", room.Round(time.Millisecond))
 	}
 }

@@ -28,7 +28,8 @@ type Config struct {
 	Test string
 	// Env and Value: the child finds Value in its environment variable Env.
 	Env, Value string
-	// Timeout is the child's -test.timeout. Defaults to go test's own.
+	// Timeout is the child's -test.timeout. Defaults to none (a test
+	// binary run by hand has none; go test's 10m is go test's flag).
 	Timeout time.Duration
 	// Output, when set, takes the child's stdout and stderr (a log file):
 	// Expect then has no lines to read. When nil, stdout is read as lines
@@ -52,6 +53,7 @@ type Proc struct {
 	mu     sync.Mutex
 	queue  []string      // lines read and not yet taken by Expect
 	eof    bool          // its stdout is closed: no more lines
+	rerr   error         // why reading its stdout stopped early (a line over 1 MiB)
 	notify chan struct{} // a line or the end came (capacity 1)
 	seen   []string      // the last lines it wrote, for failure messages
 }
@@ -135,8 +137,12 @@ func (p *Proc) read(out *os.File) {
 		p.mu.Unlock()
 		p.wake()
 	}
+	err := sc.Err()
+	if err != nil {
+		_, _ = io.Copy(io.Discard, out) // keep the child from blocking on its stdout
+	}
 	p.mu.Lock()
-	p.eof = true
+	p.eof, p.rerr = true, err
 	p.mu.Unlock()
 	p.wake()
 }
@@ -149,15 +155,15 @@ func (p *Proc) wake() {
 }
 
 // next takes the next line; ok is false when there is none yet, and end
-// true when there will be none.
-func (p *Proc) next() (line string, ok, end bool) {
+// true when there will be none (rerr says why, when not the child's exit).
+func (p *Proc) next() (line string, ok, end bool, rerr error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.queue) > 0 {
 		line, p.queue = p.queue[0], p.queue[1:]
-		return line, true, false
+		return line, true, false, nil
 	}
-	return "", false, p.eof
+	return "", false, p.eof, p.rerr
 }
 
 // ErrExited says the child's output ended before it wrote the line asked
@@ -167,24 +173,37 @@ var ErrExited = errors.New("the child process exited")
 // ErrTimeout says the child did not write the line asked for in time.
 var ErrTimeout = errors.New("the child process did not say it in time")
 
+// exitGrace is how long Expect waits, once the child has exited, for the
+// end of its output (a process it started may still hold its stdout).
+const exitGrace = time.Second
+
 // Expect returns the rest of the child's next line that starts with
-// prefix, skipping its other lines, waiting at most d.
+// prefix, skipping its other lines, waiting at most d. One goroutine at a
+// time may call it.
 func (p *Proc) Expect(prefix string, d time.Duration) (string, error) {
 	timeout := time.NewTimer(d)
 	defer timeout.Stop()
+	done := p.done
+	var grace <-chan time.Time
 	for {
-		l, ok, end := p.next()
+		l, ok, end, rerr := p.next()
 		switch {
 		case ok:
 			if rest, found := strings.CutPrefix(l, prefix); found {
 				return rest, nil
 			}
 			continue
+		case end && rerr != nil:
+			return "", fmt.Errorf("%w before saying %q: reading its output: %w", ErrExited, prefix, rerr)
 		case end:
 			return "", fmt.Errorf("%w before saying %q", ErrExited, prefix)
 		}
 		select {
 		case <-p.notify:
+		case <-done: // its output may still be on its way
+			done, grace = nil, time.After(exitGrace)
+		case <-grace:
+			return "", fmt.Errorf("%w before saying %q (its output was still open %v after)", ErrExited, prefix, exitGrace)
 		case <-timeout.C:
 			return "", fmt.Errorf("%w: %q within %v", ErrTimeout, prefix, d)
 		}

@@ -86,8 +86,8 @@ func TestKill(t *testing.T) {
 	if p.Err() == nil {
 		t.Error("a killed child exited cleanly")
 	}
-	if _, err := p.Expect("x", time.Millisecond); err == nil {
-		t.Error("Expect found a line the killed child never wrote")
+	if _, err := p.Expect("x", patience); !errors.Is(err, ErrExited) {
+		t.Errorf("Expect after Kill = %v, want ErrExited", err)
 	}
 }
 

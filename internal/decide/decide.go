@@ -140,7 +140,9 @@ type Input struct {
 	Result Result
 	// RejectAfter is the Reject's own delay; zero means RejectDelay.
 	RejectAfter time.Duration
-	// Stopping: the platform's shutdown cancelled the handler.
+	// Stopping: the platform is stopping (its shutdown cancelled the
+	// handler, or a job over its limit is handed back rather than
+	// deferred).
 	Stopping bool
 	// Cancelled: Platform.Cancel asked for the job to end (before it ran,
 	// or while it ran).
@@ -148,7 +150,8 @@ type Input struct {
 
 	Now time.Time
 	// Jitter, in [0, 1], places a retry within its backoff window
-	// (exponential backoff with full jitter).
+	// (exponential backoff with full jitter), and a deferred job's wait
+	// within its spread (see limitWait).
 	Jitter float64
 }
 
@@ -156,7 +159,7 @@ type Input struct {
 type Decision struct {
 	Outcome Outcome
 	Reason  Reason    // for DeadLettered
-	RetryAt time.Time // for Retried, Rejected and Requeued
+	RetryAt time.Time // for Retried, Rejected, Requeued and Deferred
 	// The next copy's counters (and the dead letter's).
 	Failures, Crashes, Unhandled int
 	// Why explains a dead letter the gate decided (there is no handler
@@ -169,7 +172,8 @@ type Decision struct {
 // read), a cancelled job is dead-lettered, a passed deadline expires the
 // job, crashes beyond the poison limit poison it, a missing handler
 // requeues it until UnhandledRetries are spent, and a job over its type's
-// limit is deferred; else the handler runs. The limit is asked only once
+// limit is deferred (handed back when the platform is stopping); else the
+// handler runs. The limit is asked only once
 // the rest of the gate said Run, and then Decide is asked again with
 // OverLimit set. Jitter spreads a deferred job's wait. After it ran: nil succeeds; a cancelled job whose
 // handler returned an error is dead-lettered uncounted; a shutdown hands the job back
@@ -200,6 +204,8 @@ func Decide(in Input) Decision {
 		case !in.HasHandler:
 			d.Outcome, d.Reason = DeadLettered, Unhandled
 			d.Why = fmt.Sprintf("no handler registered for job type %q after %d requeues", in.Type, in.Unhandled)
+		case in.OverLimit && in.Stopping:
+			d.Outcome = HandedBack
 		case in.OverLimit:
 			d.Outcome, d.RetryAt = Deferred, in.Now.Add(limitWait(in))
 		default:

@@ -37,6 +37,7 @@ func TestDecide(t *testing.T) {
 		{"gate: over a limit", func(in *Input) { in.OverLimit = true }, Deferred, "", 6 * time.Second, 0},
 		{"gate: over a rate", func(in *Input) { in.OverLimit, in.LimitWait = true, time.Second }, Deferred, "", 3 * time.Second, 0},
 		{"gate: over a limit, no jitter", func(in *Input) { in.OverLimit, in.Jitter = true, 0 }, Deferred, "", 2 * time.Second, 0},
+		{"gate: over a limit while stopping", func(in *Input) { in.OverLimit, in.Stopping = true, true }, HandedBack, "", 0, 0},
 		{"gate: over a limit and poisoned", func(in *Input) { in.OverLimit, in.Crashes = true, 4 }, DeadLettered, Poisoned, 0, 0},
 		{"ok", func(in *Input) { in.Result = OK }, Succeeded, "", 0, 0},
 		{"ok after cancel", func(in *Input) { in.Result, in.Cancelled = OK, true }, Succeeded, "", 0, 0},
