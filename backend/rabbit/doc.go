@@ -220,9 +220,7 @@
 //     running) acks its originals one frame each, and the channel closes
 //     at that handler's settle or at Close: RabbitMQ 3.10 can drop the
 //     acks beyond about 32 unapplied, and those originals come back
-//     counted beside their copies (duplicates, never a loss). A Receive
-//     that starts while a release runs can consume on the releasing
-//     channel, and its buffer then comes back counted. See
+//     counted beside their copies (duplicates, never a loss). See
 //     docs/reliability.md (RabbitMQ cluster, third session).
 //
 // # Clusters

@@ -30,9 +30,10 @@ const (
 // qchan is the channel a queue's consumers run on. gen numbers it: receipts
 // carry it, and a receipt whose channel is gone is stale.
 //
-// A released consumer retires its channel: the next consumer of the queue
-// opens a new one, and the retired channel is closed once every delivery it
-// handed out is settled. A delivery the broker sent after basic.cancel-ok
+// A released consumer retires its channel: from the moment its release
+// begins, the next consumer of the queue opens a new one (see detachLocked),
+// and the retired channel is closed once every delivery it handed out is
+// settled. A delivery the broker sent after basic.cancel-ok
 // (the client drops those) so comes back when that channel closes, instead
 // of staying stuck on it.
 type qchan struct {
@@ -151,7 +152,7 @@ func (b *Backend) leave(c *consumer, cancelled bool, lease time.Duration) {
 	release := false
 	if c.receivers == 0 && b.cons[c.queue] == c {
 		if cancelled {
-			delete(b.cons, c.queue)
+			b.detachLocked(c)
 			release = true
 		} else {
 			if lease <= 0 {
@@ -173,7 +174,7 @@ func (b *Backend) idleRelease(c *consumer) {
 		b.mu.Unlock()
 		return
 	}
-	delete(b.cons, c.queue)
+	b.detachLocked(c)
 	c.idle = nil
 	b.wg.Add(1)
 	b.mu.Unlock()
@@ -186,17 +187,32 @@ func (b *Backend) idleRelease(c *consumer) {
 func (b *Backend) releaseAll() {
 	b.mu.Lock()
 	cs := make([]*consumer, 0, len(b.cons))
-	for q, c := range b.cons {
+	for _, c := range b.cons {
 		if c.idle != nil {
 			c.idle.Stop()
 			c.idle = nil
 		}
 		cs = append(cs, c)
-		delete(b.cons, q)
+		b.detachLocked(c)
 	}
 	b.mu.Unlock()
 	for _, c := range cs {
 		b.release(c)
+	}
+}
+
+// detachLocked takes c and its channel out of use before c is released: a
+// Receive from then on starts its consumer on a new channel. No call may
+// run on the channel beside the release's basic.cancel and channel.close:
+// amqp091 matches a channel's replies to its calls in the order they come,
+// and the broker answers nothing after channel.close but close-ok, so a
+// basic.consume sent then takes the close-ok, and Close waits for ever
+// (holding the channel, which the failed consume then closes while holding
+// consMu: every Receive of the backend stops). b.mu must be held.
+func (b *Backend) detachLocked(c *consumer) {
+	delete(b.cons, c.queue)
+	if b.qch[c.queue] == c.qchan {
+		delete(b.qch, c.queue)
 	}
 }
 
@@ -214,9 +230,9 @@ func (b *Backend) ended(c *consumer) {
 // the broker's pipeline as quiet (two rounds in a row).
 const quietRound = 20 * time.Millisecond
 
-// release cancels the consumer and hands back each message it buffered: a
-// copy that keeps the original's delivery count in baseHeader, confirmed,
-// then the original acked.
+// release cancels the consumer, which detachLocked took out of use, and
+// hands back each message it buffered: a copy that keeps the original's
+// delivery count in baseHeader, confirmed, then the original acked.
 //
 // A quorum queue can deliver to a consumer after its basic.cancel-ok (a
 // settle just before the cancel opened the prefetch window), and the client
@@ -277,11 +293,6 @@ collect:
 	if len(tags) > 0 {
 		b.log.Debug("handed back buffered messages", "queue", c.queue, "messages", len(tags))
 	}
-	b.mu.Lock()
-	if b.qch[c.queue] == c.qchan {
-		delete(b.qch, c.queue)
-	}
-	b.mu.Unlock()
 	c.retire()
 }
 

@@ -23,7 +23,7 @@ func (b *Backend) Release(ctx context.Context, queue string) error {
 		c.idle.Stop()
 		c.idle = nil
 	}
-	delete(b.cons, queue)
+	b.detachLocked(c)
 	b.wg.Add(1)
 	b.mu.Unlock()
 	defer b.wg.Done()
