@@ -38,11 +38,17 @@ func scaled(d time.Duration, f float64) time.Duration { return time.Duration(flo
 // it is spent, so a stall of half a lease can cost it). The cases that
 // depend on a renewal arriving in time ask the watch what it saw, and say
 // so when they fail.
+//
+// It keeps the most recent stalls, and apart from them the most recent long
+// ones (longStall and over): on a loaded machine short stalls come many a
+// second, and the long one a case asks about must not be pushed out by
+// them before the case asks.
 type stallWatch struct {
 	mu     sync.Mutex
 	users  int
 	stop   chan struct{}
 	stalls []stall // the most recent, oldest first
+	long   []stall // the most recent of at least longStall, oldest first
 }
 
 type stall struct {
@@ -54,6 +60,7 @@ const (
 	stallTick = 5 * time.Millisecond
 	stallMin  = 20 * time.Millisecond // a wake-up later than this is a stall
 	stallKeep = 256
+	longStall = 50 * time.Millisecond // kept apart from the short ones, stallKeep of them too
 )
 
 var stalls stallWatch
@@ -89,16 +96,30 @@ func (w *stallWatch) watch(stop <-chan struct{}) {
 		}
 		now := time.Now()
 		if late := now.Sub(last) - stallTick; late >= stallMin {
-			w.mu.Lock()
-			w.stalls = append(w.stalls, stall{end: now, d: late})
-			if len(w.stalls) > stallKeep {
-				w.stalls = w.stalls[len(w.stalls)-stallKeep:]
-			}
-			w.mu.Unlock()
+			w.record(stall{end: now, d: late})
 		}
 		last = now
 		timer.Reset(stallTick)
 	}
+}
+
+// record keeps s, a stall that has just ended.
+func (w *stallWatch) record(s stall) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stalls = keep(w.stalls, s)
+	if s.d >= longStall {
+		w.long = keep(w.long, s)
+	}
+}
+
+// keep appends s to ss and drops the oldest beyond stallKeep.
+func keep(ss []stall, s stall) []stall {
+	ss = append(ss, s)
+	if len(ss) > stallKeep {
+		ss = ss[len(ss)-stallKeep:]
+	}
+	return ss
 }
 
 // longest returns the longest stall that ended after since.
@@ -106,8 +127,10 @@ func (w *stallWatch) longest(since time.Time) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var d time.Duration
-	for i := len(w.stalls) - 1; i >= 0 && w.stalls[i].end.After(since); i-- {
-		d = max(d, w.stalls[i].d)
+	for _, ss := range [][]stall{w.stalls, w.long} {
+		for i := len(ss) - 1; i >= 0 && ss[i].end.After(since); i-- {
+			d = max(d, ss[i].d)
+		}
 	}
 	return d
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
@@ -55,9 +56,10 @@ type Config struct {
 	// gets its azcore part. Against Azurite,
 	// whose server closes idle connections after 5s, give it an http.Client
 	// whose Transport has an IdleConnTimeout under 5s: a request sent on a
-	// connection being closed is reset, and the SDK's retry of a delete or
-	// update that had in fact succeeded then fails as if the lease were
-	// lost. Defaults to nil (the SDK's defaults).
+	// connection being closed is reset, and the SDK's retry of an update
+	// that had in fact succeeded then fails as if the lease were lost (see
+	// the package doc); a retried message delete that finds the message
+	// gone succeeds. Defaults to nil (the SDK's defaults).
 	ClientOptions *azqueue.ClientOptions
 
 	// Client is a queue service client the caller built, with a shared key,
@@ -162,6 +164,7 @@ type Backend struct {
 	pollInterval time.Duration
 	parallel     int
 	log          *slog.Logger
+	retry        policy.RetryOptions // Config.ClientOptions.Retry: see deleteMessage
 
 	mu       sync.Mutex
 	declared map[string]bool         // Azure work queue names known to exist
@@ -177,6 +180,15 @@ var (
 	_ driver.QueueDeleter = (*Backend)(nil)
 	_ driver.Pinger       = (*Backend)(nil)
 )
+
+// retryOptions are the retry options of the queue client: those of
+// Config.ClientOptions, or the SDK's defaults.
+func retryOptions(cfg Config) policy.RetryOptions {
+	if cfg.ClientOptions != nil {
+		return cfg.ClientOptions.Retry
+	}
+	return policy.RetryOptions{}
+}
 
 // New returns a Backend. It creates Config.Container when it is missing
 // (ctx bounds that request); queues are created by Declare.
@@ -210,6 +222,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		pollInterval: cfg.PollInterval,
 		parallel:     cfg.EnqueueParallel,
 		log:          cfg.Logger,
+		retry:        retryOptions(cfg),
 		declared:     make(map[string]bool),
 		legacy:       make(map[string]*legacyState),
 		closed:       make(chan struct{}),

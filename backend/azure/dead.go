@@ -150,12 +150,10 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 	if err != nil {
 		return err
 	}
-	// The record stays even when the delete finds the lease lost: the
-	// delete may have succeeded on an earlier try of the SDK's retry, so
-	// removing the record could lose the job. A duplicate record is the
-	// price.
-	_, err = r.q.DeleteMessage(ctx, r.id, pop, nil)
-	return wrapSettle("dead-letter", err)
+	// The record stays even when the delete finds the lease lost: another
+	// worker has the message and may dead-letter it too. A duplicate record
+	// is the price.
+	return wrapSettle("dead-letter", r.deleteMessage(ctx, pop))
 }
 
 // writeDead stores one record under prefix with a new key.

@@ -161,10 +161,16 @@
 //     container exists.
 //   - Updates and deletes are not idempotent: a pop receipt changes with
 //     every UpdateMessage. When a connection is reset after the service
-//     applied a request, the SDK's retry fails (404 MessageNotFound or 400
-//     PopReceiptMismatch) and the backend reports driver.ErrLeaseLost: an
-//     Ack or dead letter has then in fact happened, and an Extend leaves the
-//     job to come back after its lease, one crash counted. Updates are never
+//     applied a request, the SDK retries it with the same pop receipt. A
+//     retried delete (Ack, or the end of DeadLetter) that finds the message
+//     gone (404 MessageNotFound) succeeds: an earlier try deleted it (or,
+//     had the lease run out meanwhile, the next holder settled it); one that
+//     finds another pop receipt reports driver.ErrLeaseLost. A retried update
+//     fails (400 PopReceiptMismatch) and the backend reports
+//     driver.ErrLeaseLost: the new pop receipt was in the lost answer, so an
+//     Extend leaves the job to come back after its lease, one crash counted,
+//     and a Requeue's new copy may be in place. With Config.Client, deletes
+//     retry with the SDK's default retry options. Updates are never
 //     abandoned halfway by a cancelled ctx: they finish in the background
 //     (Close waits for them) and the next call on the delivery uses the new
 //     receipt.

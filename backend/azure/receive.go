@@ -309,8 +309,7 @@ func (b *Backend) Ack(ctx context.Context, d *driver.Delivery) error {
 	if err != nil {
 		return wrapSettle("ack", err)
 	}
-	_, err = r.q.DeleteMessage(ctx, r.id, pop, nil)
-	return wrapSettle("ack", err)
+	return wrapSettle("ack", r.deleteMessage(ctx, pop))
 }
 
 // Extend implements driver.Backend with an UpdateMessage that keeps the
