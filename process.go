@@ -100,10 +100,10 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	p.warnTries(j)
 	// A job of a paused group is set aside whatever its status says, so
 	// its status is neither read nor written.
-	if in.Group = p.groupState(j); in.Group == decide.GroupOpen {
-		p.statusBegin(j, &in) // a tracked job: was it cancelled?
+	in.Group = p.groupState(j)
+	if in.Group != decide.GroupOpen || p.statusBegin(j, &in) {
+		in.Now = time.Now() // after a store round trip
 	}
-	in.Now, in.Jitter = time.Now(), rand.Float64()
 	if d := decide.Decide(in); d.Outcome != decide.Run { // gate
 		p.apply(f, j, d, "")
 		return
@@ -112,7 +112,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		if tl := p.lim.byType[j.Type]; tl != nil { // admission: the gate again, with the type's limits
 			slot, ok, wait := p.admit(j, tl, q.Concurrency())
 			if !ok {
-				in.OverLimit, in.LimitWait = true, wait
+				in.OverLimit, in.LimitWait, in.Jitter = true, wait, rand.Float64()
 				in.Stopping, in.Now = p.stopping.Load(), time.Now()
 				p.apply(f, j, decide.Decide(in), "")
 				return

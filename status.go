@@ -307,10 +307,10 @@ func (p *Platform) createStatus(ctx context.Context, st *JobStatus) error {
 }
 
 // statusBegin reads a delivered job's status (a tracked queue) and tells the
-// decision whether it was cancelled.
-func (p *Platform) statusBegin(j *Job, in *decide.Input) {
+// decision whether it was cancelled. It reports whether it asked the store.
+func (p *Platform) statusBegin(j *Job, in *decide.Input) bool {
 	if p.oc.store == nil || !p.tracks(j.Queue) {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease)
 	defer cancel()
@@ -320,17 +320,18 @@ func (p *Platform) statusBegin(j *Job, in *decide.Input) {
 		st = JobStatus{ID: j.ID, EnqueuedAt: j.EnqueuedAt}
 	case err != nil:
 		p.log.Warn("asyncplatform: reading a job's status failed; it runs untracked this time", "queue", j.Queue, "id", j.ID, "error", err)
-		return
+		return true
 	}
 	in.Cancelled = st.CancelRequested
 	if newerStatus(&st, &JobStatus{Copy: j.copyNo, Tries: j.TryCount + 1}) {
 		// A later copy's status: this is an older copy come again (a
 		// duplicate; a crash between storing a copy and settling the one
 		// before). It runs untracked, and the record stays the later one's.
-		return
+		return true
 	}
 	st.Queue, st.Type, st.Copy = j.Queue, j.Type, j.copyNo
 	j.track = &tracked{rec: st, rev: rev}
+	return true
 }
 
 // statusRunning writes the running status before the handler runs and makes
