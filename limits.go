@@ -299,7 +299,7 @@ func (p *Platform) initLimits() error {
 			if err != nil {
 				return fmt.Errorf("%w: %s: a cluster-wide limit needs the backend's store: %w", ErrInvalidConfig, where, err)
 			}
-			shared = platformStore(d, kv.Limits) // sem/<type>/<slot> and rate/<type>
+			shared = &Store{s: kv.Of(d, kv.Limits)} // sem/<type>/<slot> and rate/<type>
 		}
 		key := statusKey(typ) // the type as a key segment (hashed when it does not fit)
 		if l.ClusterConcurrency > 0 {

@@ -48,7 +48,7 @@ func (p *Platform) pauseStore() (*Store, error) {
 // initPauseStore finds the store pauses live in, once, at New.
 func (p *Platform) initPauseStore() {
 	if d, err := driver.StoreOf(p.backend); err == nil {
-		p.pz.store = platformStore(d, kv.Flow) // pause/<queue> and group/<queue>/<group>
+		p.pz.store = &Store{s: kv.Of(d, kv.Flow)} // pause/<queue> and group/<queue>/<group>
 	}
 }
 

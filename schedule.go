@@ -182,7 +182,7 @@ func (p *Platform) scheduleStore() (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("asyncplatform: schedules need the backend's store: %w", err)
 	}
-	return platformStore(d, kv.Schedules), nil
+	return &Store{s: kv.Of(d, kv.Schedules)}, nil
 }
 
 // lateLimit is how late a tick may be fired by a scheduler that fell
@@ -372,7 +372,7 @@ func (p *Platform) defStore() (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("asyncplatform: schedules need the backend's store: %w", err)
 	}
-	return platformStore(d, kv.ScheduleDefs), nil
+	return &Store{s: kv.Of(d, kv.ScheduleDefs)}, nil
 }
 
 // publishSchedule writes the schedule's definition to the store (last

@@ -162,7 +162,7 @@ func (p *Platform) initOutcomes() error {
 		}
 		return nil
 	}
-	p.oc.store = platformStore(d, kv.Status) // job/<id> (a JobStatus) and cancel/<id>
+	p.oc.store = &Store{s: kv.Of(d, kv.Status)} // job/<id> (a JobStatus) and cancel/<id>
 	return nil
 }
 

@@ -56,8 +56,8 @@ const (
 
 	// DefaultListLimit is the page size of Store.List when its limit is
 	// zero or negative; MaxListLimit is the largest.
-	DefaultListLimit = 100
-	MaxListLimit     = 1000
+	DefaultListLimit = kv.DefaultListLimit
+	MaxListLimit     = kv.MaxListLimit
 )
 
 // Store is shared state for every worker process of a platform: a small
@@ -97,8 +97,7 @@ const (
 // A Store is safe for concurrent use. Its errors are *StoreError values
 // naming the operation and the key.
 type Store struct {
-	d  driver.Store
-	ns string // namespace + "/"
+	s *kv.Store
 }
 
 // NewStore returns a Store over a backend's store (or a companion store such
@@ -115,7 +114,7 @@ func NewStore(d driver.Store, namespace string) (*Store, error) {
 	if strings.HasPrefix(namespace, "_") {
 		return nil, fmt.Errorf("asyncplatform: NewStore: %w: namespace %q: names starting with '_' are the platform's", ErrBadKey, namespace)
 	}
-	return &Store{d: d, ns: namespace + "/"}, nil
+	return &Store{s: kv.New(d, namespace)}, nil
 }
 
 // Store returns the platform's shared state: the store its backend keeps
@@ -130,7 +129,7 @@ func (p *Platform) Store() (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("asyncplatform: %w", err)
 	}
-	return &Store{d: d, ns: DefaultStoreNamespace + "/"}, nil
+	return &Store{s: kv.New(d, DefaultStoreNamespace)}, nil
 }
 
 // StoreError is the error of a Store operation: the operation ("get",
@@ -147,55 +146,39 @@ func (e *StoreError) Error() string {
 	return fmt.Sprintf("asyncplatform: store %s %q: %v", e.Op, e.Key, e.Err)
 }
 
+// Unwrap returns the cause.
 func (e *StoreError) Unwrap() error { return e.Err }
 
-func storeErr(op, key string, err error) error {
-	if err == nil {
-		return nil
+// storeErr turns the internal store's error into a *StoreError.
+func storeErr(err error) error {
+	var e *kv.Error
+	if errors.As(err, &e) {
+		return &StoreError{Op: e.Op, Key: e.Key, Err: e.Err}
 	}
-	return &StoreError{Op: op, Key: key, Err: err}
+	return err
 }
 
-// ttlMillis checks ttl and rounds it up to whole milliseconds.
-func ttlMillis(ttl time.Duration) (time.Duration, error) {
-	if err := driver.CheckTTL(ttl); err != nil {
-		return 0, err
+// inner is the store under s; the zero Store has none and refuses every call.
+func (s *Store) inner() *kv.Store {
+	if s == nil {
+		return nil
 	}
-	if r := ttl % time.Millisecond; r != 0 {
-		ttl += time.Millisecond - r
-	}
-	return ttl, nil
+	return s.s
 }
 
 // Get returns the value of key and its revision, or an error matching
 // ErrKeyNotFound when the key is absent or expired.
 func (s *Store) Get(ctx context.Context, key string) (value []byte, rev string, err error) {
-	if s.zero() {
-		return nil, "", storeErr("get", key, errNilStore)
-	}
-	if err := driver.CheckKey(key); err != nil {
-		return nil, "", storeErr("get", key, err)
-	}
-	v, rev, err := s.d.Get(ctx, s.ns+key)
-	if err != nil {
-		return nil, "", storeErr("get", key, err)
-	}
-	return v, rev, nil
+	value, rev, err = s.inner().Get(ctx, key)
+	return value, rev, storeErr(err)
 }
 
 // Create writes key only when it is absent or expired, with a TTL (zero:
 // none), and returns its revision. When the key is present it returns an
 // error matching ErrKeyExists.
 func (s *Store) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (rev string, err error) {
-	if s.zero() {
-		return "", storeErr("create", key, errNilStore)
-	}
-	ttl, err = checkWrite(key, value, ttl)
-	if err != nil {
-		return "", storeErr("create", key, err)
-	}
-	rev, err = s.d.Create(ctx, s.ns+key, value, ttl)
-	return rev, storeErr("create", key, err)
+	rev, err = s.inner().Create(ctx, key, value, ttl)
+	return rev, storeErr(err)
 }
 
 // Update writes key only when it is present at revision rev, with a new TTL
@@ -203,18 +186,8 @@ func (s *Store) Create(ctx context.Context, key string, value []byte, ttl time.D
 // written since, deleted, or expired) it returns an error matching
 // ErrRevision.
 func (s *Store) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (newRev string, err error) {
-	if s.zero() {
-		return "", storeErr("update", key, errNilStore)
-	}
-	ttl, err = checkWrite(key, value, ttl)
-	if err != nil {
-		return "", storeErr("update", key, err)
-	}
-	if !plausibleRev(rev) {
-		return "", storeErr("update", key, ErrRevision)
-	}
-	newRev, err = s.d.Update(ctx, s.ns+key, value, rev, ttl)
-	return newRev, storeErr("update", key, err)
+	newRev, err = s.inner().Update(ctx, key, value, rev, ttl)
+	return newRev, storeErr(err)
 }
 
 // Delete removes key. With rev empty it removes whatever is there, and an
@@ -222,16 +195,7 @@ func (s *Store) Update(ctx context.Context, key string, value []byte, rev string
 // is present at that revision, and otherwise returns an error matching
 // ErrRevision.
 func (s *Store) Delete(ctx context.Context, key, rev string) error {
-	if s.zero() {
-		return storeErr("delete", key, errNilStore)
-	}
-	if err := driver.CheckKey(key); err != nil {
-		return storeErr("delete", key, err)
-	}
-	if rev != "" && !plausibleRev(rev) {
-		return storeErr("delete", key, ErrRevision)
-	}
-	return storeErr("delete", key, s.d.Delete(ctx, s.ns+key, rev))
+	return storeErr(s.inner().Delete(ctx, key, rev))
 }
 
 // KeyPage is one page of Store.List.
@@ -248,69 +212,9 @@ type KeyPage struct {
 // Expired keys are left out. A prefix is empty or a key, optionally ending
 // with '/'; a cursor is empty or a key.
 func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (KeyPage, error) {
-	if s.zero() {
-		return KeyPage{}, storeErr("list", prefix, errNilStore)
-	}
-	if err := driver.CheckKeyPrefix(prefix); err != nil {
-		return KeyPage{}, storeErr("list", prefix, err)
-	}
-	if cursor != "" {
-		if err := driver.CheckKey(cursor); err != nil {
-			return KeyPage{}, storeErr("list", prefix, fmt.Errorf("cursor: %w", err))
-		}
-	}
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
-	limit = min(limit, MaxListLimit)
-	after := ""
-	if cursor != "" {
-		after = s.ns + cursor
-	}
-	// One more than asked, to know whether a next page exists.
-	keys, err := s.d.List(ctx, s.ns+prefix, after, limit+1)
+	keys, next, err := s.inner().List(ctx, prefix, cursor, limit)
 	if err != nil {
-		return KeyPage{}, storeErr("list", prefix, err)
+		return KeyPage{}, storeErr(err)
 	}
-	page := KeyPage{Keys: make([]string, 0, min(len(keys), limit))}
-	for _, k := range keys {
-		if len(page.Keys) == limit {
-			page.Next = page.Keys[limit-1]
-			break
-		}
-		user, ok := strings.CutPrefix(k, s.ns)
-		if !ok {
-			return KeyPage{}, storeErr("list", prefix, fmt.Errorf("the backend listed %q, outside the namespace", k))
-		}
-		page.Keys = append(page.Keys, user)
-	}
-	return page, nil
+	return KeyPage{Keys: keys, Next: next}, nil
 }
-
-func checkWrite(key string, value []byte, ttl time.Duration) (time.Duration, error) {
-	if err := driver.CheckKey(key); err != nil {
-		return 0, err
-	}
-	if err := driver.CheckValue(value); err != nil {
-		return 0, err
-	}
-	return ttlMillis(ttl)
-}
-
-// plausibleRev reports whether rev could be a revision a store returned; one
-// that cannot is nobody's revision.
-func plausibleRev(rev string) bool {
-	return rev != "" && len(rev) <= driver.MaxRevisionLen
-}
-
-// errNilStore is the error of every method of a Store that NewStore or
-// Platform.Store did not make (the zero Store{}).
-var errNilStore = errors.New("the Store was not made by NewStore or Platform.Store")
-
-// platformStore returns the Store of one of the platform's own namespaces
-// (internal/kv lists them).
-func platformStore(d driver.Store, ns kv.Namespace) *Store {
-	return &Store{d: d, ns: ns.Prefix()}
-}
-
-func (s *Store) zero() bool { return s == nil || s.d == nil }

@@ -174,7 +174,7 @@ func (p *Platform) uniqueStore() (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("asyncplatform: unique jobs need the backend's store: %w", err)
 	}
-	return platformStore(d, kv.Unique), nil
+	return &Store{s: kv.Of(d, kv.Unique)}, nil
 }
 
 // claimKeys takes the keys of the unique jobs among jobs (prepared, in
