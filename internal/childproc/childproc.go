@@ -28,8 +28,9 @@ type Config struct {
 	Test string
 	// Env and Value: the child finds Value in its environment variable Env.
 	Env, Value string
-	// Timeout is the child's -test.timeout. Defaults to none (a test
-	// binary run by hand has none; go test's 10m is go test's flag).
+	// Timeout is the child's -test.timeout: a child that hangs panics
+	// with its goroutines' stacks and exits, and never outlives its
+	// parent's run for long. Defaults to DefaultTimeout.
 	Timeout time.Duration
 	// Output, when set, takes the child's stdout and stderr (a log file):
 	// Expect then has no lines to read. When nil, stdout is read as lines
@@ -42,6 +43,10 @@ type Config struct {
 	// ends locked to its thread.
 	DieWithParent bool
 }
+
+// DefaultTimeout is Config.Timeout's default: go test's own default
+// -timeout, which no child of a passing test comes near.
+const DefaultTimeout = 10 * time.Minute
 
 // Proc is a running child.
 type Proc struct {
@@ -73,10 +78,10 @@ func RunPattern(name string) string {
 
 // Start starts a child.
 func Start(cfg Config) (*Proc, error) {
-	args := []string{"-test.run=" + RunPattern(cfg.Test), "-test.count=1"}
-	if cfg.Timeout > 0 {
-		args = append(args, "-test.timeout="+cfg.Timeout.String())
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
 	}
+	args := []string{"-test.run=" + RunPattern(cfg.Test), "-test.count=1", "-test.timeout=" + cfg.Timeout.String()}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), cfg.Env+"="+cfg.Value)
 	if cfg.DieWithParent {

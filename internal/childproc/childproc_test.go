@@ -120,3 +120,25 @@ func TestRunPattern(t *testing.T) {
 		t.Errorf("RunPattern = %q, want %q", got, want)
 	}
 }
+
+// TestHungChildTimesOut: a child that hangs ends by itself at its
+// -test.timeout, as every child does (DefaultTimeout when none is given).
+func TestHungChildTimesOut(t *testing.T) {
+	t.Parallel()
+	p, err := Start(Config{Test: "TestChild", Env: testEnv, Value: "hang", Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(10 * time.Second) })
+	if _, err := p.Expect("READY", patience); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(patience):
+		t.Fatal("a child that hangs ran past its -test.timeout")
+	}
+	if p.Err() == nil {
+		t.Error("a child that timed out exited 0")
+	}
+}
