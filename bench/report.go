@@ -198,7 +198,7 @@ func (rep *report) command() string {
 	return strings.Join(args, " ")
 }
 
-// writeGoals checks the targets of issue 10.
+// writeGoals checks the report's throughput targets.
 func (rep *report) writeGoals(w func(string, ...any)) {
 	if len(rep.Results) == 0 {
 		return

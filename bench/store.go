@@ -1,6 +1,6 @@
 package main
 
-// The store rows (issue 18): Get, Create and compare-and-swap through
+// The store rows: Get, Create and compare-and-swap through
 // asyncplatform.Store, the portable type users hold, on each backend's
 // store, and on PostgreSQL (pgstore) for RabbitMQ, which keeps no state and
 // takes a companion store. Like every system of the report, each store runs

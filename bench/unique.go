@@ -1,6 +1,6 @@
 package main
 
-// The unique-key rows (issue 20): what a UniqueKey costs one Enqueue on
+// The unique-key rows: what a UniqueKey costs one Enqueue on
 // each backend. A unique job takes its key with one store Create before it
 // is written; the rows time single Enqueues, one at a time, with and
 // without a key, in alternating rounds (so that a drift of the machine's

@@ -221,7 +221,7 @@
 //     at that handler's settle or at Close: RabbitMQ 3.10 can drop the
 //     acks beyond about 32 unapplied, and those originals come back
 //     counted beside their copies (duplicates, never a loss). See
-//     docs/reliability.md (RabbitMQ cluster, third session).
+//     docs/reliability.md (RabbitMQ cluster).
 //
 // # Clusters
 //
