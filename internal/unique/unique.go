@@ -98,7 +98,11 @@ type HeldError struct {
 
 // Error names the job, the key and the holder.
 func (e *HeldError) Error() string {
-	return fmt.Sprintf("job %s: unique key %q is held by job %q", e.JobID, e.Key, e.Holder)
+	held := ""
+	if e.Holder != "" {
+		held = " by job " + e.Holder
+	}
+	return fmt.Sprintf("job %s: unique key %q is held%s", e.JobID, e.Key, held)
 }
 
 // Config is what Claims works with.
