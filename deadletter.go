@@ -228,7 +228,7 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 			break
 		}
 	}
-	picked, refused, err := p.retakeKeys(ctx, picked) // unique jobs take their keys again
+	picked, refused, err := retakeKeys(ctx, p.claims, picked) // unique jobs take their keys again
 	if err != nil {
 		return 0, err
 	}

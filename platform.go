@@ -16,6 +16,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/health"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
+	"github.com/asyncplatform/asyncplatform/internal/unique"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
@@ -350,6 +351,7 @@ type Platform struct {
 	oc       outcomes   // status tracking and cancellation (status.go)
 	pz       pauses     // paused queues (pause.go)
 	lim      limits     // job-type limits (limits.go)
+	claims   *unique.Claims
 
 	mu       sync.Mutex // guards handlers writes and the fields below
 	started  bool
@@ -406,6 +408,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 		return nil, err
 	}
 	p.initPauseStore()
+	p.claims = newClaims(backend, p.log, cfg.Lease)
 	if err := p.initLimits(); err != nil {
 		return nil, err
 	}
@@ -639,12 +642,12 @@ func (p *Platform) enqueueJobs(ctx context.Context, jobs []*Job) error {
 		}
 	}
 	if needsUnique(jobs) {
-		return p.enqueueUnique(ctx, jobs)
+		return enqueueUnique(ctx, p.claims, jobs, p.put)
 	}
 	if len(jobs) == 1 { // the common case, without grouping
 		return p.put(ctx, jobs[0].Queue, jobs, true)
 	}
-	return p.putGrouped(ctx, jobs)
+	return putGrouped(ctx, jobs, p.put)
 }
 
 // prepare validates a new job and fills in its defaults.

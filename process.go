@@ -325,7 +325,7 @@ func (p *Platform) apply(f *inflight, j *Job, d decide.Decision, text string) (e
 		err := p.settle(f, true, nil, nil)
 		if err == nil {
 			p.dropPayload(context.Background(), j.ID, j.payloadRef)
-			p.releaseUnique(j, false)
+			p.claims.Release(context.Background(), j.Queue, j.ID, j.Headers[UniqueHeader], false)
 		}
 		return err
 	case decide.HandedBack:
@@ -516,7 +516,7 @@ func (p *Platform) dead(f *inflight, j *Job, reason Reason, text string, raw []b
 	if err != nil {
 		return err
 	}
-	p.releaseUnique(j, true)
+	p.claims.Release(context.Background(), j.Queue, j.ID, j.Headers[UniqueHeader], true)
 	p.log.Warn("asyncplatform: dead-lettered", "queue", dl.Queue, "id", j.ID, "type", j.Type, "reason", reason, "tries", j.TryCount, "error", firstLine(text))
 	if hook := p.cfg.Hooks.OnDeadLetter; hook != nil {
 		hook(context.Background(), dl)

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
+	"log/slog"
 	"strconv"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/kv"
+	"github.com/asyncplatform/asyncplatform/internal/unique"
 )
 
 // UniqueRelease says when a unique job gives up its key before its window
@@ -34,6 +35,7 @@ const (
 	ReleaseOnWindow
 )
 
+// String returns the policy's name, "on-finish" say.
 func (r UniqueRelease) String() string {
 	switch r {
 	case ReleaseOnFinish:
@@ -71,6 +73,7 @@ type UniqueError struct {
 	Holder string // the ID of the job holding the key (empty if unknown)
 }
 
+// Error names the job, the key and the holder.
 func (e *UniqueError) Error() string {
 	held := ""
 	if e.Holder != "" {
@@ -79,6 +82,7 @@ func (e *UniqueError) Error() string {
 	return fmt.Sprintf("asyncplatform: job %s: unique key %q is held%s", e.JobID, e.Key, held)
 }
 
+// Is reports whether target is ErrDuplicate.
 func (e *UniqueError) Is(target error) bool { return target == ErrDuplicate }
 
 // BatchError is the error of EnqueueBatch when some of its jobs were refused
@@ -89,6 +93,7 @@ type BatchError struct {
 	Errs []error
 }
 
+// Error counts the jobs not stored and names the first error.
 func (e *BatchError) Error() string {
 	n, first := 0, error(nil)
 	for _, err := range e.Errs {
@@ -102,6 +107,7 @@ func (e *BatchError) Error() string {
 	return fmt.Sprintf("asyncplatform: %d of %d jobs not stored; the first: %v", n, len(e.Errs), first)
 }
 
+// Unwrap returns the errors of the jobs not stored.
 func (e *BatchError) Unwrap() []error {
 	var out []error
 	for _, err := range e.Errs {
@@ -110,42 +116,6 @@ func (e *BatchError) Unwrap() []error {
 		}
 	}
 	return out
-}
-
-// claim is a unique job's hold on its key, as its header carries it.
-type claim struct {
-	key     string
-	rev     string
-	window  time.Duration
-	release UniqueRelease
-}
-
-func (c claim) header() string {
-	v := url.Values{}
-	v.Set("k", c.key)
-	v.Set("r", c.rev)
-	v.Set("w", strconv.FormatInt(c.window.Milliseconds(), 10))
-	v.Set("p", strconv.Itoa(int(c.release)))
-	return v.Encode()
-}
-
-// claimOf reads the claim a job carries; ok is false when it carries none.
-func claimOf(j *Job) (c claim, ok bool) {
-	h, ok := j.Headers[UniqueHeader]
-	if !ok {
-		return c, false
-	}
-	v, err := url.ParseQuery(h)
-	if err != nil {
-		return c, false
-	}
-	ms, err1 := strconv.ParseInt(v.Get("w"), 10, 64)
-	rel, err2 := strconv.Atoi(v.Get("p"))
-	c = claim{key: v.Get("k"), rev: v.Get("r"), window: time.Duration(ms) * time.Millisecond, release: UniqueRelease(rel)}
-	if err1 != nil || err2 != nil || driver.CheckKey(c.key) != nil || c.rev == "" {
-		return c, false
-	}
-	return c, true
 }
 
 // checkUnique validates a job's unique settings (prepare calls it).
@@ -168,93 +138,77 @@ func checkUnique(j *Job) error {
 	return nil
 }
 
-// uniqueStore is the store of unique keys, or an error matching ErrNoStore.
-func (p *Platform) uniqueStore() (*Store, error) {
-	d, err := driver.StoreOf(p.backend)
-	if err != nil {
-		return nil, fmt.Errorf("asyncplatform: unique jobs need the backend's store: %w", err)
+// newClaims returns the engine of unique keys over the backend's store.
+func newClaims(b driver.Backend, log *slog.Logger, lease time.Duration) *unique.Claims {
+	cfg := unique.Config{Log: log, ReleaseTimeout: lease}
+	if d, err := driver.StoreOf(b); err == nil {
+		cfg.Store = kv.Of(d, kv.Unique)
+	} else {
+		cfg.NoStore = err
 	}
-	return &Store{s: kv.Of(d, kv.Unique)}, nil
+	return unique.New(cfg)
 }
 
-// claimKeys takes the keys of the unique jobs among jobs (prepared, in
-// order) and returns the jobs to store, each a copy carrying its claim in
-// UniqueHeader (or without the header when it has no key), and one error
-// per job refused (nil for the others); errs is nil when none was refused.
-// A store error fails the whole call, after giving back the keys taken.
-func (p *Platform) claimKeys(ctx context.Context, jobs []*Job) (out []*Job, claims []claim, errs []error, err error) {
-	var st *Store
-	out = make([]*Job, 0, len(jobs))
-	for i, j := range jobs {
-		_, stale := j.Headers[UniqueHeader]
-		if j.UniqueKey == "" {
-			if stale { // a delivered job enqueued again: its claim is not its own
-				c := *j
-				c.Headers = cloneHeaders(j.Headers)
-				delete(c.Headers, UniqueHeader)
-				j = &c
-			}
-			out = append(out, j)
-			continue
-		}
-		if st == nil {
-			if st, err = p.uniqueStore(); err != nil {
-				p.giveBack(ctx, st, claims)
-				return nil, nil, nil, err
-			}
-		}
-		c := claim{key: j.UniqueKey, window: j.UniqueWindow, release: j.UniqueRelease}
-		if c.window == 0 {
-			c.window = DefaultUniqueWindow
-		}
-		c.rev, err = st.Create(ctx, c.key, []byte(j.ID), c.window)
-		if errors.Is(err, ErrKeyExists) {
-			holder, _, _ := st.Get(ctx, c.key)
-			if errs == nil {
-				errs = make([]error, len(jobs))
-			}
-			errs[i] = &UniqueError{Key: c.key, JobID: j.ID, Holder: string(holder)}
-			continue
-		}
-		if err != nil {
-			p.giveBack(ctx, st, claims)
-			return nil, nil, nil, fmt.Errorf("asyncplatform: taking unique key %q of job %s: %w", c.key, j.ID, err)
-		}
-		cp := *j
-		cp.Headers = cloneHeaders(j.Headers)
-		cp.Headers[UniqueHeader] = c.header()
-		out = append(out, &cp)
-		claims = append(claims, c)
-	}
-	return out, claims, errs, nil
+// uniqueError is the public form of the engine's refusal.
+func uniqueError(h *unique.HeldError) *UniqueError {
+	return &UniqueError{Key: h.Key, JobID: h.JobID, Holder: h.Holder}
 }
 
-// giveBack releases keys taken for jobs that were not stored.
-func (p *Platform) giveBack(ctx context.Context, st *Store, claims []claim) {
-	if st == nil {
-		return
-	}
-	for _, c := range claims {
-		if err := st.Delete(context.WithoutCancel(ctx), c.key, c.rev); err != nil && !errors.Is(err, ErrRevision) {
-			p.log.WarnContext(ctx, "asyncplatform: giving back a unique key failed; it is held until its window ends", "key", c.key, "error", err)
-		}
-	}
-}
+// putFunc stores jobs of one queue (Platform.put).
+type putFunc func(ctx context.Context, queue string, jobs []*Job, check bool) error
 
 // enqueueUnique is enqueueJobs for a batch with unique keys or stale claims
-// among its jobs (prepared). A single job refused gets its *UniqueError; a
-// batch with refusals gets a *BatchError after the others are stored.
-func (p *Platform) enqueueUnique(ctx context.Context, jobs []*Job) error {
-	out, claims, errs, err := p.claimKeys(ctx, jobs)
+// among its jobs (prepared). Each unique job takes its key and is stored as
+// a copy carrying its claim in UniqueHeader; a job without a key is stored
+// without the header. A single job refused gets its *UniqueError; a batch
+// with refusals gets a *BatchError after the others are stored. When the
+// store fails, the keys taken are given back.
+func enqueueUnique(ctx context.Context, c *unique.Claims, jobs []*Job, put putFunc) error {
+	reqs := make([]unique.Request, len(jobs))
+	for i, j := range jobs {
+		w := j.UniqueWindow
+		if w == 0 {
+			w = DefaultUniqueWindow
+		}
+		reqs[i] = unique.Request{Key: j.UniqueKey, JobID: j.ID, Window: w, Release: unique.Release(j.UniqueRelease)}
+	}
+	claims, refused, err := c.Take(ctx, reqs)
 	if err != nil {
-		return err
+		return fmt.Errorf("asyncplatform: %w", err)
 	}
-	if errs != nil && len(jobs) == 1 {
-		return errs[0]
+	var errs []error
+	if refused != nil {
+		errs = make([]error, len(jobs))
+		for i, h := range refused {
+			if h != nil {
+				errs[i] = uniqueError(h)
+			}
+		}
+		if len(jobs) == 1 {
+			return errs[0]
+		}
 	}
-	if err := p.putGrouped(ctx, out); err != nil {
-		st, _ := p.uniqueStore()
-		p.giveBack(ctx, st, claims)
+	out := make([]*Job, 0, len(jobs))
+	for i, j := range jobs {
+		_, stale := j.Headers[UniqueHeader]
+		switch {
+		case errs != nil && errs[i] != nil:
+			continue
+		case j.UniqueKey != "":
+			cp := *j
+			cp.Headers = cloneHeaders(j.Headers)
+			cp.Headers[UniqueHeader] = claims[i].Header()
+			j = &cp
+		case stale: // a delivered job enqueued again: its claim is not its own
+			cp := *j
+			cp.Headers = cloneHeaders(j.Headers)
+			delete(cp.Headers, UniqueHeader)
+			j = &cp
+		}
+		out = append(out, j)
+	}
+	if err := putGrouped(ctx, out, put); err != nil {
+		c.GiveBack(ctx, claims)
 		return err
 	}
 	if errs != nil {
@@ -263,8 +217,8 @@ func (p *Platform) enqueueUnique(ctx context.Context, jobs []*Job) error {
 	return nil
 }
 
-// putGrouped stores jobs with one backend call per queue, in order.
-func (p *Platform) putGrouped(ctx context.Context, jobs []*Job) error {
+// putGrouped stores jobs with one put per queue, in order.
+func putGrouped(ctx context.Context, jobs []*Job, put putFunc) error {
 	byQueue := map[string][]*Job{}
 	var order []string
 	for _, j := range jobs {
@@ -274,7 +228,7 @@ func (p *Platform) putGrouped(ctx context.Context, jobs []*Job) error {
 		byQueue[j.Queue] = append(byQueue[j.Queue], j)
 	}
 	for _, q := range order {
-		if err := p.put(ctx, q, byQueue[q], true); err != nil {
+		if err := put(ctx, q, byQueue[q], true); err != nil {
 			return err
 		}
 	}
@@ -295,109 +249,36 @@ func needsUnique(jobs []*Job) bool {
 	return false
 }
 
-// released says whether a job's claim ends with this outcome.
-func (c claim) releasedBy(dead bool) bool {
-	switch c.release {
-	case ReleaseOnFinish:
-		return true
-	case ReleaseOnSuccess:
-		return !dead
-	}
-	return false
-}
-
-// releaseUnique gives up the key of a job that succeeded (dead false) or was
-// dead-lettered (dead true), when its release policy says so. A key taken
-// since by another job (its window ended) is left alone: the delete is at
-// the claim's revision.
-func (p *Platform) releaseUnique(j *Job, dead bool) {
-	c, ok := claimOf(j)
-	if !ok || !c.releasedBy(dead) {
-		return
-	}
-	st, err := p.uniqueStore()
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease)
-		err = st.Delete(ctx, c.key, c.rev)
-		cancel()
-	}
-	if err != nil && !errors.Is(err, ErrRevision) {
-		p.log.Warn("asyncplatform: releasing a unique key failed; it is held until its window ends", "queue", j.Queue, "id", j.ID, "key", c.key, "error", err)
-	}
-}
-
 // retakeKeys has each dead letter with a unique claim take its key again
-// before it is redriven: a key that is free (or still held by the letter's
-// own job) is taken anew for the claim's window; a key a newer job holds
-// refuses the letter. It returns the letters to redrive, their claims
-// rewritten, and a *UniqueError for each letter refused.
-func (p *Platform) retakeKeys(ctx context.Context, letters []DeadLetter) ([]DeadLetter, []error, error) {
-	var st *Store
+// before it is redriven (unique.Claims.Retake). It returns the letters to
+// redrive, their claims rewritten, and a *UniqueError for each letter
+// refused because a newer job holds its key.
+func retakeKeys(ctx context.Context, c *unique.Claims, letters []DeadLetter) ([]DeadLetter, []error, error) {
 	var refused []error
 	out := letters[:0:0]
 	for _, dl := range letters {
-		c, ok := claimOf(&dl.Job)
+		cl, ok := unique.Parse(dl.Job.Headers[UniqueHeader])
 		if !ok {
 			out = append(out, dl)
 			continue
 		}
-		if st == nil {
-			var err error
-			if st, err = p.uniqueStore(); err != nil {
-				return nil, nil, err
-			}
-		}
-		rev, held, err := retake(ctx, st, c, dl.Job.ID)
-		if held != "" {
-			refused = append(refused, &UniqueError{Key: c.key, JobID: dl.Job.ID, Holder: held})
+		cl, err := c.Retake(ctx, cl, dl.Job.ID)
+		var held *unique.HeldError
+		switch {
+		case errors.As(err, &held):
+			refused = append(refused, uniqueError(held))
 			continue
+		case err != nil:
+			return nil, nil, fmt.Errorf("asyncplatform: %w", err)
 		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("asyncplatform: retaking unique key %q of job %s: %w", c.key, dl.Job.ID, err)
-		}
-		c.rev = rev
 		dl.Job.Headers = cloneHeaders(dl.Job.Headers)
-		dl.Job.Headers[UniqueHeader] = c.header()
+		dl.Job.Headers[UniqueHeader] = cl.Header()
 		out = append(out, dl)
 	}
 	return out, refused, nil
 }
 
-// retake takes c's key for job id: anew when it is free, at a new revision
-// when the job's own claim still holds it. held names the job that holds
-// it otherwise.
-func retake(ctx context.Context, st *Store, c claim, id string) (rev, held string, err error) {
-	err = kv.Retry(ctx, func() error {
-		var err error
-		rev, err = st.Create(ctx, c.key, []byte(id), c.window)
-		if !errors.Is(err, ErrKeyExists) {
-			return err
-		}
-		holder, cur, err := st.Get(ctx, c.key)
-		switch {
-		case errors.Is(err, ErrKeyNotFound): // expired between Create and Get
-			return kv.ErrRetry
-		case err != nil:
-			return err
-		case string(holder) != id:
-			rev, held = "", string(holder)
-			return nil
-		}
-		rev, err = st.Update(ctx, c.key, holder, cur, c.window) // its own claim, kept (ReleaseOnSuccess, ReleaseOnWindow)
-		if errors.Is(err, ErrRevision) {
-			return kv.ErrRetry
-		}
-		return err
-	})
-	switch {
-	case errors.Is(err, kv.ErrContended):
-		return "", "", fmt.Errorf("unique key %q: %w", c.key, err)
-	case err != nil:
-		return "", "", err
-	}
-	return rev, held, nil
-}
-
+// cloneHeaders copies h, with room for one more header.
 func cloneHeaders(h map[string]string) map[string]string {
 	c := make(map[string]string, len(h)+1)
 	for k, v := range h {

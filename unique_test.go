@@ -3,13 +3,31 @@ package asyncplatform
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/unique"
 )
+
+// Claim headers store the policy's number: the engine's numbers are the
+// public ones.
+func TestUniqueReleaseNumbers(t *testing.T) {
+	t.Parallel()
+	for pub, eng := range map[UniqueRelease]unique.Release{
+		ReleaseOnFinish:  unique.OnFinish,
+		ReleaseOnSuccess: unique.OnSuccess,
+		ReleaseOnWindow:  unique.OnWindow,
+	} {
+		if unique.Release(pub) != eng {
+			t.Errorf("%v is %d, the engine's %d", pub, pub, eng)
+		}
+	}
+}
 
 func TestUniqueConcurrentEnqueue(t *testing.T) {
 	t.Parallel()
@@ -220,5 +238,23 @@ func TestUniqueStaleHeaderDropped(t *testing.T) {
 	}
 	if _, ok := (<-got).Headers[UniqueHeader]; ok {
 		t.Fatal("a job without a key kept a stale claim")
+	}
+}
+
+// A backend without a store refuses unique jobs with ErrNoStore, saying why,
+// and stores the others.
+func TestUniqueNoStore(t *testing.T) {
+	t.Parallel()
+	p, err := New(struct{ driver.Backend }{memory.NewBroker().Connect()}, Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	err = p.Enqueue(ctx, &Job{Type: "t", UniqueKey: "k"})
+	if !errors.Is(err, ErrNoStore) || !strings.Contains(err.Error(), "asyncplatform: unique jobs need the backend's store") {
+		t.Fatalf("Enqueue of a unique job = %v; want ErrNoStore, saying why", err)
+	}
+	if err := p.Enqueue(ctx, &Job{Type: "t"}); err != nil {
+		t.Fatalf("Enqueue of a job without a key = %v", err)
 	}
 }

@@ -1,0 +1,286 @@
+// Package unique is the engine of unique jobs: a job with a unique key claims
+// the key in the platform's store before it is stored, holds it while it
+// lives, and gives it up as its release policy says.
+//
+// A claim is one key of the store (the platform's kv.Unique namespace), named
+// by the job's unique key and holding the ID of the job that holds it, with a
+// TTL: the claim's window, the longest it is held whatever became of the job.
+// A job carries its claim (key, revision, window, release policy) in a header
+// (Claim.Header), so that whichever process settles it can release it. Every
+// release and give-back deletes the key at the claim's revision only: a key
+// taken since by another job (its window ended) is left alone.
+package unique
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/kv"
+)
+
+// Release says when a claim is given up before its window ends. Its number is
+// stored in the header of every unique job (Claim.Header): never renumber one.
+type Release uint8
+
+// The release policies.
+const (
+	OnFinish  Release = iota // on success or dead letter, whichever comes first
+	OnSuccess                // on success only
+	OnWindow                 // never early: held for the whole window
+)
+
+// Claim is a job's hold on its key.
+type Claim struct {
+	Key     string        // the job's unique key
+	Rev     string        // the revision the store gave the claim; empty: no claim
+	Window  time.Duration // the claim's TTL
+	Release Release       // when it is given up early
+}
+
+// Header encodes the claim as a job carries it.
+func (c Claim) Header() string {
+	v := url.Values{}
+	v.Set("k", c.Key)
+	v.Set("r", c.Rev)
+	v.Set("w", strconv.FormatInt(c.Window.Milliseconds(), 10))
+	v.Set("p", strconv.Itoa(int(c.Release)))
+	return v.Encode()
+}
+
+// Parse decodes the claim a job's header carries; ok is false when h is not
+// one (empty, malformed, or with a window that never ends).
+func Parse(h string) (c Claim, ok bool) {
+	v, err := url.ParseQuery(h)
+	if err != nil {
+		return c, false
+	}
+	ms, err1 := strconv.ParseInt(v.Get("w"), 10, 64)
+	rel, err2 := strconv.ParseUint(v.Get("p"), 10, 8)
+	c = Claim{Key: v.Get("k"), Rev: v.Get("r"), Window: time.Duration(ms) * time.Millisecond, Release: Release(rel)}
+	if err1 != nil || err2 != nil || driver.CheckKey(c.Key) != nil || c.Rev == "" || c.Window <= 0 {
+		return c, false
+	}
+	return c, true
+}
+
+// ReleasedBy reports whether the claim ends with its job's outcome: a success
+// (dead false) or a dead letter (dead true). An unknown policy never releases.
+func (c Claim) ReleasedBy(dead bool) bool {
+	switch c.Release {
+	case OnFinish:
+		return true
+	case OnSuccess:
+		return !dead
+	}
+	return false
+}
+
+// Request is one job's ask for its key.
+type Request struct {
+	Key     string        // the job's unique key; empty: the job has none
+	JobID   string        // the job's ID, the claim's value
+	Window  time.Duration // the claim's TTL; positive
+	Release Release
+}
+
+// HeldError is the error for a job refused because another job holds its key.
+type HeldError struct {
+	Key    string // the refused job's unique key
+	JobID  string // the refused job's ID
+	Holder string // the ID of the job holding the key; empty if unknown
+}
+
+// Error names the job, the key and the holder.
+func (e *HeldError) Error() string {
+	held := ""
+	if e.Holder != "" {
+		held = " by job " + e.Holder
+	}
+	return fmt.Sprintf("job %s: unique key %q is held%s", e.JobID, e.Key, held)
+}
+
+// Config is what Claims works with.
+type Config struct {
+	// Store holds the claims: the platform's kv.Unique namespace. Nil when
+	// the backend keeps no store.
+	Store *kv.Store
+
+	// NoStore says why Store is nil; it matches driver.ErrNoStore. Every
+	// call that needs the store returns it, wrapped.
+	NoStore error
+
+	// Log gets what no caller can be told: a release or a give-back that
+	// failed, leaving a key held until its window ends. Nil: discarded.
+	Log *slog.Logger
+
+	// ReleaseTimeout bounds the store call of each Release; zero or less:
+	// DefaultReleaseTimeout.
+	ReleaseTimeout time.Duration
+}
+
+// DefaultReleaseTimeout is the ReleaseTimeout of a Config without one.
+const DefaultReleaseTimeout = 30 * time.Second
+
+// Claims takes, gives back, releases and retakes unique keys. It is safe for
+// concurrent use.
+type Claims struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns the Claims of cfg.
+func New(cfg Config) *Claims {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ReleaseTimeout <= 0 {
+		cfg.ReleaseTimeout = DefaultReleaseTimeout
+	}
+	return &Claims{cfg: cfg, log: log}
+}
+
+// store returns the store of claims, or an error matching driver.ErrNoStore.
+func (c *Claims) store() (*kv.Store, error) {
+	if c.cfg.Store != nil {
+		return c.cfg.Store, nil
+	}
+	err := c.cfg.NoStore
+	if err == nil {
+		err = driver.ErrNoStore
+	}
+	return nil, fmt.Errorf("unique jobs need the backend's store: %w", err)
+}
+
+// Take takes the key of each request that has one, in order, for its job:
+// a key is taken only when no live claim holds it. It returns one claim per
+// request (the zero Claim for a request without a key or refused) and, when
+// any was refused, one entry per request: a *HeldError for each refused, nil
+// for the others. A request is all or nothing; a store error or a request
+// without a window fails the whole call, after the keys taken are given back.
+func (c *Claims) Take(ctx context.Context, reqs []Request) (claims []Claim, refused []*HeldError, err error) {
+	var st *kv.Store
+	claims = make([]Claim, len(reqs))
+	for i, r := range reqs {
+		if r.Key == "" {
+			continue
+		}
+		if st == nil {
+			if st, err = c.store(); err != nil {
+				return nil, nil, err // nothing taken yet
+			}
+		}
+		if r.Window <= 0 { // a claim always ends
+			c.GiveBack(ctx, claims)
+			return nil, nil, fmt.Errorf("unique key %q of job %s: window %v, want a positive one", r.Key, r.JobID, r.Window)
+		}
+		rev, err := st.Create(ctx, r.Key, []byte(r.JobID), r.Window)
+		if errors.Is(err, driver.ErrKeyExists) {
+			holder, _, _ := st.Get(ctx, r.Key)
+			if refused == nil {
+				refused = make([]*HeldError, len(reqs))
+			}
+			refused[i] = &HeldError{Key: r.Key, JobID: r.JobID, Holder: string(holder)}
+			continue
+		}
+		if err != nil {
+			c.GiveBack(ctx, claims)
+			return nil, nil, fmt.Errorf("taking unique key %q of job %s: %w", r.Key, r.JobID, err)
+		}
+		claims[i] = Claim{Key: r.Key, Rev: rev, Window: r.Window, Release: r.Release}
+	}
+	return claims, refused, nil
+}
+
+// GiveBack releases the claims (taken by Take) of jobs that were not stored,
+// whatever their policy; zero claims are skipped. It runs to the end even
+// when ctx is cancelled: a claim not given back is held until its window
+// ends.
+func (c *Claims) GiveBack(ctx context.Context, claims []Claim) {
+	st := c.cfg.Store
+	if st == nil {
+		return // nothing was taken
+	}
+	for _, cl := range claims {
+		if cl.Rev == "" {
+			continue
+		}
+		if err := st.Delete(context.WithoutCancel(ctx), cl.Key, cl.Rev); err != nil && !errors.Is(err, driver.ErrRevision) {
+			c.log.WarnContext(ctx, "asyncplatform: giving back a unique key failed; it is held until its window ends", "key", cl.Key, "error", err)
+		}
+	}
+}
+
+// Release gives up the claim carried in header by the job id of queue, which
+// succeeded (dead false) or was dead-lettered (dead true), when its policy
+// says so. A header that carries no claim is ignored. A failure is logged:
+// the key is then held until its window ends.
+func (c *Claims) Release(ctx context.Context, queue, id, header string, dead bool) {
+	cl, ok := Parse(header)
+	if !ok || !cl.ReleasedBy(dead) {
+		return
+	}
+	st, err := c.store()
+	if err == nil {
+		dctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
+		err = st.Delete(dctx, cl.Key, cl.Rev)
+		cancel()
+	}
+	if err != nil && !errors.Is(err, driver.ErrRevision) {
+		c.log.WarnContext(ctx, "asyncplatform: releasing a unique key failed; it is held until its window ends", "queue", queue, "id", id, "key", cl.Key, "error", err)
+	}
+}
+
+// Retake has the job id, a dead letter being redriven, take the key of its
+// claim cl again, for the claim's window: anew when the key is free, at a new
+// revision when cl's job still holds it (its policy kept it). It returns the
+// claim at its new revision, or a *HeldError when another job holds the key.
+func (c *Claims) Retake(ctx context.Context, cl Claim, id string) (Claim, error) {
+	st, err := c.store()
+	if err != nil {
+		return Claim{}, err
+	}
+	var held *HeldError
+	err = kv.Retry(ctx, func() error {
+		rev, err := st.Create(ctx, cl.Key, []byte(id), cl.Window)
+		if err == nil {
+			cl.Rev = rev
+			return nil
+		}
+		if !errors.Is(err, driver.ErrKeyExists) {
+			return err
+		}
+		holder, cur, err := st.Get(ctx, cl.Key)
+		switch {
+		case errors.Is(err, driver.ErrKeyNotFound): // expired between Create and Get
+			return kv.ErrRetry
+		case err != nil:
+			return err
+		case string(holder) != id:
+			held = &HeldError{Key: cl.Key, JobID: id, Holder: string(holder)}
+			return nil
+		}
+		rev, err = st.Update(ctx, cl.Key, holder, cur, cl.Window)
+		switch {
+		case errors.Is(err, driver.ErrRevision):
+			return kv.ErrRetry
+		case err != nil:
+			return err
+		}
+		cl.Rev = rev
+		return nil
+	})
+	switch {
+	case err != nil:
+		return Claim{}, fmt.Errorf("retaking unique key %q of job %s: %w", cl.Key, id, err)
+	case held != nil:
+		return Claim{}, held
+	}
+	return cl, nil
+}
