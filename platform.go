@@ -15,6 +15,7 @@ import (
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/health"
+	"github.com/asyncplatform/asyncplatform/internal/pause"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
 	"github.com/asyncplatform/asyncplatform/internal/unique"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
@@ -346,12 +347,12 @@ type Platform struct {
 	handlers atomic.Pointer[registry]
 	declared sync.Map // queue name → struct{}
 	health   health.Gate
-	suspect  sync.Mutex // held while a suspect runs alone
-	sched    scheduler  // periodic jobs (schedule.go)
-	oc       outcomes   // status tracking and cancellation (status.go)
-	pz       pauses     // paused queues (pause.go)
-	lim      limits     // job-type limits (limits.go)
-	claims   *unique.Claims
+	suspect  sync.Mutex     // held while a suspect runs alone
+	sched    scheduler      // periodic jobs (schedule.go)
+	oc       outcomes       // status tracking and cancellation (status.go)
+	pz       *pause.Engine  // paused queues and groups (internal/pause)
+	lim      limits         // job-type limits (limits.go)
+	claims   *unique.Claims // unique-key claims (internal/unique)
 
 	mu       sync.Mutex // guards handlers writes and the fields below
 	started  bool
@@ -407,7 +408,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	if err := p.initOutcomes(); err != nil {
 		return nil, err
 	}
-	p.initPauseStore()
+	p.pz = newPauses(p)
 	p.claims = newClaims(backend, p.log, cfg.Lease)
 	if err := p.initLimits(); err != nil {
 		return nil, err
@@ -883,7 +884,7 @@ func (p *Platform) Start(ctx context.Context) error {
 		}
 	}
 	fetchCtx, fetchCancel := context.WithCancel(context.Background())
-	if err := p.initPauses(ctx, fetchCtx); err != nil {
+	if err := p.pz.Start(ctx, fetchCtx); err != nil {
 		fetchCancel()
 		return fmt.Errorf("asyncplatform: start: %w", err)
 	}
@@ -929,7 +930,7 @@ func (p *Platform) Start(ctx context.Context) error {
 	}()
 	p.startSchedules(bgCtx)
 	p.startOutcomes(bgCtx)
-	p.startPauses(bgCtx)
+	p.background.Go(func() { p.pz.Run(bgCtx) })
 	p.startLimits(bgCtx)
 	p.log.InfoContext(ctx, "asyncplatform: started", "queues", len(p.queues), "worker", p.cfg.WorkerName)
 	return nil
@@ -1015,7 +1016,7 @@ func (p *Platform) Stats(ctx context.Context, queue string) (QueueStats, error) 
 	if err != nil {
 		return QueueStats{}, fmt.Errorf("asyncplatform: stats of queue %q: %w", queue, err)
 	}
-	paused, err := p.paused(ctx, queue)
+	paused, err := p.pz.Paused(ctx, queue)
 	if err != nil {
 		return QueueStats{}, err
 	}

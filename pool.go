@@ -111,7 +111,7 @@ func (p *Platform) newRunners() {
 		}
 		var q *runner.Queue[Job]
 		q = runner.New(runner.Config[Job]{
-			Name: name, Backend: p.backend, Gate: &p.health, Pause: p.pz.gates[name], Lease: p.cfg.Lease,
+			Name: name, Backend: p.backend, Gate: &p.health, Pause: p.pz.Gate(name), Lease: p.cfg.Lease,
 			Concurrency: qc.Concurrency, Prefetch: *qc.Prefetch, Log: p.log, Workers: &p.workers,
 			Process: func(t *jobctx.Timer, f *inflight) { p.process(q, qc.Policy, t, f) },
 		})
@@ -120,7 +120,7 @@ func (p *Platform) newRunners() {
 	for _, pl := range p.cfg.Pools {
 		pauses := make([]*health.Gate, len(pl.Queues))
 		for i, name := range pl.Queues {
-			pauses[i] = p.pz.gates[name]
+			pauses[i] = p.pz.Gate(name)
 		}
 		var q *runner.Queue[Job]
 		q = runner.New(runner.Config[Job]{

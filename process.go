@@ -15,6 +15,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/decide"
 	"github.com/asyncplatform/asyncplatform/internal/jobctx"
+	"github.com/asyncplatform/asyncplatform/internal/pause"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
@@ -100,7 +101,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	p.warnTries(j)
 	// A job of a paused group is set aside whatever its status says, so
 	// its status is neither read nor written.
-	in.Group = p.groupState(j)
+	in.Group = p.pz.Group(context.Background(), j.Queue, j.Group, j.ID)
 	if in.Group != decide.GroupOpen || p.statusBegin(j, &in) {
 		in.Now = time.Now() // after a store round trip
 	}
@@ -355,8 +356,10 @@ func (p *Platform) apply(f *inflight, j *Job, d decide.Decision, text string) (e
 		}
 		return err
 	case decide.Parked:
-		err := p.park(f, j)
-		if errors.Is(err, errNotParked) { // it comes again, and the pause is read again
+		j.copyNo++ // the held copy is the job's next copy
+		err := p.pz.Park(context.Background(), j.Queue, j.Group, j.ID, p.message(j), func() error { return p.settle(f, true, nil, nil) })
+		if errors.Is(err, pause.ErrNotParked) { // it comes again, and the pause is read again
+			j.copyNo--
 			p.log.Warn("asyncplatform: setting aside a job of a paused group failed; it comes back later", "queue", j.Queue, "group", j.Group, "id", j.ID, "error", err)
 			d.Outcome, d.RetryAt = decide.Deferred, time.Now().Add(PausePoll)
 			return p.requeue(f, j, d.RetryAt)
