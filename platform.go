@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/admit"
 	"github.com/asyncplatform/asyncplatform/internal/health"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
@@ -349,7 +350,8 @@ type Platform struct {
 	sched    scheduler  // periodic jobs (schedule.go)
 	oc       outcomes   // status tracking and cancellation (status.go)
 	pz       pauses     // paused queues (pause.go)
-	lim      limits     // job-type limits (limits.go)
+	// lim admits jobs under their type's limits (internal/admit).
+	lim *admit.Gate
 
 	mu       sync.Mutex // guards handlers writes and the fields below
 	started  bool
@@ -358,7 +360,7 @@ type Platform struct {
 	queues   []*runner.Queue[Job]
 
 	fetchCancel context.CancelFunc      // stops the fetchers
-	stopWait    <-chan struct{}         // closed when Stop begins
+	stopCtx     context.Context         // ends when Stop begins
 	workCtx     context.Context         // parent of handler contexts
 	workCancel  context.CancelCauseFunc // cancels running handlers at Stop's deadline
 	bgCancel    context.CancelFunc      // stops the lease keeper and health loop
@@ -406,7 +408,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 		return nil, err
 	}
 	p.initPauseStore()
-	if err := p.initLimits(); err != nil {
+	if p.lim, err = newGate(backend, cfg); err != nil {
 		return nil, err
 	}
 	p.enqueue = p.enqueueJobs
@@ -887,7 +889,7 @@ func (p *Platform) Start(ctx context.Context) error {
 	p.started = true
 	p.stopDone = make(chan struct{})
 	p.fetchCancel = fetchCancel
-	p.stopWait = fetchCtx.Done()
+	p.stopCtx = fetchCtx
 	p.health.Start(fetchCtx)
 	hctx, hcancel := context.WithTimeout(ctx, p.cfg.HealthInterval)
 	p.health.Run(hctx, p.log) // no job is taken before the checks have passed once
@@ -927,7 +929,11 @@ func (p *Platform) Start(ctx context.Context) error {
 	p.startSchedules(bgCtx)
 	p.startOutcomes(bgCtx)
 	p.startPauses(bgCtx)
-	p.startLimits(bgCtx)
+	p.background.Add(1)
+	go func() {
+		defer p.background.Done()
+		p.lim.Run(bgCtx)
+	}()
 	p.log.InfoContext(ctx, "asyncplatform: started", "queues", len(p.queues), "worker", p.cfg.WorkerName)
 	return nil
 }
