@@ -168,9 +168,10 @@ type Ticket struct {
 // to wait; zero when it does not say (a concurrency limit, a store that
 // failed: the failure is logged).
 //
-// The store round trips are given Lease/3 each and go on when ctx ends:
-// a slot taken or freed halfway would stay held for a lease. ctx ends the
-// wait for a start's time; the start is then lost and the job refused.
+// ctx ends the wait for a start's time; the start is then lost and the
+// job refused. The store round trips are given Lease/3 each and go on
+// when ctx ends: a slot taken or freed halfway would stay held for a
+// lease.
 func (g *Gate) Admit(ctx context.Context, typ, id string, workers int) (tk Ticket, wait time.Duration, ok bool) {
 	t := g.types[typ]
 	if t == nil {
@@ -183,19 +184,17 @@ func (g *Gate) Admit(ctx context.Context, typ, id string, workers int) (tk Ticke
 	if t.sem == nil && t.rate == nil {
 		return tk, 0, true
 	}
-	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.lease/3)
-	defer cancel()
 	if t.sem != nil {
-		s, got, err := t.sem.TryAcquire(opCtx, g.holder)
+		s, got, err := g.acquire(ctx, t.sem)
 		if err != nil || !got {
-			tk.Release(opCtx)
+			tk.Release(ctx)
 			g.failed(typ, id, err)
 			return Ticket{}, 0, false
 		}
 		tk.slot = s
 	}
 	if t.rate != nil {
-		if wait, err := t.rate.start(opCtx, ctx.Done(), max(workers/2, 1)); err != nil || wait > 0 {
+		if wait, err := t.rate.start(ctx, g.lease/3, max(workers/2, 1)); err != nil || wait > 0 {
 			tk.Release(context.WithoutCancel(ctx))
 			g.failed(typ, id, err)
 			return Ticket{}, wait, false
@@ -207,6 +206,14 @@ func (g *Gate) Admit(ctx context.Context, typ, id string, workers int) (tk Ticke
 		g.mu.Unlock()
 	}
 	return tk, 0, true
+}
+
+// acquire takes a slot of s, if one is free, in a round trip given
+// Lease/3 whether or not ctx ends.
+func (g *Gate) acquire(ctx context.Context, s *flow.Semaphore) (*flow.Slot, bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.lease/3)
+	defer cancel()
+	return s.TryAcquire(ctx, g.holder)
 }
 
 // failed logs a limit that could not be read: the job waits as if over it.

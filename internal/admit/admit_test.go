@@ -12,6 +12,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/admit"
 	"github.com/asyncplatform/asyncplatform/internal/kv"
+	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
 
 // newStore returns the limits' namespace of a fresh memory broker's store;
@@ -319,4 +320,34 @@ func TestRunRenews(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.Run(t.Context())
+}
+
+// TestAdmitAllocs: admitting and releasing a job of a type without limits,
+// or with a per-process limit only, allocates nothing.
+func TestAdmitAllocs(t *testing.T) {
+	if testenv.Race {
+		t.Skip("the race detector allocates")
+	}
+	ctx := t.Context()
+	tests := []struct {
+		name  string
+		limit admit.Limit
+		want  float64
+	}{
+		{"None", admit.Limit{}, 0},
+		{"Process", admit.Limit{Concurrency: 10}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newGate(t, newStore(t)(), tt.limit)
+			got := testing.AllocsPerRun(100, func() {
+				if tk, _, ok := g.Admit(ctx, "t", "job", 10); ok {
+					tk.Release(ctx)
+				}
+			})
+			if got != tt.want {
+				t.Errorf("%v allocations per admitted job; want %v", got, tt.want)
+			}
+		})
+	}
 }

@@ -164,22 +164,25 @@ func (l *rateLine) want(maxWaiting int) int {
 // time has come, or, when the job is to be requeued, how long until this
 // process's or the limit's next start.
 //
-// ctx bounds the store round trip and the wait for another worker's batch
-// (its end is an error); stop ends the wait for the start's time (the
-// start is lost, and the job is requeued).
-func (l *rateLine) start(ctx context.Context, stop <-chan struct{}, maxWaiting int) (time.Duration, error) {
+// ctx ends the wait for the start's time (the start is lost, and the job
+// is requeued). The wait for another worker's batch and the store round
+// trip go on when it ends, for up to timeout (then the error is theirs):
+// a batch reserved halfway would be lost.
+func (l *rateLine) start(ctx context.Context, timeout time.Duration, maxWaiting int) (time.Duration, error) {
 	at, ok := l.take(time.Now())
 	if !ok {
 		if l.crowded(maxWaiting) { // enough wait for starts already
 			return demandWindow, nil
 		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
 		l.pending.Add(1)
 		select {
 		case l.reserving <- struct{}{}:
 			l.pending.Add(-1)
-		case <-ctx.Done():
+		case <-rctx.Done():
 			l.pending.Add(-1)
-			return 0, ctx.Err()
+			return 0, rctx.Err()
 		}
 		at, ok = l.take(time.Now()) // a batch reserved while this one waited
 		if !ok && l.crowded(maxWaiting) {
@@ -191,7 +194,7 @@ func (l *rateLine) start(ctx context.Context, stop <-chan struct{}, maxWaiting i
 			// due at once are due then, not dropped as late on arrival.
 			start := time.Now()
 			expect := start.Add(l.roundTrip())
-			g, wait, err := l.rate.Reserve(ctx, expect, l.want(maxWaiting), rateWait)
+			g, wait, err := l.rate.Reserve(rctx, expect, l.want(maxWaiting), rateWait)
 			l.took(time.Since(start))
 			if err != nil || g.Count == 0 {
 				<-l.reserving
@@ -215,7 +218,7 @@ func (l *rateLine) start(ctx context.Context, stop <-chan struct{}, maxWaiting i
 		defer t.Stop()
 		select {
 		case <-t.C:
-		case <-stop: // stopping: the start is lost, the job is handed back
+		case <-ctx.Done(): // stopping: the start is lost, the job is handed back
 			return d, nil
 		}
 	}

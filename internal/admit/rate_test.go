@@ -55,7 +55,7 @@ func TestRateBatches(t *testing.T) {
 			wg.Go(func() {
 				for time.Since(t0) < run {
 					time.Sleep(100*time.Millisecond - time.Since(t0)%(100*time.Millisecond))
-					wait, err := line.start(t.Context(), t.Context().Done(), workers/2)
+					wait, err := line.start(t.Context(), time.Minute, workers/2)
 					switch {
 					case err != nil:
 						t.Error(err)
@@ -120,7 +120,7 @@ func TestRateSlowStore(t *testing.T) {
 	}
 	l := newRateLine(r)
 	for i := range 5 {
-		if wait, err := l.start(t.Context(), t.Context().Done(), 10); err != nil || wait != 0 {
+		if wait, err := l.start(t.Context(), time.Minute, 10); err != nil || wait != 0 {
 			t.Fatalf("job %d on a store of 20 ms round trips: wait %v, %v; want a start", i, wait, err)
 		}
 	}
