@@ -112,7 +112,7 @@ func New(cfg Config) (*Gate, error) {
 func newTypeGate(cfg Config, typ string, l Limit) (*typeGate, error) {
 	where := fmt.Sprintf("Limits[%q]", typ)
 	if typ == "" {
-		return nil, errors.New("Limits has an empty job type")
+		return nil, fmt.Errorf("%s: the job type is empty", where)
 	}
 	if l.Concurrency < 0 || l.ClusterConcurrency < 0 || l.Rate < 0 || l.Burst < 0 {
 		return nil, fmt.Errorf("%s: limits must not be negative", where)

@@ -75,7 +75,7 @@ func TestNewRefuses(t *testing.T) {
 		want     string // in the error
 		wantIs   error  // matched with errors.Is; nil for none
 	}{
-		{name: "EmptyType", limits: map[string]admit.Limit{"": {Concurrency: 1}}, store: store, want: "empty job type"},
+		{name: "EmptyType", limits: map[string]admit.Limit{"": {Concurrency: 1}}, store: store, want: `Limits[""]: the job type is empty`},
 		{name: "Negative", limits: map[string]admit.Limit{"t": {Rate: -1}}, store: store, want: `Limits["t"]: limits must not be negative`},
 		{name: "ClusterWithoutStore", limits: map[string]admit.Limit{"t": {ClusterConcurrency: 1}}, storeErr: driver.ErrNoStore,
 			want: `Limits["t"]: a cluster-wide limit needs the backend's store`, wantIs: driver.ErrNoStore},
