@@ -160,8 +160,8 @@ type Ticket struct {
 // Admit takes what the limits of type typ require before a job of the
 // type runs (id names it in the logs): a place under the process's
 // concurrency, a cluster slot, a start under the rate, in that order.
-// workers is how many workers the job's queue has: at most half of them
-// wait for starts under a rate.
+// workers is how many workers the job's queue has: a rate lets about
+// three quarters of them at most wait in Admit for their starts.
 //
 // A job Admit admits (ok) holds its Ticket until it ends, then releases it.
 // A job it refuses holds nothing, and wait is how long the limit asks it
@@ -223,7 +223,7 @@ func (g *Gate) failed(typ, id string, err error) {
 	}
 }
 
-// Release gives back what Admit took. Freeing a cluster slot is given
+// Release gives back what Admit took; it is called once. Freeing a cluster slot is given
 // Lease/3 within ctx; one that fails is logged, and the slot is free
 // again after its lease.
 func (tk Ticket) Release(ctx context.Context) {
