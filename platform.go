@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/admit"
 	"github.com/asyncplatform/asyncplatform/internal/health"
 	"github.com/asyncplatform/asyncplatform/internal/pause"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
@@ -351,7 +352,7 @@ type Platform struct {
 	sched    scheduler      // periodic jobs (schedule.go)
 	oc       outcomes       // status tracking and cancellation (status.go)
 	pz       *pause.Engine  // paused queues and groups (internal/pause)
-	lim      limits         // job-type limits (limits.go)
+	lim      *admit.Gate    // job-type limits (internal/admit)
 	claims   *unique.Claims // unique-key claims (internal/unique)
 
 	mu       sync.Mutex // guards handlers writes and the fields below
@@ -361,7 +362,7 @@ type Platform struct {
 	queues   []*runner.Queue[Job]
 
 	fetchCancel context.CancelFunc      // stops the fetchers
-	stopWait    <-chan struct{}         // closed when Stop begins
+	stopCtx     context.Context         // ends when Stop begins
 	workCtx     context.Context         // parent of handler contexts
 	workCancel  context.CancelCauseFunc // cancels running handlers at Stop's deadline
 	bgCancel    context.CancelFunc      // stops the lease keeper and health loop
@@ -410,7 +411,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	}
 	p.pz = newPauses(p)
 	p.claims = newClaims(backend, p.log, cfg.Lease)
-	if err := p.initLimits(); err != nil {
+	if p.lim, err = newGate(backend, cfg); err != nil {
 		return nil, err
 	}
 	p.enqueue = p.enqueueJobs
@@ -891,7 +892,7 @@ func (p *Platform) Start(ctx context.Context) error {
 	p.started = true
 	p.stopDone = make(chan struct{})
 	p.fetchCancel = fetchCancel
-	p.stopWait = fetchCtx.Done()
+	p.stopCtx = fetchCtx
 	p.health.Start(fetchCtx)
 	hctx, hcancel := context.WithTimeout(ctx, p.cfg.HealthInterval)
 	p.health.Run(hctx, p.log) // no job is taken before the checks have passed once
@@ -931,7 +932,7 @@ func (p *Platform) Start(ctx context.Context) error {
 	p.startSchedules(bgCtx)
 	p.startOutcomes(bgCtx)
 	p.background.Go(func() { p.pz.Run(bgCtx) })
-	p.startLimits(bgCtx)
+	p.background.Go(func() { p.lim.Run(bgCtx) })
 	p.log.InfoContext(ctx, "asyncplatform: started", "queues", len(p.queues), "worker", p.cfg.WorkerName)
 	return nil
 }

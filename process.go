@@ -109,18 +109,14 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 		p.apply(f, j, d, "")
 		return
 	}
-	if p.lim.byType != nil {
-		if tl := p.lim.byType[j.Type]; tl != nil { // admission: the gate again, with the type's limits
-			slot, ok, wait := p.admit(j, tl, q.Concurrency())
-			if !ok {
-				in.OverLimit, in.LimitWait, in.Jitter = true, wait, rand.Float64()
-				in.Stopping, in.Now = p.stopping.Load(), time.Now()
-				p.apply(f, j, decide.Decide(in), "")
-				return
-			}
-			defer p.unadmit(tl, slot)
-		}
+	ticket, wait, ok := p.lim.Admit(p.stopCtx, j.Type, j.ID, q.Concurrency())
+	if !ok { // admission: the gate again, with the type's limits
+		in.OverLimit, in.LimitWait, in.Jitter = true, wait, rand.Float64()
+		in.Stopping, in.Now = p.stopping.Load(), time.Now()
+		p.apply(f, j, decide.Decide(in), "")
+		return
 	}
+	defer ticket.Release(context.Background())
 	isolated := false
 	if suspect(j) && !p.cfg.DisableIsolation { // it was in a process that died: it runs alone
 		if !p.isolate(f) {

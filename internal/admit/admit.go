@@ -1,0 +1,300 @@
+// Package admit is the platform's admission of jobs under their type's
+// limits (Config.Limits): a place under the process's concurrency, a
+// cluster-wide slot and a start under a cluster-wide rate, taken before a
+// job's handler runs and, for the first two, given back after it. The
+// cluster-wide limits live in the backend's store (internal/flow over a
+// kv.Store), under sem/<type>/<slot> and rate/<type>.
+package admit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/internal/flow"
+	"github.com/asyncplatform/asyncplatform/internal/kv"
+)
+
+var _ flow.KV = (*kv.Store)(nil)
+
+// Limit is one job type's limits; a zero field sets no limit. Its fields
+// are those of asyncplatform.TypeLimit, which documents them.
+type Limit struct {
+	Concurrency        int     // jobs running at once in this process
+	ClusterConcurrency int     // jobs running at once across every process
+	Rate               float64 // starts per second across every process
+	Burst              int     // starts the rate admits at once; 0 means 1
+}
+
+// Config is what a Gate is built from.
+type Config struct {
+	// Limits are the limits of each job type.
+	Limits map[string]Limit
+
+	// Key returns a job type as a store key segment: the type's slots are
+	// the keys sem/<Key(type)>/<i> of Store, and its rate rate/<Key(type)>.
+	// Defaults to the type itself.
+	Key func(typ string) string
+
+	// Store holds the cluster-wide limits. Nil when the backend has none;
+	// StoreErr then says why, and New refuses a cluster-wide limit with
+	// an error wrapping it.
+	Store    *kv.Store
+	StoreErr error
+
+	// Lease is how long a cluster slot stays held without a renewal: Run
+	// renews the slots of running jobs every Lease/3, and each store round
+	// trip of the Gate is given Lease/3. Required.
+	Lease time.Duration
+
+	// Holder names this process in the slots it holds.
+	Holder string
+
+	// Logger receives the warnings of failed store round trips. Defaults
+	// to slog.Default().
+	Logger *slog.Logger
+}
+
+// Gate admits jobs under their type's limits. A Gate is safe for
+// concurrent use.
+type Gate struct {
+	types  map[string]*typeGate // only the types with a limit
+	lease  time.Duration
+	holder string
+	log    *slog.Logger
+	renews bool // some type has a cluster-wide concurrency limit
+
+	mu    sync.Mutex
+	slots map[*flow.Slot]struct{} // cluster slots held by running jobs
+}
+
+// typeGate is one job type's limits, each nil when not set.
+type typeGate struct {
+	local *flow.Local
+	sem   *flow.Semaphore
+	rate  *rateLine
+}
+
+// New validates cfg's limits and returns their Gate. Its errors name the
+// limit at fault as Limits[<type>].
+func New(cfg Config) (*Gate, error) {
+	if cfg.Lease <= 0 {
+		return nil, fmt.Errorf("admit: Lease is %v, want a positive duration", cfg.Lease)
+	}
+	if cfg.Key == nil {
+		cfg.Key = func(typ string) string { return typ }
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	g := &Gate{lease: cfg.Lease, holder: cfg.Holder, log: cfg.Logger, slots: map[*flow.Slot]struct{}{}}
+	for typ, l := range cfg.Limits {
+		t, err := newTypeGate(cfg, typ, l)
+		if err != nil {
+			return nil, err
+		}
+		if t == nil {
+			continue
+		}
+		if g.types == nil {
+			g.types = make(map[string]*typeGate, len(cfg.Limits))
+		}
+		g.types[typ] = t
+		g.renews = g.renews || t.sem != nil
+	}
+	return g, nil
+}
+
+// newTypeGate builds the limits of type typ; nil when l sets none.
+func newTypeGate(cfg Config, typ string, l Limit) (*typeGate, error) {
+	where := fmt.Sprintf("Limits[%q]", typ)
+	if typ == "" {
+		return nil, fmt.Errorf("%s: the job type is empty", where)
+	}
+	if l.Concurrency < 0 || l.ClusterConcurrency < 0 || l.Rate < 0 || l.Burst < 0 {
+		return nil, fmt.Errorf("%s: limits must not be negative", where)
+	}
+	if (l.ClusterConcurrency > 0 || l.Rate > 0) && cfg.Store == nil {
+		err := cfg.StoreErr
+		if err == nil {
+			err = errors.New("no store given")
+		}
+		return nil, fmt.Errorf("%s: a cluster-wide limit needs the backend's store: %w", where, err)
+	}
+	t := &typeGate{}
+	if l.Concurrency > 0 {
+		t.local, _ = flow.NewLocal(l.Concurrency)
+	}
+	key := cfg.Key(typ)
+	if l.ClusterConcurrency > 0 {
+		s, err := flow.NewSemaphore(cfg.Store, flow.SemaphoreConfig{Prefix: "sem/" + key, Slots: l.ClusterConcurrency, Lease: cfg.Lease})
+		if err != nil {
+			return nil, fmt.Errorf("%s.ClusterConcurrency: %w", where, err)
+		}
+		t.sem = s
+	}
+	if l.Rate > 0 {
+		r, err := flow.NewRate(cfg.Store, flow.RateConfig{Key: "rate/" + key, Events: l.Rate, Burst: max(l.Burst, 1)})
+		if err != nil {
+			return nil, fmt.Errorf("%s.Rate: %w", where, err)
+		}
+		t.rate = newRateLine(r)
+	}
+	if t.local == nil && t.sem == nil && t.rate == nil {
+		return nil, nil
+	}
+	return t, nil
+}
+
+// Ticket is what an admitted job holds while it runs: Release gives it
+// back. The zero Ticket holds nothing.
+type Ticket struct {
+	g    *Gate
+	t    *typeGate
+	slot *flow.Slot // nil: none
+}
+
+// Admit takes what the limits of type typ require before a job of the
+// type runs (id names it in the logs): a place under the process's
+// concurrency, a cluster slot, a start under the rate, in that order.
+// workers is how many workers the job's queue has: a rate lets about
+// three quarters of them at most wait in Admit for their starts.
+//
+// A job Admit admits (ok) holds its Ticket until it ends, then releases it.
+// A job it refuses holds nothing, and wait is how long the limit asks it
+// to wait; zero when it does not say (a concurrency limit, a store that
+// failed: the failure is logged).
+//
+// ctx ends the wait for a start's time; the start is then lost and the
+// job refused. The store round trips are given Lease/3 each and go on
+// when ctx ends: a slot taken or freed halfway would stay held for a
+// lease.
+func (g *Gate) Admit(ctx context.Context, typ, id string, workers int) (tk Ticket, wait time.Duration, ok bool) {
+	t := g.types[typ]
+	if t == nil {
+		return Ticket{}, 0, true
+	}
+	if t.local != nil && !t.local.TryAcquire() {
+		return Ticket{}, 0, false
+	}
+	tk = Ticket{g: g, t: t}
+	if t.sem == nil && t.rate == nil {
+		return tk, 0, true
+	}
+	if t.sem != nil {
+		s, got, err := g.acquire(ctx, t.sem)
+		if err != nil || !got {
+			tk.Release(ctx)
+			g.failed(typ, id, err)
+			return Ticket{}, 0, false
+		}
+		tk.slot = s
+	}
+	if t.rate != nil {
+		if wait, err := t.rate.start(ctx, g.lease/3, max(workers/2, 1)); err != nil || wait > 0 {
+			tk.Release(context.WithoutCancel(ctx))
+			g.failed(typ, id, err)
+			return Ticket{}, wait, false
+		}
+	}
+	if tk.slot != nil {
+		g.mu.Lock()
+		g.slots[tk.slot] = struct{}{}
+		g.mu.Unlock()
+	}
+	return tk, 0, true
+}
+
+// acquire takes a slot of s, if one is free, in a round trip given
+// Lease/3 whether or not ctx ends.
+func (g *Gate) acquire(ctx context.Context, s *flow.Semaphore) (*flow.Slot, bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.lease/3)
+	defer cancel()
+	return s.TryAcquire(ctx, g.holder)
+}
+
+// failed logs a limit that could not be read: the job waits as if over it.
+func (g *Gate) failed(typ, id string, err error) {
+	if err != nil {
+		g.log.Warn("asyncplatform: checking a job type's limits failed; the job waits and comes again", "type", typ, "id", id, "error", err)
+	}
+}
+
+// Release gives back what Admit took; it is called once. Freeing a cluster slot is given
+// Lease/3 within ctx; one that fails is logged, and the slot is free
+// again after its lease.
+func (tk Ticket) Release(ctx context.Context) {
+	if tk.slot != nil {
+		g := tk.g
+		g.forget(tk.slot)
+		ctx, cancel := context.WithTimeout(ctx, g.lease/3)
+		defer cancel()
+		if err := tk.slot.Release(ctx); err != nil {
+			g.log.Warn("asyncplatform: freeing a cluster concurrency slot failed; it is free again after its lease", "key", tk.slot.Key(), "error", err)
+		}
+	}
+	if tk.t != nil && tk.t.local != nil {
+		tk.t.local.Release()
+	}
+}
+
+// forget stops renewing s, and reports whether it was renewed.
+func (g *Gate) forget(s *flow.Slot) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, held := g.slots[s]
+	delete(g.slots, s)
+	return held
+}
+
+// Run renews the cluster slots of running jobs every Lease/3 until ctx
+// ends. It returns at once when no type has a cluster-wide concurrency
+// limit.
+func (g *Gate) Run(ctx context.Context) {
+	if !g.renews {
+		return
+	}
+	tick := time.NewTicker(g.lease / 3)
+	defer tick.Stop()
+	var held []*flow.Slot
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		held = g.held(held[:0])
+		for _, s := range held {
+			g.renew(ctx, s)
+		}
+	}
+}
+
+// held appends the slots held by running jobs to buf.
+func (g *Gate) held(buf []*flow.Slot) []*flow.Slot {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for s := range g.slots {
+		buf = append(buf, s)
+	}
+	return buf
+}
+
+// renew renews the slot of a running job.
+func (g *Gate) renew(ctx context.Context, s *flow.Slot) {
+	ctx, cancel := context.WithTimeout(ctx, g.lease/3)
+	defer cancel()
+	err := s.Renew(ctx)
+	switch {
+	case err == nil:
+	case errors.Is(err, flow.ErrSlotLost):
+		if g.forget(s) { // not released meanwhile by its job
+			g.log.Warn("asyncplatform: a running job lost its cluster concurrency slot (the store could not be reached within a lease); the limit may be passed until it ends", "key", s.Key())
+		}
+	default:
+		g.log.Warn("asyncplatform: renewing a cluster concurrency slot failed; will retry", "key", s.Key(), "error", err)
+	}
+}

@@ -1,0 +1,127 @@
+package admit
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/internal/flow"
+)
+
+// slowKV is a flow.KV whose writes each take d, a store's round trip, and
+// are counted.
+type slowKV struct {
+	flow.KV
+	d      time.Duration
+	writes atomic.Int64
+}
+
+func (s *slowKV) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
+	s.writes.Add(1)
+	time.Sleep(s.d)
+	return s.KV.Create(ctx, key, value, ttl)
+}
+
+func (s *slowKV) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (string, error) {
+	s.writes.Add(1)
+	time.Sleep(s.d)
+	return s.KV.Update(ctx, key, value, rev, ttl)
+}
+
+// TestRateBatches: three processes' workers ask a 50/s rate (burst 5) for
+// starts as fast as it lets them, through one store, their jobs coming
+// several at once (every 100 ms, as a broker hands out a batch). The
+// starts of the jobs that come together are reserved together, in far
+// fewer store writes than starts, and there are never more starts than
+// the rate gives over the run. (A count, not a speed: how many starts a
+// loaded machine reaches is the conformance case's business.)
+func TestRateBatches(t *testing.T) {
+	kv := &slowKV{KV: memory.NewBroker().Connect(), d: 2 * time.Millisecond}
+	const events, burst, workers = 50, 5, 20
+	run := 2 * time.Second
+	var started atomic.Int64
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for range 3 {
+		r, err := flow.NewRate(kv, flow.RateConfig{Key: "rate/t", Events: events, Burst: burst})
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := newRateLine(r)
+		for range workers {
+			wg.Go(func() {
+				for time.Since(t0) < run {
+					time.Sleep(100*time.Millisecond - time.Since(t0)%(100*time.Millisecond))
+					wait, err := line.start(t.Context(), time.Minute, workers/2)
+					switch {
+					case err != nil:
+						t.Error(err)
+						return
+					case wait == 0:
+						started.Add(1)
+					default: // requeued: the job comes again later
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(t0)
+	n, w := started.Load(), kv.writes.Load()
+	t.Logf("%d starts in %v with %d store writes", n, elapsed, w)
+	// Every start was reserved before the last worker stopped asking:
+	// within elapsed+rateWait of the first, at 50/s after a burst of 5
+	// and up to grace/interval starts taken late.
+	if most := int64((elapsed+rateWait).Seconds()*events) + burst + (burst - 1) + 1; n > most {
+		t.Errorf("%d starts in %v of a %d/s rate with a burst of %d; want at most %d", n, elapsed, events, burst, most)
+	}
+	if n == 0 || w >= n {
+		t.Errorf("%d store writes for %d starts; want batches: fewer writes than starts", w, n)
+	}
+}
+
+// TestRateBurstStartsDue: the starts a burst had left come in a batch with
+// times in the past; they are due when the batch was reserved, and are
+// not dropped as late by a job that comes just after.
+func TestRateBurstStartsDue(t *testing.T) {
+	r, err := flow.NewRate(memory.NewBroker().Connect(), flow.RateConfig{Key: "rate/t", Events: 1e6, Burst: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newRateLine(r) // grace: the burst's span, 999 µs
+	now := time.Now()
+	at, ok := l.add(flow.Grant{Count: 3, First: now.Add(-999 * time.Microsecond), Interval: time.Microsecond}, now, now.Add(500*time.Microsecond))
+	if !ok || at.After(now) {
+		t.Fatalf("the first start of a burst, handed to its reserver 500 µs after its batch: %v at %v; want a start due at once", ok, at.Sub(now))
+	}
+	for i := 1; i < 3; i++ {
+		at, ok := l.take(now.Add(500 * time.Microsecond))
+		if !ok || at.After(now) {
+			t.Fatalf("start %d of a burst, taken 500 µs after its batch: %v at %v; want a start due at once", i, ok, at.Sub(now))
+		}
+	}
+	if _, ok := l.take(now); ok {
+		t.Fatal("a fourth start from a batch of three")
+	}
+}
+
+// TestRateSlowStore: a store slower than expected (the first round trip,
+// with nothing known of its speed) makes a batch's starts come back late;
+// the job that reserved the batch still gets its start, not a requeue, and
+// later batches are timed from when they are expected back.
+func TestRateSlowStore(t *testing.T) {
+	kv := &slowKV{KV: memory.NewBroker().Connect(), d: 20 * time.Millisecond}
+	r, err := flow.NewRate(kv, flow.RateConfig{Key: "rate/t", Events: 1e5, Burst: 1}) // a start every 10 µs
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newRateLine(r)
+	for i := range 5 {
+		if wait, err := l.start(t.Context(), time.Minute, 10); err != nil || wait != 0 {
+			t.Fatalf("job %d on a store of 20 ms round trips: wait %v, %v; want a start", i, wait, err)
+		}
+	}
+}
