@@ -16,6 +16,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/health"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
+	"github.com/asyncplatform/asyncplatform/internal/schedule"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
@@ -346,10 +347,11 @@ type Platform struct {
 	declared sync.Map // queue name → struct{}
 	health   health.Gate
 	suspect  sync.Mutex // held while a suspect runs alone
-	sched    scheduler  // periodic jobs (schedule.go)
 	oc       outcomes   // status tracking and cancellation (status.go)
 	pz       pauses     // paused queues (pause.go)
 	lim      limits     // job-type limits (limits.go)
+
+	sched *schedule.Scheduler[Job] // periodic jobs (schedule.go)
 
 	mu       sync.Mutex // guards handlers writes and the fields below
 	started  bool
@@ -410,6 +412,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 		return nil, err
 	}
 	p.enqueue = p.enqueueJobs
+	p.sched = newScheduler(p)
 	for i := len(cfg.EnqueueMiddleware) - 1; i >= 0; i-- {
 		p.enqueue = cfg.EnqueueMiddleware[i](p.enqueue)
 	}
@@ -924,7 +927,7 @@ func (p *Platform) Start(ctx context.Context) error {
 		defer p.background.Done()
 		p.health.Loop(bgCtx, p.cfg.HealthInterval, p.log)
 	}()
-	p.startSchedules(bgCtx)
+	p.sched.Start(bgCtx)
 	p.startOutcomes(bgCtx)
 	p.startPauses(bgCtx)
 	p.startLimits(bgCtx)
@@ -977,6 +980,7 @@ func (p *Platform) Stop(ctx context.Context) error {
 		}
 	}
 	p.bgCancel()
+	p.sched.Stop()
 	p.background.Wait()
 	p.log.InfoContext(ctx, "asyncplatform: stopped", "worker", p.cfg.WorkerName)
 	return err
