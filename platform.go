@@ -18,6 +18,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/internal/health"
 	"github.com/asyncplatform/asyncplatform/internal/pause"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
+	"github.com/asyncplatform/asyncplatform/internal/schedule"
 	"github.com/asyncplatform/asyncplatform/internal/unique"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
@@ -348,12 +349,12 @@ type Platform struct {
 	handlers atomic.Pointer[registry]
 	declared sync.Map // queue name → struct{}
 	health   health.Gate
-	suspect  sync.Mutex     // held while a suspect runs alone
-	sched    scheduler      // periodic jobs (schedule.go)
-	oc       outcomes       // status tracking and cancellation (status.go)
-	pz       *pause.Engine  // paused queues and groups (internal/pause)
-	lim      *admit.Gate    // job-type limits (internal/admit)
-	claims   *unique.Claims // unique-key claims (internal/unique)
+	suspect  sync.Mutex               // held while a suspect runs alone
+	oc       outcomes                 // status tracking and cancellation (status.go)
+	pz       *pause.Engine            // paused queues and groups (internal/pause)
+	lim      *admit.Gate              // job-type limits (internal/admit)
+	claims   *unique.Claims           // unique-key claims (internal/unique)
+	sched    *schedule.Scheduler[Job] // periodic jobs (internal/schedule)
 
 	mu       sync.Mutex // guards handlers writes and the fields below
 	started  bool
@@ -415,6 +416,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 		return nil, err
 	}
 	p.enqueue = p.enqueueJobs
+	p.sched = newScheduler(p)
 	for i := len(cfg.EnqueueMiddleware) - 1; i >= 0; i-- {
 		p.enqueue = cfg.EnqueueMiddleware[i](p.enqueue)
 	}
@@ -929,7 +931,7 @@ func (p *Platform) Start(ctx context.Context) error {
 		defer p.background.Done()
 		p.health.Loop(bgCtx, p.cfg.HealthInterval, p.log)
 	}()
-	p.startSchedules(bgCtx)
+	p.sched.Start(bgCtx)
 	p.startOutcomes(bgCtx)
 	p.background.Go(func() { p.pz.Run(bgCtx) })
 	p.background.Go(func() { p.lim.Run(bgCtx) })
@@ -982,6 +984,7 @@ func (p *Platform) Stop(ctx context.Context) error {
 		}
 	}
 	p.bgCancel()
+	p.sched.Stop()
 	p.background.Wait()
 	p.log.InfoContext(ctx, "asyncplatform: stopped", "worker", p.cfg.WorkerName)
 	return err

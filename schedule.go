@@ -2,21 +2,13 @@ package asyncplatform
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"maps"
-	"slices"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
-
-	"github.com/robfig/cron/v3"
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/kv"
+	"github.com/asyncplatform/asyncplatform/internal/schedule"
 )
 
 // Schedule is a periodic job: a job enqueued at every tick of a cron
@@ -30,7 +22,9 @@ import (
 // tick twice: a tick at or before the last one fired is never fired again.
 // Each process also publishes the schedule's definition in the store, for
 // Platform.Schedules and TriggerSchedule (asyncctl schedules list and
-// trigger). Scheduling needs the backend's store (Platform.Store).
+// trigger). Scheduling needs the backend's store (Platform.Store):
+// without one, Platform.Schedule and New refuse every schedule with an
+// error matching ErrNoStore.
 type Schedule struct {
 	// Name identifies the schedule on the backend: every process gives the
 	// same schedule the same name. It follows the Store's key grammar.
@@ -65,283 +59,55 @@ type Schedule struct {
 // (RFC 3339 with nanoseconds, UTC).
 const ScheduleTickHeader = "asyncplatform-schedule-tick"
 
-// maxCatchUpScan bounds the ticks looked at to find the missed ones.
-const maxCatchUpScan = 1_000_000
-
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
-// scheduler holds a platform's schedules.
-type scheduler struct {
-	mu      sync.Mutex
-	entries map[string]*schedEntry
-	ctx     context.Context // set by Start; nil before
-}
-
-type schedEntry struct {
-	s    Schedule
-	next func(time.Time) time.Time // the first tick after t
+// newScheduler returns p's scheduler, over the backend's store (or none:
+// then every schedule is refused with an error matching ErrNoStore).
+func newScheduler(p *Platform) *schedule.Scheduler[Job] {
+	cfg := schedule.Config[Job]{
+		Log:    p.log,
+		Worker: p.cfg.WorkerName,
+		Fire: func(ctx context.Context, j *Job, tick time.Time) error {
+			j.Headers = cloneHeaders(j.Headers)
+			j.Headers[ScheduleTickHeader] = tick.UTC().Format(time.RFC3339Nano)
+			return p.Enqueue(ctx, j)
+		},
+		Final: func(err error) bool { return errors.Is(err, ErrInvalidJob) || errors.Is(err, ErrDuplicate) },
+	}
+	if d, err := driver.StoreOf(p.backend); err != nil {
+		cfg.NoStore = err
+	} else {
+		cfg.Ticks, cfg.Defs = kv.Of(d, kv.Schedules), kv.Of(d, kv.ScheduleDefs)
+	}
+	return schedule.New(cfg)
 }
 
 // Schedule registers a periodic job (see Schedule). It may be called
 // before or after Start; the scheduler runs from Start to Stop. Errors wrap
-// ErrInvalidConfig.
+// ErrInvalidConfig; without the backend's store they also match
+// ErrNoStore.
 func (p *Platform) Schedule(s Schedule) error {
 	if p == nil || p.backend == nil {
 		return ErrNotNew
 	}
-	e, err := newSchedEntry(s)
-	if err != nil {
-		return err
-	}
-	p.sched.mu.Lock()
-	defer p.sched.mu.Unlock()
-	if _, dup := p.sched.entries[s.Name]; dup {
-		return fmt.Errorf("%w: Schedule %q: a schedule of that name is registered", ErrInvalidConfig, s.Name)
-	}
-	if p.sched.entries == nil {
-		p.sched.entries = map[string]*schedEntry{}
-	}
-	p.sched.entries[s.Name] = e
-	if p.sched.ctx != nil {
-		p.goSchedule(p.sched.ctx, e)
-	}
-	return nil
-}
-
-func newSchedEntry(s Schedule) (*schedEntry, error) {
-	where := fmt.Sprintf("Schedule %q", s.Name)
-	if err := driver.CheckKey(s.Name); err != nil {
-		return nil, fmt.Errorf("%w: %s: Name: %w", ErrInvalidConfig, where, err)
-	}
 	if s.Job.Type == "" {
-		return nil, fmt.Errorf("%w: %s: Job.Type is empty", ErrInvalidConfig, where)
+		return fmt.Errorf("%w: Schedule %q: Job.Type is empty", ErrInvalidConfig, s.Name)
 	}
 	if s.Job.Queue != "" {
 		if err := driver.CheckQueue(s.Job.Queue); err != nil {
-			return nil, fmt.Errorf("%w: %s: Job.Queue: %w", ErrInvalidConfig, where, err)
+			return fmt.Errorf("%w: Schedule %q: Job.Queue: %w", ErrInvalidConfig, s.Name, err)
 		}
 	}
-	if s.CatchUp < 0 {
-		return nil, fmt.Errorf("%w: %s: CatchUp is %d, it must be 0 or more", ErrInvalidConfig, where, s.CatchUp)
-	}
-	e := &schedEntry{s: s}
-	switch {
-	case (s.Cron == "") == (s.Every == 0):
-		return nil, fmt.Errorf("%w: %s: set Cron or Every, one of them", ErrInvalidConfig, where)
-	case s.Every != 0:
-		if s.Every < time.Millisecond {
-			return nil, fmt.Errorf("%w: %s: Every is %v, at least 1ms", ErrInvalidConfig, where, s.Every)
-		}
-		every := s.Every.Nanoseconds()
-		e.next = func(t time.Time) time.Time {
-			n := t.UnixNano()
-			return time.Unix(0, (n/every+1)*every)
-		}
-	default:
-		spec := strings.TrimSpace(s.Cron)
-		if strings.HasPrefix(spec, "@every") {
-			return nil, fmt.Errorf("%w: %s: Cron %q: use Every for a fixed interval (its ticks are the same in every process)", ErrInvalidConfig, where, s.Cron)
-		}
-		if !strings.HasPrefix(spec, "CRON_TZ=") && !strings.HasPrefix(spec, "TZ=") {
-			loc := s.Location
-			if loc == nil {
-				loc = time.UTC
-			}
-			spec = "CRON_TZ=" + loc.String() + " " + spec
-		}
-		sched, err := cronParser.Parse(spec)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: Cron %q: %w", ErrInvalidConfig, where, s.Cron, err)
-		}
-		e.next = sched.Next
-	}
-	return e, nil
-}
-
-// startSchedules runs the registered schedules until ctx ends (Start
-// calls it with the context Stop cancels).
-func (p *Platform) startSchedules(ctx context.Context) {
-	p.sched.mu.Lock()
-	defer p.sched.mu.Unlock()
-	p.sched.ctx = ctx
-	for _, e := range p.sched.entries {
-		p.goSchedule(ctx, e)
-	}
-}
-
-func (p *Platform) goSchedule(ctx context.Context, e *schedEntry) {
-	p.background.Add(1)
-	go func() {
-		defer p.background.Done()
-		p.runSchedule(ctx, e)
-	}()
-}
-
-func (p *Platform) scheduleStore() (*Store, error) {
-	d, err := driver.StoreOf(p.backend)
-	if err != nil {
-		return nil, fmt.Errorf("asyncplatform: schedules need the backend's store: %w", err)
-	}
-	return &Store{s: kv.Of(d, kv.Schedules)}, nil
-}
-
-// lateLimit is how late a tick may be fired by a scheduler that fell
-// behind (a stalled process, a slow broker); ticks later than that are
-// skipped, as missed.
-const lateLimit = 10 * time.Second
-
-// runSchedule publishes the schedule's definition, catches up the missed
-// ticks, then fires every tick until ctx ends.
-func (p *Platform) runSchedule(ctx context.Context, e *schedEntry) {
-	st, err := p.scheduleStore()
-	if err != nil {
-		p.log.Error("asyncplatform: the schedule does not run", "schedule", e.s.Name, "error", err)
-		return
-	}
-	p.publishSchedule(ctx, e)
-	from := time.Now() // the ticks after this one are this run's own
-	last, ok := p.lastTick(ctx, st, e.s.Name)
-	var missed int
-	var caught []time.Time
-	if ok {
-		missed, caught = missedTicks(e.next, last, from, e.s.CatchUp)
-	}
-	level := slog.LevelDebug
-	if missed > 0 {
-		level = slog.LevelInfo
-	}
-	p.log.Log(ctx, level, "asyncplatform: schedule started", "schedule", e.s.Name, "from", from, "last_tick", last,
-		"missed", missed, "caught_up", len(caught), "skipped", missed-len(caught))
-	for _, t := range caught {
-		p.fire(ctx, st, e, t)
-	}
-	timer := time.NewTimer(0)
-	<-timer.C
-	defer timer.Stop()
-	for t := from; ; {
-		next := e.next(t)
-		if next.IsZero() {
-			return // a cron spec with no tick left
-		}
-		if now := time.Now(); now.Sub(next) > lateLimit {
-			skip := e.next(now.Add(-lateLimit))
-			p.log.Warn("asyncplatform: a schedule fell behind; ticks skipped", "schedule", e.s.Name, "from", next, "to", skip)
-			next = skip
-		}
-		timer.Reset(time.Until(next))
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		p.fire(ctx, st, e, next)
-		t = next
-	}
-}
-
-// missedTicks returns how many ticks fall after last and at or before now
-// (counting stops at maxCatchUpScan) and the latest n of them, oldest
-// first.
-func missedTicks(next func(time.Time) time.Time, last, now time.Time, n int) (missed int, latest []time.Time) {
-	for t := next(last); !t.IsZero() && !t.After(now) && missed < maxCatchUpScan; t = next(t) {
-		missed++
-	}
-	if n == 0 || missed == 0 {
-		return missed, nil
-	}
-	// The latest n: scan a window before now, wider until it holds n
-	// ticks or reaches back to last.
-	for w := time.Second; ; w *= 4 {
-		from := now.Add(-w)
-		if !from.After(last) || w > 100*365*24*time.Hour {
-			from = last
-		}
-		var ring []time.Time
-		for t := next(from); !t.IsZero() && !t.After(now); t = next(t) {
-			if len(ring) == n {
-				ring = append(ring[:0], ring[1:]...)
-			}
-			ring = append(ring, t)
-		}
-		if len(ring) == n || from.Equal(last) || w > 100*365*24*time.Hour {
-			return missed, ring
-		}
-	}
-}
-
-// lastTick reads the last tick fired of a schedule.
-func (p *Platform) lastTick(ctx context.Context, st *Store, name string) (time.Time, bool) {
-	t, err := readTick(ctx, st, name)
-	if err != nil {
-		if !errors.Is(err, ErrKeyNotFound) {
-			p.log.Warn("asyncplatform: reading a schedule's last tick failed; missed ticks are skipped", "schedule", name, "error", err)
-		}
-		return time.Time{}, false
-	}
-	return t, true
-}
-
-// readTick reads the last tick fired of a schedule; ErrKeyNotFound when
-// none was.
-func readTick(ctx context.Context, st *Store, name string) (time.Time, error) {
-	v, _, err := st.Get(ctx, name)
-	if err != nil {
-		return time.Time{}, err
-	}
-	n, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("asyncplatform: schedule %q: a last tick that does not parse: %w", name, err)
-	}
-	return time.Unix(0, n), nil
-}
-
-// fire enqueues the job of tick t unless another process fired t or a later
-// tick: the schedule's record moves from an earlier tick to t by
-// compare-and-swap, and the process whose write lands enqueues.
-func (p *Platform) fire(ctx context.Context, st *Store, e *schedEntry, t time.Time) {
-	name, val := e.s.Name, []byte(strconv.FormatInt(t.UnixNano(), 10))
-	won := false
-	err := kv.Retry(ctx, func() error {
-		v, rev, err := st.Get(ctx, name)
-		switch {
-		case errors.Is(err, ErrKeyNotFound):
-			_, err = st.Create(ctx, name, val, 0)
-			if errors.Is(err, ErrKeyExists) {
-				return kv.ErrRetry
-			}
-		case err == nil:
-			last, perr := strconv.ParseInt(string(v), 10, 64)
-			if perr == nil && last >= t.UnixNano() {
-				return nil // fired by another process
-			}
-			_, err = st.Update(ctx, name, val, rev, 0)
-			if errors.Is(err, ErrRevision) {
-				return kv.ErrRetry
-			}
-		}
-		won = err == nil
-		return err
-	})
-	if !won {
-		if err != nil && ctx.Err() == nil {
-			p.log.Warn("asyncplatform: a schedule's tick was not fired", "schedule", name, "tick", t, "error", err)
-		}
-		return
-	}
-	j := e.s.Job
+	j := s.Job // what each tick enqueues a copy of, and what is published
 	j.ID, j.EnqueuedAt, j.copyNo = "", time.Time{}, 0
-	j.Headers = cloneHeaders(e.s.Job.Headers)
-	j.Headers[ScheduleTickHeader] = t.UTC().Format(time.RFC3339Nano)
-	for try := 0; ; try++ { // the tick is ours alone: try a little harder
-		err = p.Enqueue(context.WithoutCancel(ctx), &j)
-		if err == nil || try == 2 || errors.Is(err, ErrInvalidJob) || errors.Is(err, ErrDuplicate) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	queue := j.Queue
+	if queue == "" {
+		queue = DefaultQueue
 	}
+	err := p.sched.Add(schedule.Spec[Job]{Name: s.Name, Cron: s.Cron, Location: s.Location, Every: s.Every,
+		CatchUp: s.CatchUp, Type: j.Type, Queue: queue, Job: j})
 	if err != nil {
-		p.log.Error("asyncplatform: enqueueing a schedule's job failed; the tick is lost", "schedule", name, "tick", t, "error", err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	return nil
 }
 
 // ScheduleTriggerHeader is the header of a job enqueued by TriggerSchedule
@@ -352,84 +118,7 @@ const ScheduleTriggerHeader = "asyncplatform-schedule-trigger"
 
 // ErrNoSchedule is matched (errors.Is) by the error of TriggerSchedule for
 // a schedule that no process has run on this backend.
-var ErrNoSchedule = errors.New("no such schedule")
-
-// scheduleDef is a schedule's definition as the store keeps it.
-type scheduleDef struct {
-	Cron     string        `json:"cron,omitempty"`
-	Location string        `json:"location,omitempty"`
-	Every    time.Duration `json:"every,omitempty"`
-	CatchUp  int           `json:"catch_up,omitempty"`
-	Type     string        `json:"type"`
-	Queue    string        `json:"queue"`
-	Job      *Job          `json:"job,omitempty"` // nil when too large for the store
-	Worker   string        `json:"worker"`
-	Started  time.Time     `json:"started"`
-}
-
-func (p *Platform) defStore() (*Store, error) {
-	d, err := driver.StoreOf(p.backend)
-	if err != nil {
-		return nil, fmt.Errorf("asyncplatform: schedules need the backend's store: %w", err)
-	}
-	return &Store{s: kv.Of(d, kv.ScheduleDefs)}, nil
-}
-
-// publishSchedule writes the schedule's definition to the store (last
-// writer wins), so that a process without the code can list the schedule
-// and trigger it.
-func (p *Platform) publishSchedule(ctx context.Context, e *schedEntry) {
-	st, err := p.defStore()
-	if err != nil {
-		return
-	}
-	d := scheduleDef{Cron: e.s.Cron, Every: e.s.Every, CatchUp: e.s.CatchUp, Type: e.s.Job.Type, Queue: e.s.Job.Queue,
-		Worker: p.cfg.WorkerName, Started: time.Now().UTC()}
-	if d.Queue == "" {
-		d.Queue = DefaultQueue
-	}
-	if e.s.Location != nil {
-		d.Location = e.s.Location.String()
-	}
-	j := e.s.Job
-	j.ID, j.EnqueuedAt, j.copyNo = "", time.Time{}, 0
-	d.Job = &j
-	v, err := json.Marshal(d)
-	if err == nil && driver.CheckValue(v) != nil { // keep what fits: the schedule without its job
-		d.Job = nil
-		v, err = json.Marshal(d)
-	}
-	if err == nil {
-		err = put(ctx, st, e.s.Name, v)
-	}
-	if err != nil && ctx.Err() == nil {
-		p.log.Warn("asyncplatform: publishing a schedule's definition failed; asyncctl may not list it", "schedule", e.s.Name, "error", err)
-	}
-}
-
-// put writes key whatever it holds.
-func put(ctx context.Context, st *Store, key string, v []byte) error {
-	err := kv.Retry(ctx, func() error {
-		_, rev, err := st.Get(ctx, key)
-		switch {
-		case errors.Is(err, ErrKeyNotFound):
-			_, err = st.Create(ctx, key, v, 0)
-			if errors.Is(err, ErrKeyExists) {
-				return kv.ErrRetry
-			}
-		case err == nil:
-			_, err = st.Update(ctx, key, v, rev, 0)
-			if errors.Is(err, ErrRevision) {
-				return kv.ErrRetry
-			}
-		}
-		return err
-	})
-	if errors.Is(err, kv.ErrContended) {
-		return fmt.Errorf("key %q: %w", key, err)
-	}
-	return err
-}
+var ErrNoSchedule = schedule.ErrNoSchedule
 
 // ScheduleInfo is what the backend's store tells of one schedule: its
 // definition, as the process that last started it published it, and its
@@ -466,93 +155,15 @@ func (p *Platform) Schedules(ctx context.Context, names ...string) ([]ScheduleIn
 	if p == nil || p.backend == nil {
 		return nil, ErrNotNew
 	}
-	defs, err := p.defStore()
+	list, err := p.sched.List(ctx, names...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("asyncplatform: %w", err)
 	}
-	ticks, err := p.scheduleStore()
-	if err != nil {
-		return nil, err
-	}
-	known := map[string]bool{}
-	for _, n := range names {
-		if err := driver.CheckKey(n); err != nil {
-			return nil, fmt.Errorf("asyncplatform: schedule name %q: %w", n, err)
-		}
-		known[n] = true
-	}
-	for _, st := range []*Store{defs, ticks} {
-		if len(names) > 0 {
-			break
-		}
-		for cursor := ""; ; {
-			page, err := st.List(ctx, "", cursor, MaxListLimit)
-			if err != nil {
-				return nil, fmt.Errorf("asyncplatform: listing schedules: %w", err)
-			}
-			for _, k := range page.Keys {
-				known[k] = true
-			}
-			if cursor = page.Next; cursor == "" {
-				break
-			}
-		}
-	}
-	now := time.Now()
-	out := make([]ScheduleInfo, 0, len(names))
-	for _, name := range slices.Sorted(maps.Keys(known)) {
-		si := ScheduleInfo{Name: name}
-		last, err := readTick(ctx, ticks, name)
-		hasLast := err == nil
-		switch {
-		case hasLast:
-			si.Last = last
-		case !errors.Is(err, ErrKeyNotFound):
-			return nil, err
-		}
-		d, err := readDef(ctx, defs, name)
-		switch {
-		case errors.Is(err, ErrKeyNotFound):
-			if !hasLast {
-				continue // named, and unknown
-			}
-		case err != nil:
-			return nil, err
-		default:
-			si.Cron, si.Every, si.CatchUp, si.Type, si.Queue = d.Cron, d.Every, d.CatchUp, d.Type, d.Queue
-			si.Worker, si.Started, si.Triggerable = d.Worker, d.Started, d.Job != nil
-			if e, err := newSchedEntry(d.schedule(name)); err == nil {
-				si.Next = e.next(now)
-			}
-		}
-		out = append(out, si)
+	out := make([]ScheduleInfo, len(list))
+	for i, si := range list {
+		out[i] = ScheduleInfo(si)
 	}
 	return out, nil
-}
-
-func readDef(ctx context.Context, st *Store, name string) (scheduleDef, error) {
-	var d scheduleDef
-	v, _, err := st.Get(ctx, name)
-	if err != nil {
-		return d, err
-	}
-	if err := json.Unmarshal(v, &d); err != nil {
-		return d, fmt.Errorf("asyncplatform: schedule %q: a definition that does not parse: %w", name, err)
-	}
-	return d, nil
-}
-
-// schedule rebuilds the Schedule of a definition (its Location missing
-// when this process does not know the zone).
-func (d scheduleDef) schedule(name string) Schedule {
-	s := Schedule{Name: name, Cron: d.Cron, Every: d.Every, CatchUp: d.CatchUp, Job: Job{Type: d.Type, Queue: d.Queue}}
-	if d.Location != "" {
-		s.Location, _ = time.LoadLocation(d.Location)
-	}
-	if d.Job != nil {
-		s.Job = *d.Job
-	}
-	return s
 }
 
 // TriggerSchedule enqueues the job of a schedule now, as the process that
@@ -565,24 +176,10 @@ func (p *Platform) TriggerSchedule(ctx context.Context, name string) (*Job, erro
 	if p == nil || p.backend == nil {
 		return nil, ErrNotNew
 	}
-	if err := driver.CheckKey(name); err != nil {
-		return nil, fmt.Errorf("asyncplatform: TriggerSchedule %q: %w: %w", name, ErrNoSchedule, err)
-	}
-	defs, err := p.defStore()
+	j, err := p.sched.Published(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("asyncplatform: TriggerSchedule: %w", err)
 	}
-	d, err := readDef(ctx, defs, name)
-	if errors.Is(err, ErrKeyNotFound) {
-		return nil, fmt.Errorf("asyncplatform: TriggerSchedule %q: %w (no process has started it on this backend)", name, ErrNoSchedule)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if d.Job == nil {
-		return nil, fmt.Errorf("asyncplatform: TriggerSchedule %q: its job is over the store's %d-byte limit, so it is not kept: trigger it from the code", name, driver.MaxValueLen)
-	}
-	j := *d.Job
 	j.ID = ""
 	j.Headers = cloneHeaders(j.Headers)
 	delete(j.Headers, ScheduleTickHeader)
@@ -602,19 +199,8 @@ func (p *Platform) DeleteSchedule(ctx context.Context, name string) error {
 	if p == nil || p.backend == nil {
 		return ErrNotNew
 	}
-	if err := driver.CheckKey(name); err != nil {
-		return fmt.Errorf("asyncplatform: schedule name %q: %w", name, err)
+	if err := p.sched.Delete(ctx, name); err != nil {
+		return fmt.Errorf("asyncplatform: %w", err)
 	}
-	defs, err := p.defStore()
-	if err != nil {
-		return err
-	}
-	ticks, err := p.scheduleStore()
-	if err != nil {
-		return err
-	}
-	if err := defs.Delete(ctx, name, ""); err != nil {
-		return err
-	}
-	return ticks.Delete(ctx, name, "")
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 // tickLog records the ticks of the scheduled jobs handled.
@@ -145,58 +146,31 @@ func TestScheduleInvalid(t *testing.T) {
 	}
 }
 
-func TestScheduleCronZone(t *testing.T) {
+// TestScheduleNoStore: without the backend's store every schedule is
+// refused (New with Config.Schedules too), and so is every read of them.
+func TestScheduleNoStore(t *testing.T) {
 	t.Parallel()
-	paris, err := time.LoadLocation("Europe/Paris")
-	if err != nil {
-		t.Skip("no tzdata:", err)
+	b := struct{ driver.Backend }{memory.NewBroker().Connect()} // the backend alone, without its store
+	s := Schedule{Name: "s", Every: time.Second, Job: Job{Type: "t"}}
+	if _, err := New(b, Config{Logger: quietLog, Schedules: []Schedule{s}}); !errors.Is(err, ErrNoStore) || !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("New with a schedule and no store = %v; want ErrInvalidConfig and ErrNoStore", err)
 	}
-	e, err := newSchedEntry(Schedule{Name: "z", Cron: "30 0 9 * * *", Location: paris, Job: Job{Type: "t"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	from := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
-	if got, want := e.next(from), time.Date(2026, 1, 11, 8, 0, 30, 0, time.UTC); !got.Equal(want) {
-		t.Fatalf("next 09:00:30 Paris after %v = %v; want %v", from, got, want)
-	}
-	e, err = newSchedEntry(Schedule{Name: "z", Cron: "0 9 * * *", Job: Job{Type: "t"}}) // five fields, UTC
+	p, err := New(b, Config{Logger: quietLog})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := e.next(from), time.Date(2026, 1, 11, 9, 0, 0, 0, time.UTC); !got.Equal(want) {
-		t.Fatalf("next 09:00 UTC = %v; want %v", got, want)
+	if err := p.Schedule(s); !errors.Is(err, ErrNoStore) || !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Schedule without a store = %v; want ErrInvalidConfig and ErrNoStore", err)
 	}
-}
-
-func TestMissedTicks(t *testing.T) {
-	t.Parallel()
-	e, err := newSchedEntry(Schedule{Name: "m", Every: time.Second, Job: Job{Type: "t"}})
-	if err != nil {
-		t.Fatal(err)
+	ctx := context.Background()
+	if _, err := p.Schedules(ctx); !errors.Is(err, ErrNoStore) {
+		t.Errorf("Schedules without a store = %v; want ErrNoStore", err)
 	}
-	last := time.Unix(1000, 0)
-	now := time.Unix(1010, 500) // ticks 1001 to 1010 missed
-	for _, n := range []int{0, 1, 3, 10, 20} {
-		missed, latest := missedTicks(e.next, last, now, n)
-		if missed != 10 {
-			t.Fatalf("n=%d: %d missed; want 10", n, missed)
-		}
-		want := min(n, 10)
-		if len(latest) != want {
-			t.Fatalf("n=%d: %d caught up (%v); want %d", n, len(latest), latest, want)
-		}
-		for i, tt := range latest {
-			if w := time.Unix(int64(1011-want+i), 0); !tt.Equal(w) {
-				t.Fatalf("n=%d: caught up %v; want the latest %d ticks, oldest first", n, latest, want)
-			}
-		}
+	if _, err := p.TriggerSchedule(ctx, "s"); !errors.Is(err, ErrNoStore) {
+		t.Errorf("TriggerSchedule without a store = %v; want ErrNoStore", err)
 	}
-	// A gap far longer than the scan: the latest ticks still come back.
-	e, _ = newSchedEntry(Schedule{Name: "m", Every: time.Millisecond, Job: Job{Type: "t"}})
-	now = last.Add(24 * time.Hour)
-	missed, latest := missedTicks(e.next, last, now, 2)
-	if missed != maxCatchUpScan || len(latest) != 2 || !latest[1].Equal(now) || !latest[0].Equal(now.Add(-time.Millisecond)) {
-		t.Fatalf("a day of 1ms ticks: missed %d, caught up %v; want %d (the scan's bound) and the two before %v", missed, latest, maxCatchUpScan, now)
+	if err := p.DeleteSchedule(ctx, "s"); !errors.Is(err, ErrNoStore) {
+		t.Errorf("DeleteSchedule without a store = %v; want ErrNoStore", err)
 	}
 }
 

@@ -38,6 +38,13 @@ func TestStoreNeedsCompanion(t *testing.T) {
 	if _, err := p.Store(); !errors.Is(err, ap.ErrNoStore) || !strings.Contains(err.Error(), "rabbit.Config.Store") {
 		t.Fatalf("Platform.Store on RabbitMQ without a companion: %v, want ErrNoStore naming rabbit.Config.Store", err)
 	}
+	s := ap.Schedule{Name: "s", Every: time.Second, Job: ap.Job{Type: "t"}}
+	if err := p.Schedule(s); !errors.Is(err, ap.ErrNoStore) || !strings.Contains(err.Error(), "rabbit.Config.Store") {
+		t.Fatalf("Schedule on RabbitMQ without a companion: %v, want ErrNoStore naming rabbit.Config.Store (a schedule that never fires)", err)
+	}
+	if _, err := ap.New(b, ap.Config{Schedules: []ap.Schedule{s}}); !errors.Is(err, ap.ErrNoStore) {
+		t.Fatalf("New with Schedules on RabbitMQ without a companion: %v, want ErrNoStore", err)
+	}
 }
 
 // TestStoreCompanionScoped checks that the companion's keys are kept under
