@@ -301,7 +301,7 @@ func (p *Platform) initLimits() error {
 			}
 			shared = &Store{s: kv.Of(d, kv.Limits)} // sem/<type>/<slot> and rate/<type>
 		}
-		key := statusKey(typ) // the type as a key segment (hashed when it does not fit)
+		key := kv.Segment(typ) // the type as a key segment (hashed when it does not fit)
 		if l.ClusterConcurrency > 0 {
 			s, err := flow.NewSemaphore(shared, flow.SemaphoreConfig{Prefix: "sem/" + key, Slots: l.ClusterConcurrency, Lease: p.cfg.Lease})
 			if err != nil {
