@@ -16,6 +16,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/health"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
+	"github.com/asyncplatform/asyncplatform/internal/status"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
@@ -347,9 +348,10 @@ type Platform struct {
 	health   health.Gate
 	suspect  sync.Mutex // held while a suspect runs alone
 	sched    scheduler  // periodic jobs (schedule.go)
-	oc       outcomes   // status tracking and cancellation (status.go)
 	pz       pauses     // paused queues (pause.go)
 	lim      limits     // job-type limits (limits.go)
+
+	status *status.Tracker // job status tracking and cancellation
 
 	mu       sync.Mutex // guards handlers writes and the fields below
 	started  bool
@@ -402,7 +404,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	}
 	p.health.Init(checks)
 	p.health.AddPinger(backend)
-	if err := p.initOutcomes(); err != nil {
+	if p.status, err = newTracker(backend, cfg); err != nil {
 		return nil, err
 	}
 	p.initPauseStore()
@@ -742,7 +744,9 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 		}
 		return fmt.Errorf("asyncplatform: enqueue to queue %q: %w", queue, err)
 	}
-	p.statusEnqueued(ctx, queue, jobs)
+	if p.status.Tracks(queue) {
+		p.status.Enqueued(ctx, statusJobs(jobs))
+	}
 	return nil
 }
 
@@ -925,7 +929,8 @@ func (p *Platform) Start(ctx context.Context) error {
 		p.health.Loop(bgCtx, p.cfg.HealthInterval, p.log)
 	}()
 	p.startSchedules(bgCtx)
-	p.startOutcomes(bgCtx)
+	p.background.Add(1)
+	go func() { defer p.background.Done(); p.status.Poll(bgCtx) }()
 	p.startPauses(bgCtx)
 	p.startLimits(bgCtx)
 	p.log.InfoContext(ctx, "asyncplatform: started", "queues", len(p.queues), "worker", p.cfg.WorkerName)
