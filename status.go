@@ -56,7 +56,9 @@ type JobStatus struct {
 	// the result was too large to keep in the status (over
 	// MaxStatusResult bytes).
 	ResultSize int `json:"result_size,omitempty"`
-	// RetryAt is when a retrying or scheduled job is due.
+	// RetryAt is when a retrying or scheduled job is due. A job its type's
+	// limit keeps refusing keeps the RetryAt of its first refusal: its
+	// status is not written again for each refusal.
 	RetryAt time.Time `json:"retry_at,omitzero"`
 	// EnqueuedAt is when the job was enqueued; StartedAt when its latest
 	// attempt began; UpdatedAt when the status last changed.

@@ -230,6 +230,53 @@ func TestDuplicateOlderCopy(t *testing.T) {
 	}
 }
 
+// A job a limit keeps refusing costs one status write, not one per refusal;
+// a refusal of a job whose record says running (another delivery runs it)
+// costs none.
+func TestDeferredWritesOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newStore(t)
+	tk := newTracker(d, "w1")
+	j := Job{ID: "j1", Queue: "q", Type: "t"}
+	tk.Enqueued(ctx, []Job{j})
+	refuse := func(wait time.Duration) {
+		tr, _ := tk.Begin(ctx, j)
+		tr.Settled(ctx, decide.Decision{Outcome: decide.Deferred, RetryAt: clock.Add(wait)}, 0, nil, "")
+	}
+	before := d.n.Load()
+	refuse(time.Minute)
+	if n := d.n.Load() - before; n != 1 {
+		t.Errorf("the first refusal wrote %d times, want 1", n)
+	}
+	r := get(t, tk, "j1")
+	if r.State != Scheduled || !r.RetryAt.Equal(clock.Add(time.Minute)) {
+		t.Errorf("after the first refusal: %+v; want scheduled, due in a minute", r)
+	}
+	before = d.n.Load()
+	for i := range 5 {
+		refuse(time.Duration(i+2) * time.Minute)
+	}
+	if n := d.n.Load() - before; n != 0 {
+		t.Errorf("5 more refusals wrote %d times, want 0", n)
+	}
+	if got := get(t, tk, "j1"); !got.RetryAt.Equal(r.RetryAt) {
+		t.Errorf("RetryAt %v after more refusals, want the first's %v", got.RetryAt, r.RetryAt)
+	}
+
+	running := deliver(t, tk, Job{ID: "j2", Queue: "q", Type: "t"})
+	defer running.Ended(ctx, false)
+	tr, _ := tk.Begin(ctx, Job{ID: "j2", Queue: "q", Type: "t"}) // a duplicate delivery, refused
+	before = d.n.Load()
+	tr.Settled(ctx, decide.Decision{Outcome: decide.Deferred, RetryAt: clock.Add(time.Minute)}, 0, nil, "")
+	if n := d.n.Load() - before; n != 0 {
+		t.Errorf("refusing a duplicate of a running job wrote %d times, want 0", n)
+	}
+	if r := get(t, tk, "j2"); r.State != Running {
+		t.Errorf("record %+v; want the running delivery's", r)
+	}
+}
+
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -158,8 +158,13 @@ func (tr *Track) Ended(ctx context.Context, failed bool) (cancelled bool) {
 // Settled writes the state the settled decision d leads to, and drops the
 // Track. tries is the job's try count as settled, result the handler's
 // result, errLine the first line of its error (empty: none). It is called
-// only when the settle succeeded. A deferred job (a limit refused it) whose
-// record says running is not written: another delivery of the job runs it.
+// only when the settle succeeded.
+//
+// A deferred job (a limit refused it) is not written when the record says
+// running (another delivery of the job runs it) or says scheduled with the
+// same counters already (an earlier refusal wrote it): a job a limit keeps
+// refusing costs one write, not one per refusal, and its RetryAt stays the
+// one recorded (the first refusal's).
 func (tr *Track) Settled(ctx context.Context, d decide.Decision, tries int, result []byte, errLine string) {
 	if tr == nil || tr.dropped {
 		return
@@ -169,7 +174,7 @@ func (tr *Track) Settled(ctx context.Context, d decide.Decision, tries int, resu
 	t := tr.t
 	r := tr.rec
 	r.Tries, r.Failures, r.Crashes = tries, d.Failures, d.Crashes
-	if d.Outcome == decide.Deferred && (tr.rec.State == Running) {
+	if d.Outcome == decide.Deferred && (tr.rec.State == Running || tr.rec.State == Scheduled && sameCounts(&r, &tr.rec)) {
 		return
 	}
 	now := t.cfg.Now()
@@ -209,4 +214,9 @@ func (tr *Track) Settled(ctx context.Context, d decide.Decision, tries int, resu
 	if r.CancelRequested && r.State.Terminal() {
 		_ = t.cfg.Store.Delete(ctx, "cancel/"+tr.key, "")
 	}
+}
+
+// sameCounts reports whether a and b hold the same counters.
+func sameCounts(a, b *Record) bool {
+	return a.Tries == b.Tries && a.Failures == b.Failures && a.Crashes == b.Crashes
 }
