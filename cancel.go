@@ -2,11 +2,8 @@ package asyncplatform
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 
-	"github.com/asyncplatform/asyncplatform/internal/kv"
+	"github.com/asyncplatform/asyncplatform/internal/status"
 )
 
 // ReasonCancelled: Platform.Cancel ended the job, before it ran or while it
@@ -16,17 +13,11 @@ const ReasonCancelled Reason = "cancelled"
 
 // ErrJobCancelled is the error of a handler's context that Platform.Cancel
 // ended: ctx.Err() is ErrJobCancelled, and it matches context.Canceled too.
-var ErrJobCancelled error = cancelledError{}
-
-type cancelledError struct{}
-
-func (cancelledError) Error() string { return "asyncplatform: job cancelled (Platform.Cancel)" }
-
-func (cancelledError) Is(target error) bool { return target == context.Canceled }
+var ErrJobCancelled = status.ErrCancelled
 
 // ErrJobFinished is returned by Platform.Cancel for a job that has ended
 // already (succeeded, dead-lettered or cancelled).
-var ErrJobFinished = errors.New("asyncplatform: the job has finished")
+var ErrJobFinished = status.ErrFinished
 
 // Cancel asks, from any process, for the job with the given ID to end. The
 // job's queue must track status (Config.TrackStatus or
@@ -42,37 +33,8 @@ var ErrJobFinished = errors.New("asyncplatform: the job has finished")
 // other writers change on every one of the store's 16 tries in a row gives
 // an error that says so (call again).
 func (p *Platform) Cancel(ctx context.Context, id string) error {
-	s, err := p.statusStore()
-	if err != nil {
-		return err
+	if p == nil || p.backend == nil {
+		return ErrNotNew
 	}
-	key := statusKey(id)
-	err = kv.Retry(ctx, func() error {
-		st, rev, err := readStatus(ctx, s, key)
-		if err != nil {
-			return err
-		}
-		if st.State.Terminal() {
-			return fmt.Errorf("%w (%s)", ErrJobFinished, st.State)
-		}
-		if st.CancelRequested {
-			return nil
-		}
-		st.CancelRequested = true
-		b, _ := json.Marshal(&st)
-		_, err = s.Update(ctx, "job/"+key, b, rev, p.cfg.StatusRetention)
-		if errors.Is(err, ErrRevision) {
-			return kv.ErrRetry // it changed meanwhile: read it again
-		}
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
-	}
-	// The mark a running job's worker polls for.
-	_, err = s.Create(ctx, "cancel/"+key, nil, p.cfg.StatusRetention)
-	if err != nil && !errors.Is(err, ErrKeyExists) {
-		return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
-	}
-	return nil
+	return p.status.Cancel(ctx, id)
 }

@@ -22,6 +22,7 @@ func ExamplePlatform_Status() {
 	}
 	defer backend.Close()
 	var p *ap.Platform
+	ended := make(chan struct{}) // the last attempt's hook has printed
 	p, err = ap.New(backend, ap.Config{
 		// One worker, so that each attempt's hook runs before the next
 		// attempt starts (a status shows the latest attempt).
@@ -30,6 +31,9 @@ func ExamplePlatform_Status() {
 		Hooks: ap.Hooks{AfterAttempt: func(ctx context.Context, a ap.Attempt) {
 			st, _ := p.Status(ctx, a.Job.ID) // written before the hook runs
 			fmt.Printf("after try %d: %s\n", a.Job.TryCount, st.State)
+			if st.State.Terminal() {
+				close(ended)
+			}
 		}},
 		Logger: slog.New(slog.DiscardHandler),
 	})
@@ -56,11 +60,11 @@ func ExamplePlatform_Status() {
 		log.Fatal(err)
 	}
 	defer p.Stop(ctx)
-	deadline := time.Now().Add(30 * time.Second)
-	for !st.State.Terminal() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-		st, _ = p.Status(ctx, job.ID)
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
 	}
+	st, _ = p.Status(ctx, job.ID)
 	fmt.Printf("%s after %d tries (%d failures, the last %q): %s\n", st.State, st.Tries, st.Failures, st.Error, st.Result)
 	// Output:
 	// enqueued: waiting

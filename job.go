@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/internal/decide"
+	"github.com/asyncplatform/asyncplatform/internal/status"
 )
 
 // DefaultQueue is the queue a job goes to when Job.Queue is empty.
@@ -120,7 +121,7 @@ type Job struct {
 	result []byte
 	// track is the job's status record while this worker holds it (nil
 	// when its queue does not track status; never encoded).
-	track *tracked
+	track *status.Track
 }
 
 // CopyNumber numbers the copy of the job being handled: 0 for the copy Enqueue

@@ -48,7 +48,7 @@ type TypeLimit struct {
 // newGate validates cfg.Limits and builds the gate that admits jobs under
 // them (internal/admit).
 func newGate(backend driver.Backend, cfg Config) (*admit.Gate, error) {
-	c := admit.Config{Key: statusKey, Lease: cfg.Lease, Holder: cfg.WorkerName, Logger: cfg.Logger}
+	c := admit.Config{Key: kv.Segment, Lease: cfg.Lease, Holder: cfg.WorkerName, Logger: cfg.Logger}
 	if len(cfg.Limits) > 0 {
 		c.Limits = make(map[string]admit.Limit, len(cfg.Limits))
 		for typ, l := range cfg.Limits {

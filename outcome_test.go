@@ -2,6 +2,7 @@ package asyncplatform
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/backend/memory"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/decide"
+	"github.com/asyncplatform/asyncplatform/internal/status"
 )
 
 // outcomeRow is one row of the README's failure-semantics table, as the
@@ -204,73 +206,6 @@ func TestReadmeTableMatches(t *testing.T) {
 	}
 }
 
-// TestStatusEnqueuedRace: the status written at Enqueue, after the job is
-// stored, never replaces the state a worker that took the job meanwhile
-// wrote; a redriven job (a newer copy) does replace its old end.
-func TestStatusEnqueuedRace(t *testing.T) {
-	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog, TrackStatus: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	done := JobStatus{ID: "j1", Queue: "default", Type: "t", State: StateSucceeded, UpdatedAt: time.Now()}
-	if _, err := p.writeStatus(ctx, &done, ""); err != nil {
-		t.Fatal(err)
-	}
-	p.statusEnqueued(ctx, "default", []*Job{{ID: "j1", Type: "t"}}) // the producer, late
-	if st, err := p.Status(ctx, "j1"); err != nil || st.State != StateSucceeded {
-		t.Errorf("after a late enqueue write: %+v, %v; want the worker's succeeded kept", st, err)
-	}
-	p.statusEnqueued(ctx, "default", []*Job{{ID: "j1", Type: "t", copyNo: 1}}) // a redrive
-	if st, err := p.Status(ctx, "j1"); err != nil || st.State != StateWaiting || st.Copy != 1 {
-		t.Errorf("after a redrive: %+v, %v; want waiting, copy 1", st, err)
-	}
-}
-
-// TestStatusLateSettleOfOlderCopy: a retry's copy can run, and end, before
-// the attempt that scheduled it has written its own end (the retrying
-// state). That late write must not replace the later copy's state: a status
-// left at retrying would never turn terminal (ExamplePlatform_Status once
-// waited forever in CI).
-func TestStatusLateSettleOfOlderCopy(t *testing.T) {
-	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog, TrackStatus: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	running := JobStatus{ID: "j1", Queue: "default", Type: "t", State: StateRunning, Tries: 2, Copy: 1}
-	rev, err := p.writeStatus(ctx, &running, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Copy 2 takes the record from copy 1's running state to its end.
-	next := running
-	next.State, next.Tries, next.Copy = StateRunning, 3, 2
-	rev2, err := p.writeStatus(ctx, &next, rev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	next.State = StateSucceeded
-	if _, err := p.writeStatus(ctx, &next, rev2); err != nil {
-		t.Fatal(err)
-	}
-	// Copy 1's end, late, at the revision it last wrote.
-	late := running
-	late.State = StateRetrying
-	if _, err := p.writeStatus(ctx, &late, rev); !errors.Is(err, errStaleStatus) {
-		t.Errorf("a late write of copy 1's end: %v, want errStaleStatus", err)
-	}
-	// The same copy's earlier try, late: also stale.
-	sameCopy := next
-	sameCopy.State, sameCopy.Tries = StateRetrying, 2
-	if _, err := p.writeStatus(ctx, &sameCopy, rev); !errors.Is(err, errStaleStatus) {
-		t.Errorf("a late write of an earlier try of copy 2: %v, want errStaleStatus", err)
-	}
-	if st, err := p.Status(ctx, "j1"); err != nil || st.State != StateSucceeded || st.Copy != 2 {
-		t.Errorf("status after the late writes: %+v, %v; want copy 2 succeeded", st, err)
-	}
-}
-
 // TestStatusDuplicateOlderCopy: an older copy that comes again after a later
 // copy ended (a crash between storing a copy and settling the one before)
 // runs untracked: its attempt leaves the later copy's end in place.
@@ -288,10 +223,12 @@ func TestStatusDuplicateOlderCopy(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	done := JobStatus{ID: "j1", Queue: "default", Type: "t", State: StateSucceeded, Tries: 2, Copy: 2}
-	if _, err := p.writeStatus(ctx, &done, ""); err != nil {
-		t.Fatal(err)
+	// Copy 2 ran and succeeded.
+	done, _ := p.status.Begin(ctx, status.Job{ID: "j1", Queue: "default", Type: "t", Copy: 2, TryCount: 1})
+	if done == nil || done.Running(ctx) {
+		t.Fatal("copy 2 was not tracked")
 	}
+	done.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 2, nil, "")
 	old := &Job{ID: "j1", Type: "t", Queue: "default", EnqueuedAt: time.Now(), copyNo: 1}
 	if err := p.backend.Enqueue(ctx, "default", []driver.Message{p.message(old)}); err != nil {
 		t.Fatal(err)
@@ -397,6 +334,30 @@ func TestReenqueueDeadLetterOfCopyZero(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("status of the second life: %+v, %v; want succeeded", st, err)
+		}
+	}
+}
+
+// The public status is the engine's record: every field carried over, the
+// same JSON, and the same states.
+func TestJobStatusIsTheRecord(t *testing.T) {
+	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	r := status.Record{ID: "j1", Queue: "q", Type: "t", State: status.DeadLettered, Tries: 3, Failures: 2, Crashes: 1,
+		Reason: "retries_exceeded", Error: "boom", Result: []byte("r"), ResultSize: 1, RetryAt: at,
+		EnqueuedAt: at.Add(-time.Hour), StartedAt: at.Add(-time.Minute), UpdatedAt: at, Worker: "w", CancelRequested: true, Copy: 4}
+	rb, _ := json.Marshal(&r)
+	sb, _ := json.Marshal(jobStatus(&r))
+	if string(rb) != string(sb) {
+		t.Errorf("JobStatus\n%s\nwant the record's\n%s", sb, rb)
+	}
+	states := map[JobState]status.State{
+		StateWaiting: status.Waiting, StateScheduled: status.Scheduled, StateRunning: status.Running,
+		StateRetrying: status.Retrying, StateSucceeded: status.Succeeded, StateDeadLettered: status.DeadLettered,
+		StateCancelled: status.Cancelled,
+	}
+	for pub, in := range states {
+		if string(pub) != string(in) || pub.Terminal() != in.Terminal() {
+			t.Errorf("state %q (terminal %v) is %q (terminal %v) in the engine", pub, pub.Terminal(), in, in.Terminal())
 		}
 	}
 }

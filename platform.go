@@ -19,6 +19,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/internal/pause"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
 	"github.com/asyncplatform/asyncplatform/internal/schedule"
+	"github.com/asyncplatform/asyncplatform/internal/status"
 	"github.com/asyncplatform/asyncplatform/internal/unique"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
@@ -350,7 +351,7 @@ type Platform struct {
 	declared sync.Map // queue name → struct{}
 	health   health.Gate
 	suspect  sync.Mutex               // held while a suspect runs alone
-	oc       outcomes                 // status tracking and cancellation (status.go)
+	status   *status.Tracker          // job status tracking and cancellation (internal/status)
 	pz       *pause.Engine            // paused queues and groups (internal/pause)
 	lim      *admit.Gate              // job-type limits (internal/admit)
 	claims   *unique.Claims           // unique-key claims (internal/unique)
@@ -407,7 +408,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	}
 	p.health.Init(checks)
 	p.health.AddPinger(backend)
-	if err := p.initOutcomes(); err != nil {
+	if p.status, err = newTracker(backend, cfg); err != nil {
 		return nil, err
 	}
 	p.pz = newPauses(p)
@@ -749,7 +750,9 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 		}
 		return fmt.Errorf("asyncplatform: enqueue to queue %q: %w", queue, err)
 	}
-	p.statusEnqueued(ctx, queue, jobs)
+	if p.status.Tracks(queue) {
+		p.status.Enqueued(ctx, statusJobs(jobs))
+	}
 	return nil
 }
 
@@ -932,7 +935,7 @@ func (p *Platform) Start(ctx context.Context) error {
 		p.health.Loop(bgCtx, p.cfg.HealthInterval, p.log)
 	}()
 	p.sched.Start(bgCtx)
-	p.startOutcomes(bgCtx)
+	p.background.Go(func() { p.status.Poll(bgCtx) })
 	p.background.Go(func() { p.pz.Run(bgCtx) })
 	p.background.Go(func() { p.lim.Run(bgCtx) })
 	p.log.InfoContext(ctx, "asyncplatform: started", "queues", len(p.queues), "worker", p.cfg.WorkerName)

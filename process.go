@@ -102,7 +102,10 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	// A job of a paused group is set aside whatever its status says, so
 	// its status is neither read nor written.
 	in.Group = p.pz.Group(context.Background(), j.Queue, j.Group, j.ID)
-	if in.Group != decide.GroupOpen || p.statusBegin(j, &in) {
+	if in.Group == decide.GroupOpen {
+		j.track, in.Cancelled = p.status.Begin(context.Background(), statusJob(j))
+	}
+	if in.Group != decide.GroupOpen || p.status.Tracks(j.Queue) {
 		in.Now = time.Now() // after a store round trip
 	}
 	if d := decide.Decide(in); d.Outcome != decide.Run { // gate
@@ -128,7 +131,9 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	if !p.loadPayload(f, j, in) {
 		return
 	}
-	if !p.statusRunning(f, in) {
+	if j.track.Running(context.Background()) { // Cancel came first: it never runs
+		in.Cancelled, in.Now = true, time.Now()
+		p.apply(f, j, decide.Decide(in), "")
 		return
 	}
 	id := j.ID
@@ -152,7 +157,7 @@ func (p *Platform) process(q *runner.Queue[Job], qp Policy, t *jobctx.Timer, f *
 	}
 	in.Result, in.RejectAfter = classify(herr) // decide
 	in.Stopping = p.workCtx.Err() != nil
-	in.Cancelled = p.statusEnded(j, herr)
+	in.Cancelled = j.track.Ended(context.Background(), herr != nil)
 	in.Now = start.Add(dur) // the handler's end, without another clock read
 	in.Jitter = rand.Float64()
 	d := decide.Decide(in)
@@ -316,7 +321,11 @@ func outcomeOf(d decide.Decision) (Outcome, Reason) {
 // without a report or a status write.
 func (p *Platform) apply(f *inflight, j *Job, d decide.Decision, text string) (err error) {
 	j, d = p.report(f, j, d, text) // an end is reported to the output queue before it is settled (output.go)
-	defer func() { p.statusSettled(f, j, d, text, err) }()
+	defer func() {
+		if err == nil {
+			f.Job.track.Settled(context.Background(), d, f.Job.TryCount, f.Job.result, firstLine(text))
+		}
+	}()
 	switch d.Outcome {
 	case decide.Succeeded:
 		err := p.settle(f, true, nil, nil)
@@ -403,9 +412,7 @@ func (p *Platform) run(t *jobctx.Timer, f *inflight, h *handlerEntry, timeout ti
 		f.Ctx.Due = time.Now().Add(timeout)
 	}
 	ctx := &f.Ctx
-	if j.track != nil {
-		j.track.started(ctx)
-	}
+	j.track.Started(ctx)
 	if f.Start() { // its lease lapsed while it waited: another worker has it now
 		return r, false
 	}

@@ -95,3 +95,36 @@ func TestNamespaces(t *testing.T) {
 		t.Errorf("All lists %d namespaces; every one the platform uses belongs there", len(All))
 	}
 }
+
+func TestSegment(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a", 201)
+	tests := []struct {
+		in     string
+		hashed bool
+	}{
+		{in: "job-1", hashed: false},
+		{in: "a:b=c.d_e", hashed: false},
+		{in: strings.Repeat("a", 200), hashed: false},
+		{in: "", hashed: true},
+		{in: long, hashed: true},
+		{in: "a/b", hashed: true},
+		{in: "has space", hashed: true},
+		{in: "sha-0123", hashed: true}, // it could be another string's hash
+	}
+	for _, tt := range tests {
+		got := Segment(tt.in)
+		if hashed := got != tt.in; hashed != tt.hashed {
+			t.Errorf("Segment(%.20q) = %.30q: hashed %v, want %v", tt.in, got, hashed, tt.hashed)
+		}
+		if tt.hashed && (!strings.HasPrefix(got, "sha-") || len(got) != 44) {
+			t.Errorf("Segment(%.20q) = %q, want sha- and 40 hex digits", tt.in, got)
+		}
+		if strings.Contains(got, "/") {
+			t.Errorf("Segment(%.20q) = %q: more than one segment", tt.in, got)
+		}
+	}
+	if Segment("a/b") == Segment("a/c") {
+		t.Error("two strings hashed to one segment")
+	}
+}

@@ -2,6 +2,8 @@ package kv
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -206,4 +208,16 @@ func checkWrite(key string, value []byte, ttl time.Duration) (time.Duration, err
 // that cannot is nobody's revision.
 func plausibleRev(rev string) bool {
 	return rev != "" && len(rev) <= driver.MaxRevisionLen
+}
+
+// Segment returns s as one key segment: s itself when it is one (at most 200
+// bytes, in the key grammar, no '/', not starting "sha-"), else "sha-" and
+// the hex of the first 20 bytes of its SHA-256. Distinct strings give
+// distinct segments: a hashed one cannot be taken for one kept as it is.
+func Segment(s string) string {
+	if s != "" && len(s) <= 200 && !strings.Contains(s, "/") && driver.CheckKey(s) == nil && !strings.HasPrefix(s, "sha-") {
+		return s
+	}
+	h := sha256.Sum256([]byte(s))
+	return "sha-" + hex.EncodeToString(h[:20])
 }

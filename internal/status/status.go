@@ -1,0 +1,385 @@
+// Package status tracks the status of the jobs of tracked queues and carries
+// their cancellations. Each tracked job has a record in the store (key
+// job/<id>), written when it is enqueued and at each step of each delivery;
+// Cancel marks the record and leaves a cancel mark (key cancel/<id>) that the
+// workers running the job poll for.
+//
+// The records are stored as JSON and read by every version of the platform:
+// their fields and names never change.
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/kv"
+)
+
+// State is where a tracked job is in its life.
+type State string
+
+// The states of a tracked job, as stored.
+const (
+	Waiting      State = "waiting"       // enqueued (or handed back, or rejected), due now
+	Scheduled    State = "scheduled"     // waiting for NotBefore, a Reject's delay or a limit
+	Running      State = "running"       // a handler runs it (or ran it and its worker died)
+	Retrying     State = "retrying"      // failed; due again at RetryAt
+	Succeeded    State = "succeeded"     // done, with its result
+	DeadLettered State = "dead_lettered" // in the dead-letter queue, for Reason
+	Cancelled    State = "cancelled"     // Cancel ended it: dead-lettered as cancelled
+)
+
+// Terminal reports whether a job in state s will not run again (unless its
+// dead letter is redriven).
+func (s State) Terminal() bool {
+	return s == Succeeded || s == DeadLettered || s == Cancelled
+}
+
+// Record is a job's status as stored.
+type Record struct {
+	ID              string    `json:"id"`
+	Queue           string    `json:"queue"`
+	Type            string    `json:"type"`
+	State           State     `json:"state"`
+	Tries           int       `json:"tries"`
+	Failures        int       `json:"failures"`
+	Crashes         int       `json:"crashes"`
+	Reason          string    `json:"reason,omitempty"` // the dead-letter reason
+	Error           string    `json:"error,omitempty"`  // the first line of the last error
+	Result          []byte    `json:"result,omitempty"`
+	ResultSize      int       `json:"result_size,omitempty"`
+	RetryAt         time.Time `json:"retry_at,omitzero"`
+	EnqueuedAt      time.Time `json:"enqueued_at,omitzero"`
+	StartedAt       time.Time `json:"started_at,omitzero"`
+	UpdatedAt       time.Time `json:"updated_at"`
+	Worker          string    `json:"worker,omitempty"`
+	CancelRequested bool      `json:"cancel_requested,omitempty"`
+	Copy            uint64    `json:"copy,omitempty"`
+}
+
+// MaxResult is the largest result kept in a record; a larger one is left
+// out (ResultSize still says how large it was).
+const MaxResult = driver.MaxValueLen - 8<<10
+
+// DefaultPoll is how often a worker running tracked jobs looks for
+// cancellations: one store List per tick, whatever the number of jobs.
+const DefaultPoll = 300 * time.Millisecond
+
+// ErrNotFound is returned by Get and Cancel for a job with no record:
+// unknown, on a queue that does not track status, or past its retention.
+var ErrNotFound = errors.New("asyncplatform: no status for this job (unknown, untracked, or past its retention)")
+
+// ErrFinished is returned by Cancel for a job that has ended already.
+var ErrFinished = errors.New("asyncplatform: the job has finished")
+
+// ErrCancelled is the error a cancelled job's handler context ends with; it
+// matches context.Canceled too.
+var ErrCancelled error = cancelledError{}
+
+type cancelledError struct{}
+
+func (cancelledError) Error() string { return "asyncplatform: job cancelled (Platform.Cancel)" }
+
+func (cancelledError) Is(target error) bool { return target == context.Canceled }
+
+// errStale reports a write given up because the record holds a later
+// attempt's state: a later copy of the job (a retry that ran before this
+// attempt's end was written), or a later try of the same copy (a
+// redelivery after a lost lease).
+var errStale = errors.New("asyncplatform: a later attempt's status is recorded")
+
+// Config is what a Tracker needs.
+type Config struct {
+	// Store keeps the records and the cancel marks. Nil when the backend
+	// has none: then no queue is tracked, and Get and Cancel return
+	// NoStore.
+	Store *kv.Store
+	// NoStore is why Store is nil; it should match driver.ErrNoStore.
+	NoStore error
+	// All tracks every queue; Queues names the queues tracked besides.
+	All    bool
+	Queues []string
+	// Retention is how long a record and a cancel mark are kept after
+	// their last write.
+	Retention time.Duration
+	// Worker names this worker in the records it writes.
+	Worker string
+	// Timeout bounds the store calls of each delivery hook; zero: the
+	// caller's context alone.
+	Timeout time.Duration
+	// Poll is how often Poll looks for cancellations; zero: DefaultPoll.
+	Poll time.Duration
+	// Logger takes the failures that are logged, not returned; nil:
+	// slog.Default().
+	Logger *slog.Logger
+	// Now is the clock of the records' timestamps; nil: time.Now.
+	Now func() time.Time
+}
+
+// Tracker keeps the records of the tracked queues' jobs, carries their
+// cancellations, and holds the tracked jobs running in this process.
+type Tracker struct {
+	cfg     Config
+	queues  map[string]bool
+	running sync.Map     // record key → *Track, for the jobs running here
+	n       atomic.Int32 // entries in running
+}
+
+// New returns the Tracker cfg describes.
+func New(cfg Config) *Tracker {
+	if cfg.Poll <= 0 {
+		cfg.Poll = DefaultPoll
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Store == nil && cfg.NoStore == nil {
+		cfg.NoStore = driver.ErrNoStore
+	}
+	t := &Tracker{cfg: cfg, queues: make(map[string]bool, len(cfg.Queues))}
+	for _, q := range cfg.Queues {
+		t.queues[q] = true
+	}
+	return t
+}
+
+// Tracks reports whether the jobs of queue have their status tracked.
+func (t *Tracker) Tracks(queue string) bool {
+	return t.cfg.Store != nil && (t.cfg.All || t.queues[queue])
+}
+
+// key is the record key segment of a job ID.
+func key(id string) string { return kv.Segment(id) }
+
+func (t *Tracker) store() (*kv.Store, error) {
+	if t.cfg.Store == nil {
+		return nil, fmt.Errorf("asyncplatform: job status: %w", t.cfg.NoStore)
+	}
+	return t.cfg.Store, nil
+}
+
+// bound is ctx bounded by Config.Timeout.
+func (t *Tracker) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if t.cfg.Timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, t.cfg.Timeout)
+}
+
+// Get returns the record of the job with the given ID; ErrNotFound when
+// there is none.
+func (t *Tracker) Get(ctx context.Context, id string) (Record, error) {
+	if _, err := t.store(); err != nil {
+		return Record{}, err
+	}
+	r, _, err := t.read(ctx, key(id))
+	return r, err
+}
+
+// Cancel marks the record of the job with the given ID as cancelled and
+// leaves the cancel mark the workers poll for. A job with no record gives
+// an error matching ErrNotFound, a finished one ErrFinished; a job marked
+// already is no error.
+func (t *Tracker) Cancel(ctx context.Context, id string) error {
+	s, err := t.store()
+	if err != nil {
+		return err
+	}
+	k := key(id)
+	err = kv.Retry(ctx, func() error {
+		r, rev, err := t.read(ctx, k)
+		if err != nil {
+			return err
+		}
+		if r.State.Terminal() {
+			return fmt.Errorf("%w (%s)", ErrFinished, r.State)
+		}
+		if r.CancelRequested {
+			return nil
+		}
+		r.CancelRequested = true
+		b, _ := json.Marshal(&r)
+		_, err = s.Update(ctx, "job/"+k, b, rev, t.cfg.Retention)
+		if errors.Is(err, driver.ErrRevision) {
+			return kv.ErrRetry // it changed meanwhile: read it again
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
+	}
+	_, err = s.Create(ctx, "cancel/"+k, nil, t.cfg.Retention)
+	if err != nil && !errors.Is(err, driver.ErrKeyExists) {
+		return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
+	}
+	return nil
+}
+
+// Job is a job as the tracker sees it.
+type Job struct {
+	ID, Queue, Type string
+	// Copy is the job's copy number.
+	Copy uint64
+	// EnqueuedAt is when the job was enqueued; NotBefore when it is due
+	// (Enqueued: a later one makes it scheduled).
+	EnqueuedAt, NotBefore time.Time
+	// TryCount, Failures and Crashes are the job's counters as delivered
+	// (Begin): the try it is delivered for is TryCount+1.
+	TryCount, Failures, Crashes int
+}
+
+// Enqueued writes the waiting (or scheduled) record of each newly stored job
+// of a tracked queue. The jobs are stored already: a failed write is logged,
+// not returned (the worker writes the record when it takes the job).
+func (t *Tracker) Enqueued(ctx context.Context, jobs []Job) {
+	now := t.cfg.Now()
+	for _, j := range jobs {
+		if !t.Tracks(j.Queue) {
+			continue
+		}
+		r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, State: Waiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now, Copy: j.Copy}
+		if j.NotBefore.After(now) {
+			r.State, r.RetryAt = Scheduled, j.NotBefore
+		}
+		if err := t.create(ctx, &r); err != nil {
+			t.cfg.Logger.Warn("asyncplatform: writing a job's status failed", "queue", j.Queue, "id", j.ID, "error", err)
+		}
+	}
+}
+
+func (t *Tracker) read(ctx context.Context, k string) (Record, string, error) {
+	b, rev, err := t.cfg.Store.Get(ctx, "job/"+k)
+	if errors.Is(err, driver.ErrKeyNotFound) {
+		return Record{}, "", ErrNotFound
+	}
+	if err != nil {
+		return Record{}, "", err
+	}
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Record{}, "", fmt.Errorf("asyncplatform: the status of job key %q is not a status: %w", k, err)
+	}
+	return r, rev, nil
+}
+
+// newer reports whether cur records a later attempt than r.
+func newer(cur, r *Record) bool {
+	return cur.Copy > r.Copy || cur.Copy == r.Copy && cur.Tries > r.Tries
+}
+
+// write writes r at rev (empty: create), and on a conflict (Cancel wrote
+// meanwhile, or the record is older or newer than thought) reads the record
+// again, keeps its CancelRequested, and writes again. When the record holds
+// a later attempt's state, it leaves it and returns errStale. It returns the
+// new revision.
+func (t *Tracker) write(ctx context.Context, r *Record, rev string) (string, error) {
+	s, k := t.cfg.Store, key(r.ID)
+	b, _ := json.Marshal(r)
+	var written string
+	err := kv.Retry(ctx, func() error {
+		var err error
+		if rev == "" {
+			written, err = s.Create(ctx, "job/"+k, b, t.cfg.Retention)
+		} else {
+			written, err = s.Update(ctx, "job/"+k, b, rev, t.cfg.Retention)
+		}
+		if err == nil || !(errors.Is(err, driver.ErrKeyExists) || errors.Is(err, driver.ErrRevision)) {
+			return err
+		}
+		cur, cr, err := t.read(ctx, k)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			rev = ""
+		case err != nil:
+			return err
+		case newer(&cur, r):
+			return errStale
+		default:
+			rev = cr
+			if cur.CancelRequested && !r.CancelRequested {
+				r.CancelRequested = true
+				b, _ = json.Marshal(r)
+			}
+		}
+		return kv.ErrRetry
+	})
+	if err != nil {
+		return "", err
+	}
+	return written, nil
+}
+
+// create writes the record of a job just stored. A worker may have taken the
+// job and written a newer state of the same copy first: that one stays. A
+// record of an older copy (the job's life before a redrive) is replaced.
+func (t *Tracker) create(ctx context.Context, r *Record) error {
+	s, k := t.cfg.Store, key(r.ID)
+	b, _ := json.Marshal(r)
+	return kv.Retry(ctx, func() error {
+		_, err := s.Create(ctx, "job/"+k, b, t.cfg.Retention)
+		if !errors.Is(err, driver.ErrKeyExists) {
+			return err
+		}
+		cur, rev, err := t.read(ctx, k)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return kv.ErrRetry
+		case err != nil:
+			return err
+		case cur.Copy >= r.Copy:
+			return nil // the worker's newer state of this copy
+		}
+		_, err = s.Update(ctx, "job/"+k, b, rev, t.cfg.Retention)
+		if errors.Is(err, driver.ErrRevision) {
+			return kv.ErrRetry
+		}
+		return err
+	})
+}
+
+// Poll cancels, every Config.Poll until ctx ends, the jobs running here that
+// Cancel marked. It returns at once when there is no store.
+func (t *Tracker) Poll(ctx context.Context) {
+	if t.cfg.Store == nil {
+		return
+	}
+	tick := time.NewTicker(t.cfg.Poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if t.n.Load() > 0 {
+			t.pollOnce(ctx)
+		}
+	}
+}
+
+// pollOnce cancels the running jobs that have a cancel mark: one List of the
+// marks per page, whatever the number of running jobs.
+func (t *Tracker) pollOnce(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, max(t.cfg.Poll, time.Second))
+	defer cancel()
+	err := t.cfg.Store.ListAll(ctx, "cancel/", func(k string) (bool, error) {
+		if v, ok := t.running.Load(strings.TrimPrefix(k, "cancel/")); ok {
+			v.(*Track).cancel()
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.cfg.Logger.Warn("asyncplatform: reading cancellations failed", "error", err)
+	}
+}

@@ -1,0 +1,431 @@
+package status
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/decide"
+	"github.com/asyncplatform/asyncplatform/internal/jobctx"
+	"github.com/asyncplatform/asyncplatform/internal/kv"
+)
+
+// clock is the tests' time: fixed, so records can be compared whole.
+var clock = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+// writes counts the writes a store is asked for.
+type writes struct {
+	driver.Store
+	n atomic.Int64
+}
+
+func (w *writes) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
+	w.n.Add(1)
+	return w.Store.Create(ctx, key, value, ttl)
+}
+
+func (w *writes) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (string, error) {
+	w.n.Add(1)
+	return w.Store.Update(ctx, key, value, rev, ttl)
+}
+
+// newStore returns the memory backend's store, counting its writes.
+func newStore(t *testing.T) *writes {
+	t.Helper()
+	b, err := memory.New(context.Background(), memory.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	d, err := driver.StoreOf(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &writes{Store: d}
+}
+
+// newTracker returns a Tracker of every queue over d.
+func newTracker(d driver.Store, worker string) *Tracker {
+	return New(Config{
+		Store: kv.Of(d, kv.Status), All: true, Retention: time.Hour, Worker: worker,
+		Timeout: 5 * time.Second, Poll: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Now:    func() time.Time { return clock },
+	})
+}
+
+func get(t *testing.T, tk *Tracker, id string) Record {
+	t.Helper()
+	r, err := tk.Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", id, err)
+	}
+	return r
+}
+
+// deliver takes a delivery of j through Begin and Running; it fails the
+// test when the job is not tracked or was cancelled.
+func deliver(t *testing.T, tk *Tracker, j Job) *Track {
+	t.Helper()
+	ctx := context.Background()
+	tr, cancelled := tk.Begin(ctx, j)
+	if tr == nil || cancelled {
+		t.Fatalf("Begin(%+v) = %v, cancelled %v; want a track", j, tr, cancelled)
+	}
+	if tr.Running(ctx) {
+		t.Fatalf("Running(%+v): cancelled", j)
+	}
+	return tr
+}
+
+// The stored bytes are the ones every version of the platform reads and
+// writes: a record decodes from them and encodes to them unchanged.
+func TestRecordFormat(t *testing.T) {
+	t.Parallel()
+	for _, stored := range []string{
+		`{"id":"j1","queue":"q","type":"t","state":"dead_lettered","tries":3,"failures":2,"crashes":1,"reason":"retries_exceeded","error":"boom","result":"cg==","result_size":1,"retry_at":"2026-11-29T10:00:00Z","enqueued_at":"2026-11-29T09:00:00Z","started_at":"2026-11-29T09:59:00Z","updated_at":"2026-11-29T10:00:00Z","worker":"w","cancel_requested":true,"copy":4}`,
+		`{"id":"j2","queue":"","type":"","state":"waiting","tries":0,"failures":0,"crashes":0,"updated_at":"2026-11-29T10:00:00Z"}`,
+	} {
+		var r Record
+		if err := json.Unmarshal([]byte(stored), &r); err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != stored {
+			t.Errorf("record encodes as\n%s\nwant\n%s", b, stored)
+		}
+	}
+}
+
+// Each decision a delivery is settled by leads to its state, with the
+// counters, the error, the result and the time of the settle.
+func TestSettledStates(t *testing.T) {
+	t.Parallel()
+	retryAt := clock.Add(time.Minute)
+	big := bytes.Repeat([]byte("x"), MaxResult+1)
+	tests := []struct {
+		name   string
+		d      decide.Decision
+		result []byte
+		want   Record // the fields the settle sets
+	}{
+		{name: "Succeeded", d: decide.Decision{Outcome: decide.Succeeded}, result: []byte("ok"),
+			want: Record{State: Succeeded, Result: []byte("ok"), ResultSize: 2}},
+		{name: "SucceededResultTooLarge", d: decide.Decision{Outcome: decide.Succeeded}, result: big,
+			want: Record{State: Succeeded, ResultSize: len(big)}},
+		{name: "Retried", d: decide.Decision{Outcome: decide.Retried, RetryAt: retryAt, Failures: 2},
+			want: Record{State: Retrying, RetryAt: retryAt, Failures: 2}},
+		{name: "Rejected", d: decide.Decision{Outcome: decide.Rejected, RetryAt: retryAt},
+			want: Record{State: Scheduled, RetryAt: retryAt}},
+		{name: "Requeued", d: decide.Decision{Outcome: decide.Requeued, RetryAt: retryAt},
+			want: Record{State: Scheduled, RetryAt: retryAt}},
+		{name: "HandedBack", d: decide.Decision{Outcome: decide.HandedBack},
+			want: Record{State: Waiting}},
+		{name: "DeadLettered", d: decide.Decision{Outcome: decide.DeadLettered, Reason: decide.Permanent, Failures: 2, Crashes: 1},
+			want: Record{State: DeadLettered, Reason: string(decide.Permanent), Failures: 2, Crashes: 1}},
+		{name: "Cancelled", d: decide.Decision{Outcome: decide.DeadLettered, Reason: decide.Cancelled},
+			want: Record{State: Cancelled, Reason: string(decide.Cancelled)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tk := newTracker(newStore(t), "w1")
+			tr := deliver(t, tk, Job{ID: "j1", Queue: "q", Type: "t", Copy: 3, TryCount: 1, Failures: 1, EnqueuedAt: clock.Add(-time.Hour)})
+			tr.Settled(context.Background(), tt.d, 2, tt.result, "boom")
+			want := tt.want
+			want.ID, want.Queue, want.Type, want.Copy, want.Tries, want.Error = "j1", "q", "t", 3, 2, "boom"
+			want.EnqueuedAt, want.StartedAt, want.UpdatedAt, want.Worker = clock.Add(-time.Hour), clock, clock, "w1"
+			got := get(t, tk, "j1")
+			gb, _ := json.Marshal(got)
+			wb, _ := json.Marshal(want)
+			if !bytes.Equal(gb, wb) {
+				t.Errorf("record\n%s\nwant\n%s", gb, wb)
+			}
+		})
+	}
+}
+
+// The status written at Enqueue, after the job is stored, never replaces
+// the state a worker that took the job meanwhile wrote; a redriven job (a
+// newer copy) does replace its old end.
+func TestEnqueuedRace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tk := newTracker(newStore(t), "w1")
+	tr := deliver(t, tk, Job{ID: "j1", Queue: "q", Type: "t"})
+	tr.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 1, nil, "")
+	tk.Enqueued(ctx, []Job{{ID: "j1", Queue: "q", Type: "t"}}) // the producer, late
+	if r := get(t, tk, "j1"); r.State != Succeeded {
+		t.Errorf("after a late enqueue write: %+v; want the worker's succeeded kept", r)
+	}
+	tk.Enqueued(ctx, []Job{{ID: "j1", Queue: "q", Type: "t", Copy: 1}}) // a redrive
+	if r := get(t, tk, "j1"); r.State != Waiting || r.Copy != 1 {
+		t.Errorf("after a redrive: %+v; want waiting, copy 1", r)
+	}
+	tk.Enqueued(ctx, []Job{{ID: "j2", Queue: "q", Type: "t", NotBefore: clock.Add(time.Hour)}})
+	if r := get(t, tk, "j2"); r.State != Scheduled || !r.RetryAt.Equal(clock.Add(time.Hour)) {
+		t.Errorf("a job due later: %+v; want scheduled at its NotBefore", r)
+	}
+}
+
+// A retry's copy can run, and end, before the attempt that scheduled it has
+// written its own end (the retrying state). That late write must not replace
+// the later copy's state: a status left at retrying would never turn
+// terminal. The same holds for an earlier try of the same copy.
+func TestLateSettleOfOlderCopy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tk := newTracker(newStore(t), "w1")
+	retried := decide.Decision{Outcome: decide.Retried, RetryAt: clock.Add(time.Minute), Failures: 1}
+
+	first := deliver(t, tk, Job{ID: "j1", Queue: "q", Type: "t", Copy: 1, TryCount: 1})
+	second := deliver(t, tk, Job{ID: "j1", Queue: "q", Type: "t", Copy: 2, TryCount: 2})
+	second.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 3, nil, "")
+	first.Settled(ctx, retried, 2, nil, "late") // copy 1's end, late
+	if r := get(t, tk, "j1"); r.State != Succeeded || r.Copy != 2 {
+		t.Errorf("after a late write of copy 1's end: %+v; want copy 2 succeeded", r)
+	}
+
+	earlier := deliver(t, tk, Job{ID: "j2", Queue: "q", Type: "t", Copy: 1, TryCount: 1})
+	later := deliver(t, tk, Job{ID: "j2", Queue: "q", Type: "t", Copy: 1, TryCount: 2}) // a redelivery after a lost lease
+	later.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 3, nil, "")
+	earlier.Settled(ctx, retried, 2, nil, "late")
+	if r := get(t, tk, "j2"); r.State != Succeeded || r.Tries != 3 {
+		t.Errorf("after a late write of an earlier try: %+v; want try 3 succeeded", r)
+	}
+}
+
+// An older copy that comes again after a later copy ended runs untracked,
+// and its attempt leaves the later copy's end in place.
+func TestDuplicateOlderCopy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tk := newTracker(newStore(t), "w1")
+	deliver(t, tk, Job{ID: "j1", Queue: "q", Type: "t", Copy: 2, TryCount: 1}).
+		Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 2, nil, "")
+	tr, cancelled := tk.Begin(ctx, Job{ID: "j1", Queue: "q", Type: "t", Copy: 1})
+	if tr != nil || cancelled {
+		t.Fatalf("Begin of an older copy = %v, %v; want nil, false", tr, cancelled)
+	}
+	// The hooks of an untracked delivery do nothing.
+	if tr.Running(ctx) || tr.Ended(ctx, true) {
+		t.Error("a nil Track reported a cancellation")
+	}
+	tr.Started(&jobctx.Context{Parent: ctx})
+	tr.Settled(ctx, decide.Decision{Outcome: decide.Retried}, 1, nil, "")
+	if r := get(t, tk, "j1"); r.State != Succeeded || r.Copy != 2 {
+		t.Errorf("status after an old copy ran again: %+v; want copy 2's succeeded kept", r)
+	}
+}
+
+// A job a limit keeps refusing costs one status write, not one per refusal;
+// a refusal of a job whose record says running (another delivery runs it)
+// costs none.
+func TestDeferredWritesOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newStore(t)
+	tk := newTracker(d, "w1")
+	j := Job{ID: "j1", Queue: "q", Type: "t"}
+	tk.Enqueued(ctx, []Job{j})
+	refuse := func(wait time.Duration) {
+		tr, _ := tk.Begin(ctx, j)
+		tr.Settled(ctx, decide.Decision{Outcome: decide.Deferred, RetryAt: clock.Add(wait)}, 0, nil, "")
+	}
+	before := d.n.Load()
+	refuse(time.Minute)
+	if n := d.n.Load() - before; n != 1 {
+		t.Errorf("the first refusal wrote %d times, want 1", n)
+	}
+	r := get(t, tk, "j1")
+	if r.State != Scheduled || !r.RetryAt.Equal(clock.Add(time.Minute)) {
+		t.Errorf("after the first refusal: %+v; want scheduled, due in a minute", r)
+	}
+	before = d.n.Load()
+	for i := range 5 {
+		refuse(time.Duration(i+2) * time.Minute)
+	}
+	if n := d.n.Load() - before; n != 0 {
+		t.Errorf("5 more refusals wrote %d times, want 0", n)
+	}
+	if got := get(t, tk, "j1"); !got.RetryAt.Equal(r.RetryAt) {
+		t.Errorf("RetryAt %v after more refusals, want the first's %v", got.RetryAt, r.RetryAt)
+	}
+
+	running := deliver(t, tk, Job{ID: "j2", Queue: "q", Type: "t"})
+	defer running.Ended(ctx, false)
+	tr, _ := tk.Begin(ctx, Job{ID: "j2", Queue: "q", Type: "t"}) // a duplicate delivery, refused
+	before = d.n.Load()
+	tr.Settled(ctx, decide.Decision{Outcome: decide.Deferred, RetryAt: clock.Add(time.Minute)}, 0, nil, "")
+	if n := d.n.Load() - before; n != 0 {
+		t.Errorf("refusing a duplicate of a running job wrote %d times, want 0", n)
+	}
+	if r := get(t, tk, "j2"); r.State != Running {
+		t.Errorf("record %+v; want the running delivery's", r)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newStore(t)
+	tk := newTracker(d, "w1")
+	if err := tk.Cancel(ctx, "nobody"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Cancel of an unknown job: %v, want ErrNotFound", err)
+	}
+	j := Job{ID: "j1", Queue: "q", Type: "t"}
+	tk.Enqueued(ctx, []Job{j})
+	for range 2 { // twice is no error
+		if err := tk.Cancel(ctx, "j1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := get(t, tk, "j1"); !r.CancelRequested || r.State != Waiting {
+		t.Errorf("cancelled waiting job: %+v; want waiting, cancel requested", r)
+	}
+	tr, cancelled := tk.Begin(ctx, j)
+	if !cancelled {
+		t.Error("Begin of a cancelled job did not say so")
+	}
+	if !tr.Running(ctx) {
+		t.Error("Running of a cancelled job did not say so")
+	}
+	tr.Settled(ctx, decide.Decision{Outcome: decide.DeadLettered, Reason: decide.Cancelled}, 0, nil, "")
+	if r := get(t, tk, "j1"); r.State != Cancelled {
+		t.Errorf("record %+v, want cancelled", r)
+	}
+	if _, _, err := d.Get(ctx, kv.Status.Prefix()+"cancel/j1"); !errors.Is(err, driver.ErrKeyNotFound) {
+		t.Errorf("the cancel mark of a cancelled job: %v, want it deleted", err)
+	}
+	if err := tk.Cancel(ctx, "j1"); !errors.Is(err, ErrFinished) {
+		t.Errorf("Cancel of a finished job: %v, want ErrFinished", err)
+	}
+}
+
+// A Cancel between Begin's read and Running's write makes Running's write
+// meet a conflict: it reads again, keeps the mark, and says cancelled.
+func TestRunningAfterConcurrentCancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tk := newTracker(newStore(t), "w1")
+	j := Job{ID: "j1", Queue: "q", Type: "t"}
+	tk.Enqueued(ctx, []Job{j})
+	tr, cancelled := tk.Begin(ctx, j)
+	if cancelled {
+		t.Fatal("cancelled before Cancel")
+	}
+	if err := tk.Cancel(ctx, "j1"); err != nil {
+		t.Fatal(err)
+	}
+	if !tr.Running(ctx) {
+		t.Error("Running after a concurrent Cancel did not say cancelled")
+	}
+	if r := get(t, tk, "j1"); r.State != Running || !r.CancelRequested {
+		t.Errorf("record %+v; want running with the cancel mark kept", r)
+	}
+}
+
+// A running job's context ends with ErrCancelled when another process
+// cancels it; the poll stops with its context.
+func TestCancelRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newStore(t)
+	worker, other := newTracker(d, "w1"), newTracker(d, "w2")
+	pollCtx, stop := context.WithCancel(ctx)
+	polled := make(chan struct{})
+	go func() { defer close(polled); worker.Poll(pollCtx) }()
+	defer func() {
+		stop()
+		select {
+		case <-polled:
+		case <-time.After(10 * time.Second):
+			t.Error("Poll did not return when its context ended")
+		}
+	}()
+
+	id := strings.Repeat("long/id ", 40) // not a key segment: hashed
+	tr := deliver(t, worker, Job{ID: id, Queue: "q", Type: "t"})
+	hctx := &jobctx.Context{Parent: ctx}
+	tr.Started(hctx)
+	if err := other.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-hctx.Done():
+		if !errors.Is(hctx.Err(), ErrCancelled) || !errors.Is(hctx.Err(), context.Canceled) {
+			t.Errorf("handler context ended with %v, want ErrCancelled", hctx.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the running job's context did not end")
+	}
+	if !tr.Ended(ctx, false) {
+		t.Error("Ended of a cancelled job did not say so")
+	}
+	if n := worker.n.Load(); n != 0 {
+		t.Errorf("%d jobs held as running after Ended, want 0", n)
+	}
+}
+
+// A handler that fails before the poll sees its cancellation is still
+// cancelled: Ended looks for the mark itself. One that succeeds is not.
+func TestEndedLooksForTheMark(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tk := newTracker(newStore(t), "w1") // never polls
+	for i, failed := range []bool{true, false} {
+		tr := deliver(t, tk, Job{ID: "j1", Queue: "q", Type: "t", Copy: uint64(i)})
+		tr.Started(&jobctx.Context{Parent: ctx})
+		if err := tk.Cancel(ctx, "j1"); err != nil {
+			t.Fatal(err)
+		}
+		if got := tr.Ended(ctx, failed); got != failed {
+			t.Errorf("Ended(failed=%v) = %v, want %v", failed, got, failed)
+		}
+		tr.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 1, nil, "")
+		tk.Enqueued(ctx, []Job{{ID: "j1", Queue: "q", Type: "t", Copy: uint64(i + 1)}}) // a new life, for the next turn
+	}
+}
+
+// Only the queues configured are tracked; without a store none is, and Get
+// and Cancel say why.
+func TestTracks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newStore(t)
+	tk := New(Config{Store: kv.Of(d, kv.Status), Queues: []string{"a"}, Retention: time.Hour})
+	if !tk.Tracks("a") || tk.Tracks("b") {
+		t.Errorf("Tracks(a), Tracks(b) = %v, %v; want true, false", tk.Tracks("a"), tk.Tracks("b"))
+	}
+	tk.Enqueued(ctx, []Job{{ID: "j1", Queue: "b"}})
+	if tr, _ := tk.Begin(ctx, Job{ID: "j1", Queue: "b"}); tr != nil {
+		t.Error("Begin on an untracked queue gave a Track")
+	}
+	if _, err := tk.Get(ctx, "j1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get of a job of an untracked queue: %v, want ErrNotFound", err)
+	}
+
+	none := New(Config{All: true})
+	if none.Tracks("a") {
+		t.Error("a Tracker without a store tracks a queue")
+	}
+	if _, err := none.Get(ctx, "j1"); !errors.Is(err, driver.ErrNoStore) {
+		t.Errorf("Get without a store: %v, want ErrNoStore", err)
+	}
+	if err := none.Cancel(ctx, "j1"); !errors.Is(err, driver.ErrNoStore) {
+		t.Errorf("Cancel without a store: %v, want ErrNoStore", err)
+	}
+	none.Poll(ctx) // returns at once
+}

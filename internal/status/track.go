@@ -1,0 +1,222 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/decide"
+	"github.com/asyncplatform/asyncplatform/internal/jobctx"
+)
+
+// Track is one delivery of a tracked job held by this worker: its record as
+// last read or written, and its handler's context while it runs. Its hooks
+// are called in the delivery's order (Begin, Running, Started, Ended,
+// Settled) by the one goroutine that processes it; each does nothing on a
+// nil Track, and nothing after Running or Settled dropped it (the delivery
+// then runs untracked).
+type Track struct {
+	t       *Tracker
+	key     string
+	rec     Record
+	rev     string // the record's revision; empty: none read or written
+	dropped bool
+
+	tries, failures, crashes int // the counters of the try Begin was given
+
+	mu        sync.Mutex
+	ctx       *jobctx.Context // the running handler's; nil before and after
+	cancelled bool
+}
+
+// Begin reads the record of a delivered job of a tracked queue and returns
+// its Track, and whether Cancel marked the record. It returns a nil Track
+// for a job of an untracked queue, when the read fails (the job runs
+// untracked this time), and for an older copy than the record's (a
+// duplicate: the record stays the later copy's).
+func (t *Tracker) Begin(ctx context.Context, j Job) (tr *Track, cancelled bool) {
+	if !t.Tracks(j.Queue) {
+		return nil, false
+	}
+	ctx, cancel := t.bound(ctx)
+	defer cancel()
+	k := key(j.ID)
+	r, rev, err := t.read(ctx, k)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		r = Record{ID: j.ID, EnqueuedAt: j.EnqueuedAt}
+	case err != nil:
+		t.cfg.Logger.Warn("asyncplatform: reading a job's status failed; it runs untracked this time", "queue", j.Queue, "id", j.ID, "error", err)
+		return nil, false
+	}
+	if newer(&r, &Record{Copy: j.Copy, Tries: j.TryCount + 1}) {
+		return nil, r.CancelRequested
+	}
+	r.Queue, r.Type, r.Copy = j.Queue, j.Type, j.Copy
+	tr = &Track{t: t, key: k, rec: r, rev: rev, tries: j.TryCount + 1, failures: j.Failures, crashes: j.Crashes}
+	return tr, r.CancelRequested
+}
+
+// Running writes the running state of the try Begin was given, before the
+// handler runs, and makes the job cancellable here. It reports whether
+// Cancel came first: the caller then ends the job as cancelled instead of
+// running it. A failed write is logged and drops the Track.
+func (tr *Track) Running(ctx context.Context) (cancelled bool) {
+	if tr == nil || tr.dropped {
+		return false
+	}
+	t := tr.t
+	r := tr.rec
+	now := t.cfg.Now()
+	r.State, r.Tries, r.Failures, r.Crashes = Running, tr.tries, tr.failures, tr.crashes
+	r.StartedAt, r.UpdatedAt, r.Worker, r.RetryAt, r.Reason = now, now, t.cfg.Worker, time.Time{}, ""
+	ctx, cancel := t.bound(ctx)
+	defer cancel()
+	rev, err := t.write(ctx, &r, tr.rev)
+	if err != nil {
+		if !errors.Is(err, errStale) { // stale: an older copy run again, the record follows the newer one
+			t.cfg.Logger.Warn("asyncplatform: writing a job's status failed; it runs untracked this time", "queue", r.Queue, "id", r.ID, "error", err)
+		}
+		tr.dropped = true
+		return false
+	}
+	tr.rec, tr.rev = r, rev
+	if r.CancelRequested {
+		return true
+	}
+	t.running.Store(tr.key, tr)
+	t.n.Add(1)
+	return false
+}
+
+// Started is called with the handler's context before the handler runs:
+// a cancellation seen before or after ends it with ErrCancelled.
+func (tr *Track) Started(ctx *jobctx.Context) {
+	if tr == nil || tr.dropped {
+		return
+	}
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.ctx = ctx
+	if tr.cancelled {
+		ctx.Cancel(ErrCancelled)
+	}
+}
+
+// cancel ends the handler's context with ErrCancelled (now, or as soon as
+// it starts).
+func (tr *Track) cancel() {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.cancelled = true
+	if tr.ctx != nil {
+		tr.ctx.Cancel(ErrCancelled)
+	}
+}
+
+// unhold removes tr from the jobs running here, unless another delivery of
+// the same job holds the entry.
+func (tr *Track) unhold() {
+	if tr.t.running.CompareAndDelete(tr.key, tr) {
+		tr.t.n.Add(-1)
+	}
+}
+
+// Ended is called when the handler has returned (failed: with an error):
+// the job is no longer cancellable here. It reports whether it was
+// cancelled. Cancellations are polled every Config.Poll, so a handler that
+// fails soon after a Cancel may end before the poll sees it: a failed
+// attempt the poll has not marked looks for the cancel mark itself (one
+// store read), so that the failure is not taken for one to retry.
+func (tr *Track) Ended(ctx context.Context, failed bool) (cancelled bool) {
+	if tr == nil || tr.dropped {
+		return false
+	}
+	tr.unhold()
+	tr.mu.Lock()
+	tr.ctx = nil
+	cancelled = tr.cancelled
+	tr.mu.Unlock()
+	if cancelled || !failed {
+		return cancelled
+	}
+	t := tr.t
+	ctx, cancel := t.bound(ctx)
+	defer cancel()
+	_, _, err := t.cfg.Store.Get(ctx, "cancel/"+tr.key)
+	switch {
+	case err == nil:
+		return true
+	case !errors.Is(err, driver.ErrKeyNotFound):
+		t.cfg.Logger.Warn("asyncplatform: looking for a job's cancellation failed; its failure is taken as it is", "queue", tr.rec.Queue, "id", tr.rec.ID, "error", err)
+	}
+	return false
+}
+
+// Settled writes the state the settled decision d leads to, and drops the
+// Track. tries is the job's try count as settled, result the handler's
+// result, errLine the first line of its error (empty: none). It is called
+// only when the settle succeeded.
+//
+// A deferred job (a limit refused it) is not written when the record says
+// running (another delivery of the job runs it) or says scheduled with the
+// same counters already (an earlier refusal wrote it): a job a limit keeps
+// refusing costs one write, not one per refusal, and its RetryAt stays the
+// one recorded (the first refusal's).
+func (tr *Track) Settled(ctx context.Context, d decide.Decision, tries int, result []byte, errLine string) {
+	if tr == nil || tr.dropped {
+		return
+	}
+	tr.dropped = true
+	tr.unhold()
+	t := tr.t
+	r := tr.rec
+	r.Tries, r.Failures, r.Crashes = tries, d.Failures, d.Crashes
+	if d.Outcome == decide.Deferred && (tr.rec.State == Running || tr.rec.State == Scheduled && sameCounts(&r, &tr.rec)) {
+		return
+	}
+	now := t.cfg.Now()
+	r.UpdatedAt, r.Worker, r.RetryAt = now, t.cfg.Worker, time.Time{}
+	if errLine != "" {
+		r.Error = errLine
+	}
+	switch d.Outcome {
+	case decide.Succeeded:
+		r.State, r.Result, r.ResultSize = Succeeded, nil, len(result)
+		if len(result) <= MaxResult {
+			r.Result = result
+		}
+	case decide.Retried:
+		r.State, r.RetryAt = Retrying, d.RetryAt
+	case decide.Rejected, decide.Requeued, decide.Deferred:
+		r.State, r.RetryAt = Scheduled, d.RetryAt
+	case decide.HandedBack:
+		r.State = Waiting
+	case decide.DeadLettered:
+		r.State, r.Reason = DeadLettered, string(d.Reason)
+		if d.Reason == decide.Cancelled {
+			r.State = Cancelled
+		}
+	default:
+		return
+	}
+	ctx, cancel := t.bound(ctx)
+	defer cancel()
+	_, err := t.write(ctx, &r, tr.rev)
+	if errors.Is(err, errStale) { // a later copy ran (and may have ended) first
+		return
+	}
+	if err != nil {
+		t.cfg.Logger.Warn("asyncplatform: writing a job's status failed", "queue", r.Queue, "id", r.ID, "state", r.State, "error", err)
+	}
+	if r.CancelRequested && r.State.Terminal() {
+		_ = t.cfg.Store.Delete(ctx, "cancel/"+tr.key, "")
+	}
+}
+
+// sameCounts reports whether a and b hold the same counters.
+func sameCounts(a, b *Record) bool {
+	return a.Tries == b.Tries && a.Failures == b.Failures && a.Crashes == b.Crashes
+}
