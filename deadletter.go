@@ -131,7 +131,7 @@ func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(con
 
 func (p *Platform) decodeDeadRecord(queue string, m driver.DeadMessage) DeadLetter {
 	dl := DeadLetter{ID: m.ID, signed: wire.Signed(m.Body)}
-	body, err := p.unwrap(m.Body)
+	body, err := p.codec.Open(m.Body)
 	if err == nil {
 		err = decodeDead(body, &dl)
 	}
@@ -217,7 +217,7 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 			if dl.Raw != nil || seen[dl.ID] || (len(ids) > 0 && !want[dl.Job.ID] && !want[dl.ID]) {
 				continue
 			}
-			if dl.signed && p.keys == nil { // its job would come back unsigned, and signed workers refuse it
+			if dl.signed && p.codec.Keys == nil { // its job would come back unsigned, and signed workers refuse it
 				unsigned++
 				continue
 			}

@@ -42,14 +42,6 @@ func decodeJob(b []byte, j *Job, names map[string]string) error {
 	return nil
 }
 
-func encodeDead(d *DeadLetter) []byte {
-	w := wire.Dead{Reason: string(d.Reason), Error: d.Error, Worker: d.Worker, Queue: d.Queue, DeadAt: d.DeadAt, Raw: d.Raw}
-	if d.Raw == nil {
-		w.Job = toWire(&d.Job)
-	}
-	return wire.EncodeDead(&w)
-}
-
 func decodeDead(b []byte, d *DeadLetter) error {
 	var w wire.Dead
 	if err := wire.DecodeDead(b, &w); err != nil {

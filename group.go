@@ -6,10 +6,11 @@ import (
 	"maps"
 
 	"github.com/asyncplatform/asyncplatform/internal/pause"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // GroupHeader is the header a job carries its Group in.
-const GroupHeader = "asyncplatform-group"
+const GroupHeader = wire.GroupHeader
 
 // MaxGroupLen bounds a job's Group, in bytes.
 const MaxGroupLen = pause.MaxGroupLen

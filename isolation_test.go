@@ -25,68 +25,6 @@ func crash(t *testing.T, b driver.Backend, queue string) {
 	time.Sleep(60 * time.Millisecond) // its lease lapses
 }
 
-// A job is a suspect from a delivery with no outcome until it reports one:
-// the envelope carries the mark, and the history's text is never read
-// back (a line a writer forged makes no suspect; a forged line's absence
-// clears none).
-func TestSuspect(t *testing.T) {
-	mem, _ := memory.New(context.Background(), memory.Config{})
-	p, err := New(mem, Config{Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	decode := func(j *Job, deliveries int) *Job {
-		t.Helper()
-		var got Job
-		if err := p.decodeDelivery(&driver.Delivery{Queue: "q", Body: p.message(j).Body, Deliveries: deliveries}, &got, nil); err != nil {
-			t.Fatal(err)
-		}
-		return &got
-	}
-	j := decode(&Job{ID: "x", Type: "t", EnqueuedAt: time.Now()}, 2)
-	if !suspect(j) || j.Crashes != 1 {
-		t.Fatalf("a job back from a crash: suspect %v, %d crashes", suspect(j), j.Crashes)
-	}
-	if again := decode(j, 1); !suspect(again) { // its copy, written without an outcome (parked, handed back)
-		t.Error("a suspect's copy written with no outcome since is no suspect")
-	}
-	cleared(j)
-	if suspect(j) || len(j.Errors) != 1 {
-		t.Errorf("after its isolated run was rejected: suspect %v, history %q", suspect(j), j.Errors)
-	}
-	if again := decode(j, 1); suspect(again) {
-		t.Error("the copy of a suspect cleared by its outcome is a suspect again")
-	}
-	forged := decode(&Job{ID: "y", Type: "t", Crashes: 1, Errors: []string{"try 1" + crashNote}}, 1)
-	if suspect(forged) {
-		t.Error("a history line that reads like a crash makes a suspect")
-	}
-	marked := decode(&Job{ID: "z", Type: "t", suspect: true, Errors: []string{"anything"}}, 1)
-	if !suspect(marked) {
-		t.Error("a marked copy whose newest line is no crash line is no suspect")
-	}
-}
-
-// A broker that reports an absurd delivery count (on RabbitMQ and NATS a
-// header any writer sets is part of it) costs no loop per delivery: the
-// crashes are bounded and the history keeps its limit.
-func TestDeliveryCountBounded(t *testing.T) {
-	mem, _ := memory.New(context.Background(), memory.Config{})
-	p, err := New(mem, Config{Logger: quietLog})
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := p.message(&Job{ID: "x", Type: "t", EnqueuedAt: time.Now()})
-	start := time.Now()
-	var j Job
-	if err := p.decodeDelivery(&driver.Delivery{Queue: "q", Body: msg.Body, Deliveries: 1 << 50}, &j, nil); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > time.Second || j.Crashes != maxCrashes || len(j.Errors) != DefaultErrorHistory || !suspect(&j) {
-		t.Errorf("took %v; crashes %d, %d history lines", took, j.Crashes, len(j.Errors))
-	}
-}
-
 // A panic while a suspect is isolated (a log handler's, here) does not leave
 // the platform closed: the jobs after it run.
 func TestIsolationPanicSafe(t *testing.T) {

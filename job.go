@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/internal/decide"
-	"github.com/asyncplatform/asyncplatform/internal/status"
 )
 
 // DefaultQueue is the queue a job goes to when Job.Queue is empty.
@@ -119,9 +118,6 @@ type Job struct {
 	payloadRef string
 	// result is what the handler recorded with SetResult (never encoded).
 	result []byte
-	// track is the job's status record while this worker holds it (nil
-	// when its queue does not track status; never encoded).
-	track *status.Track
 }
 
 // CopyNumber numbers the copy of the job being handled: 0 for the copy Enqueue

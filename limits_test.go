@@ -200,26 +200,6 @@ func TestMisuse(t *testing.T) {
 	}
 }
 
-// A dead letter that does not fit even with its history gone and its error
-// cut is written anyway (the backend says why it refuses) instead of
-// re-encoding for ever: fitDead always ends.
-func TestFitDeadEnds(t *testing.T) {
-	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog, MaxMessage: 4096})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan []byte, 1)
-	go func() {
-		dl := &DeadLetter{Job: Job{ID: "x", Type: "t", Payload: make([]byte, 8000), Errors: []string{"a", "b"}}, Error: strings.Repeat("é", 500)}
-		done <- p.fitDead(dl)
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("fitDead did not return for a record that cannot fit")
-	}
-}
-
 func TestKeyAndMessageLimits(t *testing.T) {
 	key := []byte("0123456789abcdef")
 	for name, cfg := range map[string]Config{

@@ -13,7 +13,9 @@ import (
 	"github.com/asyncplatform/asyncplatform/backend/memory"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/decide"
+	"github.com/asyncplatform/asyncplatform/internal/executor"
 	"github.com/asyncplatform/asyncplatform/internal/status"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // outcomeRow is one row of the README's failure-semantics table, as the
@@ -120,15 +122,16 @@ func decideRow(p *Platform, h *handlerEntry, r outcomeRow, now time.Time) (Outco
 		}
 		return OutcomeDeadLettered, ReasonInvalid, false, 0 // deadRaw
 	}
-	j := &Job{Type: "t", Failures: r.failures, Crashes: r.crashes, unhandled: r.unhandled}
+	j := &executor.Job{Job: wire.Job{Type: "t", Failures: r.failures, Crashes: r.crashes, Unhandled: r.unhandled}, Queue: "q"}
 	if r.expired {
 		j.Deadline = now.Add(-time.Second)
 	}
-	entry := h
+	var entry executor.Handler[Job] = h
 	if r.noHandler {
 		entry = nil
 	}
-	in := p.input(j, entry, Policy{RetryLimit: Limit(r.retryLimit)})
+	p.queuePolicy["q"] = Policy{RetryLimit: Limit(r.retryLimit)}
+	in := p.exec.Input(j, entry)
 	in.Now, in.Jitter = now, 1
 	in.Cancelled = r.cancelled
 	in.Group = r.group

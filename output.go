@@ -1,14 +1,9 @@
 package asyncplatform
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/asyncplatform/asyncplatform/internal/decide"
-	"github.com/asyncplatform/asyncplatform/internal/outcomehook"
 )
 
 // ReportType is the job type of an outcome report: the job a queue with an
@@ -87,91 +82,4 @@ func DecodeReport(j *Job) (OutcomeReport, error) {
 // the ID of its job.
 func reportKey(id string, copyNo uint64) string {
 	return fmt.Sprintf("%s@%d", id, copyNo)
-}
-
-// report publishes, for a queue with an output queue, the report of a
-// decision that ends the job (success or dead letter), before the caller
-// settles the delivery. It returns the job and decision to settle: the same
-// ones, or, when the report could not be published, the job as delivered
-// and a rejection (requeued uncounted after Config.RejectDelay): the input
-// is never acknowledged before its report is stored.
-func (p *Platform) report(f *inflight, j *Job, d decide.Decision, text string) (*Job, decide.Decision) {
-	out := p.cfg.Queues[f.D.Queue].Output
-	if out == "" || (d.Outcome != decide.Succeeded && d.Outcome != decide.DeadLettered) {
-		return j, d
-	}
-	r := p.newReport(f, j, d, text)
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease)
-	defer cancel()
-	err := p.publishReport(ctx, out, &r)
-	if err == nil {
-		if hook := outcomehook.Published.Load(); hook != nil {
-			(*hook)(f.D.Queue, r.JobID)
-		}
-		return j, d
-	}
-	p.log.Warn("asyncplatform: publishing an outcome report failed; the job is requeued uncounted and will end again",
-		"queue", f.D.Queue, "output", out, "id", r.JobID, "outcome", r.Outcome, "error", err)
-	var next Job
-	if derr := p.decodeDelivery(f.D, &next, nil); derr != nil { // it decoded once already
-		return j, d
-	}
-	next.TryCount = next.Failures + next.Crashes
-	if d.Outcome == decide.Succeeded {
-		next.suspect = false // it ran and reported an outcome
-	}
-	back := decide.Decision{Outcome: decide.Rejected, RetryAt: time.Now().Add(p.cfg.RejectDelay),
-		Failures: next.Failures, Crashes: next.Crashes, Unhandled: next.unhandled}
-	return &next, back
-}
-
-// newReport builds the report of a decision that ends j.
-func (p *Platform) newReport(f *inflight, j *Job, d decide.Decision, text string) OutcomeReport {
-	r := OutcomeReport{
-		Key: reportKey(j.ID, j.copyNo), JobID: j.ID, Queue: f.D.Queue, Type: j.Type, Copy: j.copyNo,
-		Failures: d.Failures, Crashes: d.Crashes, Worker: p.cfg.WorkerName,
-		EnqueuedAt: j.EnqueuedAt, EndedAt: time.Now(), Headers: j.Headers,
-	}
-	r.TryCount = r.Failures + r.Crashes
-	if d.Outcome == decide.Succeeded {
-		r.Outcome, r.Result, r.ResultSize = OutcomeSucceeded, j.result, len(j.result)
-		if j.TryCount > r.TryCount { // the successful attempt
-			r.TryCount = j.TryCount
-		}
-		return r
-	}
-	r.Outcome, r.Reason = OutcomeDeadLettered, Reason(d.Reason)
-	if text == "" {
-		text = d.Why
-	}
-	r.Error = text
-	if len(r.Error) > p.cfg.MaxErrorText {
-		r.Error = cutUTF8(r.Error, p.cfg.MaxErrorText) + " …(cut)"
-	}
-	return r
-}
-
-// publishReport enqueues r on the output queue as a ReportType job whose ID
-// is r.Key (a backend that deduplicates message IDs then drops a second
-// publish of the same end). A result too large for the backend is left
-// out, the report saying so, and a long error text cut.
-func (p *Platform) publishReport(ctx context.Context, out string, r *OutcomeReport) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("asyncplatform: encoding an outcome report: %w", err)
-	}
-	job := &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b}
-	err = p.enqueue(ctx, []*Job{job})
-	if !errors.Is(err, ErrPayloadTooLarge) {
-		return err
-	}
-	// Too large for the backend: the result goes, then the error text is
-	// cut to its first KiB (the dead letter keeps all of it).
-	r.Result, r.ResultDropped = nil, len(r.Result) > 0
-	if len(r.Error) > 1024 {
-		r.Error = cutUTF8(r.Error, 1024) + " …(cut to fit)"
-	}
-	b, _ = json.Marshal(r)
-	job = &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b}
-	return p.enqueue(ctx, []*Job{job})
 }

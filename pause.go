@@ -8,6 +8,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/kv"
 	"github.com/asyncplatform/asyncplatform/internal/pause"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // PausePoll is how often a working platform reads which queues are paused:
@@ -28,7 +29,7 @@ func newPauses(p *Platform) *pause.Engine {
 			for _, q := range p.queues {
 				names := q.Names()
 				if len(names) == 1 && names[0] == queue {
-					q.HandBackQueued(p.handBack)
+					q.HandBackQueued(p.exec.HandBack)
 				}
 				// A pool's claimed-ahead jobs of other queues stay: its
 				// workers hand back the paused queue's as they take them
@@ -44,13 +45,11 @@ func newPauses(p *Platform) *pause.Engine {
 			}
 		},
 		MoveBack: func(d *driver.Delivery) (string, driver.Message) {
-			var j Job
-			if err := p.decodeDelivery(d, &j, nil); err != nil {
-				return "", driver.Message{ID: newID(time.Now()), Body: d.Body} // not a job: the queue's worker dead-letters it
+			id, msg, err := p.exec.NextCopy(d)
+			if err != nil {
+				return "", driver.Message{ID: wire.NewID(time.Now()), Body: d.Body} // not a job: the queue's worker dead-letters it
 			}
-			id := messageID(&j)
-			j.copyNo++
-			return id, p.message(&j)
+			return id, msg
 		},
 	}
 	if d, err := driver.StoreOf(p.backend); err == nil {

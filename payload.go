@@ -66,7 +66,7 @@ func (p *Platform) surelyKept(j *Job) bool {
 	for _, e := range j.Errors {
 		bound += len(e) + 5
 	}
-	return bound+p.signLen() <= p.maxBody-envelopeHeadroom
+	return bound+p.codec.Overhead() <= p.codec.MaxBody-envelopeHeadroom
 }
 
 // offload returns j itself when its payload fits in the message, or else a

@@ -15,6 +15,7 @@ import (
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/admit"
+	"github.com/asyncplatform/asyncplatform/internal/executor"
 	"github.com/asyncplatform/asyncplatform/internal/health"
 	"github.com/asyncplatform/asyncplatform/internal/pause"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
@@ -342,29 +343,28 @@ func newRegistry(byType map[string]*handlerEntry) *registry {
 type Platform struct {
 	backend  driver.Backend
 	caps     driver.Capabilities
-	maxBody  int      // the largest message written: the backend's limit or Config.MaxMessage
-	keys     [][]byte // SigningKey then VerifyKeys; nil: no signing
+	codec    wire.Codec // SigningKey then VerifyKeys; MaxBody: the backend's limit or Config.MaxMessage
 	cfg      Config
 	log      *slog.Logger
 	enqueue  EnqueueFunc
 	handlers atomic.Pointer[registry]
 	declared sync.Map // queue name → struct{}
 	health   health.Gate
-	suspect  sync.Mutex               // held while a suspect runs alone
+	exec     *executor.Executor[Job]  // runs and settles deliveries (internal/executor)
 	status   *status.Tracker          // job status tracking and cancellation (internal/status)
 	pz       *pause.Engine            // paused queues and groups (internal/pause)
 	lim      *admit.Gate              // job-type limits (internal/admit)
 	claims   *unique.Claims           // unique-key claims (internal/unique)
 	sched    *schedule.Scheduler[Job] // periodic jobs (internal/schedule)
 
-	mu       sync.Mutex // guards handlers writes and the fields below
-	started  bool
-	stopped  bool
-	stopping atomic.Bool
-	queues   []*runner.Queue[Job]
+	mu      sync.Mutex // guards handlers writes and the fields below
+	started bool
+	stopped bool
+	queues  []*runner.Queue[executor.Work[Job]]
+
+	queuePolicy map[string]Policy // each queue worked → its policy
 
 	fetchCancel context.CancelFunc      // stops the fetchers
-	stopCtx     context.Context         // ends when Stop begins
 	workCtx     context.Context         // parent of handler contexts
 	workCancel  context.CancelCauseFunc // cancels running handlers at Stop's deadline
 	bgCancel    context.CancelFunc      // stops the lease keeper and health loop
@@ -388,14 +388,14 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 		return nil, err
 	}
 	p := &Platform{backend: backend, caps: backend.Capabilities(), cfg: cfg, log: cfg.Logger}
-	p.maxBody = cfg.MaxMessage
-	if p.caps.MaxBody > 0 && p.caps.MaxBody < p.maxBody {
-		p.maxBody = p.caps.MaxBody
+	p.codec.MaxBody = cfg.MaxMessage
+	if p.caps.MaxBody > 0 && p.caps.MaxBody < p.codec.MaxBody {
+		p.codec.MaxBody = p.caps.MaxBody
 	}
 	if cfg.SigningKey != nil { // copies: the caller's slices may change
-		p.keys = [][]byte{bytes.Clone(cfg.SigningKey)}
+		p.codec.Keys = [][]byte{bytes.Clone(cfg.SigningKey)}
 		for _, k := range cfg.VerifyKeys {
-			p.keys = append(p.keys, bytes.Clone(k))
+			p.codec.Keys = append(p.codec.Keys, bytes.Clone(k))
 		}
 	}
 	if p.caps.MinLease > 0 && cfg.Lease < p.caps.MinLease {
@@ -418,6 +418,11 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	}
 	p.enqueue = p.enqueueJobs
 	p.sched = newScheduler(p)
+	p.queuePolicy = make(map[string]Policy, len(cfg.Queues))
+	for name, q := range cfg.Queues {
+		p.queuePolicy[name] = q.Policy
+	}
+	p.exec = newExecutor(p)
 	for i := len(cfg.EnqueueMiddleware) - 1; i >= 0; i-- {
 		p.enqueue = cfg.EnqueueMiddleware[i](p.enqueue)
 	}
@@ -698,7 +703,7 @@ func (p *Platform) prepare(j *Job, now time.Time) error {
 		return err
 	}
 	if j.ID == "" {
-		j.ID = newID(now)
+		j.ID = wire.NewID(now)
 	}
 	if j.EnqueuedAt.IsZero() {
 		j.EnqueuedAt = now
@@ -736,7 +741,7 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 			}
 		}
 		msgs[i] = p.message(j)
-		if check && len(msgs[i].Body) > p.maxBody-envelopeHeadroom {
+		if check && len(msgs[i].Body) > p.codec.MaxBody-envelopeHeadroom {
 			p.dropPayloads(ctx, refs)
 			return fmt.Errorf("%w: job %s of type %q has a %d-byte payload; this backend carries at most %d bytes for it (see MaxPayload)",
 				ErrPayloadTooLarge, j.ID, j.Type, len(j.Payload), p.MaxPayload(*j))
@@ -754,27 +759,6 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 		p.status.Enqueued(ctx, statusJobs(jobs))
 	}
 	return nil
-}
-
-// message encodes a job as the backend message of its current copy. A copy
-// that outgrew the backend's limit (its error history grows with each retry)
-// loses its oldest error lines until it fits.
-func (p *Platform) message(j *Job) driver.Message {
-	id := messageID(j)
-	body := encodeJob(j)
-	for len(body)+p.signLen() > p.maxBody && len(j.Errors) > 0 {
-		j.Errors = j.Errors[1:]
-		body = encodeJob(j)
-	}
-	return driver.Message{ID: id, Body: p.sign(body), NotBefore: j.NotBefore}
-}
-
-// messageID names the current copy of j: its ID, then ID.N for the N-th copy.
-func messageID(j *Job) string {
-	if j.copyNo == 0 {
-		return j.ID
-	}
-	return j.ID + "." + strconv.FormatUint(j.copyNo, 10)
 }
 
 // envelopeHeadroom is kept free below the backend's limit by MaxPayload: for
@@ -799,7 +783,7 @@ const minDeadError = 256
 func (p *Platform) MaxPayload(j Job) int {
 	now := time.Now()
 	if j.ID == "" {
-		j.ID = newID(now)
+		j.ID = wire.NewID(now)
 	}
 	if j.EnqueuedAt.IsZero() {
 		j.EnqueuedAt = now
@@ -808,41 +792,12 @@ func (p *Platform) MaxPayload(j Job) int {
 		j.Queue = DefaultQueue
 	}
 	j.Payload = nil
-	fixed := len(encodeJob(&j)) - 1 + p.signLen() // less the payload's one-byte length
-	n := p.maxBody - envelopeHeadroom - fixed
-	for n > 0 && n+uvarintLen(n)+fixed > p.maxBody-envelopeHeadroom {
+	fixed := len(encodeJob(&j)) - 1 + p.codec.Overhead() // less the payload's one-byte length
+	n := p.codec.MaxBody - envelopeHeadroom - fixed
+	for n > 0 && n+uvarintLen(n)+fixed > p.codec.MaxBody-envelopeHeadroom {
 		n--
 	}
 	return max(n, 0)
-}
-
-// sign signs a message body when a SigningKey is set.
-func (p *Platform) sign(body []byte) []byte {
-	if p.keys == nil {
-		return body
-	}
-	return wire.Sign(body, p.keys[0])
-}
-
-// signLen is what signing adds to a body.
-func (p *Platform) signLen() int {
-	if p.keys == nil {
-		return 0
-	}
-	return wire.SignedOverhead
-}
-
-// unwrap returns the plain envelope of a delivered body, checking its
-// signature when a SigningKey is set.
-func (p *Platform) unwrap(body []byte) ([]byte, error) {
-	b, err := wire.Unwrap(body, p.keys)
-	switch {
-	case errors.Is(err, wire.ErrUnsigned):
-		return nil, fmt.Errorf("bad signature: the message is not signed (this platform has a SigningKey): %w", err)
-	case errors.Is(err, wire.ErrBadSignature):
-		return nil, fmt.Errorf("bad signature: the message is not signed with this platform's SigningKey or VerifyKeys: %w", err)
-	}
-	return b, err
 }
 
 func uvarintLen(n int) int {
@@ -897,7 +852,6 @@ func (p *Platform) Start(ctx context.Context) error {
 	p.started = true
 	p.stopDone = make(chan struct{})
 	p.fetchCancel = fetchCancel
-	p.stopCtx = fetchCtx
 	p.health.Start(fetchCtx)
 	hctx, hcancel := context.WithTimeout(ctx, p.cfg.HealthInterval)
 	p.health.Run(hctx, p.log) // no job is taken before the checks have passed once
@@ -907,6 +861,7 @@ func (p *Platform) Start(ctx context.Context) error {
 	p.bgCancel = bgCancel
 
 	p.newRunners() // every queue exists before any goroutine reads p.queues
+	p.exec.Start(p.workCtx, p.queues)
 	for _, q := range p.queues {
 		p.fetchers.Add(1)
 		go func() {
@@ -960,11 +915,11 @@ func (p *Platform) Stop(ctx context.Context) error {
 	p.stopped = true
 	p.mu.Unlock()
 
-	p.stopping.Store(true)
+	p.exec.Stopping()
 	p.fetchCancel()
 	p.fetchers.Wait() // each fetcher closes its work channel on return
 	for _, q := range p.queues {
-		q.HandBackQueued(p.handBack)
+		q.HandBackQueued(p.exec.HandBack)
 		if r, ok := p.backend.(driver.Releaser); ok {
 			for _, name := range q.Names() {
 				if err := r.Release(ctx, name); err != nil {
@@ -982,7 +937,7 @@ func (p *Platform) Stop(ctx context.Context) error {
 		for _, q := range p.queues {
 			for _, f := range q.Held() {
 				f.CancelHandler()
-				p.handBack(f)
+				p.exec.HandBack(f)
 			}
 		}
 	}
@@ -991,24 +946,6 @@ func (p *Platform) Stop(ctx context.Context) error {
 	p.background.Wait()
 	p.log.InfoContext(ctx, "asyncplatform: stopped", "worker", p.cfg.WorkerName)
 	return err
-}
-
-// every runs fn every period on a background goroutine until ctx ends (Stop).
-func (p *Platform) every(ctx context.Context, period time.Duration, fn func(ctx context.Context)) {
-	p.background.Add(1)
-	go func() {
-		defer p.background.Done()
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			fn(ctx)
-		}
-	}()
 }
 
 // Stats returns the depths of a queue and whether it is paused.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/asyncplatform/asyncplatform/backend/memory"
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -204,7 +205,7 @@ func TestMiddlewareAndHooks(t *testing.T) {
 func TestNewIDIsUUIDv7(t *testing.T) {
 	seen := map[string]bool{}
 	for range 1000 {
-		id := newID(time.Now())
+		id := wire.NewID(time.Now())
 		if len(id) != 36 || id[14] != '7' || seen[id] {
 			t.Fatalf("bad or repeated id %q", id)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/asyncplatform/asyncplatform/internal/executor"
 	"github.com/asyncplatform/asyncplatform/internal/health"
 	"github.com/asyncplatform/asyncplatform/internal/jobctx"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
@@ -109,11 +110,11 @@ func (p *Platform) newRunners() {
 		if p.cfg.pooled(name) {
 			continue
 		}
-		var q *runner.Queue[Job]
-		q = runner.New(runner.Config[Job]{
+		var q *executor.Queue[Job]
+		q = runner.New(runner.Config[executor.Work[Job]]{
 			Name: name, Backend: p.backend, Gate: &p.health, Pause: p.pz.Gate(name), Lease: p.cfg.Lease,
 			Concurrency: qc.Concurrency, Prefetch: *qc.Prefetch, Log: p.log, Workers: &p.workers,
-			Process: func(t *jobctx.Timer, f *inflight) { p.process(q, qc.Policy, t, f) },
+			Process: func(t *jobctx.Timer, f *inflight) { p.exec.Process(q, t, f) },
 		})
 		p.queues = append(p.queues, q)
 	}
@@ -122,13 +123,13 @@ func (p *Platform) newRunners() {
 		for i, name := range pl.Queues {
 			pauses[i] = p.pz.Gate(name)
 		}
-		var q *runner.Queue[Job]
-		q = runner.New(runner.Config[Job]{
+		var q *executor.Queue[Job]
+		q = runner.New(runner.Config[executor.Work[Job]]{
 			Name: pl.Queues[0], Backend: p.backend, Gate: &p.health, Lease: p.cfg.Lease,
 			Concurrency: pl.Concurrency, Prefetch: *pl.Prefetch, Log: p.log, Workers: &p.workers,
-			Process: func(t *jobctx.Timer, f *inflight) { p.process(q, p.cfg.Queues[f.D.Queue].Policy, t, f) },
-			Pool: &runner.PoolConfig[Job]{
-				Names: pl.Queues, Weights: pl.Weights, Pauses: pauses, Probe: poolProbe, HandBack: p.handBack,
+			Process: func(t *jobctx.Timer, f *inflight) { p.exec.Process(q, t, f) },
+			Pool: &runner.PoolConfig[executor.Work[Job]]{
+				Names: pl.Queues, Weights: pl.Weights, Pauses: pauses, Probe: poolProbe, HandBack: p.exec.HandBack,
 			},
 		})
 		p.queues = append(p.queues, q)

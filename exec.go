@@ -1,0 +1,285 @@
+package asyncplatform
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/decide"
+	"github.com/asyncplatform/asyncplatform/internal/executor"
+	"github.com/asyncplatform/asyncplatform/internal/outcomehook"
+	"github.com/asyncplatform/asyncplatform/internal/runner"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
+)
+
+// inflight is one delivery held by this platform.
+type inflight = executor.Delivery[Job]
+
+// newExecutor wires the executor of p: the engines, the handlers and the
+// conversions between the envelope and the public types (Job, Attempt,
+// DeadLetter, OutcomeReport), which the executor does not know.
+func newExecutor(p *Platform) *executor.Executor[Job] {
+	cfg := executor.Config[Job]{
+		Backend: p.backend, Codec: p.codec, Log: p.log, Health: &p.health,
+		Worker: p.cfg.WorkerName, Lease: p.cfg.Lease,
+		ErrorHistory: p.cfg.ErrorHistory, MaxErrorText: p.cfg.MaxErrorText, MinDeadError: minDeadError,
+		WarnTries: p.cfg.WarnTries, WarnCrashes: p.cfg.WarnCrashes, Isolate: !p.cfg.DisableIsolation,
+		GroupPoll: PausePoll,
+		Base: decide.Input{
+			UnhandledRetries: *p.cfg.UnhandledRetries, UnhandledDelay: p.cfg.UnhandledDelay,
+			RejectDelay: p.cfg.RejectDelay, GroupPoll: PausePoll, LimitDelay: p.cfg.LimitDelay,
+		},
+		Handlers:  func() executor.Registry[Job] { return p.handlers.Load() },
+		Policy:    p.policyOf,
+		Classify:  classify,
+		ErrorText: errorText,
+		Groups:    p.pz,
+		Status:    p.status,
+		Admission: p.lim,
+		Release: func(j *executor.Job, dead bool) {
+			p.claims.Release(context.Background(), j.Queue, j.ID, j.Headers[UniqueHeader], dead)
+		},
+	}
+	if p.cfg.levels != nil {
+		cfg.Levels = make(map[string]int, len(p.cfg.levels))
+		for name, lv := range p.cfg.levels {
+			cfg.Levels[name] = lv.level
+		}
+	}
+	if p.cfg.PayloadStore != nil {
+		cfg.Payloads = payloads{p}
+	}
+	for _, q := range p.cfg.Queues {
+		if q.Output != "" {
+			cfg.Report = p.report
+			break
+		}
+	}
+	cfg.AfterAttempt = func(w *executor.Work[Job], a executor.Attempt) {
+		if hook := p.cfg.Hooks.AfterAttempt; hook != nil {
+			hook(context.Background(), attemptOf(w, a))
+		}
+	}
+	cfg.OnDead = func(id string, rec *wire.Dead) {
+		if hook := p.cfg.Hooks.OnDeadLetter; hook != nil {
+			hook(context.Background(), deadLetterOf(id, rec))
+		}
+	}
+	return executor.New(cfg)
+}
+
+// Handler implements executor.Registry.
+func (r *registry) Handler(typ string) executor.Handler[Job] {
+	if e := r.byType[typ]; e != nil {
+		return e
+	}
+	return nil
+}
+
+// Names implements executor.Registry.
+func (r *registry) Names() map[string]string { return r.names }
+
+// Run implements executor.Handler: the handler gets a Job of its own, made
+// from the job as delivered.
+func (e *handlerEntry) Run(ctx context.Context, w *executor.Work[Job]) ([]byte, error) {
+	j := &w.View
+	fromWire(&w.Job.Job, j)
+	j.Queue, j.Group, j.Priority, j.TryCount, j.Payload = w.Job.Queue, w.Job.Group, w.Job.Priority, w.Job.TryCount, w.Payload
+	err := call(ctx, e.h, j)
+	return j.result, err
+}
+
+// call runs the handler, turning a panic into a *PanicError.
+func call(ctx context.Context, h Handler, j *Job) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h(ctx, j)
+}
+
+// policyOf is the failure policy of j: its own, then its type's, its
+// queue's and the platform's (see Policy).
+func (p *Platform) policyOf(j *executor.Job, h executor.Handler[Job]) decide.Policy {
+	pol := Policy(j.Policy)
+	if e, ok := h.(*handlerEntry); ok {
+		pol = pol.merge(e.policy)
+	}
+	return pol.merge(p.queuePolicy[j.Queue]).merge(p.cfg.Policy).resolve()
+}
+
+// classify turns a handler's error into the decision's input.
+func classify(err error) (decide.Result, time.Duration) {
+	if err == nil {
+		return decide.OK, 0
+	}
+	if rej := asReject(err); rej != nil {
+		return decide.Rejection, rej.Delay
+	}
+	var inv *InvalidError
+	var perm *PermanentError
+	switch {
+	case errors.As(err, &inv):
+		return decide.InvalidInput, 0
+	case errors.As(err, &perm):
+		return decide.PermanentFailure, 0
+	}
+	return decide.Failed, 0
+}
+
+// asReject returns the RejectError in err's chain, or nil.
+func asReject(err error) *RejectError {
+	var rej *RejectError
+	if errors.As(err, &rej) {
+		return rej
+	}
+	return nil
+}
+
+// errorText is a handler's error as a dead letter keeps it: a panic's stack
+// included.
+func errorText(err error) string {
+	text := err.Error()
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		text += "\n" + string(pe.Stack)
+	}
+	return text
+}
+
+// attemptOf is the Attempt of one handler call, for Hooks.AfterAttempt.
+func attemptOf(w *executor.Work[Job], a executor.Attempt) Attempt {
+	out := Attempt{Job: &w.View, Err: a.Err, Duration: a.Duration, RetryAt: a.Decision.RetryAt, Isolated: a.Isolated, Result: a.Result}
+	out.Outcome, out.Reason = outcomeOf(a.Decision)
+	switch {
+	case a.Settle == nil:
+	case errors.Is(a.Settle, runner.ErrSettled):
+		out.Outcome = OutcomeHandedBack // Stop handed it back first
+	default:
+		out.Outcome = OutcomeLeaseLost
+	}
+	return out
+}
+
+// outcomeOf names a decision for Hooks.AfterAttempt.
+func outcomeOf(d decide.Decision) (Outcome, Reason) {
+	switch d.Outcome {
+	case decide.Succeeded:
+		return OutcomeSucceeded, ""
+	case decide.Retried:
+		return OutcomeRetried, ""
+	case decide.Rejected:
+		return OutcomeRejected, ""
+	case decide.HandedBack, decide.Requeued, decide.Deferred, decide.Parked:
+		return OutcomeHandedBack, ""
+	case decide.DeadLettered:
+		return OutcomeDeadLettered, Reason(d.Reason)
+	}
+	panic(fmt.Sprintf("asyncplatform: no attempt outcome for %v", d.Outcome))
+}
+
+// deadLetterOf is the DeadLetter of a record the executor wrote.
+func deadLetterOf(id string, rec *wire.Dead) DeadLetter {
+	dl := DeadLetter{ID: id, Queue: rec.Queue, Reason: Reason(rec.Reason), Error: rec.Error, DeadAt: rec.DeadAt, Worker: rec.Worker, Raw: rec.Raw}
+	if rec.Raw != nil {
+		dl.Job = Job{ID: rec.Job.ID, Queue: rec.Queue}
+		return dl
+	}
+	fromWire(&rec.Job, &dl.Job)
+	dl.Job.Queue = rec.Queue
+	dl.Job.Group = rec.Job.Headers[GroupHeader]
+	dl.Job.TryCount = dl.Job.Failures + dl.Job.Crashes
+	dl.PayloadRef = rec.Job.PayloadRef
+	return dl
+}
+
+// payloads is the PayloadStore as the executor uses it.
+type payloads struct{ p *Platform }
+
+func (s payloads) Get(ctx context.Context, jobID, ref string) ([]byte, error) {
+	return s.p.getPayload(ctx, jobID, ref)
+}
+
+func (s payloads) Drop(ctx context.Context, jobID, ref string) { s.p.dropPayload(ctx, jobID, ref) }
+
+func (payloads) Gone() error { return ErrPayloadNotFound }
+
+// report publishes the report of a decision that ends j on its queue's
+// output queue, when it has one (see executor.Config.Report).
+func (p *Platform) report(j *executor.Job, d decide.Decision, text string, result []byte) error {
+	out := p.cfg.Queues[j.Queue].Output
+	if out == "" {
+		return nil
+	}
+	r := OutcomeReport{
+		Key: reportKey(j.ID, j.Copy), JobID: j.ID, Queue: j.Queue, Type: j.Type, Copy: j.Copy,
+		Failures: d.Failures, Crashes: d.Crashes, Worker: p.cfg.WorkerName,
+		EnqueuedAt: j.EnqueuedAt, EndedAt: time.Now(), Headers: j.Headers,
+	}
+	r.TryCount = r.Failures + r.Crashes
+	if d.Outcome == decide.Succeeded {
+		r.Outcome, r.Result, r.ResultSize = OutcomeSucceeded, result, len(result)
+		r.TryCount = max(r.TryCount, j.TryCount) // the successful attempt
+	} else {
+		r.Outcome, r.Reason = OutcomeDeadLettered, Reason(d.Reason)
+		if text == "" {
+			text = d.Why
+		}
+		r.Error = text
+		if len(r.Error) > p.cfg.MaxErrorText {
+			r.Error = wire.CutUTF8(r.Error, p.cfg.MaxErrorText) + " …(cut)"
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease)
+	defer cancel()
+	if err := p.publishReport(ctx, out, &r); err != nil {
+		return fmt.Errorf("output queue %q: %w", out, err)
+	}
+	if hook := outcomehook.Published.Load(); hook != nil {
+		(*hook)(j.Queue, r.JobID)
+	}
+	return nil
+}
+
+// publishReport enqueues r on the output queue as a ReportType job whose ID
+// is r.Key (a backend that deduplicates message IDs then drops a second
+// publish of the same end). A result too large for the backend is left
+// out, the report saying so, and a long error text cut.
+func (p *Platform) publishReport(ctx context.Context, out string, r *OutcomeReport) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("asyncplatform: encoding an outcome report: %w", err)
+	}
+	job := &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b}
+	err = p.enqueue(ctx, []*Job{job})
+	if !errors.Is(err, ErrPayloadTooLarge) {
+		return err
+	}
+	// Too large for the backend: the result goes, then the error text is
+	// cut to its first KiB (the dead letter keeps all of it).
+	r.Result, r.ResultDropped = nil, len(r.Result) > 0
+	if len(r.Error) > 1024 {
+		r.Error = wire.CutUTF8(r.Error, 1024) + " …(cut to fit)"
+	}
+	b, _ = json.Marshal(r)
+	job = &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b}
+	return p.enqueue(ctx, []*Job{job})
+}
+
+// message encodes a job as the backend message of its current copy. A copy
+// that outgrew the backend's limit loses its oldest error lines until it
+// fits.
+func (p *Platform) message(j *Job) driver.Message {
+	w := toWire(j)
+	body := p.codec.Encode(&w)
+	j.Errors = w.Errors
+	return driver.Message{ID: messageID(j), Body: body, NotBefore: j.NotBefore}
+}
+
+// messageID names the current copy of j: its ID, then ID.N for the N-th copy.
+func messageID(j *Job) string { return wire.MessageID(j.ID, j.copyNo) }
