@@ -21,15 +21,15 @@ import (
 // Defaults of Config.
 const (
 	DefaultPrefix          = "ap"
-	DefaultDeadLease       = 30 * time.Second
+	DefaultDeadHold        = 30 * time.Second
 	DefaultPollInterval    = 100 * time.Millisecond
 	DefaultEnqueueParallel = 16
 )
 
-// The bounds of Config.DeadLease: Azure's bounds for a blob lease.
+// The bounds of Config.DeadHold: Azure's bounds for a blob lease.
 const (
-	MinDeadLease = 15 * time.Second
-	MaxDeadLease = 60 * time.Second
+	MinDeadHold = 15 * time.Second
+	MaxDeadHold = 60 * time.Second
 )
 
 // MaxBody is the largest message body the backend stores: 64 KiB of base64
@@ -86,13 +86,14 @@ type Config struct {
 	// prefixes of which neither is a prefix of the other. Defaults to "ap".
 	Prefix string
 
-	// DeadLease is the duration of the blob lease by which NextDead holds a
-	// record. The holder renews it every DeadLease/3 until SettleDead, so
-	// it only bounds how long a record held by a caller that vanished
-	// (crashed, or closed its Backend) stays hidden from others. Whole
-	// seconds from 15s to 60s, Azure's bounds for a blob lease. Defaults
-	// to 30s.
-	DeadLease time.Duration
+	// DeadHold is the duration of the blob lease by which NextDead holds a
+	// record (Capabilities.DeadHold). The platform renews it with
+	// ExtendDead every DeadHold/3 while its caller works, so it only bounds
+	// how long a record held by a caller that vanished (crashed, or closed
+	// its Backend) stays hidden from others. Whole seconds from 15s to
+	// 60s, Azure's bounds for a blob lease. Defaults to DefaultDeadHold
+	// (30s).
+	DeadHold time.Duration
 
 	// PollInterval is the longest wait between two receives of an empty
 	// queue; the wait starts at 10ms and doubles up to it. Defaults to
@@ -114,8 +115,8 @@ func (c Config) withDefaults() Config {
 	if c.Container == "" {
 		c.Container = c.Prefix + DefaultContainerSuffix
 	}
-	if c.DeadLease == 0 {
-		c.DeadLease = DefaultDeadLease
+	if c.DeadHold == 0 {
+		c.DeadHold = DefaultDeadHold
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
@@ -143,8 +144,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("azure: Config.Prefix %q: want 1 to %d lowercase letters or digits", c.Prefix, maxPrefixLen)
 	case !validContainer(c.Container):
 		return fmt.Errorf("azure: Config.Container %q: want 3 to 63 lowercase letters, digits and single hyphens", c.Container)
-	case c.DeadLease < MinDeadLease || c.DeadLease > MaxDeadLease || c.DeadLease%time.Second != 0:
-		return fmt.Errorf("azure: Config.DeadLease %v: want whole seconds from %v to %v (a blob lease)", c.DeadLease, MinDeadLease, MaxDeadLease)
+	case c.DeadHold < MinDeadHold || c.DeadHold > MaxDeadHold || c.DeadHold%time.Second != 0:
+		return fmt.Errorf("azure: Config.DeadHold %v: want whole seconds from %v to %v (a blob lease)", c.DeadHold, MinDeadHold, MaxDeadHold)
 	case c.PollInterval < 0:
 		return fmt.Errorf("azure: Config.PollInterval %v: want a positive duration", c.PollInterval)
 	case c.EnqueueParallel < 0:
@@ -160,7 +161,7 @@ type Backend struct {
 	blobs        *azblob.Client    // the account's Blob Storage (blob.go)
 	container    *container.Client // Config.Container
 	prefix       string
-	deadLease    time.Duration
+	deadHold     time.Duration
 	pollInterval time.Duration
 	parallel     int
 	log          *slog.Logger
@@ -218,7 +219,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		blobs:        blobs,
 		container:    cc,
 		prefix:       cfg.Prefix,
-		deadLease:    cfg.DeadLease,
+		deadHold:     cfg.DeadHold,
 		pollInterval: cfg.PollInterval,
 		parallel:     cfg.EnqueueParallel,
 		log:          cfg.Logger,
@@ -240,7 +241,7 @@ func (b *Backend) isClosed() bool {
 
 // Capabilities implements driver.Backend.
 func (b *Backend) Capabilities() driver.Capabilities {
-	return driver.Capabilities{MaxBody: maxBody, MinLease: time.Second, RedeliversOnClose: false}
+	return driver.Capabilities{MaxBody: maxBody, MinLease: time.Second, RedeliversOnClose: false, DeadHold: b.deadHold}
 }
 
 // Ping implements driver.Pinger with a service-properties request.

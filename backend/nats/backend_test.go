@@ -61,7 +61,7 @@ func startServer(t testing.TB, dir string, port int) *natsserver.Server {
 }
 
 func testConfig(url string) Config {
-	cfg := Config{URL: url, Stream: testStream, DeadLease: 2 * time.Second, PollWait: 2 * time.Second}
+	cfg := Config{URL: url, Stream: testStream, DeadHold: 2 * time.Second, PollWait: 2 * time.Second}
 	if os.Getenv("NATS_TEST_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

@@ -51,10 +51,8 @@ type receipt struct {
 	claimSubj string // its claim's subject, "" when claims are not made (see claim.go)
 	claimSeq  uint64 // its claim's sequence, when this delivery made it
 
-	queue   string             // dead letters: the record's queue
-	holdSeq uint64             // dead letters: the sequence of its hold marker (see hold.go)
-	stop    context.CancelFunc // dead letters: stops the renewer
-	stopped chan struct{}      // dead letters: closed when the renewer ends
+	queue   string // dead letters: the record's queue
+	holdSeq uint64 // dead letters: the sequence of its hold marker (see hold.go)
 }
 
 // guard is the part of a lease in which nothing is sent any more, so that an

@@ -55,9 +55,10 @@ type Config struct {
 	// DefaultPrefix ("asyncplatform").
 	Prefix string
 
-	// DeadHold is how long a dead letter handed out by NextDead stays hidden
-	// after its holder vanishes. While the Backend lives it renews its holds
-	// every DeadHold/3, so a slow holder keeps its record. Defaults to
+	// DeadHold is how long a dead letter handed out by NextDead stays held
+	// without ExtendDead or SettleDead (Capabilities.DeadHold): the platform
+	// renews it every DeadHold/3 while its caller works, so this only bounds
+	// how long a vanished holder's record stays hidden. Defaults to
 	// DefaultDeadHold (30s).
 	DeadHold time.Duration
 
@@ -162,7 +163,6 @@ type Backend struct {
 
 	keyMu  sync.Mutex
 	keyset map[string][]string
-	holds  map[string]string // NextDead token -> queue, renewed by keepHolds
 }
 
 // handle is a Delivery's receipt: the stored copy's id and its lease token.
@@ -193,9 +193,7 @@ func New(_ context.Context, cfg Config) (*Backend, error) {
 		waiters: make(map[string]*waiter),
 		ackers:  make(map[string]*acker),
 		keyset:  make(map[string][]string),
-		holds:   make(map[string]string),
 	}
-	b.spawn(b.keepHolds)
 	return b, nil
 }
 
@@ -246,7 +244,7 @@ func (b *Backend) token() string {
 
 // Capabilities reports the backend's limits.
 func (b *Backend) Capabilities() driver.Capabilities {
-	return driver.Capabilities{MaxBody: b.cfg.MaxBody, MinLease: MinLease, RedeliversOnClose: false}
+	return driver.Capabilities{MaxBody: b.cfg.MaxBody, MinLease: MinLease, RedeliversOnClose: false, DeadHold: b.cfg.DeadHold}
 }
 
 // Ping checks the connection to Redis.

@@ -118,9 +118,10 @@
 // # Dead letters
 //
 // NextDead pops the oldest record into a hold (held and heldrec) under a new
-// token. The Backend renews its holds every DeadHold/3; SettleDead removes the
-// record or pushes it back at the head of the list. A hold that runs out
-// (its Backend closed or its process died) is pushed back at the head by the
+// token, for Config.DeadHold; ExtendDead renews it (the platform does, every
+// DeadHold/3, while its caller works); SettleDead removes the record or
+// pushes it back at the head of the list. A hold that runs out (its holder
+// stopped renewing it, closed or died) is pushed back at the head by the
 // next NextDead on the queue, or by the late holder's own SettleDead, which
 // then returns driver.ErrLeaseLost. ListDead pages with LRANGE, the
 // cursor being the index of the next record; held records are not listed.
