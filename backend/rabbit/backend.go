@@ -72,8 +72,11 @@ type Config struct {
 	// sets to the queue's concurrency. Defaults to 0.
 	Prefetch int
 
-	// MaxBody is the largest message body Enqueue accepts, in bytes. The
-	// broker's own max_message_size is 128 MiB in 3.10. Defaults to 16 MiB.
+	// MaxBody is the largest message body Enqueue accepts, in bytes: set it
+	// to the broker's max_message_size, which AMQP does not tell a client.
+	// Capabilities.MaxBody reports it; the platform's Config.MaxMessage
+	// bounds messages below it. Defaults to 16 MiB (RabbitMQ 4's
+	// max_message_size; 3.x accepts 128 MiB).
 	MaxBody int
 
 	// PublishTimeout bounds how long one publish waits for its confirm,

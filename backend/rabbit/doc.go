@@ -204,7 +204,9 @@
 //
 // # Limits
 //
-//   - MaxBody defaults to 16 MiB (the broker's max_message_size is 128 MiB).
+//   - Config.MaxBody states the broker's max_message_size (16 MiB by
+//     default, RabbitMQ 4's; 3.x accepts 128 MiB), which AMQP does not tell
+//     a client; the platform's Config.MaxMessage bounds messages below it.
 //   - Stats.Ready is the work queue's ready count; Stats.InFlight is -1 (AMQP
 //     does not report unacknowledged counts without the management plugin).
 //   - A queue that already exists with other arguments (a classic p.q, say)

@@ -137,7 +137,9 @@
 //
 //   - Capabilities.MinLease is 50ms; leases are kept in milliseconds.
 //   - A body is one Redis string: at most proto-max-bulk-len (512 MB by
-//     default). Config.MaxBody sets a lower limit of ours.
+//     default), a server setting the client cannot read, so
+//     Capabilities.MaxBody is 0 and the platform's Config.MaxMessage (32 MiB
+//     by default) is what bounds a message.
 //   - Close abandons unsettled deliveries as a dying process would; Redis
 //     cannot tell that a worker vanished, so they come back when their lease
 //     runs out (Capabilities.RedeliversOnClose is false).
