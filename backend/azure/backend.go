@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -25,6 +26,11 @@ const (
 	DefaultPollInterval    = 100 * time.Millisecond
 	DefaultEnqueueParallel = 16
 )
+
+// ConnectionStringEnv names the environment variable that an empty
+// Config.ConnectionString falls back to when Client and BlobClient are nil
+// too: the only one the backend reads, in New.
+const ConnectionStringEnv = "ASYNCPLATFORM_AZURE_CONNECTION_STRING"
 
 // The bounds of Config.DeadHold: Azure's bounds for a blob lease.
 const (
@@ -47,8 +53,9 @@ type Config struct {
 	// Azurite's "DefaultEndpointsProtocol=http;AccountName=...;AccountKey=...;QueueEndpoint=...;BlobEndpoint=...".
 	// The backend uses its queue service and its blob service (dead
 	// letters); a string that names a QueueEndpoint must name a
-	// BlobEndpoint too. Defaults to "" (then Client and BlobClient are
-	// required).
+	// BlobEndpoint too. When Client and BlobClient are nil, defaults to
+	// $ASYNCPLATFORM_AZURE_CONNECTION_STRING (ConnectionStringEnv); when
+	// that is empty too, New fails.
 	ConnectionString string
 
 	// ClientOptions are the SDK options for the clients made from
@@ -109,6 +116,9 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.ConnectionString == "" && c.Client == nil && c.BlobClient == nil {
+		c.ConnectionString = os.Getenv(ConnectionStringEnv)
+	}
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
@@ -130,10 +140,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// errNoAccount reports a Config that names no storage account.
+var errNoAccount = errors.New("azure: Config.ConnectionString (default $" + ConnectionStringEnv + ", which is empty) or Config.Client is required")
+
 func (c Config) validate() error {
 	switch {
 	case c.ConnectionString == "" && c.Client == nil:
-		return errors.New("azure: Config.ConnectionString or Config.Client is required")
+		return errNoAccount
 	case c.ConnectionString != "" && (c.Client != nil || c.BlobClient != nil):
 		return errors.New("azure: set only one of Config.ConnectionString and Config.Client with Config.BlobClient")
 	case c.Client != nil && c.BlobClient == nil:

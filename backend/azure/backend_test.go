@@ -529,3 +529,38 @@ func TestNoQueuePerDeadLetter(t *testing.T) {
 		t.Fatalf("queues under %q after 20 dead letters: %q, want %q: a dead letter must not make a queue", prefix, got, want)
 	}
 }
+
+// TestConnectionStringDefault: with neither ConnectionString nor Client,
+// New takes $ASYNCPLATFORM_AZURE_CONNECTION_STRING (ConnectionStringEnv);
+// with it empty too, New and the azure:// URL fail naming it. A Client
+// keeps the variable out.
+func TestConnectionStringDefault(t *testing.T) {
+	client, err := azqueue.NewServiceClientWithNoCredential("http://127.0.0.1:1/devstoreaccount1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  string
+		cfg  Config
+		want string
+	}{
+		{"unset", "", Config{}, ""},
+		{"from the variable", "UseDevelopmentStorage=true", Config{}, "UseDevelopmentStorage=true"},
+		{"set", "UseDevelopmentStorage=true", Config{ConnectionString: "AccountName=a"}, "AccountName=a"},
+		{"client", "UseDevelopmentStorage=true", Config{Client: client}, ""},
+	} {
+		t.Setenv(ConnectionStringEnv, tc.env)
+		if got := tc.cfg.withDefaults().ConnectionString; got != tc.want {
+			t.Errorf("%s: ConnectionString defaults to %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	t.Setenv(ConnectionStringEnv, "")
+	ctx := context.Background()
+	if _, err := New(ctx, Config{}); !errors.Is(err, errNoAccount) || !strings.Contains(err.Error(), ConnectionStringEnv) {
+		t.Errorf("New with no account: %v, want errNoAccount naming %s", err, ConnectionStringEnv)
+	}
+	if _, err := ap.Open(ctx, "azure://"); !errors.Is(err, errNoAccount) || !strings.Contains(err.Error(), "azure:<connection string>") {
+		t.Errorf("Open(azure://) with no account: %v, want errNoAccount and the other form", err)
+	}
+}

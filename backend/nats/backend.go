@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,10 @@ const (
 	MaxIDLen = 1024
 )
 
+// URLEnv names the environment variable that an empty Config.URL falls
+// back to: the only one the backend reads, in New.
+const URLEnv = "ASYNCPLATFORM_NATS_URL"
+
 // Header names this backend writes. Bodies are never touched.
 const (
 	hdrMsgID     = "Nats-Msg-Id"
@@ -48,8 +53,8 @@ const (
 // Config configures a Backend.
 type Config struct {
 	// URL is the NATS server URL (a comma-separated list for a cluster).
-	// Ignored when Conn is set. Defaults to the ASYNCPLATFORM_NATS_URL
-	// environment variable, or DefaultURL when that is empty.
+	// Ignored when Conn is set. Defaults to $ASYNCPLATFORM_NATS_URL
+	// (URLEnv), or DefaultURL when that is empty.
 	URL string
 
 	// Conn is an existing connection to use instead of dialling URL. The
@@ -115,7 +120,10 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.URL == "" {
-		c.URL = getenv("ASYNCPLATFORM_NATS_URL", DefaultURL)
+		c.URL = os.Getenv(URLEnv)
+	}
+	if c.URL == "" {
+		c.URL = DefaultURL
 	}
 	if c.Stream == "" {
 		c.Stream = DefaultStream

@@ -25,7 +25,7 @@ const testStream = "ASYNCPLATFORM_TEST"
 // realURL returns the machine's NATS server, or skips (fails under CI).
 func realURL(t testing.TB) string {
 	t.Helper()
-	url := testenv.Getenv("ASYNCPLATFORM_NATS_URL", DefaultURL)
+	url := testenv.Getenv(URLEnv, DefaultURL)
 	nc, err := gonats.Connect(url, gonats.Timeout(2*time.Second))
 	if err != nil {
 		testenv.Unreachable(t, "NATS at "+url, err)

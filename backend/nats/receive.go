@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,13 +15,6 @@ import (
 
 	"github.com/asyncplatform/asyncplatform/driver"
 )
-
-func getenv(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
 
 // errNoConsumer reports a pull request to a consumer that does not exist
 // (deleted by DeleteQueue in another process, or never made).
