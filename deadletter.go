@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/runner"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
@@ -82,6 +83,9 @@ type DeadLetter struct {
 // error is returned. Two concurrent callers never get the same record. With
 // no dead letter available it returns ErrNoDeadLetters.
 //
+// The record stays held while fn runs, however long it takes: the platform
+// renews the backend's hold on it until fn returns.
+//
 // A record that cannot be decoded is still handed to fn, with Reason
 // ReasonInvalid, the undecodable bytes in Raw and the decoding error in Error,
 // so that it can be popped.
@@ -115,6 +119,9 @@ func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(con
 			p.dropPayload(sctx, dl.Job.ID, dl.PayloadRef) // nothing points at it any more
 		}
 	}()
+	// The hold is renewed until fn returns: deferred after the settle, the
+	// renewals stop before it.
+	defer runner.KeepDead(ctx, p.backend, dd, p.caps.DeadHold, p.log)()
 	dl = p.decodeDeadRecord(queue, dd.DeadMessage)
 	if dl.PayloadRef != "" && p.cfg.PayloadStore != nil {
 		b, gerr := p.getPayload(ctx, dl.Job.ID, dl.PayloadRef)

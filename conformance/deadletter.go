@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 // makeDead dead-letters n jobs (Permanent on their first try; they succeed
@@ -254,5 +255,46 @@ func testDeleteLeavesHeld(t *testing.T, e *env) {
 	}
 	if left, want := e.listDead(b0), []string{recs[0].ID, recs[2].ID}; !sameSet(left, want) {
 		t.Errorf("after DeleteDead of %s (held) and %s, the dead-letter queue lists %q, want %q", recs[0].ID, recs[1].ID, left, want)
+	}
+}
+
+// testHeldForSlowCallback: a NextDeadLetter callback that runs longer than
+// the backend's hold (Capabilities.DeadHold) keeps its record, because the
+// platform renews the hold with ExtendDead meanwhile: another caller's
+// NextDead finds nothing, DeleteDead leaves the record alone, and the pop
+// removes it.
+func testHeldForSlowCallback(t *testing.T, e *env) {
+	b0 := e.declared()
+	rec := e.makeDeadRaw(b0, 1)[0]
+	slow := 3 * e.caps.DeadHold / 2
+	if slow == 0 { // holds that never lapse: they must hold all the same
+		slow = e.lease
+	}
+	p, other := e.producer(), e.backend()
+	ctx := ctxT(t, slow+2*e.opts.Wait)
+	called := false
+	err := p.NextDeadLetter(ctx, e.queue, func(ctx context.Context, dl ap.DeadLetter) (bool, error) {
+		called = true
+		if dl.ID != rec.ID {
+			t.Errorf("NextDeadLetter handed out record %s, want %s", dl.ID, rec.ID)
+		}
+		time.Sleep(slow)
+		if dd, err := other.NextDead(ctx, e.queue); !errors.Is(err, driver.ErrNoDeadLetters) {
+			if err == nil {
+				_ = other.SettleDead(ctx, dd, false)
+			}
+			t.Errorf("another caller's NextDead while a NextDeadLetter callback had held the record for %v (Capabilities.DeadHold %v): got %v, %v; "+
+				"want driver.ErrNoDeadLetters: a hold renewed with ExtendDead every third of DeadHold must last%s", slow, e.caps.DeadHold, dd, err, e.stallNote())
+		}
+		if n, err := other.DeleteDead(ctx, e.queue, []string{rec.ID}); err != nil || n != 0 {
+			t.Errorf("DeleteDead of the record a slow NextDeadLetter callback holds: %d, %v; want 0: it is still held%s", n, err, e.stallNote())
+		}
+		return true, nil
+	})
+	if err != nil || !called {
+		t.Errorf("NextDeadLetter popping after a callback of %v: %v (callback called: %v); want nil: the hold must still be the caller's%s", slow, err, called, e.stallNote())
+	}
+	if left := e.listDead(b0); len(left) != 0 {
+		t.Errorf("after the pop the dead-letter queue lists %q, want nothing", left)
 	}
 }

@@ -102,7 +102,9 @@
 // lease of the suite's platforms and direct Receives; Options.Wait (20s) is
 // how long a case waits for an outcome before it fails. A case that waits
 // for a lease to lapse takes about a lease, and
-// Lease/ExtendedForSlowHandler runs a handler for ten. The bounds a backend
+// Lease/ExtendedForSlowHandler runs a handler for ten;
+// DeadLetter/HeldForSlowCallback holds a dead letter for one and a half
+// Capabilities.DeadHold (a lease when it is zero). The bounds a backend
 // must meet, each a rule of the contract:
 //
 //   - a body of MaxBody bytes comes back from Receive within half of the

@@ -50,6 +50,7 @@ func ExampleCases() {
 	// DeadLetter/Redrive
 	// DeadLetter/Purge
 	// DeadLetter/DeleteLeavesHeld
+	// DeadLetter/HeldForSlowCallback
 	// Stop/HandsBackUncounted
 	// Stop/FinishesRunning
 	// Delivery/ExactlyOnceWithoutFaults

@@ -71,6 +71,7 @@ func cases() []testCase {
 		{"DeadLetter/Redrive", testRedrive},
 		{"DeadLetter/Purge", testPurge},
 		{"DeadLetter/DeleteLeavesHeld", testDeleteLeavesHeld},
+		{"DeadLetter/HeldForSlowCallback", testHeldForSlowCallback},
 		// stop.go
 		{"Stop/HandsBackUncounted", testStopHandsBack},
 		{"Stop/FinishesRunning", testStopFinishes},

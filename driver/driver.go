@@ -3,12 +3,13 @@
 //
 // The portable type, asyncplatform.Platform, owns every decision of the
 // behaviour contract: how an outcome is classified, retry and poison limits and
-// their precedence, backoff, the poison check before the handler, lease
-// extension and the shutdown hand-back. A backend offers only the atomic
-// primitives below and never invents semantics of its own. In particular a
-// backend never decodes a message body: bodies are opaque bytes encoded by the
-// platform, and a backend may wrap them in framing of its own (a base counter,
-// for example) as long as Receive hands back exactly the bytes it was given.
+// their precedence, backoff, the poison check before the handler, the renewal
+// of leases and of dead-letter holds, and the shutdown hand-back. A backend
+// offers only the atomic primitives below and never invents semantics of its
+// own. In particular a backend never decodes a message body: bodies are opaque
+// bytes encoded by the platform, and a backend may wrap them in framing of its
+// own (a base counter, for example) as long as Receive hands back exactly the
+// bytes it was given.
 //
 // # Delivery counting
 //
@@ -35,7 +36,8 @@
 //
 // Every method may be called from several goroutines at once, but the platform
 // never calls two methods on the same *Delivery concurrently, and never calls
-// one after a settling call (Ack, Requeue, DeadLetter) on it returned nil.
+// one after a settling call (Ack, Requeue, DeadLetter) on it returned nil; the
+// same holds for a *DeadDelivery (ExtendDead, then SettleDead).
 //
 // # Errors
 //
@@ -57,6 +59,8 @@ var (
 	// delivery they were given is no longer held: its lease expired, its
 	// connection or channel is gone, or the job was delivered again since. A
 	// backend must never act on a newer delivery of the same job.
+	// ExtendDead and SettleDead return it likewise for a dead letter that
+	// is no longer held.
 	ErrLeaseLost = errors.New("lease lost")
 
 	// ErrClosed is returned by every method after Close.
@@ -155,6 +159,13 @@ type Capabilities struct {
 	// RedeliversOnClose is true when a closed connection makes the broker
 	// return its unsettled deliveries at once rather than after their lease.
 	RedeliversOnClose bool
+
+	// DeadHold is how long a dead letter handed out by NextDead stays held
+	// when neither ExtendDead nor SettleDead is called: the platform calls
+	// ExtendDead every third of it for as long as it works on the record.
+	// Zero means a hold lasts until SettleDead or until the holder's
+	// connection ends, and the platform never calls ExtendDead.
+	DeadHold time.Duration
 }
 
 // Backend stores and delivers messages for a set of named queues, and keeps one
@@ -211,8 +222,18 @@ type Backend interface {
 	// NextDead hands out the oldest dead letter of the queue that no other
 	// caller holds, and hides it from other callers until SettleDead. It
 	// returns ErrNoDeadLetters when there is none. A record held by a caller
-	// that vanishes (crash, closed connection) becomes visible again.
+	// that vanishes (crash, closed connection) becomes visible again, at the
+	// latest Capabilities.DeadHold after its last ExtendDead (or NextDead).
+	// A backend never renews a hold on its own: the holder does, with
+	// ExtendDead.
 	NextDead(ctx context.Context, queue string) (*DeadDelivery, error)
+
+	// ExtendDead renews the hold on a record handed out by NextDead for
+	// another Capabilities.DeadHold from now. It returns ErrLeaseLost when
+	// the hold had already been lost (it lapsed, the record was purged, or
+	// it was settled). A backend whose DeadHold is zero only reports whether
+	// the record is still held.
+	ExtendDead(ctx context.Context, d *DeadDelivery) error
 
 	// SettleDead releases a record handed out by NextDead: remove true
 	// deletes it, false puts it back where it was (the next NextDead sees it

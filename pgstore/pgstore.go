@@ -60,7 +60,8 @@ const (
 	DefaultSweepInterval = time.Minute
 )
 
-// URLEnv names the environment variable that Config.URL falls back to.
+// URLEnv names the environment variable that an empty Config.URL falls
+// back to: the only one the store itself reads, in New.
 const URLEnv = "ASYNCPLATFORM_POSTGRES_URL"
 
 // sweepBatch is how many expired rows one sweep statement deletes.
@@ -73,9 +74,9 @@ type Config struct {
 	Pool *pgxpool.Pool
 
 	// URL is the connection string (a postgres:// URL or key=value pairs)
-	// when Pool is nil. Defaults to the ASYNCPLATFORM_POSTGRES_URL
-	// environment variable, or, when that is empty, to libpq's defaults and
-	// PG* environment variables.
+	// when Pool is nil. Defaults to $ASYNCPLATFORM_POSTGRES_URL (URLEnv),
+	// or, when that is empty, to libpq's defaults and PG* environment
+	// variables (read by pgx).
 	URL string
 
 	// Table is the table's name: 1 to 50 bytes of [a-z0-9_], not starting

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -21,15 +22,20 @@ import (
 // Defaults of Config.
 const (
 	DefaultPrefix          = "ap"
-	DefaultDeadLease       = 30 * time.Second
+	DefaultDeadHold        = 30 * time.Second
 	DefaultPollInterval    = 100 * time.Millisecond
 	DefaultEnqueueParallel = 16
 )
 
-// The bounds of Config.DeadLease: Azure's bounds for a blob lease.
+// ConnectionStringEnv names the environment variable that an empty
+// Config.ConnectionString falls back to when Client and BlobClient are nil
+// too: the only one the backend reads, in New.
+const ConnectionStringEnv = "ASYNCPLATFORM_AZURE_CONNECTION_STRING"
+
+// The bounds of Config.DeadHold: Azure's bounds for a blob lease.
 const (
-	MinDeadLease = 15 * time.Second
-	MaxDeadLease = 60 * time.Second
+	MinDeadHold = 15 * time.Second
+	MaxDeadHold = 60 * time.Second
 )
 
 // MaxBody is the largest message body the backend stores: 64 KiB of base64
@@ -47,8 +53,9 @@ type Config struct {
 	// Azurite's "DefaultEndpointsProtocol=http;AccountName=...;AccountKey=...;QueueEndpoint=...;BlobEndpoint=...".
 	// The backend uses its queue service and its blob service (dead
 	// letters); a string that names a QueueEndpoint must name a
-	// BlobEndpoint too. Defaults to "" (then Client and BlobClient are
-	// required).
+	// BlobEndpoint too. When Client and BlobClient are nil, defaults to
+	// $ASYNCPLATFORM_AZURE_CONNECTION_STRING (ConnectionStringEnv); when
+	// that is empty too, New fails.
 	ConnectionString string
 
 	// ClientOptions are the SDK options for the clients made from
@@ -86,13 +93,14 @@ type Config struct {
 	// prefixes of which neither is a prefix of the other. Defaults to "ap".
 	Prefix string
 
-	// DeadLease is the duration of the blob lease by which NextDead holds a
-	// record. The holder renews it every DeadLease/3 until SettleDead, so
-	// it only bounds how long a record held by a caller that vanished
-	// (crashed, or closed its Backend) stays hidden from others. Whole
-	// seconds from 15s to 60s, Azure's bounds for a blob lease. Defaults
-	// to 30s.
-	DeadLease time.Duration
+	// DeadHold is the duration of the blob lease by which NextDead holds a
+	// record (Capabilities.DeadHold). The platform renews it with
+	// ExtendDead every DeadHold/3 while its caller works, so it only bounds
+	// how long a record held by a caller that vanished (crashed, or closed
+	// its Backend) stays hidden from others. Whole seconds from 15s to
+	// 60s, Azure's bounds for a blob lease. Defaults to DefaultDeadHold
+	// (30s).
+	DeadHold time.Duration
 
 	// PollInterval is the longest wait between two receives of an empty
 	// queue; the wait starts at 10ms and doubles up to it. Defaults to
@@ -108,14 +116,17 @@ type Config struct {
 }
 
 func (c Config) withDefaults() Config {
+	if c.ConnectionString == "" && c.Client == nil && c.BlobClient == nil {
+		c.ConnectionString = os.Getenv(ConnectionStringEnv)
+	}
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
 	if c.Container == "" {
 		c.Container = c.Prefix + DefaultContainerSuffix
 	}
-	if c.DeadLease == 0 {
-		c.DeadLease = DefaultDeadLease
+	if c.DeadHold == 0 {
+		c.DeadHold = DefaultDeadHold
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = DefaultPollInterval
@@ -129,10 +140,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// errNoAccount reports a Config that names no storage account.
+var errNoAccount = errors.New("azure: Config.ConnectionString (default $" + ConnectionStringEnv + ", which is empty) or Config.Client is required")
+
 func (c Config) validate() error {
 	switch {
 	case c.ConnectionString == "" && c.Client == nil:
-		return errors.New("azure: Config.ConnectionString or Config.Client is required")
+		return errNoAccount
 	case c.ConnectionString != "" && (c.Client != nil || c.BlobClient != nil):
 		return errors.New("azure: set only one of Config.ConnectionString and Config.Client with Config.BlobClient")
 	case c.Client != nil && c.BlobClient == nil:
@@ -143,8 +157,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("azure: Config.Prefix %q: want 1 to %d lowercase letters or digits", c.Prefix, maxPrefixLen)
 	case !validContainer(c.Container):
 		return fmt.Errorf("azure: Config.Container %q: want 3 to 63 lowercase letters, digits and single hyphens", c.Container)
-	case c.DeadLease < MinDeadLease || c.DeadLease > MaxDeadLease || c.DeadLease%time.Second != 0:
-		return fmt.Errorf("azure: Config.DeadLease %v: want whole seconds from %v to %v (a blob lease)", c.DeadLease, MinDeadLease, MaxDeadLease)
+	case c.DeadHold < MinDeadHold || c.DeadHold > MaxDeadHold || c.DeadHold%time.Second != 0:
+		return fmt.Errorf("azure: Config.DeadHold %v: want whole seconds from %v to %v (a blob lease)", c.DeadHold, MinDeadHold, MaxDeadHold)
 	case c.PollInterval < 0:
 		return fmt.Errorf("azure: Config.PollInterval %v: want a positive duration", c.PollInterval)
 	case c.EnqueueParallel < 0:
@@ -160,7 +174,7 @@ type Backend struct {
 	blobs        *azblob.Client    // the account's Blob Storage (blob.go)
 	container    *container.Client // Config.Container
 	prefix       string
-	deadLease    time.Duration
+	deadHold     time.Duration
 	pollInterval time.Duration
 	parallel     int
 	log          *slog.Logger
@@ -218,7 +232,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		blobs:        blobs,
 		container:    cc,
 		prefix:       cfg.Prefix,
-		deadLease:    cfg.DeadLease,
+		deadHold:     cfg.DeadHold,
 		pollInterval: cfg.PollInterval,
 		parallel:     cfg.EnqueueParallel,
 		log:          cfg.Logger,
@@ -240,7 +254,7 @@ func (b *Backend) isClosed() bool {
 
 // Capabilities implements driver.Backend.
 func (b *Backend) Capabilities() driver.Capabilities {
-	return driver.Capabilities{MaxBody: maxBody, MinLease: time.Second, RedeliversOnClose: false}
+	return driver.Capabilities{MaxBody: maxBody, MinLease: time.Second, RedeliversOnClose: false, DeadHold: b.deadHold}
 }
 
 // Ping implements driver.Pinger with a service-properties request.

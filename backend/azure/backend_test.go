@@ -344,16 +344,16 @@ func TestDeadLetters(t *testing.T) {
 	}
 }
 
-// TestDeadHolds: a holder keeps its record past DeadLease (its lease is
-// renewed), and a holder that vanishes (its Backend closed, as a crashed
-// process's would be) releases its record when its lease ends.
+// TestDeadHolds: a holder keeps its record past DeadHold (it renews its
+// lease with ExtendDead), and a holder that vanishes (its Backend closed, as
+// a crashed process's would be) releases its record when its lease ends.
 func TestDeadHolds(t *testing.T) {
 	t.Parallel()
-	b, q := newBackend(t, Config{DeadLease: MinDeadLease})
+	b, q := newBackend(t, Config{DeadHold: MinDeadHold})
 	ctx := context.Background()
 	deadLetterN(t, b, q, 3, func(i int) []byte { return []byte{byte(i)} })
 	other := func() *Backend {
-		c, err := New(ctx, testConfig(t, Config{DeadLease: MinDeadLease}))
+		c, err := New(ctx, testConfig(t, Config{DeadHold: MinDeadHold}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -370,22 +370,34 @@ func TestDeadHolds(t *testing.T) {
 		t.Fatalf("NextDead: %v %v", lost, err)
 	}
 	b2.Close() // the holder vanishes
-	if dd, err := b3.NextDead(ctx, q); err != nil || dd.ID != "id2" {
-		t.Fatalf("NextDead while id0 and id1 are held: %v %v", dd, err)
+	third, err := b3.NextDead(ctx, q)
+	if err != nil || third.ID != "id2" {
+		t.Fatalf("NextDead while id0 and id1 are held: %v %v", third, err)
 	}
 	if _, err := b3.NextDead(ctx, q); !errors.Is(err, driver.ErrNoDeadLetters) {
 		t.Fatalf("NextDead with every record held: %v, want ErrNoDeadLetters", err)
 	}
-	time.Sleep(MinDeadLease + 5*time.Second)
+	for end := time.Now().Add(MinDeadHold + 5*time.Second); time.Now().Before(end); {
+		time.Sleep(MinDeadHold / 3)
+		if err := b.ExtendDead(ctx, kept); err != nil {
+			t.Fatalf("ExtendDead of a live hold: %v", err)
+		}
+		if err := b3.ExtendDead(ctx, third); err != nil {
+			t.Fatalf("ExtendDead of a live hold: %v", err)
+		}
+	}
 	dd, err := b3.NextDead(ctx, q)
 	if err != nil || dd.ID != "id1" {
 		t.Fatalf("NextDead after the holder of id1 vanished: %v %v, want id1", dd, err)
 	}
 	if _, err := b3.NextDead(ctx, q); !errors.Is(err, driver.ErrNoDeadLetters) {
-		t.Fatalf("NextDead: %v, want ErrNoDeadLetters (id0 is held on)", err)
+		t.Fatalf("NextDead: %v, want ErrNoDeadLetters (id0 and id2 are held on)", err)
 	}
 	if err := b.SettleDead(ctx, kept, true); err != nil {
-		t.Fatalf("settle of a record held past DeadLease: %v", err)
+		t.Fatalf("settle of a record held past DeadHold: %v", err)
+	}
+	if err := b.ExtendDead(ctx, kept); !errors.Is(err, driver.ErrLeaseLost) {
+		t.Fatalf("ExtendDead after SettleDead: %v, want ErrLeaseLost", err)
 	}
 	if err := b2.SettleDead(ctx, lost, true); !errors.Is(err, driver.ErrClosed) {
 		t.Fatalf("settle by the vanished holder: %v, want ErrClosed", err)
@@ -515,5 +527,40 @@ func TestNoQueuePerDeadLetter(t *testing.T) {
 	}
 	if got := queues(); !slices.Equal(got, want) {
 		t.Fatalf("queues under %q after 20 dead letters: %q, want %q: a dead letter must not make a queue", prefix, got, want)
+	}
+}
+
+// TestConnectionStringDefault: with neither ConnectionString nor Client,
+// New takes $ASYNCPLATFORM_AZURE_CONNECTION_STRING (ConnectionStringEnv);
+// with it empty too, New and the azure:// URL fail naming it. A Client
+// keeps the variable out.
+func TestConnectionStringDefault(t *testing.T) {
+	client, err := azqueue.NewServiceClientWithNoCredential("http://127.0.0.1:1/devstoreaccount1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  string
+		cfg  Config
+		want string
+	}{
+		{"unset", "", Config{}, ""},
+		{"from the variable", "UseDevelopmentStorage=true", Config{}, "UseDevelopmentStorage=true"},
+		{"set", "UseDevelopmentStorage=true", Config{ConnectionString: "AccountName=a"}, "AccountName=a"},
+		{"client", "UseDevelopmentStorage=true", Config{Client: client}, ""},
+	} {
+		t.Setenv(ConnectionStringEnv, tc.env)
+		if got := tc.cfg.withDefaults().ConnectionString; got != tc.want {
+			t.Errorf("%s: ConnectionString defaults to %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	t.Setenv(ConnectionStringEnv, "")
+	ctx := context.Background()
+	if _, err := New(ctx, Config{}); !errors.Is(err, errNoAccount) || !strings.Contains(err.Error(), ConnectionStringEnv) {
+		t.Errorf("New with no account: %v, want errNoAccount naming %s", err, ConnectionStringEnv)
+	}
+	if _, err := ap.Open(ctx, "azure://"); !errors.Is(err, errNoAccount) || !strings.Contains(err.Error(), "azure:<connection string>") {
+		t.Errorf("Open(azure://) with no account: %v, want errNoAccount and the other form", err)
 	}
 }

@@ -21,7 +21,7 @@ import (
 type harness struct{ cs string }
 
 func (h harness) MakeBackend(ctx context.Context) (driver.Backend, error) {
-	return New(ctx, Config{ConnectionString: h.cs, ClientOptions: clientOptions(), DeadLease: MinDeadLease})
+	return New(ctx, Config{ConnectionString: h.cs, ClientOptions: clientOptions(), DeadHold: MinDeadHold})
 }
 
 func (harness) Close() {}
@@ -67,7 +67,7 @@ func TestFaults(t *testing.T) {
 		Name: "azure",
 		Addr: needAzurite(t),
 		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
-			return New(ctx, Config{ConnectionString: addr, Prefix: "fl", DeadLease: MinDeadLease,
+			return New(ctx, Config{ConnectionString: addr, Prefix: "fl", DeadHold: MinDeadHold,
 				PollInterval: 50 * time.Millisecond, Logger: faults.Logger()})
 		},
 		HostPort: func(addr string) string { return queueEndpoint.FindStringSubmatch(addr)[1] },

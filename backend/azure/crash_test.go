@@ -20,7 +20,7 @@ const crashWorkerEnv = "ASYNCPLATFORM_AZURE_CRASH_WORKER" // the queue to work
 // crashWorker is the child process of TestKilledWorker: it works the queue,
 // says "started <id>" when a handler runs, and blocks until it is killed.
 func crashWorker() {
-	b, err := New(context.Background(), Config{ConnectionString: os.Getenv(EnvConnectionString), ClientOptions: clientOptions()})
+	b, err := New(context.Background(), Config{ConnectionString: os.Getenv(ConnectionStringEnv), ClientOptions: clientOptions()})
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(2)
@@ -67,7 +67,7 @@ func TestKilledWorker(t *testing.T) {
 	}
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashWorkerEnv+"="+q, EnvConnectionString+"="+connString)
+	cmd.Env = append(os.Environ(), crashWorkerEnv+"="+q, ConnectionStringEnv+"="+connString)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

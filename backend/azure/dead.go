@@ -45,59 +45,52 @@ const (
 )
 
 // deadHold is DeadDelivery.Handle: a record held under a blob lease, which
-// a renewer keeps alive until SettleDead (or Close).
+// ExtendDead renews.
 type deadHold struct {
-	b      *Backend
 	name   string
 	lease  *lease.BlobClient
 	closed chan struct{} // the backend's
-
-	once    sync.Once
-	stop    chan struct{} // closed to end the renewer
-	stopped chan struct{} // closed when the renewer has ended
 
 	mu      sync.Mutex
 	settled bool
 }
 
-// renew renews the lease every DeadLease/3 until stop, the backend's Close
-// or a renewal that finds the lease lost.
-func (h *deadHold) renew(every time.Duration) {
-	defer close(h.stopped)
-	defer h.b.bg.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-h.stop:
-		case <-h.closed:
-		}
-		cancel()
-	}()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rctx, rcancel := context.WithTimeout(ctx, every)
-		_, err := h.lease.RenewLease(rctx, nil)
-		rcancel()
-		if err != nil && ctx.Err() == nil {
-			if deadLeaseLost(err) {
-				return // SettleDead will say so
-			}
-			h.b.log.Warn("azure: renewing a dead-letter hold failed; retrying", "blob", h.name, "err", err)
-		}
+// deadHoldOf returns d's hold, if this backend handed it out.
+func (b *Backend) deadHoldOf(d *driver.DeadDelivery) (*deadHold, error) {
+	h, ok := d.Handle.(*deadHold)
+	if !ok || h == nil {
+		return nil, fmt.Errorf("azure: dead delivery handle %T is not this backend's", d.Handle)
 	}
+	if h.closed != b.closed {
+		return nil, fmt.Errorf("azure: dead delivery belongs to another backend: %w", driver.ErrLeaseLost)
+	}
+	return h, nil
 }
 
-// end stops the renewer and waits for it.
-func (h *deadHold) end() {
-	h.once.Do(func() { close(h.stop) })
-	<-h.stopped
+// ExtendDead implements driver.Backend: it renews the blob lease for
+// another Config.DeadHold.
+func (b *Backend) ExtendDead(ctx context.Context, d *driver.DeadDelivery) error {
+	if b.isClosed() {
+		return driver.ErrClosed
+	}
+	h, err := b.deadHoldOf(d)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.settled {
+		return fmt.Errorf("azure: extend dead letter %s: %w (settled before)", h.name, driver.ErrLeaseLost)
+	}
+	_, err = h.lease.RenewLease(ctx, nil)
+	switch {
+	case err == nil:
+		return nil
+	case deadLeaseLost(err):
+		return fmt.Errorf("azure: extend dead letter %s: %w (%v)", h.name, driver.ErrLeaseLost, err)
+	default:
+		return fmt.Errorf("azure: extend dead letter %s: %w", h.name, err)
+	}
 }
 
 // deadLeaseLost reports whether a lease or leased-write error means the
@@ -207,9 +200,9 @@ func (b *Backend) readBlob(ctx context.Context, name string, cond *blob.AccessCo
 
 // NextDead implements driver.Backend. It lists the queue's records in name
 // (creation) order, skips those the listing shows leased, and takes a blob
-// lease of Config.DeadLease on the first it can; holding the lease is
-// holding the record. A renewer keeps the lease until SettleDead, so a
-// caller that vanishes releases the record when its last lease ends.
+// lease of Config.DeadHold on the first it can; holding the lease is
+// holding the record. ExtendDead renews the lease, so a caller that
+// vanishes releases the record when its last lease ends.
 func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDelivery, error) {
 	if b.isClosed() {
 		return nil, driver.ErrClosed
@@ -256,7 +249,7 @@ func (b *Backend) tryHold(ctx context.Context, name string) (*driver.DeadDeliver
 	}
 	// An acquire with the same proposed ID is idempotent, so the SDK's
 	// retry of an acquire that had succeeded succeeds too.
-	if _, err := lc.AcquireLease(ctx, int32(b.deadLease/time.Second), nil); err != nil {
+	if _, err := lc.AcquireLease(ctx, int32(b.deadHold/time.Second), nil); err != nil {
 		if bloberror.HasCode(err, bloberror.LeaseAlreadyPresent, bloberror.LeaseIsBreakingAndCannotBeAcquired, bloberror.BlobNotFound) {
 			return nil, nil
 		}
@@ -281,9 +274,7 @@ func (b *Backend) tryHold(ctx context.Context, name string) (*driver.DeadDeliver
 		b.log.Warn("azure: skipping a blob among the dead letters that is not a record", "blob", name)
 		return nil, nil
 	}
-	h := &deadHold{b: b, name: name, lease: lc, closed: b.closed, stop: make(chan struct{}), stopped: make(chan struct{})}
-	b.bg.Add(1)
-	go h.renew(b.deadLease / 3)
+	h := &deadHold{name: name, lease: lc, closed: b.closed}
 	return &driver.DeadDelivery{DeadMessage: driver.DeadMessage{ID: f.id, Body: f.body}, Handle: h}, nil
 }
 
@@ -307,21 +298,16 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 	if b.isClosed() {
 		return driver.ErrClosed
 	}
-	h, ok := d.Handle.(*deadHold)
-	if !ok || h == nil {
-		return fmt.Errorf("azure: dead delivery handle %T is not this backend's", d.Handle)
-	}
-	if h.closed != b.closed {
-		return fmt.Errorf("azure: dead delivery belongs to another backend: %w", driver.ErrLeaseLost)
+	h, err := b.deadHoldOf(d)
+	if err != nil {
+		return err
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.settled {
 		return fmt.Errorf("azure: settle dead letter %s: %w (settled before)", h.name, driver.ErrLeaseLost)
 	}
-	h.end()
 	h.settled = true
-	var err error
 	if remove {
 		id := h.lease.LeaseID()
 		_, err = b.container.NewBlobClient(h.name).Delete(ctx, &blob.DeleteOptions{
@@ -341,7 +327,7 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 	case deadLeaseLost(err):
 		return fmt.Errorf("azure: settle dead letter %s: %w (%v)", h.name, driver.ErrLeaseLost, err)
 	default:
-		h.settled = false // nothing changed: the caller may try again (unrenewed)
+		h.settled = false // nothing changed: the caller may try again
 		return fmt.Errorf("azure: settle dead letter %s: %w", h.name, err)
 	}
 }

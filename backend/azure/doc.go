@@ -98,12 +98,12 @@
 //     delivered message: two requests, three with the renewal. A crash in
 //     between leaves a duplicate record, never a loss.
 //   - NextDead lists the queue's prefix 32 names at a time, skips records
-//     the listing shows leased, and takes a blob lease of Config.DeadLease
+//     the listing shows leased, and takes a blob lease of Config.DeadHold
 //     (15s to 60s, 30s by default) on the first it can. A lease has one
-//     holder, so two callers never hold the same record. The holder renews
-//     the lease every DeadLease/3 until SettleDead; a caller that vanishes
-//     (a crash, or Close) stops renewing and its record is visible again
-//     when the lease ends. It costs one listing, one lease and one read,
+//     holder, so two callers never hold the same record. ExtendDead renews
+//     the lease (the platform calls it every DeadHold/3 until SettleDead);
+//     a caller that vanishes (a crash, or Close) stops renewing and its
+//     record is visible again when the lease ends. It costs one listing, one lease and one read,
 //     whatever the depth.
 //   - SettleDead(remove) deletes the blob under the lease: the service
 //     refuses a delete with a lease that is no longer the blob's, which is

@@ -21,12 +21,6 @@ import (
 	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
 
-// EnvConnectionString names the variable that points the tests at a running
-// Azurite (or Azure account). When it is unset, TestMain starts Azurite from
-// .tools/azurite (scripts/azurite.sh install) on a free loopback port and
-// stops it after the tests.
-const EnvConnectionString = "ASYNCPLATFORM_AZURE_CONNECTION_STRING"
-
 // devAccount is Azurite's public, well-known development account.
 const (
 	devAccount = "devstoreaccount1"
@@ -48,8 +42,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// setupAzurite points the tests at the Azurite (or Azure account) of
+// $ASYNCPLATFORM_AZURE_CONNECTION_STRING (ConnectionStringEnv), or, when it
+// is unset, starts Azurite from .tools/azurite (scripts/azurite.sh install)
+// on a free loopback port; stop stops it.
 func setupAzurite() (stop func()) {
-	if cs := os.Getenv(EnvConnectionString); cs != "" {
+	if cs := os.Getenv(ConnectionStringEnv); cs != "" {
 		connString = cs
 		return func() {}
 	}
@@ -58,7 +56,7 @@ func setupAzurite() (stop func()) {
 		_, err = os.Stat(bin)
 	}
 	if err != nil {
-		connErr = fmt.Errorf("%s is unset and Azurite is not installed (run scripts/azurite.sh install): %w", EnvConnectionString, err)
+		connErr = fmt.Errorf("%s is unset and Azurite is not installed (run scripts/azurite.sh install): %w", ConnectionStringEnv, err)
 		return func() {}
 	}
 	port, err := freePort()
@@ -126,7 +124,7 @@ func setupAzurite() (stop func()) {
 	}
 	connString = azuriteConnString(addr, blobAddr)
 	// Child processes (the crash tests' workers) use the same instance.
-	os.Setenv(EnvConnectionString, connString)
+	os.Setenv(ConnectionStringEnv, connString)
 	return stop
 }
 

@@ -3,15 +3,12 @@ package azure
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
-	"os"
 	"strings"
 
 	"github.com/asyncplatform/asyncplatform/driver"
 )
-
-// ConnectionStringEnv is read by the azure:// URL form.
-const ConnectionStringEnv = "ASYNCPLATFORM_AZURE_CONNECTION_STRING"
 
 func init() { driver.Register("azure", openURL) }
 
@@ -24,13 +21,12 @@ func openURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
 		// A connection string may hold '?': take everything after "azure:".
 		cfg.ConnectionString = strings.TrimPrefix(u.String(), u.Scheme+":")
 	} else {
-		cfg.ConnectionString = os.Getenv(ConnectionStringEnv)
-		cfg.Prefix = u.Query().Get("prefix")
-		if cfg.ConnectionString == "" {
-			return nil, errors.New("azure: azure:// takes its connection string from $" + ConnectionStringEnv + ", which is empty; or write azure:<connection string>")
-		}
+		cfg.Prefix = u.Query().Get("prefix") // the connection string is New's default
 	}
 	b, err := New(ctx, cfg)
+	if errors.Is(err, errNoAccount) {
+		return nil, fmt.Errorf("%w; or write azure:<connection string>", err)
+	}
 	if err != nil {
 		return nil, errors.New("azure: opening the storage account (queue and blob services) failed (the connection string is not shown): " + redact(err.Error(), cfg.ConnectionString))
 	}

@@ -3,6 +3,7 @@ package memory
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -23,10 +24,11 @@ func NewBroker() *Broker { return &Broker{queues: map[string]*queue{}} }
 
 // Backend is one connection to a Broker. It implements driver.Backend.
 type Backend struct {
-	broker *Broker
-	closed bool // guarded by broker.mu
-	done   chan struct{}
-	once   sync.Once
+	broker   *Broker
+	deadHold time.Duration // Config.DeadHold
+	closed   bool          // guarded by broker.mu
+	done     chan struct{}
+	once     sync.Once
 }
 
 var (
@@ -40,17 +42,29 @@ type Config struct {
 	// share its queues, as worker processes share a server; closing one is
 	// a crash of that "process". Defaults to nil: a new private broker.
 	Broker *Broker
+
+	// DeadHold is how long a dead letter handed out by NextDead stays held
+	// without ExtendDead or SettleDead; the platform renews it every
+	// DeadHold/3 while its caller works. Zero, the default, holds it until
+	// SettleDead or Close. A test sets it to model a broker whose holds
+	// lapse.
+	DeadHold time.Duration
 }
 
 // New returns a connection to cfg.Broker, or to a new private broker. It
-// never fails and ignores ctx: the signature is the one every backend's New
-// has.
+// fails only for a negative DeadHold, and ignores ctx: the signature is the
+// one every backend's New has.
 func New(_ context.Context, cfg Config) (*Backend, error) {
 	br := cfg.Broker
 	if br == nil {
 		br = NewBroker()
 	}
-	return br.Connect(), nil
+	if cfg.DeadHold < 0 {
+		return nil, fmt.Errorf("memory: Config.DeadHold %v must not be negative", cfg.DeadHold)
+	}
+	b := br.Connect()
+	b.deadHold = cfg.DeadHold
+	return b, nil
 }
 
 // Connect opens a new connection to the broker: New with Config.Broker set
@@ -78,8 +92,14 @@ type delivery struct {
 
 type deadRecord struct {
 	driver.DeadMessage
-	token uint64 // non-zero while held by a NextDead caller
+	token uint64    // non-zero while held by a NextDead caller
+	until time.Time // when the hold lapses; zero: never
 	owner *Backend
+}
+
+// held reports whether a NextDead caller holds the record at now.
+func (r *deadRecord) held(now time.Time) bool {
+	return r.token != 0 && (r.until.IsZero() || now.Before(r.until))
 }
 
 type deadHandle struct {
@@ -117,7 +137,7 @@ func (q *queue) signal() {
 
 // Capabilities implements driver.Backend.
 func (b *Backend) Capabilities() driver.Capabilities {
-	return driver.Capabilities{RedeliversOnClose: true}
+	return driver.Capabilities{RedeliversOnClose: true, DeadHold: b.deadHold}
 }
 
 func (b *Backend) lock() error {

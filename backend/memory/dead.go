@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
 )
@@ -15,14 +16,43 @@ func (b *Backend) NextDead(ctx context.Context, name string) (*driver.DeadDelive
 		return nil, err
 	}
 	defer b.broker.mu.Unlock()
+	now := time.Now()
 	for _, r := range b.broker.queue(name).dead {
-		if r.token == 0 {
+		if !r.held(now) {
 			b.broker.token++
 			r.token, r.owner = b.broker.token, b
+			r.until = b.holdUntil(now)
 			return &driver.DeadDelivery{DeadMessage: r.DeadMessage, Handle: deadHandle{rec: r, token: r.token}}, nil
 		}
 	}
 	return nil, driver.ErrNoDeadLetters
+}
+
+// holdUntil is when a hold taken or renewed at now lapses; zero: never.
+func (b *Backend) holdUntil(now time.Time) time.Time {
+	if b.deadHold == 0 {
+		return time.Time{}
+	}
+	return now.Add(b.deadHold)
+}
+
+// ExtendDead implements driver.Backend: it renews the hold for another
+// Config.DeadHold.
+func (b *Backend) ExtendDead(ctx context.Context, d *driver.DeadDelivery) error {
+	h, ok := d.Handle.(deadHandle)
+	if !ok {
+		return fmt.Errorf("memory: dead letter was not handed out by this backend")
+	}
+	if err := b.lock(); err != nil {
+		return err
+	}
+	defer b.broker.mu.Unlock()
+	now := time.Now()
+	if h.rec.token != h.token || !h.rec.held(now) {
+		return driver.ErrLeaseLost
+	}
+	h.rec.until = b.holdUntil(now)
+	return nil
 }
 
 // SettleDead implements driver.Backend.
@@ -38,7 +68,11 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 	if h.rec.token != h.token {
 		return driver.ErrLeaseLost
 	}
+	lapsed := !h.rec.held(time.Now())
 	h.rec.token, h.rec.owner = 0, nil
+	if lapsed {
+		return driver.ErrLeaseLost // released in place, as the lapse did
+	}
 	if remove {
 		for _, q := range b.broker.queues {
 			for i, r := range q.dead {
@@ -100,8 +134,9 @@ func (b *Backend) DeleteDead(ctx context.Context, name string, ids []string) (in
 	defer b.broker.mu.Unlock()
 	q := b.broker.queue(name)
 	kept := q.dead[:0:0]
+	now := time.Now()
 	for _, r := range q.dead {
-		if r.token == 0 && want[r.ID] {
+		if !r.held(now) && want[r.ID] {
 			continue
 		}
 		kept = append(kept, r)

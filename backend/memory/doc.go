@@ -51,7 +51,9 @@
 // Each queue keeps its records in a list, oldest first. NextDead hands out
 // the oldest record nobody holds, under a token; SettleDead removes it or
 // releases it in place, and fails with driver.ErrLeaseLost when the token
-// moved on. A closed connection releases the records it held at once.
+// moved on. A closed connection releases the records it held at once. A
+// hold lasts until then, or, with Config.DeadHold set, for DeadHold after
+// NextDead or the last ExtendDead (Capabilities.DeadHold reports it).
 // ListDead's cursor is an index into the list (a page may repeat or skip a
 // record when records are removed between pages), and it lists held records
 // too. DeleteDead leaves held records alone; PurgeDead removes them as well,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,7 +22,7 @@ import (
 const (
 	DefaultURL             = "nats://127.0.0.1:4222"
 	DefaultStream          = "ASYNCPLATFORM"
-	DefaultDeadLease       = 30 * time.Second
+	DefaultDeadHold        = 30 * time.Second
 	DefaultPollWait        = 5 * time.Second
 	DefaultDuplicateWindow = 2 * time.Minute
 	DefaultMoverAckWait    = 5 * time.Second
@@ -37,6 +38,10 @@ const (
 	MaxIDLen = 1024
 )
 
+// URLEnv names the environment variable that an empty Config.URL falls
+// back to: the only one the backend reads, in New.
+const URLEnv = "ASYNCPLATFORM_NATS_URL"
+
 // Header names this backend writes. Bodies are never touched.
 const (
 	hdrMsgID     = "Nats-Msg-Id"
@@ -48,8 +53,8 @@ const (
 // Config configures a Backend.
 type Config struct {
 	// URL is the NATS server URL (a comma-separated list for a cluster).
-	// Ignored when Conn is set. Defaults to the ASYNCPLATFORM_NATS_URL
-	// environment variable, or DefaultURL when that is empty.
+	// Ignored when Conn is set. Defaults to $ASYNCPLATFORM_NATS_URL
+	// (URLEnv), or DefaultURL when that is empty.
 	URL string
 
 	// Conn is an existing connection to use instead of dialling URL. The
@@ -92,11 +97,12 @@ type Config struct {
 	// Defaults to DefaultDuplicateWindow.
 	DuplicateWindow time.Duration
 
-	// DeadLease is how long a record handed out by NextDead stays hidden
-	// from other callers without a renewal. The backend renews it every
-	// DeadLease/3 until SettleDead, so it only bounds how long a record
-	// held by a vanished caller stays hidden. Defaults to DefaultDeadLease.
-	DeadLease time.Duration
+	// DeadHold is how long a record handed out by NextDead stays hidden
+	// from other callers without ExtendDead or SettleDead
+	// (Capabilities.DeadHold): the platform renews it every DeadHold/3
+	// while its caller works, so this only bounds how long a record held
+	// by a vanished caller stays hidden. Defaults to DefaultDeadHold.
+	DeadHold time.Duration
 
 	// PollWait is how long one pull request waits on the server for a
 	// message before it is renewed. Defaults to DefaultPollWait.
@@ -114,7 +120,10 @@ type Config struct {
 
 func (c Config) withDefaults() Config {
 	if c.URL == "" {
-		c.URL = getenv("ASYNCPLATFORM_NATS_URL", DefaultURL)
+		c.URL = os.Getenv(URLEnv)
+	}
+	if c.URL == "" {
+		c.URL = DefaultURL
 	}
 	if c.Stream == "" {
 		c.Stream = DefaultStream
@@ -122,8 +131,8 @@ func (c Config) withDefaults() Config {
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = DefaultDuplicateWindow
 	}
-	if c.DeadLease == 0 {
-		c.DeadLease = DefaultDeadLease
+	if c.DeadHold == 0 {
+		c.DeadHold = DefaultDeadHold
 	}
 	if c.PollWait == 0 {
 		c.PollWait = DefaultPollWait
@@ -151,8 +160,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("nats: Config.MaxBytes %d is negative", c.MaxBytes)
 	case c.DuplicateWindow < 0:
 		return fmt.Errorf("nats: Config.DuplicateWindow %v is negative", c.DuplicateWindow)
-	case c.DeadLease < 100*time.Millisecond:
-		return fmt.Errorf("nats: Config.DeadLease %v: want at least 100ms", c.DeadLease)
+	case c.DeadHold < 100*time.Millisecond:
+		return fmt.Errorf("nats: Config.DeadHold %v: want at least 100ms", c.DeadHold)
 	case c.PollWait < 100*time.Millisecond:
 		return fmt.Errorf("nats: Config.PollWait %v: want at least 100ms", c.PollWait)
 	case c.MoverAckWait < time.Second:
@@ -189,12 +198,13 @@ type Backend struct {
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // the mover and the dead-letter renewers
+	wg     sync.WaitGroup // the mover and the drains of spawn
 	closed atomic.Bool
 	once   sync.Once
 
 	mu     sync.Mutex
 	queues map[string]*queueState
+	held   map[*receipt]struct{} // dead letters held, handed back by Close
 
 	moverSweep *sweeper
 
@@ -258,7 +268,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	b := &Backend{cfg: cfg, log: cfg.Logger, queues: make(map[string]*queueState), reconn: make(chan struct{})}
+	b := &Backend{cfg: cfg, log: cfg.Logger, queues: make(map[string]*queueState), held: make(map[*receipt]struct{}), reconn: make(chan struct{})}
 	b.moverSweep = b.newSweeper(func() jetstream.Stream { return b.delay }, moverConsumer, "", "")
 	if cfg.Conn != nil {
 		b.nc = cfg.Conn
@@ -494,6 +504,7 @@ func (b *Backend) Capabilities() driver.Capabilities {
 		MaxBody:           b.maxBody,
 		MinLease:          100 * time.Millisecond,
 		RedeliversOnClose: false,
+		DeadHold:          b.cfg.DeadHold,
 	}
 }
 
@@ -785,6 +796,7 @@ func (b *Backend) Close() error {
 		b.mu.Unlock()
 		b.cancel()
 		b.wg.Wait()
+		b.releaseHeld()
 		_ = b.nc.FlushTimeout(time.Second) // the mover's and Close's fire-and-forget acks and naks
 		if b.ownConn {
 			b.nc.Close()

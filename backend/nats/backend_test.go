@@ -25,7 +25,7 @@ const testStream = "ASYNCPLATFORM_TEST"
 // realURL returns the machine's NATS server, or skips (fails under CI).
 func realURL(t testing.TB) string {
 	t.Helper()
-	url := testenv.Getenv("ASYNCPLATFORM_NATS_URL", DefaultURL)
+	url := testenv.Getenv(URLEnv, DefaultURL)
 	nc, err := gonats.Connect(url, gonats.Timeout(2*time.Second))
 	if err != nil {
 		testenv.Unreachable(t, "NATS at "+url, err)
@@ -61,7 +61,7 @@ func startServer(t testing.TB, dir string, port int) *natsserver.Server {
 }
 
 func testConfig(url string) Config {
-	cfg := Config{URL: url, Stream: testStream, DeadLease: 2 * time.Second, PollWait: 2 * time.Second}
+	cfg := Config{URL: url, Stream: testStream, DeadHold: 2 * time.Second, PollWait: 2 * time.Second}
 	if os.Getenv("NATS_TEST_DEBUG") != "" {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

@@ -53,7 +53,7 @@ func openCluster(ctx context.Context, raw string) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.DeadLease, cfg.PollWait = 2*time.Second, 2*time.Second
+	cfg.DeadHold, cfg.PollWait = 2*time.Second, 2*time.Second
 	return New(ctx, cfg)
 }
 

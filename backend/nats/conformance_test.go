@@ -98,7 +98,7 @@ func TestFaults(t *testing.T) {
 		Addr:         addr,
 		KnownDefects: serverDefects(t, addr),
 		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
-			return New(ctx, Config{URL: addr, Stream: faultsStream, DeadLease: 2 * time.Second, PollWait: 500 * time.Millisecond,
+			return New(ctx, Config{URL: addr, Stream: faultsStream, DeadHold: 2 * time.Second, PollWait: 500 * time.Millisecond,
 				Options: []gonats.Option{gonats.ReconnectWait(100 * time.Millisecond)}, Logger: faults.Logger()})
 		},
 		HostPort: func(addr string) string {

@@ -15,11 +15,11 @@ import (
 )
 
 // NextDead implements driver.Backend. A durable pull consumer per queue on
-// the dead-letter stream (AckWait = Config.DeadLease) hands out records in
+// the dead-letter stream (AckWait = Config.DeadHold) hands out records in
 // stream order, each to one caller: a record delivered and not yet acked is
 // pending on the consumer and not handed out again until it is naked
-// (SettleDead keep), or its AckWait runs out (the caller vanished). While
-// the caller holds it, a renewer sends InProgress every DeadLease/3.
+// (SettleDead keep), or its AckWait runs out (no ExtendDead came: the
+// caller stopped renewing or vanished).
 func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDelivery, error) {
 	if b.closed.Load() {
 		return nil, driver.ErrClosed
@@ -71,11 +71,9 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 		if err != nil {
 			return nil, err
 		}
-		r := &receipt{reply: m.Reply, seq: md.seq, ackWait: b.cfg.DeadLease, deadline: start.Add(b.cfg.DeadLease), stopped: make(chan struct{}),
+		r := &receipt{reply: m.Reply, seq: md.seq, ackWait: b.cfg.DeadHold, deadline: start.Add(b.cfg.DeadHold),
 			queue: queue, holdSeq: hseq}
-		var rctx context.Context
-		rctx, r.stop = context.WithCancel(b.ctx)
-		if !b.spawn(func() { b.renew(rctx, r) }) {
+		if !b.addHeld(r) {
 			b.release(m)
 			b.dropMarker(hseq)
 			return nil, driver.ErrClosed
@@ -100,7 +98,7 @@ const maxSkips = 100
 // deleting is naked until its marker lapses, and one already deleted is
 // acked: both errSkip. On any other error, m is handed back.
 func (b *Backend) holdRecord(ctx context.Context, queue string, m *gonats.Msg, seq uint64) (uint64, error) {
-	hseq, err := b.hold(ctx, queue, seq, b.cfg.DeadLease)
+	hseq, err := b.hold(ctx, queue, seq, b.cfg.DeadHold)
 	var del errDeleting
 	if errors.As(err, &del) {
 		delay := max(time.Until(del.until), 100*time.Millisecond)
@@ -232,44 +230,72 @@ func (b *Backend) moveDead(ctx context.Context, m *jetstream.RawStreamMsg) error
 	return nil
 }
 
-// renew keeps a held dead letter hidden until it is settled; when the
-// Backend closes first, it hands the record back at once.
-func (b *Backend) renew(ctx context.Context, r *receipt) {
-	defer close(r.stopped)
-	t := time.NewTicker(r.ackWait / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			if b.ctx.Err() != nil {
-				r.mu.Lock()
-				if !r.done {
-					r.done = true
-					_ = b.nc.Publish(r.reply, ackNak)
-					b.dropMarker(r.holdSeq)
-				}
-				r.mu.Unlock()
-			}
-			return
-		case <-t.C:
-			r.mu.Lock()
-			err := error(nil)
-			if !r.done {
-				err = b.extend(ctx, r)
-				if err == nil {
-					err = b.renewHold(ctx, r)
-				}
-			}
-			done := r.done
-			r.mu.Unlock()
-			if done {
-				return
-			}
-			if err != nil && ctx.Err() == nil {
-				b.log.Warn("nats: renew a held dead letter", "seq", r.seq, "err", err)
-			}
-		}
+// addHeld records a held dead letter, for Close to hand back; false when
+// the Backend is closed.
+func (b *Backend) addHeld(r *receipt) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return false
 	}
+	b.held[r] = struct{}{}
+	return true
+}
+
+// dropHeld forgets a dead letter settled.
+func (b *Backend) dropHeld(r *receipt) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.held, r)
+}
+
+// releaseHeld hands back every dead letter this Backend holds, at once:
+// Close calls it.
+func (b *Backend) releaseHeld() {
+	b.mu.Lock()
+	held := b.held
+	b.held = map[*receipt]struct{}{}
+	b.mu.Unlock()
+	for r := range held {
+		r.mu.Lock()
+		if !r.done {
+			r.done = true
+			_ = b.nc.Publish(r.reply, ackNak)
+			b.dropMarker(r.holdSeq)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// ExtendDead implements driver.Backend: InProgress on the dead-letter
+// consumer restarts the record's AckWait (Config.DeadHold), and its hold
+// marker is written again for as long.
+func (b *Backend) ExtendDead(ctx context.Context, d *driver.DeadDelivery) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	r, err := deadReceipt(d)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := b.extend(ctx, r); err != nil {
+		return err
+	}
+	return b.renewHold(ctx, r)
+}
+
+// deadReceipt returns the receipt of a dead letter handed out by NextDead.
+func deadReceipt(d *driver.DeadDelivery) (*receipt, error) {
+	r, err := handle(d.Handle)
+	if err != nil {
+		return nil, err
+	}
+	if r.queue == "" {
+		return nil, errors.New("nats: dead letter: the handle is not from NextDead")
+	}
+	return r, nil
 }
 
 // renewHold writes the hold marker of r again, with a new lease; a hold
@@ -304,7 +330,7 @@ func (b *Backend) ensureDead(ctx context.Context, qs *queueState, queue string) 
 		Description:   "asyncplatform dead letters of queue " + queue,
 		FilterSubject: b.deadSubject(queue),
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       b.cfg.DeadLease,
+		AckWait:       b.cfg.DeadHold,
 		MaxDeliver:    -1,
 		MaxAckPending: -1,
 	})
@@ -325,17 +351,17 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 	if b.closed.Load() {
 		return driver.ErrClosed
 	}
-	r, err := handle(d.Handle)
+	r, err := deadReceipt(d)
 	if err != nil {
 		return err
 	}
-	if r.stop == nil {
-		return fmt.Errorf("nats: settle dead: the handle is not from NextDead")
-	}
-	r.stop()
-	<-r.stopped
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	defer func() {
+		if r.done {
+			b.dropHeld(r)
+		}
+	}()
 	if !r.live() {
 		return driver.ErrLeaseLost
 	}

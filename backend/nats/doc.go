@@ -168,14 +168,14 @@
 // # Dead letters
 //
 // NextDead pulls one record from the queue's dead-letter consumer
-// (AckWait = Config.DeadLease). A delivered, unacked record is pending on
+// (AckWait = Config.DeadHold). A delivered, unacked record is pending on
 // the consumer and not given to anyone else, so two callers never hold the
-// same record; the backend renews the hold with InProgress every
-// DeadLease/3 until SettleDead. SettleDead(remove) deletes the record from
-// the stream, then acks it; SettleDead(keep) naks it, which puts it first in
-// line again (redeliveries come before new records). A caller that dies
-// without settling releases it after DeadLease; a Backend that closes naks
-// its held records at once. ListDead walks the stream by subject with the
+// same record; ExtendDead renews the hold with InProgress (the platform
+// calls it every DeadHold/3 until SettleDead). SettleDead(remove) deletes
+// the record from the stream, then acks it; SettleDead(keep) naks it, which
+// puts it first in line again (redeliveries come before new records). A
+// caller that dies without settling releases it after DeadHold; a Backend
+// that closes naks its held records at once. ListDead walks the stream by subject with the
 // STREAM.MSG.GET next_by_subj request (the cursor is the next sequence to
 // read and how many records were listed before it); DeleteDead and
 // PurgeDead walk and delete by sequence.

@@ -273,7 +273,7 @@ func natsKillFact(t *testing.T, bin string, kill bool) {
 //
 // Run: go test -run '^$' -bench NATSOwnCounter -benchtime 5000x ./backend/nats/
 func BenchmarkNATSOwnCounter(b *testing.B) {
-	url := os.Getenv("ASYNCPLATFORM_NATS_URL")
+	url := os.Getenv(URLEnv)
 	if url == "" {
 		url = gonats.DefaultURL
 	}

@@ -34,8 +34,8 @@ import (
 // "d", and then reads the record: a record a DeleteDead deleted meanwhile
 // is acked and skipped. A live "d" means a DeleteDead is deleting the
 // record: NextDead naks it until that marker's lease ends and takes the
-// next. The renewer writes the hold again with every InProgress, so a
-// live holder's marker is never older than a third of its lease; SettleDead
+// next. ExtendDead writes the hold again with every InProgress, so a
+// renewing holder's marker is never older than a third of its lease; SettleDead
 // checks that its marker is still the last one (else the hold was lost,
 // ErrLeaseLost) and deletes it once the record is settled, as Close does.
 //
@@ -228,7 +228,7 @@ func (b *Backend) markDeleting(ctx context.Context, queue string, seqs []uint64)
 	if err != nil {
 		return nil, err
 	}
-	lease := b.cfg.DeadLease
+	lease := b.cfg.DeadHold
 	// First every record at once, expecting no marker: the usual case.
 	futures := make([]jetstream.PubAckFuture, len(seqs))
 	for i, seq := range seqs {

@@ -15,7 +15,7 @@ import (
 // hold.go) on what the conformance suite cannot stage: a hold whose holder
 // vanished lapses, so DeleteDead deletes the record then; a DeleteDead
 // under way keeps NextDead off its record until its marker lapses; and a
-// holder's renewals keep its hold live past one DeadLease.
+// holder's renewals (ExtendDead) keep its hold live past one DeadHold.
 func TestHoldMarkers(t *testing.T) {
 	t.Parallel()
 	b := deadEnv(t, realURL(t), jetstream.FileStorage)
@@ -69,11 +69,17 @@ func TestHoldMarkers(t *testing.T) {
 		t.Fatalf("NextDead: %s, want b", dd.ID)
 	}
 
-	// The holder renews its hold: after more than a DeadLease, DeleteDead
-	// still leaves the record, and the holder can settle it.
-	time.Sleep(b.cfg.DeadLease + time.Second)
+	// The holder renews its hold with ExtendDead: after more than a
+	// DeadHold, DeleteDead still leaves the record, and the holder can
+	// settle it.
+	for end := time.Now().Add(b.cfg.DeadHold + time.Second); time.Now().Before(end); {
+		if err := b.ExtendDead(ctx, dd); err != nil {
+			t.Fatalf("ExtendDead of a live hold: %v", err)
+		}
+		time.Sleep(b.cfg.DeadHold / 3)
+	}
 	if n, err := b.DeleteDead(ctx, q, []string{"b"}); err != nil || n != 0 {
-		t.Fatalf("DeleteDead of a record held for longer than a DeadLease: %d, %v; want 0", n, err)
+		t.Fatalf("DeleteDead of a record held for longer than a DeadHold: %d, %v; want 0", n, err)
 	}
 	if err := b.SettleDead(ctx, dd, false); err != nil {
 		t.Fatalf("SettleDead(keep): %v", err)

@@ -96,3 +96,18 @@ func TestOpenTakesExistingReplicas(t *testing.T) {
 		t.Errorf("New with Replicas 3 on R1 streams: %v, want the mismatch named", err)
 	}
 }
+
+// TestURLDefault: an empty Config.URL takes $ASYNCPLATFORM_NATS_URL
+// (URLEnv), then DefaultURL; a URL that is set is kept.
+func TestURLDefault(t *testing.T) {
+	for _, tc := range []struct{ env, url, want string }{
+		{"", "", DefaultURL},
+		{"nats://env:4222", "", "nats://env:4222"},
+		{"nats://env:4222", "nats://set:4222", "nats://set:4222"},
+	} {
+		t.Setenv(URLEnv, tc.env)
+		if got := (Config{URL: tc.url}).withDefaults().URL; got != tc.want {
+			t.Errorf("URL %q with $%s=%q: defaults to %q, want %q", tc.url, URLEnv, tc.env, got, tc.want)
+		}
+	}
+}

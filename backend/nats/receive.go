@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,13 +15,6 @@ import (
 
 	"github.com/asyncplatform/asyncplatform/driver"
 )
-
-func getenv(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
 
 // errNoConsumer reports a pull request to a consumer that does not exist
 // (deleted by DeleteQueue in another process, or never made).
@@ -51,10 +43,8 @@ type receipt struct {
 	claimSubj string // its claim's subject, "" when claims are not made (see claim.go)
 	claimSeq  uint64 // its claim's sequence, when this delivery made it
 
-	queue   string             // dead letters: the record's queue
-	holdSeq uint64             // dead letters: the sequence of its hold marker (see hold.go)
-	stop    context.CancelFunc // dead letters: stops the renewer
-	stopped chan struct{}      // dead letters: closed when the renewer ends
+	queue   string // dead letters: the record's queue
+	holdSeq uint64 // dead letters: the sequence of its hold marker (see hold.go)
 }
 
 // guard is the part of a lease in which nothing is sent any more, so that an

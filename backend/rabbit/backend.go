@@ -28,7 +28,8 @@ const (
 	DefaultHeartbeat      = 10 * time.Second
 )
 
-// URLEnv names the environment variable that Config.URL falls back to.
+// URLEnv names the environment variable that an empty Config.URL falls
+// back to: the only one the backend reads, in New.
 const URLEnv = "ASYNCPLATFORM_AMQP_URL"
 
 // Errors of this backend, matched with errors.Is.
@@ -58,9 +59,8 @@ type Config struct {
 	// the first node that answers, in the order given; when the connection
 	// is lost, the backend dials the next node at once (the one it lost is
 	// tried last) and goes round the list, with backoff between rounds. See
-	// the package documentation, Clusters. Defaults to the
-	// ASYNCPLATFORM_AMQP_URL environment variable, or DefaultURL when that
-	// is empty.
+	// the package documentation, Clusters. Defaults to
+	// $ASYNCPLATFORM_AMQP_URL (URLEnv), or DefaultURL when that is empty.
 	URL string
 
 	// Prefix starts every queue name this backend derives. Defaults to
@@ -72,8 +72,11 @@ type Config struct {
 	// sets to the queue's concurrency. Defaults to 0.
 	Prefetch int
 
-	// MaxBody is the largest message body Enqueue accepts, in bytes. The
-	// broker's own max_message_size is 128 MiB in 3.10. Defaults to 16 MiB.
+	// MaxBody is the largest message body Enqueue accepts, in bytes: set it
+	// to the broker's max_message_size, which AMQP does not tell a client.
+	// Capabilities.MaxBody reports it; the platform's Config.MaxMessage
+	// bounds messages below it. Defaults to 16 MiB (RabbitMQ 4's
+	// max_message_size; 3.x accepts 128 MiB).
 	MaxBody int
 
 	// PublishTimeout bounds how long one publish waits for its confirm,

@@ -488,3 +488,18 @@ func TestFailedRequeueHandsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestURLDefault: an empty Config.URL takes $ASYNCPLATFORM_AMQP_URL
+// (URLEnv), then DefaultURL; a URL that is set is kept.
+func TestURLDefault(t *testing.T) {
+	for _, tc := range []struct{ env, url, want string }{
+		{"", "", DefaultURL},
+		{"amqp://env:5672/", "", "amqp://env:5672/"},
+		{"amqp://env:5672/", "amqp://set:5672/", "amqp://set:5672/"},
+	} {
+		t.Setenv(URLEnv, tc.env)
+		if got := (Config{URL: tc.url}).withDefaults().URL; got != tc.want {
+			t.Errorf("URL %q with $%s=%q: defaults to %q, want %q", tc.url, URLEnv, tc.env, got, tc.want)
+		}
+	}
+}

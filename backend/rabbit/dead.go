@@ -163,6 +163,26 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	}, nil
 }
 
+// ExtendDead reports whether the record is still held: a hold lasts as
+// long as the holder's channel (Capabilities.DeadHold is zero), so there is
+// nothing to renew.
+func (b *Backend) ExtendDead(ctx context.Context, d *driver.DeadDelivery) error {
+	if b.isClosed() {
+		return driver.ErrClosed
+	}
+	if d == nil {
+		return errors.New("rabbit: nil dead delivery")
+	}
+	r, ok := d.Handle.(*deadReceipt)
+	if !ok {
+		return fmt.Errorf("rabbit: dead delivery handle is %T, not one of this backend's", d.Handle)
+	}
+	if r.settled.Load() || r.ch.IsClosed() {
+		return fmt.Errorf("rabbit: dead letter %q is no longer held: %w", d.ID, driver.ErrLeaseLost)
+	}
+	return nil
+}
+
 // SettleDead acks the held record (remove) or nacks it with requeue
 // (keep): the next NextDead sees it again, since it is still the oldest.
 // Then it closes the holder's channel. A keep holds lockDead, so that the

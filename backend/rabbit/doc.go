@@ -166,8 +166,10 @@
 // from every other caller, and hands the others back (basic.nack with
 // requeue). SettleDead acks the held record (remove) or nacks it with
 // requeue (keep: it is still the oldest, so the next NextDead hands it out
-// again). A holder that vanishes closes its channel and the record is
-// visible again. ListDead and DeleteDead stream every ready record on a
+// again). A hold lasts as long as the holder's channel
+// (Capabilities.DeadHold is zero), so ExtendDead only reports whether the
+// channel is still open; a holder that vanishes closes its channel and the
+// record is visible again. ListDead and DeleteDead stream every ready record on a
 // side channel, sort them, keep the page or ack the records to delete, and
 // close the channel, which hands the rest back. ListDead's cursor is the
 // number of records to skip. Each of NextDead, ListDead and DeleteDead so
@@ -202,7 +204,9 @@
 //
 // # Limits
 //
-//   - MaxBody defaults to 16 MiB (the broker's max_message_size is 128 MiB).
+//   - Config.MaxBody states the broker's max_message_size (16 MiB by
+//     default, RabbitMQ 4's; 3.x accepts 128 MiB), which AMQP does not tell
+//     a client; the platform's Config.MaxMessage bounds messages below it.
 //   - Stats.Ready is the work queue's ready count; Stats.InFlight is -1 (AMQP
 //     does not report unacknowledged counts without the management plugin).
 //   - A queue that already exists with other arguments (a classic p.q, say)

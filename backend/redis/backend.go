@@ -55,9 +55,10 @@ type Config struct {
 	// DefaultPrefix ("asyncplatform").
 	Prefix string
 
-	// DeadHold is how long a dead letter handed out by NextDead stays hidden
-	// after its holder vanishes. While the Backend lives it renews its holds
-	// every DeadHold/3, so a slow holder keeps its record. Defaults to
+	// DeadHold is how long a dead letter handed out by NextDead stays held
+	// without ExtendDead or SettleDead (Capabilities.DeadHold): the platform
+	// renews it every DeadHold/3 while its caller works, so this only bounds
+	// how long a vanished holder's record stays hidden. Defaults to
 	// DefaultDeadHold (30s).
 	DeadHold time.Duration
 
@@ -66,11 +67,6 @@ type Config struct {
 	// timers for scheduled jobs and lease deadlines normally wake it
 	// first). Defaults to DefaultIdleWait (1s).
 	IdleWait time.Duration
-
-	// MaxBody is the largest message body Enqueue accepts, in bytes; zero
-	// means no limit of ours (Redis's own proto-max-bulk-len, 512 MB by
-	// default, still applies). Defaults to 0.
-	MaxBody int
 
 	// WaitReplicas is how many replicas must hold an Enqueue's write before
 	// Enqueue returns: after its script, Enqueue sends Redis's WAIT on the
@@ -122,8 +118,6 @@ func (c Config) validate() error {
 		return fmt.Errorf("redis: Config.DeadHold %v must be at least 3ms", c.DeadHold)
 	case c.IdleWait < time.Millisecond:
 		return fmt.Errorf("redis: Config.IdleWait %v must be at least 1ms", c.IdleWait)
-	case c.MaxBody < 0:
-		return fmt.Errorf("redis: Config.MaxBody %d must not be negative", c.MaxBody)
 	case c.WaitReplicas < 0:
 		return fmt.Errorf("redis: Config.WaitReplicas %d must not be negative", c.WaitReplicas)
 	case c.WaitTimeout < time.Millisecond:
@@ -162,7 +156,6 @@ type Backend struct {
 
 	keyMu  sync.Mutex
 	keyset map[string][]string
-	holds  map[string]string // NextDead token -> queue, renewed by keepHolds
 }
 
 // handle is a Delivery's receipt: the stored copy's id and its lease token.
@@ -193,9 +186,7 @@ func New(_ context.Context, cfg Config) (*Backend, error) {
 		waiters: make(map[string]*waiter),
 		ackers:  make(map[string]*acker),
 		keyset:  make(map[string][]string),
-		holds:   make(map[string]string),
 	}
-	b.spawn(b.keepHolds)
 	return b, nil
 }
 
@@ -246,7 +237,7 @@ func (b *Backend) token() string {
 
 // Capabilities reports the backend's limits.
 func (b *Backend) Capabilities() driver.Capabilities {
-	return driver.Capabilities{MaxBody: b.cfg.MaxBody, MinLease: MinLease, RedeliversOnClose: false}
+	return driver.Capabilities{MinLease: MinLease, RedeliversOnClose: false, DeadHold: b.cfg.DeadHold}
 }
 
 // Ping checks the connection to Redis.
@@ -282,9 +273,6 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 	}
 	args := make([]any, 0, 2*len(msgs))
 	for i := range msgs {
-		if b.cfg.MaxBody > 0 && len(msgs[i].Body) > b.cfg.MaxBody {
-			return fmt.Errorf("redis: message %q is %d bytes, over %d: %w", msgs[i].ID, len(msgs[i].Body), b.cfg.MaxBody, driver.ErrTooLarge)
-		}
 		args = append(args, unixMs(msgs[i].NotBefore), msgs[i].Body)
 	}
 	keys := b.keys(queue)[:keySeq+1]

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -42,23 +41,16 @@ func decodeDead(s string) (driver.DeadMessage, error) {
 	return driver.DeadMessage{ID: s[c+1 : c+1+n], Body: []byte(s[c+1+n:])}, nil
 }
 
-// NextDead pops the oldest dead letter into a hold under a new token. The
-// Backend renews the hold until SettleDead or Close; a vanished holder's
-// record goes back to the head of the list DeadHold after its last renewal.
+// NextDead pops the oldest dead letter into a hold under a new token, for
+// DeadHold; ExtendDead renews it. A hold that runs out goes back to the head
+// of the list.
 func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDelivery, error) {
 	if b.closed.Load() {
 		return nil, driver.ErrClosed
 	}
 	tok := b.token()
-	// Register the hold before it exists, so a renewal never misses it.
-	b.mu.Lock()
-	b.holds[tok] = queue
-	b.mu.Unlock()
 	s, err := nextDeadScript.Run(ctx, b.rdb, b.keys(queue), tok, b.cfg.DeadHold.Milliseconds()).Text()
 	if err != nil {
-		b.mu.Lock()
-		delete(b.holds, tok)
-		b.mu.Unlock()
 		if errors.Is(err, goredis.Nil) {
 			return nil, driver.ErrNoDeadLetters
 		}
@@ -72,17 +64,45 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	return &driver.DeadDelivery{DeadMessage: rec, Handle: deadHandle{queue: queue, token: tok}}, nil
 }
 
+// ExtendDead renews the hold for another DeadHold, unless it ran out.
+func (b *Backend) ExtendDead(ctx context.Context, d *driver.DeadDelivery) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	h, err := deadHandleOf(d)
+	if err != nil {
+		return err
+	}
+	n, err := extendDeadScript.Run(ctx, b.rdb, b.keys(h.queue), h.token, b.cfg.DeadHold.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("redis: extend dead letter of %q: %w", h.queue, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("redis: extend dead letter of %q: %w", h.queue, driver.ErrLeaseLost)
+	}
+	return nil
+}
+
+// deadHandleOf returns d's receipt.
+func deadHandleOf(d *driver.DeadDelivery) (deadHandle, error) {
+	if d == nil {
+		return deadHandle{}, errors.New("redis: dead letter: nil delivery")
+	}
+	h, ok := d.Handle.(deadHandle)
+	if !ok {
+		return deadHandle{}, fmt.Errorf("redis: dead letter: handle %T is not from this backend", d.Handle)
+	}
+	return h, nil
+}
+
 // SettleDead drops the held record (remove) or puts it back at the head.
 func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove bool) error {
 	if b.closed.Load() {
 		return driver.ErrClosed
 	}
-	if d == nil {
-		return errors.New("redis: settle dead letter: nil delivery")
-	}
-	h, ok := d.Handle.(deadHandle)
-	if !ok {
-		return fmt.Errorf("redis: settle dead letter: handle %T is not from this backend", d.Handle)
+	h, err := deadHandleOf(d)
+	if err != nil {
+		return err
 	}
 	flag := "0"
 	if remove {
@@ -92,38 +112,10 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 	if err != nil {
 		return fmt.Errorf("redis: settle dead letter of %q: %w", h.queue, err)
 	}
-	b.mu.Lock()
-	delete(b.holds, h.token)
-	b.mu.Unlock()
 	if n == 0 {
 		return fmt.Errorf("redis: settle dead letter of %q: %w", h.queue, driver.ErrLeaseLost)
 	}
 	return nil
-}
-
-// keepHolds renews this Backend's dead-letter holds every DeadHold/3.
-func (b *Backend) keepHolds() {
-	t := time.NewTicker(b.cfg.DeadHold / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.ctx.Done():
-			return
-		case <-t.C:
-		}
-		b.mu.Lock()
-		byQueue := make(map[string][]any)
-		for tok, q := range b.holds {
-			byQueue[q] = append(byQueue[q], tok)
-		}
-		b.mu.Unlock()
-		for q, toks := range byQueue {
-			args := append([]any{b.cfg.DeadHold.Milliseconds()}, toks...)
-			if err := extendDeadScript.Run(b.ctx, b.rdb, b.keys(q), args...).Err(); err != nil && b.ctx.Err() == nil {
-				b.log.Warn("redis: renew dead-letter holds", "queue", q, "err", err)
-			}
-		}
-	}
 }
 
 // ListDead returns a page of the dead list by LRANGE; the cursor is the index

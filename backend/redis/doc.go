@@ -118,9 +118,10 @@
 // # Dead letters
 //
 // NextDead pops the oldest record into a hold (held and heldrec) under a new
-// token. The Backend renews its holds every DeadHold/3; SettleDead removes the
-// record or pushes it back at the head of the list. A hold that runs out
-// (its Backend closed or its process died) is pushed back at the head by the
+// token, for Config.DeadHold; ExtendDead renews it (the platform does, every
+// DeadHold/3, while its caller works); SettleDead removes the record or
+// pushes it back at the head of the list. A hold that runs out (its holder
+// stopped renewing it, closed or died) is pushed back at the head by the
 // next NextDead on the queue, or by the late holder's own SettleDead, which
 // then returns driver.ErrLeaseLost. ListDead pages with LRANGE, the
 // cursor being the index of the next record; held records are not listed.
@@ -136,7 +137,9 @@
 //
 //   - Capabilities.MinLease is 50ms; leases are kept in milliseconds.
 //   - A body is one Redis string: at most proto-max-bulk-len (512 MB by
-//     default). Config.MaxBody sets a lower limit of ours.
+//     default), a server setting the client cannot read, so
+//     Capabilities.MaxBody is 0 and the platform's Config.MaxMessage (32 MiB
+//     by default) is what bounds a message.
 //   - Close abandons unsettled deliveries as a dying process would; Redis
 //     cannot tell that a worker vanished, so they come back when their lease
 //     runs out (Capabilities.RedeliversOnClose is false).

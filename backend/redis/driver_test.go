@@ -155,6 +155,48 @@ func TestDriver(t *testing.T) {
 	})
 }
 
+// TestExtendDead: a hold renewed with ExtendDead outlasts DeadHold; one not
+// renewed runs out, and ExtendDead and SettleDead then say so.
+func TestExtendDead(t *testing.T) {
+	t.Parallel()
+	eachServer(t, func(t *testing.T, b *Backend, q string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if got := b.Capabilities().DeadHold; got != b.cfg.DeadHold {
+			t.Fatalf("Capabilities().DeadHold = %v, want Config.DeadHold %v", got, b.cfg.DeadHold)
+		}
+		if err := b.Enqueue(ctx, q, []driver.Message{{ID: "a", Body: []byte("a")}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.DeadLetter(ctx, receiveOne(t, b, q, time.Minute), driver.DeadMessage{ID: "rec"}); err != nil {
+			t.Fatal(err)
+		}
+		dd, err := b.NextDead(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for end := time.Now().Add(3 * b.cfg.DeadHold); time.Now().Before(end); {
+			time.Sleep(b.cfg.DeadHold / 3)
+			if err := b.ExtendDead(ctx, dd); err != nil {
+				t.Fatalf("ExtendDead of a live hold: %v", err)
+			}
+		}
+		if other, err := b.NextDead(ctx, q); !errors.Is(err, driver.ErrNoDeadLetters) {
+			t.Fatalf("NextDead of a record held past three DeadHolds by renewals: %v, %v; want ErrNoDeadLetters", other, err)
+		}
+		time.Sleep(b.cfg.DeadHold + 100*time.Millisecond)
+		if err := b.ExtendDead(ctx, dd); !errors.Is(err, driver.ErrLeaseLost) {
+			t.Fatalf("ExtendDead after the hold ran out: %v, want ErrLeaseLost", err)
+		}
+		if err := b.SettleDead(ctx, dd, true); !errors.Is(err, driver.ErrLeaseLost) {
+			t.Fatalf("SettleDead after the hold ran out: %v, want ErrLeaseLost", err)
+		}
+		if again, err := b.NextDead(ctx, q); err != nil || again.ID != "rec" {
+			t.Fatalf("NextDead after the hold ran out: %v, %v; want the record back", again, err)
+		}
+	})
+}
+
 // TestWake checks that an idle Receive is woken by an Enqueue from another
 // Backend rather than by its IdleWait.
 func TestWake(t *testing.T) {

@@ -10,9 +10,13 @@ import (
 
 // SetClientLogger sends go-redis's own log lines (reconnects, pool
 // warnings), which it otherwise writes to stderr, to l at Warn, with the
-// attribute component=go-redis. go-redis keeps one logger for the whole
-// process, so this is process-wide, like slog.SetDefault: call it once at
-// start-up. A nil l discards them.
+// attribute component=go-redis. A nil l discards them.
+//
+// It is process-wide, like slog.SetDefault: go-redis (v9.23) keeps one
+// logger for the whole process and offers no per-client one (its Options
+// have no logger; goredis.SetLogger is its only hook), so it cannot be a
+// Config field. Call it once, from main, at start-up; the Backend never
+// calls it, and its own logs go to Config.Logger.
 func SetClientLogger(l *slog.Logger) {
 	goredis.SetLogger(clientLogger{l})
 }

@@ -145,9 +145,6 @@ func (b *Backend) Extend(ctx context.Context, d *driver.Delivery, lease time.Dur
 
 // Requeue replaces the delivered message with msg in one script.
 func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Message) error {
-	if b.cfg.MaxBody > 0 && len(msg.Body) > b.cfg.MaxBody {
-		return fmt.Errorf("redis: requeue %q: %d bytes, over %d: %w", msg.ID, len(msg.Body), b.cfg.MaxBody, driver.ErrTooLarge)
-	}
 	return b.settle(ctx, "requeue", requeueScript, d, unixMs(msg.NotBefore), msg.Body)
 }
 

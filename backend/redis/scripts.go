@@ -281,17 +281,13 @@ end
 return 1
 `)
 
-// extendDeadScript renews the holds under tokens ARGV[2..] to ARGV[1] ms from
-// now, leaving holds that already ran out alone.
+// extendDeadScript renews the hold under token ARGV[1] to ARGV[2] ms from
+// now. Returns 1, or 0 when the hold is gone or already ran out.
 var extendDeadScript = goredis.NewScript(luaNow + `
 local now = now_ms()
-local dl = ms(now + tonumber(ARGV[1]))
-for i = 2, #ARGV do
-  local s = redis.call('ZSCORE', KEYS[8], ARGV[i])
-  if s and tonumber(s) >= now then
-    redis.call('ZADD', KEYS[8], 'XX', dl, ARGV[i])
-  end
-end
+local s = redis.call('ZSCORE', KEYS[8], ARGV[1])
+if not s or tonumber(s) < now then return 0 end
+redis.call('ZADD', KEYS[8], 'XX', ms(now + tonumber(ARGV[2])), ARGV[1])
 return 1
 `)
 

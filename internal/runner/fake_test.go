@@ -236,6 +236,10 @@ func (b *fakeBackend) NextDead(context.Context, string) (*driver.DeadDelivery, e
 	return nil, driver.ErrNoDeadLetters
 }
 
+func (b *fakeBackend) ExtendDead(context.Context, *driver.DeadDelivery) error {
+	return driver.ErrLeaseLost
+}
+
 func (b *fakeBackend) SettleDead(context.Context, *driver.DeadDelivery, bool) error {
 	return driver.ErrLeaseLost
 }

@@ -1,7 +1,8 @@
 // Package runner is the platform's machinery for working a queue: a fetcher
 // that claims deliveries while claim slots are free, workers that run them
-// one at a time, the lease keeper, and settling a delivery exactly once. It
-// decides nothing about a job: the platform's Process function does.
+// one at a time, the lease keeper, and settling a delivery exactly once; and
+// the keeper of a dead letter's hold (KeepDead). It decides nothing about a
+// job: the platform's Process function does.
 package runner
 
 import (

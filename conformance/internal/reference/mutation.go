@@ -39,10 +39,12 @@ const (
 	CloseTwiceFails      Mutation = "CloseTwiceFails"      // a second Close returns an error
 	CloseKeepsLeases     Mutation = "CloseKeepsLeases"     // Close leaves its deliveries leased (RedeliversOnClose notwithstanding)
 	CloseLosesDeliveries Mutation = "CloseLosesDeliveries" // Close drops its unsettled deliveries for good
-	CloseKeepsHolds      Mutation = "CloseKeepsHolds"      // Close keeps its dead-letter holds: the records stay hidden
+	CloseKeepsHolds      Mutation = "CloseKeepsHolds"      // Close keeps its dead-letter holds: the records stay hidden for good
 
 	// Dead letters and Stats.
 	NextDeadShares  Mutation = "NextDeadShares"  // NextDead hands out records another caller holds
+	ExtendDeadNoop  Mutation = "ExtendDeadNoop"  // ExtendDead renews nothing
+	DeadHoldShort   Mutation = "DeadHoldShort"   // a dead-letter hold lasts a quarter of Capabilities.DeadHold
 	NextDeadNewest  Mutation = "NextDeadNewest"  // NextDead hands out the newest record first
 	KeepDeletes     Mutation = "KeepDeletes"     // SettleDead(keep) deletes the record
 	KeepMovesToBack Mutation = "KeepMovesToBack" // SettleDead(keep) puts the record at the back
@@ -129,6 +131,10 @@ var Mutations = []Entry{
 
 	{NextDeadShares, "NextDead hides the record it hands out from other callers until SettleDead",
 		[]string{"DeadLetter/ConcurrentCallers"}},
+	{ExtendDeadNoop, "ExtendDead renews the hold for another Capabilities.DeadHold",
+		[]string{"DeadLetter/HeldForSlowCallback"}},
+	{DeadHoldShort, "a dead letter handed out by NextDead stays held for Capabilities.DeadHold",
+		[]string{"DeadLetter/HeldForSlowCallback"}},
 	{NextDeadNewest, "NextDead hands out the oldest record",
 		[]string{"DeadLetter/PopKeepError", "DeadLetter/ListingLeavesQueue"}},
 	{KeepDeletes, "SettleDead(keep) leaves the record",

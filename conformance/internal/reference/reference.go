@@ -26,6 +26,10 @@ import (
 // MaxBody is the largest body the backend stores (Capabilities.MaxBody).
 const MaxBody = 1 << 20
 
+// DeadHold is how long a NextDead hold lasts without ExtendDead
+// (Capabilities.DeadHold).
+const DeadHold = time.Second
+
 // Wire is how long the answer of a Receive takes to reach its caller.
 const Wire = time.Millisecond
 
@@ -88,8 +92,22 @@ type message struct {
 
 type deadRecord struct {
 	driver.DeadMessage
-	token uint64 // non-zero while held by a NextDead caller
+	token uint64    // non-zero while held by a NextDead caller
+	until time.Time // when the hold lapses; zero: never (CloseKeepsHolds)
 	owner *Backend
+}
+
+// held reports whether a NextDead caller holds the record at now.
+func (r *deadRecord) held(now time.Time) bool {
+	return r.token != 0 && (r.until.IsZero() || now.Before(r.until))
+}
+
+// holdUntil is when a hold taken or renewed at now lapses.
+func (br *Broker) holdUntil(now time.Time) time.Time {
+	if br.is(DeadHoldShort) {
+		return now.Add(DeadHold / 4)
+	}
+	return now.Add(DeadHold)
 }
 
 type queue struct {
@@ -141,7 +159,7 @@ func (b *Backend) lock() error {
 
 // Capabilities implements driver.Backend.
 func (b *Backend) Capabilities() driver.Capabilities {
-	return driver.Capabilities{MaxBody: MaxBody, RedeliversOnClose: true}
+	return driver.Capabilities{MaxBody: MaxBody, RedeliversOnClose: true, DeadHold: DeadHold}
 }
 
 // Declare implements driver.Backend.
@@ -430,19 +448,40 @@ func (b *Backend) NextDead(_ context.Context, name string) (*driver.DeadDelivery
 		return nil, err
 	}
 	defer b.br.mu.Unlock()
+	now := time.Now()
 	dead := b.br.queue(name).dead
 	for i := range dead {
 		r := dead[i]
 		if b.br.is(NextDeadNewest) {
 			r = dead[len(dead)-1-i]
 		}
-		if r.token == 0 || b.br.is(NextDeadShares) {
+		if !r.held(now) || b.br.is(NextDeadShares) {
 			b.br.token++
-			r.token, r.owner = b.br.token, b
+			r.token, r.owner, r.until = b.br.token, b, b.br.holdUntil(now)
 			return &driver.DeadDelivery{DeadMessage: r.DeadMessage, Handle: deadHandle{r: r, token: r.token}}, nil
 		}
 	}
 	return nil, driver.ErrNoDeadLetters
+}
+
+// ExtendDead implements driver.Backend.
+func (b *Backend) ExtendDead(_ context.Context, d *driver.DeadDelivery) error {
+	h, ok := d.Handle.(deadHandle)
+	if !ok {
+		return fmt.Errorf("reference: dead letter %T was not handed out by this backend", d.Handle)
+	}
+	if err := b.lock(); err != nil {
+		return err
+	}
+	defer b.br.mu.Unlock()
+	now := time.Now()
+	if h.r.token != h.token || !h.r.held(now) {
+		return driver.ErrLeaseLost
+	}
+	if !b.br.is(ExtendDeadNoop) {
+		h.r.until = b.br.holdUntil(now)
+	}
+	return nil
 }
 
 // SettleDead implements driver.Backend.
@@ -458,7 +497,11 @@ func (b *Backend) SettleDead(_ context.Context, d *driver.DeadDelivery, remove b
 	if h.r.token != h.token {
 		return driver.ErrLeaseLost
 	}
+	lapsed := !h.r.held(time.Now())
 	h.r.token, h.r.owner = 0, nil
+	if lapsed {
+		return driver.ErrLeaseLost
+	}
 	for _, q := range b.br.queues {
 		i := slices.Index(q.dead, h.r)
 		if i < 0 {
@@ -520,9 +563,9 @@ func (b *Backend) DeleteDead(_ context.Context, name string, ids []string) (int,
 	}
 	defer b.br.mu.Unlock()
 	q := b.br.queue(name)
-	n := 0
+	n, now := 0, time.Now()
 	q.dead = slices.DeleteFunc(q.dead, func(r *deadRecord) bool {
-		del := slices.Contains(ids, r.ID) && (r.token == 0 || b.br.is(DeleteHeld))
+		del := slices.Contains(ids, r.ID) && (!r.held(now) || b.br.is(DeleteHeld))
 		if del {
 			n++
 		}
@@ -617,7 +660,11 @@ func (b *Backend) Close() error {
 			}
 		}
 		for _, r := range q.dead {
-			if r.owner == b && !b.br.is(CloseKeepsHolds) {
+			switch {
+			case r.owner != b:
+			case b.br.is(CloseKeepsHolds):
+				r.until = time.Time{} // held for good
+			default:
 				r.token, r.owner = 0, nil
 			}
 		}
