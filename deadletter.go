@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/payload"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
@@ -116,15 +117,15 @@ func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(con
 		case serr != nil && err == nil:
 			err = fmt.Errorf("asyncplatform: settling dead letter %s of queue %q: %w", dd.ID, queue, serr)
 		case serr == nil && remove:
-			p.dropPayload(sctx, dl.Job.ID, dl.PayloadRef) // nothing points at it any more
+			p.payloads.Drop(sctx, dl.Job.ID, dl.PayloadRef) // nothing points at it any more
 		}
 	}()
 	// The hold is renewed until fn returns: deferred after the settle, the
 	// renewals stop before it.
 	defer runner.KeepDead(ctx, p.backend, dd, p.caps.DeadHold, p.log)()
 	dl = p.decodeDeadRecord(queue, dd.DeadMessage)
-	if dl.PayloadRef != "" && p.cfg.PayloadStore != nil {
-		b, gerr := p.getPayload(ctx, dl.Job.ID, dl.PayloadRef)
+	if dl.PayloadRef != "" && p.payloads != nil {
+		b, gerr := p.payloads.Get(ctx, dl.Job.ID, dl.PayloadRef)
 		switch {
 		case gerr == nil:
 			dl.Job.Payload = b
@@ -265,7 +266,7 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 func (p *Platform) redriveChunk(ctx context.Context, queue string, chunk []DeadLetter) (int, error) {
 	jobs := make([]*Job, 0, len(chunk))
 	var ids []string
-	var oldRefs, newRefs []payloadKey
+	var oldRefs, newRefs []payload.Key
 	for _, dl := range chunk {
 		j := dl.Job
 		j.Queue = queue
@@ -278,17 +279,17 @@ func (p *Platform) redriveChunk(ctx context.Context, queue string, chunk []DeadL
 		// The job gets a payload reference of its own, so the record and
 		// the job never share one: whichever goes first cannot take the
 		// other's.
-		if dl.PayloadRef != "" && p.cfg.PayloadStore != nil {
-			b, err := p.getPayload(ctx, dl.Job.ID, dl.PayloadRef)
+		if dl.PayloadRef != "" && p.payloads != nil {
+			b, err := p.payloads.Get(ctx, dl.Job.ID, dl.PayloadRef)
 			if err == nil {
 				j.payloadRef, err = p.cfg.PayloadStore.Put(ctx, j.ID, b)
 			}
 			if err != nil {
-				p.dropPayloads(ctx, newRefs)
+				p.payloads.DropAll(ctx, newRefs)
 				return 0, fmt.Errorf("asyncplatform: redriving job %s: copying its offloaded payload: %w", j.ID, err)
 			}
-			newRefs = append(newRefs, payloadKey{j.ID, j.payloadRef})
-			oldRefs = append(oldRefs, payloadKey{dl.Job.ID, dl.PayloadRef})
+			newRefs = append(newRefs, payload.Key{Job: j.ID, Ref: j.payloadRef})
+			oldRefs = append(oldRefs, payload.Key{Job: dl.Job.ID, Ref: dl.PayloadRef})
 		}
 		jobs = append(jobs, &j)
 		ids = append(ids, dl.ID)
@@ -305,12 +306,12 @@ func (p *Platform) redriveChunk(ctx context.Context, queue string, chunk []DeadL
 			"queue", queue, "redriven", len(ids), "deleted", n)
 		oldRefs = p.unreferenced(ctx, queue, oldRefs)
 	}
-	p.dropPayloads(ctx, oldRefs)
+	p.payloads.DropAll(ctx, oldRefs)
 	return len(jobs), nil
 }
 
 // unreferenced returns the refs no dead letter of the queue points at.
-func (p *Platform) unreferenced(ctx context.Context, queue string, refs []payloadKey) []payloadKey {
+func (p *Platform) unreferenced(ctx context.Context, queue string, refs []payload.Key) []payload.Key {
 	still := map[string]bool{}
 	for cursor := ""; ; {
 		page, err := p.DeadLetters(ctx, queue, cursor, 1000)
@@ -324,9 +325,9 @@ func (p *Platform) unreferenced(ctx context.Context, queue string, refs []payloa
 			break
 		}
 	}
-	var out []payloadKey
+	var out []payload.Key
 	for _, r := range refs {
-		if !still[r.ref] {
+		if !still[r.Ref] {
 			out = append(out, r)
 		}
 	}
@@ -343,7 +344,7 @@ func (p *Platform) PurgeDeadLetters(ctx context.Context, queue string) (int, err
 		return 0, err
 	}
 	removed := 0
-	if p.cfg.PayloadStore != nil {
+	if p.payloads != nil {
 		// Delete record by record, then the payloads they pointed at, so a
 		// payload goes only once nothing points at it.
 		for {
@@ -352,11 +353,11 @@ func (p *Platform) PurgeDeadLetters(ctx context.Context, queue string) (int, err
 				return removed, err
 			}
 			var ids []string
-			var refs []payloadKey
+			var refs []payload.Key
 			for _, dl := range page.Letters {
 				ids = append(ids, dl.ID)
 				if dl.PayloadRef != "" {
-					refs = append(refs, payloadKey{dl.Job.ID, dl.PayloadRef})
+					refs = append(refs, payload.Key{Job: dl.Job.ID, Ref: dl.PayloadRef})
 				}
 			}
 			if len(ids) == 0 {
@@ -370,7 +371,7 @@ func (p *Platform) PurgeDeadLetters(ctx context.Context, queue string) (int, err
 			if n < len(ids) { // some were held: keep the payloads they still point at
 				refs = p.unreferenced(ctx, queue, refs)
 			}
-			p.dropPayloads(ctx, refs)
+			p.payloads.DropAll(ctx, refs)
 			if n == 0 {
 				break // the rest are held by NextDeadLetter callers
 			}

@@ -50,8 +50,8 @@ func newExecutor(p *Platform) *executor.Executor[Job] {
 			cfg.Levels[name] = lv.level
 		}
 	}
-	if p.cfg.PayloadStore != nil {
-		cfg.Payloads = payloads{p}
+	if p.payloads != nil {
+		cfg.Payloads = p.payloads
 	}
 	for _, q := range p.cfg.Queues {
 		if q.Output != "" {
@@ -197,17 +197,6 @@ func deadLetterOf(id string, rec *wire.Dead) DeadLetter {
 	dl.PayloadRef = rec.Job.PayloadRef
 	return dl
 }
-
-// payloads is the PayloadStore as the executor uses it.
-type payloads struct{ p *Platform }
-
-func (s payloads) Get(ctx context.Context, jobID, ref string) ([]byte, error) {
-	return s.p.getPayload(ctx, jobID, ref)
-}
-
-func (s payloads) Drop(ctx context.Context, jobID, ref string) { s.p.dropPayload(ctx, jobID, ref) }
-
-func (payloads) Gone() error { return ErrPayloadNotFound }
 
 // report publishes the report of a decision that ends j on its queue's
 // output queue, when it has one (see executor.Config.Report).

@@ -18,6 +18,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/internal/executor"
 	"github.com/asyncplatform/asyncplatform/internal/health"
 	"github.com/asyncplatform/asyncplatform/internal/pause"
+	"github.com/asyncplatform/asyncplatform/internal/payload"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
 	"github.com/asyncplatform/asyncplatform/internal/schedule"
 	"github.com/asyncplatform/asyncplatform/internal/status"
@@ -350,6 +351,7 @@ type Platform struct {
 	handlers atomic.Pointer[registry]
 	declared sync.Map // queue name → struct{}
 	health   health.Gate
+	payloads *payload.Payloads        // offloaded payloads; nil without a PayloadStore
 	exec     *executor.Executor[Job]  // runs and settles deliveries (internal/executor)
 	status   *status.Tracker          // job status tracking and cancellation (internal/status)
 	pz       *pause.Engine            // paused queues and groups (internal/pause)
@@ -401,6 +403,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	if p.caps.MinLease > 0 && cfg.Lease < p.caps.MinLease {
 		return nil, fmt.Errorf("%w: Lease %v is shorter than the backend's shortest lease %v", ErrInvalidConfig, cfg.Lease, p.caps.MinLease)
 	}
+	p.payloads = payload.New(cfg.PayloadStore, p.log)
 	p.handlers.Store(newRegistry(map[string]*handlerEntry{}))
 	checks := make(map[string]health.Check, len(cfg.HealthChecks))
 	for name, c := range cfg.HealthChecks {
@@ -726,23 +729,23 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 	if err := p.declare(ctx, queue); err != nil {
 		return err
 	}
-	var refs []payloadKey
+	var refs []payload.Key
 	msgs := make([]driver.Message, len(jobs))
 	for i, j := range jobs {
-		if check && p.cfg.PayloadStore != nil {
+		if check && p.payloads != nil {
 			off, err := p.offload(ctx, j) // a copy: the caller's job keeps its payload
 			if err != nil {
-				p.dropPayloads(ctx, refs)
+				p.payloads.DropAll(ctx, refs)
 				return err
 			}
 			if off != j {
-				refs = append(refs, payloadKey{off.ID, off.payloadRef})
+				refs = append(refs, payload.Key{Job: off.ID, Ref: off.payloadRef})
 				j = off
 			}
 		}
 		msgs[i] = p.message(j)
 		if check && len(msgs[i].Body) > p.codec.MaxBody-envelopeHeadroom {
-			p.dropPayloads(ctx, refs)
+			p.payloads.DropAll(ctx, refs)
 			return fmt.Errorf("%w: job %s of type %q has a %d-byte payload; this backend carries at most %d bytes for it (see MaxPayload)",
 				ErrPayloadTooLarge, j.ID, j.Type, len(j.Payload), p.MaxPayload(*j))
 		}
