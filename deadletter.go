@@ -123,7 +123,7 @@ func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(con
 	// The hold is renewed until fn returns: deferred after the settle, the
 	// renewals stop before it.
 	defer runner.KeepDead(ctx, p.backend, dd, p.caps.DeadHold, p.log)()
-	dl = p.decodeDeadRecord(queue, dd.DeadMessage)
+	dl = decodeDeadRecord(p.codec, queue, dd.DeadMessage)
 	if dl.PayloadRef != "" && p.payloads != nil {
 		b, gerr := p.payloads.Get(ctx, dl.Job.ID, dl.PayloadRef)
 		switch {
@@ -137,9 +137,9 @@ func (p *Platform) NextDeadLetter(ctx context.Context, queue string, fn func(con
 	return err
 }
 
-func (p *Platform) decodeDeadRecord(queue string, m driver.DeadMessage) DeadLetter {
+func decodeDeadRecord(c wire.Codec, queue string, m driver.DeadMessage) DeadLetter {
 	dl := DeadLetter{ID: m.ID, signed: wire.Signed(m.Body)}
-	body, err := p.codec.Open(m.Body)
+	body, err := c.Open(m.Body)
 	if err == nil {
 		err = decodeDead(body, &dl)
 	}
@@ -186,7 +186,7 @@ func (p *Platform) DeadLetters(ctx context.Context, queue, cursor string, limit 
 	}
 	page := DeadLetterPage{Letters: make([]DeadLetter, len(recs)), Next: next}
 	for i, r := range recs {
-		page.Letters[i] = p.decodeDeadRecord(queue, r)
+		page.Letters[i] = decodeDeadRecord(p.codec, queue, r)
 	}
 	return page, nil
 }

@@ -260,12 +260,12 @@ func (p *Platform) publishReport(ctx context.Context, out string, r *OutcomeRepo
 	return p.enqueue(ctx, []*Job{job})
 }
 
-// message encodes a job as the backend message of its current copy. A copy
+// encodeMessage encodes a job as the backend message of its current copy. A copy
 // that outgrew the backend's limit loses its oldest error lines until it
 // fits.
-func (p *Platform) message(j *Job) driver.Message {
+func encodeMessage(c wire.Codec, j *Job) driver.Message {
 	w := toWire(j)
-	body := p.codec.Encode(&w)
+	body := c.Encode(&w)
 	j.Errors = w.Errors
 	return driver.Message{ID: messageID(j), Body: body, NotBefore: j.NotBefore}
 }

@@ -233,7 +233,7 @@ func TestStatusDuplicateOlderCopy(t *testing.T) {
 	}
 	done.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 2, nil, "")
 	old := &Job{ID: "j1", Type: "t", Queue: "default", EnqueuedAt: time.Now(), copyNo: 1}
-	if err := p.backend.Enqueue(ctx, "default", []driver.Message{p.message(old)}); err != nil {
+	if err := p.backend.Enqueue(ctx, "default", []driver.Message{encodeMessage(p.codec, old)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Start(ctx); err != nil {

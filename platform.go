@@ -650,7 +650,7 @@ func (p *Platform) EnqueueBatch(ctx context.Context, jobs []*Job) error {
 func (p *Platform) enqueueJobs(ctx context.Context, jobs []*Job) error {
 	now := time.Now()
 	for _, j := range jobs {
-		if err := p.prepare(j, now); err != nil {
+		if err := p.cfg.prepare(j, now); err != nil {
 			return err
 		}
 	}
@@ -664,7 +664,7 @@ func (p *Platform) enqueueJobs(ctx context.Context, jobs []*Job) error {
 }
 
 // prepare validates a new job and fills in its defaults.
-func (p *Platform) prepare(j *Job, now time.Time) error {
+func (c *Config) prepare(j *Job, now time.Time) error {
 	if j == nil {
 		return fmt.Errorf("%w: job is nil", ErrInvalidJob)
 	}
@@ -683,8 +683,8 @@ func (p *Platform) prepare(j *Job, now time.Time) error {
 	if err := setGroup(j); err != nil {
 		return err
 	}
-	if len(j.Headers) > p.cfg.MaxHeaders {
-		return &LimitError{Limit: "MaxHeaders", Type: j.Type, Got: len(j.Headers), Max: p.cfg.MaxHeaders}
+	if len(j.Headers) > c.MaxHeaders {
+		return &LimitError{Limit: "MaxHeaders", Type: j.Type, Got: len(j.Headers), Max: c.MaxHeaders}
 	}
 	size := 0
 	for k, v := range j.Headers {
@@ -693,8 +693,8 @@ func (p *Platform) prepare(j *Job, now time.Time) error {
 		}
 		size += len(k) + len(v)
 	}
-	if size > p.cfg.MaxHeaderBytes {
-		return &LimitError{Limit: "MaxHeaderBytes", Type: j.Type, Got: size, Max: p.cfg.MaxHeaderBytes}
+	if size > c.MaxHeaderBytes {
+		return &LimitError{Limit: "MaxHeaderBytes", Type: j.Type, Got: size, Max: c.MaxHeaderBytes}
 	}
 	if !j.Deadline.IsZero() && !j.NotBefore.IsZero() && !j.Deadline.After(j.NotBefore) {
 		return fmt.Errorf("%w: job of type %q has Deadline %v not after NotBefore %v", ErrInvalidJob, j.Type, j.Deadline, j.NotBefore)
@@ -743,7 +743,7 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 				j = off
 			}
 		}
-		msgs[i] = p.message(j)
+		msgs[i] = encodeMessage(p.codec, j)
 		if check && len(msgs[i].Body) > p.codec.MaxBody-envelopeHeadroom {
 			p.payloads.DropAll(ctx, refs)
 			return fmt.Errorf("%w: job %s of type %q has a %d-byte payload; this backend carries at most %d bytes for it (see MaxPayload)",
