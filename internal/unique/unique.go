@@ -222,6 +222,9 @@ func (c *Claims) GiveBack(ctx context.Context, claims []Claim) {
 // says so. A header that carries no claim is ignored. A failure is logged:
 // the key is then held until its window ends.
 func (c *Claims) Release(ctx context.Context, queue, id, header string, dead bool) {
+	if header == "" { // no unique key: the common case, without a parse
+		return
+	}
 	cl, ok := Parse(header)
 	if !ok || !cl.ReleasedBy(dead) {
 		return
