@@ -6,14 +6,13 @@ import (
 	"maps"
 
 	"github.com/asyncplatform/asyncplatform/internal/pause"
-	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // GroupHeader is the header a job carries its Group in.
-const GroupHeader = wire.GroupHeader
+const GroupHeader = "asyncplatform-group"
 
 // MaxGroupLen bounds a job's Group, in bytes.
-const MaxGroupLen = pause.MaxGroupLen
+const MaxGroupLen = 64
 
 // HeldQueue is the queue where the jobs of a paused group are held: its
 // name is the queue's, ".held.", and the group's. It shows among the

@@ -77,7 +77,7 @@ type JobStatus struct {
 
 // MaxStatusResult is the largest result kept in a job's status; a larger
 // one is left out (JobStatus.ResultSize still says how large it was).
-const MaxStatusResult = status.MaxResult
+const MaxStatusResult = driver.MaxValueLen - 8<<10
 
 // ErrJobNotFound is returned by Platform.Status and Platform.Cancel for a
 // job with no status: unknown, on a queue that does not track status, or
