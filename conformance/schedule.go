@@ -97,14 +97,17 @@ func testScheduleOnePerTick(t *testing.T, e *env) {
 }
 
 // tickLog records the ticks of the scheduled jobs a case's worker handles,
-// by the tick's Unix second, with the process that fired each.
+// by the tick's Unix second, with the process that fired each. A job is
+// counted once however often it is delivered (delivery is at least once:
+// a redelivery is no second firing).
 type tickLog struct {
 	mu    sync.Mutex
 	ticks map[int64][]string
-	odd   []string // headers that are not a whole-second tick
+	seen  map[string]bool // the jobs counted, by ID
+	odd   []string        // headers that are not a whole-second tick
 }
 
-func newTickLog() *tickLog { return &tickLog{ticks: map[int64][]string{}} }
+func newTickLog() *tickLog { return &tickLog{ticks: map[int64][]string{}, seen: map[string]bool{}} }
 
 func (l *tickLog) handle(_ context.Context, j *ap.Job) error {
 	l.mu.Lock()
@@ -114,6 +117,10 @@ func (l *tickLog) handle(_ context.Context, j *ap.Job) error {
 		l.odd = append(l.odd, j.Headers[ap.ScheduleTickHeader])
 		return nil
 	}
+	if l.seen[j.ID] {
+		return nil
+	}
+	l.seen[j.ID] = true
 	l.ticks[tt.Unix()] = append(l.ticks[tt.Unix()], j.Headers[procHeader])
 	return nil
 }

@@ -61,6 +61,7 @@ func TestNames(t *testing.T) {
 	if _, err := New(context.Background(), Config{ConnectionString: "x", Prefix: "Bad_"}); err == nil || !strings.Contains(err.Error(), "Prefix") {
 		t.Errorf("bad prefix: %v", err)
 	}
+	t.Setenv(ConnectionStringEnv, "") // an empty Config falls back to it
 	if _, err := New(context.Background(), Config{}); err == nil {
 		t.Error("empty config accepted")
 	}
