@@ -66,7 +66,9 @@ func newExecutor(p *Platform) *executor.Executor[Job] {
 	}
 	cfg.OnDead = func(id string, rec *wire.Dead) {
 		if hook := p.cfg.Hooks.OnDeadLetter; hook != nil {
-			hook(context.Background(), deadLetterOf(id, rec))
+			dl := deadLetterOf(id, rec)
+			dl.Job.Priority = p.cfg.levels[rec.Queue].level
+			hook(context.Background(), dl)
 		}
 	}
 	return executor.New(cfg)
@@ -90,6 +92,7 @@ func (e *handlerEntry) Run(ctx context.Context, w *executor.Work[Job]) ([]byte, 
 	fromWire(&w.Job.Job, j)
 	j.Queue, j.Group, j.Priority, j.TryCount, j.Payload = w.Job.Queue, w.Job.Group, w.Job.Priority, w.Job.TryCount, w.Payload
 	err := call(ctx, e.h, j)
+	j.ID = w.Job.ID // the hooks and the logs go by the job's own ID, whatever the handler did
 	return j.result, err
 }
 

@@ -2,7 +2,6 @@ package asyncplatform
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -132,31 +131,13 @@ func (p *Platform) Store() (*Store, error) {
 	return &Store{s: kv.New(d, DefaultStoreNamespace)}, nil
 }
 
-// StoreError is the error of a Store operation: the operation ("get",
-// "create", "update", "delete", "list"), the key (or prefix) as the caller
-// gave it, and the cause, which errors.Is and errors.As reach: a sentinel
+// StoreError is the error of a Store operation, and of every store call
+// the platform makes for its own state (Status, Cancel, Pause, schedules,
+// unique keys, ...): its fields are Op, the operation ("get", "create",
+// "update", "delete", "list"); Key, the key (or prefix) as the caller gave
+// it; and Err, the cause, which errors.Is and errors.As reach: a sentinel
 // (ErrKeyNotFound, ErrRevision, ErrBadKey, ...) or the backend's own error.
-type StoreError struct {
-	Op  string
-	Key string
-	Err error
-}
-
-func (e *StoreError) Error() string {
-	return fmt.Sprintf("asyncplatform: store %s %q: %v", e.Op, e.Key, e.Err)
-}
-
-// Unwrap returns the cause.
-func (e *StoreError) Unwrap() error { return e.Err }
-
-// storeErr turns the internal store's error into a *StoreError.
-func storeErr(err error) error {
-	var e *kv.Error
-	if errors.As(err, &e) {
-		return &StoreError{Op: e.Op, Key: e.Key, Err: e.Err}
-	}
-	return err
-}
+type StoreError = kv.Error
 
 // inner is the store under s; the zero Store has none and refuses every call.
 func (s *Store) inner() *kv.Store {
@@ -169,16 +150,14 @@ func (s *Store) inner() *kv.Store {
 // Get returns the value of key and its revision, or an error matching
 // ErrKeyNotFound when the key is absent or expired.
 func (s *Store) Get(ctx context.Context, key string) (value []byte, rev string, err error) {
-	value, rev, err = s.inner().Get(ctx, key)
-	return value, rev, storeErr(err)
+	return s.inner().Get(ctx, key)
 }
 
 // Create writes key only when it is absent or expired, with a TTL (zero:
 // none), and returns its revision. When the key is present it returns an
 // error matching ErrKeyExists.
 func (s *Store) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (rev string, err error) {
-	rev, err = s.inner().Create(ctx, key, value, ttl)
-	return rev, storeErr(err)
+	return s.inner().Create(ctx, key, value, ttl)
 }
 
 // Update writes key only when it is present at revision rev, with a new TTL
@@ -186,8 +165,7 @@ func (s *Store) Create(ctx context.Context, key string, value []byte, ttl time.D
 // written since, deleted, or expired) it returns an error matching
 // ErrRevision.
 func (s *Store) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (newRev string, err error) {
-	newRev, err = s.inner().Update(ctx, key, value, rev, ttl)
-	return newRev, storeErr(err)
+	return s.inner().Update(ctx, key, value, rev, ttl)
 }
 
 // Delete removes key. With rev empty it removes whatever is there, and an
@@ -195,7 +173,7 @@ func (s *Store) Update(ctx context.Context, key string, value []byte, rev string
 // is present at that revision, and otherwise returns an error matching
 // ErrRevision.
 func (s *Store) Delete(ctx context.Context, key, rev string) error {
-	return storeErr(s.inner().Delete(ctx, key, rev))
+	return s.inner().Delete(ctx, key, rev)
 }
 
 // KeyPage is one page of Store.List.
@@ -214,7 +192,7 @@ type KeyPage struct {
 func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (KeyPage, error) {
 	keys, next, err := s.inner().List(ctx, prefix, cursor, limit)
 	if err != nil {
-		return KeyPage{}, storeErr(err)
+		return KeyPage{}, err
 	}
 	return KeyPage{Keys: keys, Next: next}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 
 	"github.com/asyncplatform/asyncplatform/driver"
@@ -28,12 +29,15 @@ func openURL(ctx context.Context, u *url.URL) (driver.Backend, error) {
 		return nil, fmt.Errorf("%w; or write azure:<connection string>", err)
 	}
 	if err != nil {
-		return nil, errors.New("azure: opening the storage account (queue and blob services) failed (the connection string is not shown): " + redact(err.Error(), cfg.ConnectionString))
+		// The connection string New used: the URL's, or the default's.
+		return nil, errors.New("azure: opening the storage account (queue and blob services) failed (the connection string is not shown): " + redact(err.Error(), cfg.withDefaults().ConnectionString))
 	}
 	return b, nil
 }
 
-// redact removes the connection string's secrets from an error text.
+// redact removes the connection string's secrets from an error text: the
+// account key, the shared access signature whole, and any SAS signature
+// (sig=...) however an SDK quoted its URL.
 func redact(text, conn string) string {
 	for _, part := range strings.Split(conn, ";") {
 		k, v, ok := strings.Cut(part, "=")
@@ -41,5 +45,8 @@ func redact(text, conn string) string {
 			text = strings.ReplaceAll(text, v, "xxxxx")
 		}
 	}
-	return text
+	return sasSig.ReplaceAllString(text, "${1}xxxxx")
 }
+
+// sasSig matches the signature parameter of a SAS URL, plain or escaped.
+var sasSig = regexp.MustCompile(`(?i)((?:^|[?&;\s"']|%26|%3F)sig(?:=|%3D))[^&;\s"']+`)

@@ -280,6 +280,9 @@ func (b *Backend) ExtendDead(ctx context.Context, d *driver.DeadDelivery) error 
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.done || !r.live() {
+		return driver.ErrLeaseLost
+	}
 	if err := b.extend(ctx, r); err != nil {
 		return err
 	}
@@ -362,7 +365,9 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 			b.dropHeld(r)
 		}
 	}()
-	if !r.live() {
+	if !r.live() { // lapsed: the receipt is done with, Close has nothing to give back
+		r.done = true
+		b.dropMarker(r.holdSeq)
 		return driver.ErrLeaseLost
 	}
 	if held, err := b.stillHeld(ctx, r.queue, r.seq, r.holdSeq); err != nil {

@@ -77,7 +77,8 @@ type Groups interface {
 	// Group says whether the group of job id on queue is paused.
 	Group(ctx context.Context, queue, group, id string) decide.Group
 	// Park writes msg on the group's held queue then calls ack; an error
-	// matching ErrNotParked means nothing was written or acknowledged.
+	// matching pause.ErrNotParked means nothing was written or
+	// acknowledged.
 	Park(ctx context.Context, queue, group, id string, msg driver.Message, ack func() error) error
 }
 
@@ -101,9 +102,6 @@ type Attempt struct {
 	Result   []byte        // the handler's result, on success
 	Settle   error         // the settle's error: nil, runner.ErrSettled, or the backend's
 }
-
-// ErrNotParked is matched by a Groups.Park error that wrote nothing.
-var ErrNotParked = errors.New("setting aside a job of a paused group failed")
 
 // Config is an Executor's dependencies. Fields marked optional may be nil.
 type Config[V any] struct {

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/internal/admit"
 	"github.com/asyncplatform/asyncplatform/internal/decide"
 	"github.com/asyncplatform/asyncplatform/internal/health"
+	"github.com/asyncplatform/asyncplatform/internal/pause"
 	"github.com/asyncplatform/asyncplatform/internal/status"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
@@ -252,7 +254,7 @@ func TestSettleParked(t *testing.T) {
 	}
 
 	h = newHarness(t, 1<<20)
-	h.calls.park = ErrNotParked
+	h.calls.park = fmt.Errorf("%w: the broker refused the write", pause.ErrNotParked)
 	f = h.deliver(t, &wire.Job{ID: "job", Type: "t", Failures: 1, EnqueuedAt: time.Now()})
 	if err := h.x.settle(f, &f.Job.Job, decide.Decision{Outcome: decide.Parked}, "", nil); err != nil {
 		t.Fatal(err)

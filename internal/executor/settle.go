@@ -8,6 +8,7 @@ import (
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/decide"
+	"github.com/asyncplatform/asyncplatform/internal/pause"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
@@ -119,7 +120,7 @@ func (x *Executor[V]) settle(f *Delivery[V], j *Job, d decide.Decision, text str
 		j.Copy++ // the held copy is the job's next copy
 		msg := driver.Message{ID: wire.MessageID(j.ID, j.Copy), Body: x.cfg.Codec.Encode(&j.Job), NotBefore: j.NotBefore}
 		err := x.cfg.Groups.Park(context.Background(), j.Queue, j.Group, j.ID, msg, func() error { return f.Settle(x.cfg.Backend, x.cfg.Log, true, nil, nil) })
-		if errors.Is(err, ErrNotParked) { // it comes again, and the pause is read again
+		if errors.Is(err, pause.ErrNotParked) { // it comes again, and the pause is read again
 			j.Copy--
 			x.cfg.Log.Warn("asyncplatform: setting aside a job of a paused group failed; it comes back later", "queue", j.Queue, "group", j.Group, "id", j.ID, "error", err)
 			d.Outcome, d.RetryAt = decide.Deferred, time.Now().Add(x.cfg.GroupPoll)

@@ -35,16 +35,21 @@ func New(d driver.Store, namespace string) *Store {
 // Of returns the Store of one of the platform's namespaces over d.
 func Of(d driver.Store, ns Namespace) *Store { return New(d, string(ns)) }
 
-// Error is the error of a Store operation: the operation ("get", "create",
-// "update", "delete", "list"), the key (or prefix) as the caller gave it,
-// and the cause: a driver sentinel or the backend's own error.
+// Error is the error of every Store operation, the platform's engines'
+// included; users know it as asyncplatform.StoreError.
 type Error struct {
-	Op  string
+	// Op is the operation: "get", "create", "update", "delete" or "list".
+	Op string
+	// Key is the key (or prefix) as the caller gave it.
 	Key string
+	// Err is the cause: a driver sentinel (driver.ErrKeyNotFound, ...) or
+	// the backend's own error.
 	Err error
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("store %s %q: %v", e.Op, e.Key, e.Err) }
+func (e *Error) Error() string {
+	return fmt.Sprintf("asyncplatform: store %s %q: %v", e.Op, e.Key, e.Err)
+}
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
