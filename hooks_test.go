@@ -17,7 +17,14 @@ func TestHookFields(t *testing.T) {
 	var at *Attempt
 	cfg := Config{Queues: map[string]QueueConfig{"q": {Priorities: true}}}
 	cfg.Hooks.OnDeadLetter = func(_ context.Context, d DeadLetter) { mu.Lock(); dl = &d; mu.Unlock() }
-	cfg.Hooks.AfterAttempt = func(_ context.Context, a Attempt) { mu.Lock(); c := a; j := *a.Job; c.Job = &j; at = &c; mu.Unlock() }
+	cfg.Hooks.AfterAttempt = func(_ context.Context, a Attempt) {
+		mu.Lock()
+		c := a
+		j := *a.Job
+		c.Job = &j
+		at = &c
+		mu.Unlock()
+	}
 	p := startPlatform(t, cfg, map[string]Handler{"t": func(ctx context.Context, j *Job) error {
 		j.ID = "changed-by-handler"
 		return Permanent(errors.New("no"))
