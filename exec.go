@@ -92,7 +92,9 @@ func (e *handlerEntry) Run(ctx context.Context, w *executor.Work[Job]) ([]byte, 
 	fromWire(&w.Job.Job, j)
 	j.Queue, j.Group, j.Priority, j.TryCount, j.Payload = w.Job.Queue, w.Job.Group, w.Job.Priority, w.Job.TryCount, w.Payload
 	err := call(ctx, e.h, j)
-	j.ID = w.Job.ID // the hooks and the logs go by the job's own ID, whatever the handler did
+	if j.ID != w.Job.ID { // the hooks go by the job's own ID, whatever the handler did
+		j.ID = w.Job.ID // written only then: a handler may keep its *Job
+	}
 	return j.result, err
 }
 
