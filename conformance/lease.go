@@ -182,7 +182,7 @@ func testStaleReceipt(t *testing.T, e *env) {
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("the job never came back after the first lease was lost: %v", err)
 	}
-	d2 := ds[0]
+	d2, got2 := ds[0], time.Now()
 	if d2.Deliveries != d1.Deliveries+1 {
 		t.Errorf("second delivery counts %d, want %d", d2.Deliveries, d1.Deliveries+1)
 	}
@@ -196,7 +196,14 @@ func testStaleReceipt(t *testing.T, e *env) {
 			t.Errorf("%s with a stale receipt: got %v, want ErrLeaseLost", name, err)
 		}
 	}
-	if err := b2.Ack(ctx, d2); err != nil {
+	err = b2.Ack(ctx, d2)
+	if took := time.Since(got2); errors.Is(err, driver.ErrLeaseLost) && took >= e.lease*9/10 {
+		// The four stale calls took the live delivery's whole lease (a
+		// stalled broker or test process): its Ack cannot be judged.
+		t.Logf("the live delivery's Ack came %v after its Receive, past %v of its %v lease: %v; not judged%s", took.Round(time.Millisecond), e.lease*9/10, e.lease, err, e.stallNote())
+		return
+	}
+	if err != nil {
 		t.Fatalf("Ack of the live delivery: %v", err)
 	}
 	st, err := p.Stats(ctx, e.queue)
