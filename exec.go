@@ -33,13 +33,13 @@ func newExecutor(p *Platform) *executor.Executor[Job] {
 			UnhandledRetries: *p.cfg.UnhandledRetries, UnhandledDelay: p.cfg.UnhandledDelay,
 			RejectDelay: p.cfg.RejectDelay, GroupPoll: PausePoll, LimitDelay: p.cfg.LimitDelay,
 		},
-		Handlers:  func() executor.Registry[Job] { return p.handlers.Load() },
-		Policy:    p.policyOf,
-		Classify:  classify,
-		ErrorText: errorText,
-		Groups:    p.pz,
-		Status:    p.status,
-		Admission: p.lim,
+		Handlers:    func() executor.Registry[Job] { return p.handlers.Load() },
+		Policy:      p.policyOf,
+		Classify:    classify,
+		ErrorDetail: errorDetail,
+		Groups:      p.pz,
+		Status:      p.status,
+		Admission:   p.lim,
 		Release: func(j *executor.Job, dead bool) {
 			p.claims.Release(context.Background(), j.Queue, j.ID, j.Headers[UniqueHeader], dead)
 		},
@@ -146,15 +146,14 @@ func asReject(err error) *RejectError {
 	return nil
 }
 
-// errorText is a handler's error as a dead letter keeps it: a panic's stack
-// included.
-func errorText(err error) string {
-	text := err.Error()
+// errorDetail is what a dead letter keeps after a handler's error text: a
+// panic's stack.
+func errorDetail(err error) string {
 	var pe *PanicError
 	if errors.As(err, &pe) {
-		text += "\n" + string(pe.Stack)
+		return "\n" + string(pe.Stack)
 	}
-	return text
+	return ""
 }
 
 // attemptOf is the Attempt of one handler call, for Hooks.AfterAttempt.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,5 +58,37 @@ func TestGoexitAndHookPanicsAreContained(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// A handler that runs past its timeout fails with a history line that says
+// so, and its dead letter keeps the same text.
+func TestTimeoutInTheHistory(t *testing.T) {
+	ctx := context.Background()
+	dead := make(chan DeadLetter, 1)
+	cfg := Config{Policy: Policy{RetryLimit: Limit(1), Timeout: 20 * time.Millisecond, BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}}
+	cfg.Hooks.OnDeadLetter = func(_ context.Context, dl DeadLetter) { dead <- dl }
+	seen := make(chan []string, 2)
+	p := startPlatform(t, cfg, map[string]Handler{"t": func(ctx context.Context, j *Job) error {
+		seen <- j.Errors
+		<-ctx.Done()
+		return ctx.Err()
+	}})
+	if err := p.Enqueue(ctx, &Job{Type: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	var dl DeadLetter
+	select {
+	case dl = <-dead:
+	case <-time.After(30 * time.Second):
+		t.Fatal("not dead-lettered")
+	}
+	<-seen
+	second := <-seen
+	if len(second) != 1 || !strings.Contains(second[0], "timed out after 20ms") {
+		t.Errorf("the retry's history %q, want a line saying the first try timed out", second)
+	}
+	if !strings.HasPrefix(dl.Error, "timed out after 20ms") {
+		t.Errorf("the dead letter's error %q, want it to say the try timed out", dl.Error)
 	}
 }

@@ -129,9 +129,9 @@ type Config[V any] struct {
 	Policy func(j *Job, h Handler[V]) decide.Policy
 	// Classify turns a handler's error into the decision's input.
 	Classify func(err error) (decide.Result, time.Duration)
-	// ErrorText is the text of a handler's error kept in a dead letter (a
-	// panic's stack included).
-	ErrorText func(err error) string
+	// ErrorDetail is what a dead letter keeps after a handler's error text:
+	// a panic's stack, or nothing. Optional.
+	ErrorDetail func(err error) string
 
 	Status    *status.Tracker // status records
 	Admission *admit.Gate     // type limits
@@ -260,13 +260,16 @@ func (x *Executor[V]) Process(q *Queue[V], t *jobctx.Timer, f *Delivery[V]) {
 		if isolated && d.Outcome == decide.Rejected {
 			cleared(&next)
 		}
-		text = x.cfg.ErrorText(r.err)
+		text = r.err.Error()
 		if r.timedOut {
 			text = fmt.Sprintf("timed out after %v: %s", in.Policy.Timeout, text)
 		}
 		if in.Result != decide.Rejection && !in.Stopping {
 			next.Suspect = false // it reported an outcome: a failure
-			next.Errors = wire.AppendHistory(next.Errors, fmt.Sprintf("try %d at %s: %s", next.TryCount, r.start.UTC().Format(time.RFC3339), wire.FirstLine(r.err.Error())), x.cfg.ErrorHistory)
+			next.Errors = wire.AppendHistory(next.Errors, fmt.Sprintf("try %d at %s: %s", next.TryCount, r.start.UTC().Format(time.RFC3339), wire.FirstLine(text)), x.cfg.ErrorHistory)
+		}
+		if x.cfg.ErrorDetail != nil {
+			text += x.cfg.ErrorDetail(r.err)
 		}
 		settled = &next
 	}
