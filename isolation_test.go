@@ -37,14 +37,14 @@ func TestIsolationPanicSafe(t *testing.T) {
 		_ = producer.Enqueue(ctx, &Job{ID: fmt.Sprint("n", i), Type: "t"})
 	}
 	var panicked atomic.Bool
-	var ran atomic.Int32
+	var after atomic.Int32 // runs of the jobs enqueued after the panic
 	p, err := New(broker.Connect(), Config{Logger: slog.New(panicOn{"running a suspect alone", &panicked})})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = p.Handle("t", func(ctx context.Context, j *Job) error {
-		if j.ID != "suspect" {
-			ran.Add(1)
+		if strings.HasPrefix(j.ID, "after") {
+			after.Add(1)
 		}
 		return nil
 	})
@@ -53,11 +53,12 @@ func TestIsolationPanicSafe(t *testing.T) {
 	}
 	defer p.Stop(ctx)
 	waitUntil(t, "the suspect's isolation (the test's premise)", panicked.Load)
-	n := ran.Load()
 	for i := range 3 {
 		_ = producer.Enqueue(ctx, &Job{ID: fmt.Sprint("after", i), Type: "t"})
 	}
-	waitUntil(t, "the jobs enqueued after the panic to run", func() bool { return ran.Load() == n+3 })
+	// Counted by ID: the jobs handed back while the suspect waited to run
+	// alone may run before or after these.
+	waitUntil(t, "the jobs enqueued after the panic to run", func() bool { return after.Load() >= 3 })
 }
 
 // A suspect that its gate dead-letters (poisoned, here) does not wait for
