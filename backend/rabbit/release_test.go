@@ -44,7 +44,13 @@ func TestReleaseAcksApplied(t *testing.T) {
 	seen := map[string]int{}
 	counted := 0
 	for {
-		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		// The first wait is long: a loaded broker may take seconds to show
+		// the handed-back messages; after them, a second of quiet ends it.
+		wait := time.Second
+		if len(seen) == 0 {
+			wait = 30 * time.Second
+		}
+		rctx, cancel := context.WithTimeout(ctx, wait)
 		got, _ := b2.Receive(rctx, q, n, time.Minute)
 		cancel()
 		if len(got) == 0 {
