@@ -8,24 +8,44 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
+
+	"github.com/asyncplatform/asyncplatform/internal/executor"
 )
 
-// What a handler does to its *Job is not carried into the retry.
+// What a handler does to its *Job is not carried into the retry, whether
+// its payload's copy sits beside its Job (small) or on its own (large).
 func TestRetryIsBuiltFromTheDeliveredJob(t *testing.T) {
-	seen := make(chan string, 2)
-	p := startPlatform(t, Config{Policy: Policy{BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}},
-		map[string]Handler{"t": func(_ context.Context, j *Job) error {
-			seen <- string(j.Payload) + "/" + j.Headers["k"]
-			if j.TryCount == 1 {
-				j.Payload[0] = 'X'
-				j.Headers["k"] = "changed"
-				return errors.New("fail once")
-			}
-			return nil
-		}})
-	_ = p.Enqueue(context.Background(), &Job{Type: "t", Payload: []byte("hello"), Headers: map[string]string{"k": "v"}})
-	if first, second := <-seen, <-seen; first != "hello/v" || second != "hello/v" {
-		t.Errorf("attempts saw %q then %q; the retry must see the job as enqueued", first, second)
+	for _, payload := range []string{"hello", strings.Repeat("hello", 100)} {
+		seen := make(chan string, 2)
+		p := startPlatform(t, Config{Policy: Policy{BackoffBase: time.Millisecond, BackoffCap: time.Millisecond}},
+			map[string]Handler{"t": func(_ context.Context, j *Job) error {
+				seen <- string(j.Payload) + "/" + j.Headers["k"]
+				if j.TryCount == 1 {
+					j.Payload[0] = 'X'
+					j.Payload = append(j.Payload, "more"...)
+					j.Headers["k"] = "changed"
+					return errors.New("fail once")
+				}
+				return nil
+			}})
+		_ = p.Enqueue(context.Background(), &Job{Type: "t", Payload: []byte(payload), Headers: map[string]string{"k": "v"}})
+		if first, second := <-seen, <-seen; first != payload+"/v" || second != payload+"/v" {
+			t.Errorf("%d-byte payload: attempts saw %.20q then %.20q; the retry must see the job as enqueued", len(payload), first, second)
+		}
+	}
+}
+
+// A delivery and the handler's view each fit the Go allocator's small
+// sizes (at most 512 bytes, no header of their own): a byte over costs
+// every job a slower allocation and several per cent of throughput
+// (docs/benchmarks.md, 2026-11-29).
+func TestDeliveryAllocationsStaySmall(t *testing.T) {
+	if n := unsafe.Sizeof(executor.Delivery[Job]{}); n > 512 {
+		t.Errorf("a delivery takes %d bytes; keep it within 512", n)
+	}
+	if n := unsafe.Sizeof(view{}); n > 512 {
+		t.Errorf("a handler's view takes %d bytes; keep it within 512 (shrink view.payload)", n)
 	}
 }
 

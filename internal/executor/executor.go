@@ -43,9 +43,14 @@ type Job struct {
 // Work is one delivery's state: the job as delivered and the handler's view
 // of it.
 type Work[V any] struct {
-	Job     Job
-	View    V             // the handler's job, filled in by Handler.Run
-	Payload []byte        // the handler's payload: fetched when offloaded, else a copy
+	Job  Job
+	View *V // the handler's job, made by Handler.Run; nil until then
+	// Payload is the payload for the handler: the delivered bytes, which
+	// the handler must not share (Job's envelope is built from them again
+	// for a retry, a hand-back or a redelivery), or, when Fetched, bytes
+	// of its own from the PayloadStore.
+	Payload []byte
+	Fetched bool
 	Track   *status.Track // the job's status record, nil when untracked
 }
 
@@ -66,8 +71,8 @@ type Registry[V any] interface {
 
 // Handler runs one job type's handler.
 type Handler[V any] interface {
-	// Run fills in w.View from w.Job and w.Payload and calls the user's
-	// handler with it, turning a panic into an error. It returns the
+	// Run makes w.View from w.Job and w.Payload (copying a payload that
+	// is not Fetched) and calls the user's handler with it, turning a panic into an error. It returns the
 	// handler's result and error.
 	Run(ctx context.Context, w *Work[V]) (result []byte, err error)
 }
@@ -359,19 +364,15 @@ func (x *Executor[V]) run(t *jobctx.Timer, f *Delivery[V], h Handler[V], timeout
 	return r, true
 }
 
-// loadPayload makes the handler's payload: fetched from the store when it
-// was offloaded, else a copy of the delivered bytes (which must stay as
-// they were: a retry, a hand-back or a redelivery is built from them). When
+// loadPayload finds the handler's payload: fetched from the store when it
+// was offloaded, else the delivered bytes (Handler.Run copies them). When
 // it cannot, it settles the delivery (dead letter or uncounted requeue) and
 // returns false.
 func (x *Executor[V]) loadPayload(f *Delivery[V], in decide.Input) bool {
 	w := &f.Job
 	j := &w.Job
 	if j.PayloadRef == "" {
-		w.Payload = nil
-		if len(j.Payload) > 0 {
-			w.Payload = append([]byte(nil), j.Payload...)
-		}
+		w.Payload, w.Fetched = j.Payload, false
 		return true
 	}
 	in.Now = time.Now()
@@ -386,7 +387,7 @@ func (x *Executor[V]) loadPayload(f *Delivery[V], in decide.Input) bool {
 	b, err := ps.Get(ctx, j.ID, j.PayloadRef)
 	switch {
 	case err == nil:
-		w.Payload = b
+		w.Payload, w.Fetched = b, true
 		return true
 	case errors.Is(err, ps.Gone()):
 		in.Result = decide.PayloadGone
