@@ -250,22 +250,32 @@ func (b *Backend) dropHeld(r *receipt) {
 }
 
 // releaseHeld hands back every dead letter this Backend holds, at once:
-// Close calls it.
+// Close calls it. Each record's marker is deleted and its nak confirmed
+// before Close returns (within closeRelease in all), so that a NextDead
+// called after Close finds the records: the server takes acks off a queue
+// of its own, and a nak only published could still be waiting there.
 func (b *Backend) releaseHeld() {
 	b.mu.Lock()
 	held := b.held
 	b.held = map[*receipt]struct{}{}
 	b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeRelease)
+	defer cancel()
 	for r := range held {
 		r.mu.Lock()
 		if !r.done {
 			r.done = true
-			_ = b.nc.Publish(r.reply, ackNak)
-			b.dropMarker(r.holdSeq)
+			b.dropMarkerWait(ctx, r.holdSeq)
+			if _, err := b.nc.RequestWithContext(ctx, r.reply, ackNak); err != nil {
+				b.log.Debug("nats: hand back a dead letter on close", "seq", r.seq, "err", err)
+			}
 		}
 		r.mu.Unlock()
 	}
 }
+
+// closeRelease bounds the hand-back of the held dead letters in Close.
+const closeRelease = 5 * time.Second
 
 // ExtendDead implements driver.Backend: InProgress on the dead-letter
 // consumer restarts the record's AckWait (Config.DeadHold), and its hold

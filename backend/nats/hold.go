@@ -170,6 +170,21 @@ func (b *Backend) dropMarker(seq uint64) {
 	}
 }
 
+// dropMarkerWait deletes the hold marker at seq, waiting for the server's
+// answer (or ctx).
+func (b *Backend) dropMarkerWait(ctx context.Context, seq uint64) {
+	if seq == 0 {
+		return
+	}
+	req, _ := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NoErase bool   `json:"no_erase"`
+	}{seq, true})
+	if _, err := b.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.DELETE."+b.holdName(), req); err != nil {
+		b.log.Debug("nats: delete a marker", "seq", seq, "err", err)
+	}
+}
+
 // errDeleting reports a record that a DeleteDead is deleting; until is
 // when its marker lapses.
 type errDeleting struct{ until time.Time }
