@@ -100,6 +100,12 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return nil, err
 	}
+	if b.cfg.Store != nil {
+		if err := b.toStore(ctx, queue); err != nil {
+			return nil, err
+		}
+		return b.nextStoreDead(ctx, queue)
+	}
 	b.migrateDead(ctx, queue)
 	unlock, err := b.lockDead(ctx, queue)
 	if err != nil {
@@ -173,6 +179,9 @@ func (b *Backend) ExtendDead(ctx context.Context, d *driver.DeadDelivery) error 
 	if d == nil {
 		return errors.New("rabbit: nil dead delivery")
 	}
+	if _, ok := d.Handle.(*storeHold); ok {
+		return b.extendStoreDead(ctx, d)
+	}
 	r, ok := d.Handle.(*deadReceipt)
 	if !ok {
 		return fmt.Errorf("rabbit: dead delivery handle is %T, not one of this backend's", d.Handle)
@@ -193,6 +202,9 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 	}
 	if d == nil {
 		return errors.New("rabbit: nil dead delivery")
+	}
+	if _, ok := d.Handle.(*storeHold); ok {
+		return b.settleStoreDead(ctx, d, remove)
 	}
 	r, ok := d.Handle.(*deadReceipt)
 	if !ok {
@@ -359,6 +371,18 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 	if limit < 1 {
 		return nil, "", fmt.Errorf("rabbit: ListDead limit is %d, must be at least 1", limit)
 	}
+	if b.cfg.Store != nil {
+		if cursor != "" && !validSeq(cursor) {
+			return nil, "", fmt.Errorf("rabbit: ListDead cursor %q is not one this backend returned", cursor)
+		}
+		if err := b.ensureQueue(ctx, queue); err != nil {
+			return nil, "", err
+		}
+		if err := b.toStore(ctx, queue); err != nil {
+			return nil, "", err
+		}
+		return b.listStoreDead(ctx, queue, cursor, limit)
+	}
 	skip := 0
 	if cursor != "" {
 		n, err := strconv.Atoi(cursor)
@@ -422,6 +446,12 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	}
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return 0, err
+	}
+	if b.cfg.Store != nil {
+		if err := b.toStore(ctx, queue); err != nil {
+			return 0, err
+		}
+		return b.deleteStoreDead(ctx, queue, ids)
 	}
 	b.migrateDead(ctx, queue)
 	unlock, err := b.lockDead(ctx, queue)
@@ -530,6 +560,12 @@ func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	}
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return 0, err
+	}
+	if b.cfg.Store != nil {
+		if err := b.toStore(ctx, queue); err != nil {
+			return 0, err
+		}
+		return b.purgeStoreDead(ctx, queue)
 	}
 	b.migrateDead(ctx, queue)
 	unlock, err := b.lockDead(ctx, queue)
