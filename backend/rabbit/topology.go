@@ -249,7 +249,7 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 	if n, _, err = b.inspect(ctx, &ch, b.legacyDeadName(queue)); err != nil {
 		return st, err
 	}
-	st.Dead += int64(n) // not moved yet (see migrateDead)
+	st.Dead += int64(n)     // not moved yet (see migrateDead)
 	if b.cfg.Store != nil { // see deadstore.go
 		n, err := b.countStoreDead(ctx, queue)
 		if err != nil {
