@@ -249,8 +249,9 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 	if n, _, err = b.inspect(ctx, &ch, b.legacyDeadName(queue)); err != nil {
 		return st, err
 	}
-	st.Dead += int64(n)     // not moved yet (see migrateDead)
-	if b.cfg.Store != nil { // see deadstore.go
+	st.Dead += int64(n) // not moved yet (see migrateDead)
+	// The records in the companion store: see deadstore.go.
+	if b.cfg.Store != nil {
 		n, err := b.countStoreDead(ctx, queue)
 		if err != nil {
 			return st, err
