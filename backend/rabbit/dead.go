@@ -285,9 +285,23 @@ func (b *Backend) ready(ctx context.Context, name string) int {
 	return n
 }
 
-// scanIdle bounds the wait for the next record of a scan: records counted
-// at its start may since have been taken by a NextDead caller.
+// scanIdle is how often a scan that waits for its next record asks the
+// broker whether any is still ready. Under lockDead every record counted
+// ready at a scan's start comes to it (the records in flight to it count
+// as unacknowledged, not ready), except one a NextDead caller of an older
+// version takes meanwhile. So a scan ends short only after scanQuiet
+// without a record while none is ready: a pause of the broker or of this
+// process does not end it (a 500 ms pause did, and cut listings short
+// under load: TestDeadUpgrade listed records zero or two times).
 const scanIdle = 500 * time.Millisecond
+
+// scanQuiet is how long a scan that has fewer records than it counted
+// waits for more while the broker counts none ready; scanPatience, while
+// it counts some.
+const (
+	scanQuiet    = returnsWait
+	scanPatience = 30 * time.Second
+)
 
 // scanDead reads up to want records from the head of the dead-letter queue
 // on ch, in order, calling fn for each until it returns false, and returns
@@ -324,6 +338,7 @@ func readScan(ctx context.Context, ch *amqp.Channel, name string, dl <-chan amqp
 	idle := time.NewTimer(scanIdle)
 	defer idle.Stop()
 	seen := 0
+	last := time.Now()
 	for seen < window {
 		select {
 		case d, ok := <-dl:
@@ -334,9 +349,20 @@ func readScan(ctx context.Context, ch *amqp.Channel, name string, dl <-chan amqp
 			if !fn(d) {
 				return seen, nil
 			}
+			last = time.Now()
 			idle.Reset(scanIdle)
 		case <-idle.C:
-			return seen, nil // fewer records than counted: others hold them
+			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			if err != nil {
+				return seen, fmt.Errorf("rabbit: inspect %q: %w", name, err)
+			}
+			if q.Messages == 0 && time.Since(last) >= scanQuiet {
+				return seen, nil // fewer records than counted: others hold them
+			}
+			if q.Messages > 0 && time.Since(last) > scanPatience {
+				return seen, fmt.Errorf("rabbit: reading %q: %d records ready, none delivered for %v", name, q.Messages, scanPatience)
+			}
+			idle.Reset(scanIdle)
 		case <-ctx.Done():
 			return seen, ctx.Err()
 		}
