@@ -394,7 +394,8 @@ func (b *Backend) settleStoreDead(ctx context.Context, d *driver.DeadDelivery, r
 }
 
 // listStoreDead is ListDead on the store: the cursor is the seq of the
-// last record of the page before.
+// last record of the page before. It reads a page's records deadWorkers
+// at once.
 func (b *Backend) listStoreDead(ctx context.Context, queue, cursor string, limit int) ([]driver.DeadMessage, string, error) {
 	prefix := b.deadScope(queue) + "r/"
 	after := ""
@@ -414,24 +415,42 @@ func (b *Backend) listStoreDead(ctx context.Context, queue, cursor string, limit
 		if len(keys) == 0 {
 			return recs, "", nil
 		}
+		after = keys[len(keys)-1]
+		var seqs []string
 		for _, k := range keys {
-			after = k
-			seq := k[len(prefix):]
-			if !validSeq(seq) {
-				continue
+			if seq := k[len(prefix):]; validSeq(seq) {
+				seqs = append(seqs, seq)
 			}
-			if len(recs) == limit {
-				return recs, last, nil // a record follows the page
+		}
+		more := len(recs)+len(seqs) > limit // a record follows the page
+		seqs = seqs[:min(len(seqs), limit-len(recs))]
+		got := make([]*driver.DeadMessage, len(seqs))
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(deadWorkers)
+		for i, seq := range seqs {
+			g.Go(func() error {
+				rec, _, err := b.readDead(gctx, queue, seq)
+				if errors.Is(err, driver.ErrKeyNotFound) {
+					return nil // popped meanwhile
+				}
+				if err != nil {
+					return err
+				}
+				got[i] = &rec
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return nil, "", err
+		}
+		for i, rec := range got {
+			if rec != nil {
+				recs = append(recs, *rec)
+				last = seqs[i]
 			}
-			rec, _, err := b.readDead(ctx, queue, seq)
-			if errors.Is(err, driver.ErrKeyNotFound) {
-				continue // popped meanwhile
-			}
-			if err != nil {
-				return nil, "", err
-			}
-			recs = append(recs, rec)
-			last = seq
+		}
+		if more && len(recs) > 0 {
+			return recs, last, nil
 		}
 	}
 }
