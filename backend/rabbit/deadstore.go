@@ -54,7 +54,7 @@ const (
 
 	// deadWorkers bounds the records DeleteDead and PurgeDead remove at
 	// once.
-	deadWorkers = 16
+	deadWorkers = 32
 
 	// deadHeadVersion is the first byte of every head.
 	deadHeadVersion = 1
@@ -253,22 +253,31 @@ func (b *Backend) readDead(ctx context.Context, queue, seq string) (driver.DeadM
 }
 
 // removeDead deletes the record under seq: its head first (the record is
-// gone from then on), then its chunks and its index key.
-func (b *Backend) removeDead(ctx context.Context, queue, seq, id string, chunks int) error {
+// gone from then on), then its chunks, its index key and the keys in
+// also (a hold), at once.
+func (b *Backend) removeDead(ctx context.Context, queue, seq, id string, chunks int, also ...storeKey) error {
 	s := b.cfg.Store
 	if err := s.Delete(ctx, b.headKey(queue, seq), ""); err != nil {
 		return fmt.Errorf("rabbit: remove dead letter %q of %q: %w", id, queue, err)
 	}
+	rest := append(also, storeKey{key: b.idKey(queue, id, seq)})
 	for i := 1; i <= chunks; i++ {
-		if err := s.Delete(ctx, b.chunkKey(queue, seq, i), ""); err != nil {
-			b.log.Warn("a removed dead letter's part stays in the companion store", "queue", queue, "seq", seq, "err", err)
-		}
+		rest = append(rest, storeKey{key: b.chunkKey(queue, seq, i)})
 	}
-	if err := s.Delete(ctx, b.idKey(queue, id, seq), ""); err != nil {
-		b.log.Warn("a removed dead letter's index key stays in the companion store", "queue", queue, "seq", seq, "err", err)
+	var wg sync.WaitGroup
+	for _, k := range rest {
+		wg.Go(func() {
+			if err := s.Delete(ctx, k.key, k.rev); err != nil && !errors.Is(err, driver.ErrRevision) {
+				b.log.Warn("a key of a removed dead letter stays in the companion store", "queue", queue, "key", k.key, "err", err)
+			}
+		})
 	}
+	wg.Wait()
 	return nil
 }
+
+// storeKey is a key to delete, at a revision when rev is set.
+type storeKey struct{ key, rev string }
 
 // holdToken returns a value for a hold key: who holds it, for an operator
 // reading the store.
@@ -362,9 +371,11 @@ func (b *Backend) extendStoreDead(ctx context.Context, d *driver.DeadDelivery) e
 	return b.renewHold(ctx, h)
 }
 
-// settleStoreDead is SettleDead on the store. It renews the hold first, so
-// that the hold cannot lapse (and the record go to another caller) while
-// it removes the record.
+// settleStoreDead is SettleDead on the store. A pop first reads the hold
+// (ErrLeaseLost unless it is still this caller's: the platform renews it
+// every DeadHold/3, so two thirds of DeadHold at least are left), then
+// removes the head, and then the rest of the record's keys and the hold
+// at once. A keep deletes the hold at its revision.
 func (b *Backend) settleStoreDead(ctx context.Context, d *driver.DeadDelivery, remove bool) error {
 	h, err := storeHoldOf(d)
 	if err != nil {
@@ -376,21 +387,28 @@ func (b *Backend) settleStoreDead(ctx context.Context, d *driver.DeadDelivery, r
 	b.mu.Lock()
 	delete(b.holds, h)
 	b.mu.Unlock()
-	if err := b.renewHold(ctx, h); err != nil {
-		return err
-	}
-	if remove {
-		if err := b.removeDead(ctx, h.queue, h.seq, h.id, h.chunks); err != nil {
-			return err
-		}
-	}
 	h.mu.Lock()
 	rev := h.rev
 	h.mu.Unlock()
-	if err := b.cfg.Store.Delete(ctx, b.holdKey(h.queue, h.seq), rev); err != nil && !remove {
-		return fmt.Errorf("rabbit: let go of dead letter %q: %w", d.ID, err)
+	hold := b.holdKey(h.queue, h.seq)
+	if !remove {
+		err := b.cfg.Store.Delete(ctx, hold, rev)
+		if errors.Is(err, driver.ErrRevision) {
+			return fmt.Errorf("rabbit: dead letter %q is no longer held: %w", d.ID, driver.ErrLeaseLost)
+		}
+		if err != nil {
+			return fmt.Errorf("rabbit: let go of dead letter %q: %w", d.ID, err)
+		}
+		return nil
 	}
-	return nil
+	_, cur, err := b.cfg.Store.Get(ctx, hold)
+	if errors.Is(err, driver.ErrKeyNotFound) || err == nil && cur != rev {
+		return fmt.Errorf("rabbit: dead letter %q is no longer held: %w", d.ID, driver.ErrLeaseLost)
+	}
+	if err != nil {
+		return fmt.Errorf("rabbit: read the hold on dead letter %q: %w", d.ID, err)
+	}
+	return b.removeDead(ctx, h.queue, h.seq, h.id, h.chunks, storeKey{key: hold, rev: rev})
 }
 
 // listStoreDead is ListDead on the store: the cursor is the seq of the
@@ -467,25 +485,31 @@ func (b *Backend) takeDead(ctx context.Context, queue, seq, id string) (bool, er
 	if err != nil {
 		return false, fmt.Errorf("rabbit: hold dead letter %s of %q: %w", seq, queue, err)
 	}
-	defer func() { _ = s.Delete(ctx, b.holdKey(queue, seq), rev) }()
+	hold := storeKey{key: b.holdKey(queue, seq), rev: rev}
+	letGo := func() { _ = s.Delete(ctx, hold.key, hold.rev) }
 	v, _, err := s.Get(ctx, b.headKey(queue, seq))
 	if errors.Is(err, driver.ErrKeyNotFound) {
+		letGo()
 		if id != "" {
 			_ = s.Delete(ctx, b.idKey(queue, id, seq), "") // an index key whose record is gone
 		}
 		return false, nil
 	}
 	if err != nil {
+		letGo()
 		return false, fmt.Errorf("rabbit: read dead letter %s of %q: %w", seq, queue, err)
 	}
 	got, _, chunks, _, err := decodeHead(v, b.maxDeadBody())
 	if err != nil {
+		letGo()
 		return false, fmt.Errorf("rabbit: dead letter %s of %q in the companion store: %w", seq, queue, err)
 	}
 	if id != "" && got != id {
+		letGo()
 		return false, nil // another ID with the same hash
 	}
-	if err := b.removeDead(ctx, queue, seq, got, chunks); err != nil {
+	if err := b.removeDead(ctx, queue, seq, got, chunks, hold); err != nil {
+		letGo()
 		return false, err
 	}
 	return true, nil

@@ -173,13 +173,17 @@
 // platform with ExtendDead), so two callers are never handed the same
 // record, and a record whose caller vanished is visible again DeadHold
 // after its last renewal. Close lets go of its holds at once. SettleDead
-// renews the hold (ErrLeaseLost if it lapsed), then removes the head, the
-// parts and the index key (pop) and deletes the hold. ListDead lists the
-// heads after its cursor (the seq of the last record of the page before).
-// DeleteDead looks each ID up in the index and removes each record whose
-// hold it can take (held records stay), 16 at once; PurgeDead does the
-// same for every head, 1,000 keys a page. Stats.Dead lists the heads'
-// keys (10,000 a call): held records count. DeleteQueue removes every
+// with keep deletes the hold at its revision (ErrLeaseLost if it lapsed);
+// a pop reads the hold (ErrLeaseLost unless it is still the caller's: the
+// platform renews it every DeadHold/3, so two thirds of it are left),
+// removes the head, then the parts, the index key and the hold at once.
+// ListDead lists the heads after its cursor (the seq of the last record of
+// the page before) and reads them 32 at once. DeleteDead looks each ID up
+// in the index and removes each record whose hold it can take (held
+// records stay), 32 at once; PurgeDead does the same for every head, 1,000
+// keys a page. These calls use as many store connections as they can: give
+// pgstore a pool of 32 (pool_max_conns=32 in its URL; pgx's default is
+// 4). Stats.Dead lists the heads' keys (10,000 a call): held records count. DeleteQueue removes every
 // key. Records are as durable and as replicated as the store: on a
 // RabbitMQ cluster, run the store replicated too.
 //
