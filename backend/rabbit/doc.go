@@ -183,9 +183,10 @@
 // records stay), 32 at once; PurgeDead does the same for every head, 1,000
 // keys a page. These calls use as many store connections as they can: give
 // pgstore a pool of 32 (pool_max_conns=32 in its URL; pgx's default is
-// 4). Stats.Dead lists the heads' keys (10,000 a call): held records count. DeleteQueue removes every
-// key. Records are as durable and as replicated as the store: on a
-// RabbitMQ cluster, run the store replicated too.
+// 4). Stats.Dead lists the heads' keys (10,000 a call): held records
+// count. DeleteQueue removes every key. Records are as durable and as
+// replicated as the store: on a RabbitMQ cluster, run the store replicated
+// too.
 //
 // Upgrade to the store. Once a backend has a Store, every dead-letter call
 // first moves the records of the quorum queue p.q:dead (and of the classic
