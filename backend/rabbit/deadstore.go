@@ -218,13 +218,29 @@ func (b *Backend) storeDeadLetter(ctx context.Context, queue string, rec driver.
 }
 
 // readDead reads the record under seq. It returns driver.ErrKeyNotFound
-// (wrapped) when its head is gone.
+// (wrapped) when its head is gone. A head that is not one this backend
+// wrote, or whose parts do not match it, is read as a record of its own:
+// its ID the seq, its body the head's bytes (at most a store value), which
+// the platform hands out as undecodable, so that it can be popped; it is
+// never skipped nor left to block the records behind it.
 func (b *Backend) readDead(ctx context.Context, queue, seq string) (driver.DeadMessage, int, error) {
 	s := b.cfg.Store
 	v, _, err := s.Get(ctx, b.headKey(queue, seq))
 	if err != nil {
 		return driver.DeadMessage{}, 0, fmt.Errorf("rabbit: read dead letter %s of %q: %w", seq, queue, err)
 	}
+	rec, chunks, err := b.readParts(ctx, queue, seq, v)
+	if errors.Is(err, errBadHead) {
+		b.log.Warn("a dead letter in the companion store is not one this backend wrote; it is handed out as undecodable", "queue", queue, "seq", seq, "err", err)
+		return driver.DeadMessage{ID: seq, Body: v}, 0, nil
+	}
+	return rec, chunks, err
+}
+
+// readParts decodes the head v of the record under seq and reads the rest
+// of its body.
+func (b *Backend) readParts(ctx context.Context, queue, seq string, v []byte) (driver.DeadMessage, int, error) {
+	s := b.cfg.Store
 	id, size, chunks, first, err := decodeHead(v, b.maxDeadBody())
 	if err != nil {
 		return driver.DeadMessage{}, 0, fmt.Errorf("rabbit: dead letter %s of %q in the companion store: %w", seq, queue, err)
@@ -500,9 +516,8 @@ func (b *Backend) takeDead(ctx context.Context, queue, seq, id string) (bool, er
 		return false, fmt.Errorf("rabbit: read dead letter %s of %q: %w", seq, queue, err)
 	}
 	got, _, chunks, _, err := decodeHead(v, b.maxDeadBody())
-	if err != nil {
-		letGo()
-		return false, fmt.Errorf("rabbit: dead letter %s of %q in the companion store: %w", seq, queue, err)
+	if err != nil { // a head of another writer: its ID is its seq (see readDead)
+		got, chunks = seq, 0
 	}
 	if id != "" && got != id {
 		letGo()
@@ -528,6 +543,15 @@ func (b *Backend) deleteStoreDead(ctx context.Context, queue string, ids []strin
 		}
 		seen[id] = true
 		g.Go(func() error {
+			if validSeq(id) { // a head of another writer, handed out under its seq (see readDead)
+				ok, err := b.takeDead(gctx, queue, id, id)
+				if ok {
+					removed.Add(1)
+				}
+				if ok || err != nil {
+					return err
+				}
+			}
 			prefix := b.idPrefix(queue, id)
 			keys, err := b.cfg.Store.List(gctx, prefix, "", deadListPage)
 			if err != nil {

@@ -288,3 +288,53 @@ func peekRecord(t *testing.T, b *Backend, q string) amqp.Delivery {
 	}
 	return got
 }
+
+// TestDeadStoreForeignHead: a head in the store that this backend did not
+// write (garbage under a record's key) is handed out in its place, its ID
+// its seq and its body the bytes, so that the platform reports it as
+// undecodable and it can be popped or deleted; the records behind it are
+// not blocked.
+func TestDeadStoreForeignHead(t *testing.T) {
+	t.Parallel()
+	st := pgCompanion(t)
+	b := newBackend(t, Config{Store: st})
+	q := queueName(t, b)
+	ctx := testCtx(t)
+	t.Cleanup(func() { _ = b.dropStoreDead(context.Background(), q) })
+	if err := b.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	base := time.Now()
+	var seqs []string
+	for i, v := range [][]byte{[]byte("not a head"), {deadHeadVersion, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}} {
+		seq := newSeq(base.Add(time.Duration(i)))
+		if _, err := st.Create(ctx, b.headKey(q, seq), v, 0); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, seq)
+	}
+	if err := b.writeDead(ctx, q, newSeq(base.Add(time.Second)), driver.DeadMessage{ID: "good", Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := b.ListDead(ctx, q, "", 10)
+	if err != nil || len(recs) != 3 || recs[0].ID != seqs[0] || string(recs[0].Body) != "not a head" || recs[2].ID != "good" {
+		t.Fatalf("ListDead with foreign heads: %v, %v", recs, err)
+	}
+	dd, err := b.NextDead(ctx, q)
+	if err != nil || dd.ID != seqs[0] {
+		t.Fatalf("NextDead with a foreign head first: %v, %v; want it, as %s", dd, err, seqs[0])
+	}
+	if err := b.SettleDead(ctx, dd, true); err != nil {
+		t.Fatalf("popping a foreign head: %v", err)
+	}
+	if n, err := b.DeleteDead(ctx, q, []string{seqs[1]}); err != nil || n != 1 {
+		t.Fatalf("DeleteDead of a foreign head by its seq: %d, %v; want 1", n, err)
+	}
+	dd, err = b.NextDead(ctx, q)
+	if err != nil || dd.ID != "good" {
+		t.Fatalf("NextDead after the foreign heads: %v, %v; want good", dd, err)
+	}
+	if err := b.SettleDead(ctx, dd, false); err != nil {
+		t.Fatal(err)
+	}
+}

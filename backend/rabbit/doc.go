@@ -163,7 +163,10 @@
 // no writer can take another record's key. Heads read from the store are
 // decoded within bounds (the ID at most 4 KiB, the body at most MaxBody
 // plus 1 MiB, the parts exactly the lengths the head states); a head that
-// is not one fails the call that reads it with an error naming its seq.
+// is not one (another writer's bytes under a record's key) is handed out
+// in its place, its ID its seq and its body the bytes, which the platform
+// reports as undecodable, so it can be popped or deleted and never blocks
+// the records behind it (TestDeadStoreForeignHead).
 //
 // DeadLetter writes the parts, then the index key, then the head, and only
 // then acks the delivery: a crash in between leaves keys no head names, or
