@@ -18,6 +18,7 @@
 //	-out       where benchmarks.md and benchmarks.png go (default ../docs)
 //	-throughput, -peers, -scale, -depth, -store, -unique, -limits  turn those parts off with =false
 //	-only      run only the parts named, e.g. -only limits
+//	-max-dead  the depth phase's points up to this many dead letters only
 //	-cpuprofile DIR  write a CPU profile of each facade run (see go tool pprof)
 //
 // The brokers are the machine's: Redis 127.0.0.1:6379, RabbitMQ
@@ -66,6 +67,7 @@ type options struct {
 	Unique     bool
 	Limits     bool
 	BigDepth   int
+	MaxDead    int
 	Rate       int
 	LatencyDur time.Duration
 	Profile    string
@@ -98,6 +100,7 @@ func main() {
 	flag.DurationVar(&o.StoreDur, "store-time", 5*time.Second, "length of each store operation's run")
 	flag.StringVar(&o.Srv.Postgres, "postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (RabbitMQ's companion store)")
 	flag.IntVar(&o.BigDepth, "big-depth", 1000000, "the large queue depth on memory and Redis")
+	flag.IntVar(&o.MaxDead, "max-dead", 0, "measure only the depth points with at most this many dead letters (0: all)")
 	flag.IntVar(&o.Rate, "rate", 1000, "offered jobs/s in the latency phase")
 	flag.IntVar(&o.AzureRate, "azure-rate", 100, "offered jobs/s in the latency phase on Azure")
 	flag.DurationVar(&o.LatencyDur, "latency", 5*time.Second, "length of the latency phase")
@@ -225,6 +228,9 @@ func run(o options) error {
 				continue
 			}
 			for _, d := range depthsFor(b, o) {
+				if o.MaxDead > 0 && d.Dead > o.MaxDead {
+					continue
+				}
 				dr := measureDepth(b, d, o.Srv)
 				log.Printf("%s depth %d/%d: %s", b, d.Work, d.Dead, dr.summary())
 				rep.Depth = append(rep.Depth, dr)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -16,6 +18,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/backend/rabbit"
 	apredis "github.com/asyncplatform/asyncplatform/backend/redis"
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/pgstore"
 )
 
 // quiet discards the logs of the systems under test.
@@ -48,8 +51,30 @@ func openBackend(ctx context.Context, name, tag string, owner bool, srv servers)
 		}
 		return b, func() { rdb.Close() }, nil
 	case "rabbit":
-		b, err := rabbit.New(ctx, rabbit.Config{URL: srv.AMQP, Prefix: "bench", Logger: quiet})
-		return b, cleanup, err
+		// PostgreSQL is RabbitMQ's companion store, where its dead letters
+		// live; one table per run, dropped by its owner.
+		if srv.Postgres == "" {
+			b, err := rabbit.New(ctx, rabbit.Config{URL: srv.AMQP, Prefix: "bench", Logger: quiet})
+			return b, cleanup, err
+		}
+		table := "bench_rabbit_" + notTableByte.ReplaceAllString(tag, "_")
+		table = table[:min(len(table), 63)]
+		st, err := pgstore.New(ctx, pgstore.Config{URL: withPool(srv.Postgres, 32), Table: table, Logger: quiet})
+		if err != nil {
+			return nil, nil, err
+		}
+		cleanup = func() {
+			st.Close()
+			if owner {
+				_ = dropTable(srv.Postgres, table)
+			}
+		}
+		b, err := rabbit.New(ctx, rabbit.Config{URL: srv.AMQP, Prefix: "bench", Logger: quiet, Store: st})
+		if err != nil {
+			cleanup()
+			return nil, nil, err
+		}
+		return b, cleanup, nil
 	case "nats":
 		stream := "bench-" + tag
 		b, err := apnats.New(ctx, apnats.Config{URL: srv.NATS, Stream: stream, Logger: quiet})
@@ -136,4 +161,20 @@ func (f *facade) close() error {
 	err = errors.Join(err, f.be.Close())
 	f.cleanup()
 	return err
+}
+
+// notTableByte matches what a tag has that a table name must not.
+var notTableByte = regexp.MustCompile(`[^A-Za-z0-9_]`)
+
+// withPool returns the PostgreSQL URL with a pool of n connections, unless
+// it sets its own.
+func withPool(u string, n int) string {
+	if strings.Contains(u, "pool_max_conns") {
+		return u
+	}
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return fmt.Sprintf("%s%spool_max_conns=%d", u, sep, n)
 }

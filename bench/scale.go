@@ -216,17 +216,23 @@ func runWorker(js string) {
 // records in its dead-letter queue.
 type depth struct{ Work, Dead int }
 
-// depthsFor returns the small and large depth points for a backend.
+// depthsFor returns the depth points for a backend: 1,000, 10,000 and
+// 100,000 dead letters (Azure to 10,000), as many jobs waiting, and
+// o.BigDepth jobs waiting at the last point on memory and Redis.
 func depthsFor(backend string, o options) []depth {
-	small := depth{1000, 1000}
+	out := []depth{{1000, 1000}, {10000, 10000}}
 	switch backend {
-	case "memory":
-		return []depth{small, {o.BigDepth, o.BigDepth}}
-	case "redis":
-		return []depth{small, {o.BigDepth, min(o.BigDepth, 100000)}}
+	case "azure":
+		return out
+	case "memory", "redis":
+		return append(out, depth{max(o.BigDepth, 100000), 100000})
 	}
-	return []depth{small, {10 * small.Work, 10 * small.Dead}}
+	return append(out, depth{100000, 100000})
 }
+
+// redriveAt is the depth whose dead letters the depth phase redrives, all
+// of them, timed.
+const redriveAt = 10000
 
 // depthResult is the median cost of one call at one depth.
 type depthResult struct {
@@ -236,6 +242,8 @@ type depthResult struct {
 	NextDead, NextDeadPop time.Duration // NextDeadLetter keeping, popping the record
 	ListPage              time.Duration // DeadLetters: the first page of listPage records
 	Fill                  time.Duration // time to build the depth
+	Redrive               time.Duration // Redrive of every dead letter, at redriveAt
+	Redriven              int           // how many it redrove
 	Err                   string
 }
 
@@ -243,7 +251,11 @@ func (d depthResult) summary() string {
 	if d.Err != "" {
 		return "error: " + d.Err
 	}
-	return fmt.Sprintf("enqueue %v, claim %v, NextDeadLetter keep %v pop %v, DeadLetters page %v (fill %v)", d.Enqueue, d.Claim, d.NextDead, d.NextDeadPop, d.ListPage, d.Fill.Round(time.Second))
+	s := fmt.Sprintf("enqueue %v, claim %v, NextDeadLetter keep %v pop %v, DeadLetters page %v (fill %v)", d.Enqueue, d.Claim, d.NextDead, d.NextDeadPop, d.ListPage, d.Fill.Round(time.Second))
+	if d.Redriven > 0 {
+		s += fmt.Sprintf(", Redrive of %d %v", d.Redriven, d.Redrive.Round(time.Millisecond))
+	}
+	return s
 }
 
 // depthSamples is how many calls each median is taken over; listSamples
@@ -340,6 +352,23 @@ func measureDepth(backend string, d depth, srv servers) depthResult {
 	})
 	if err != nil {
 		return fail("NextDeadLetter (pop)", err)
+	}
+	if d.Dead == redriveAt {
+		// The pops took up to depthSamples records: make them again, so
+		// that the redrive moves redriveAt.
+		popped := min(depthSamples, d.Dead)
+		if err := fill(ctx, f, popped); err != nil {
+			return fail("filling", err)
+		}
+		if err := dead(ctx, f, popped); err != nil {
+			return fail("dead-lettering", err)
+		}
+		t := time.Now()
+		res.Redriven, err = f.enq.Redrive(ctx, f.queue)
+		res.Redrive = time.Since(t)
+		if err != nil {
+			return fail("Redrive", err)
+		}
 	}
 	return res
 }

@@ -39,7 +39,10 @@ const (
 	MaxPageSize      = 500
 	DefaultScanLimit = 100_000
 	DefaultScanTime  = 3 * time.Second
-	DefaultMaxBody   = 8 << 20
+	// DefaultLookupLimit is one page of Platform.DeadLetters: about 4 MB
+	// read per look-up of 4 KB records.
+	DefaultLookupLimit = 1000
+	DefaultMaxBody     = 8 << 20
 )
 
 // Deleter deletes dead letters by record ID. Every driver.Backend is one:
@@ -109,9 +112,19 @@ type Config struct {
 	// DefaultScanLimit.
 	ScanLimit int
 
-	// ScanTime bounds, likewise, how long one listing request looks.
-	// Defaults to DefaultScanTime.
+	// ScanTime bounds, likewise, how long one listing request looks, and
+	// how long the page of one dead letter looks for it. Defaults to
+	// DefaultScanTime.
 	ScanTime time.Duration
+
+	// LookupLimit bounds how many dead letters the page of one dead letter
+	// (/letter, /raw) examines to find the record its ID names when the
+	// record is not where its link's position hint says: it looks through
+	// the first LookupLimit records of the queue, and past them answers 404
+	// saying how far it looked. A link from a listing page carries the
+	// position of its record, so it costs one page of records however deep
+	// the record is. Defaults to DefaultLookupLimit.
+	LookupLimit int
 
 	// TrustedOrigins are origins ("https://admin.example.com") whose
 	// cross-origin POSTs are let through to the CSRF check: for a proxy that
@@ -154,6 +167,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ScanTime == 0 {
 		c.ScanTime = DefaultScanTime
 	}
+	if c.LookupLimit == 0 {
+		c.LookupLimit = DefaultLookupLimit
+	}
 	if c.MaxBody == 0 {
 		c.MaxBody = DefaultMaxBody
 	}
@@ -178,8 +194,8 @@ func (c Config) validate() error {
 	if c.PageSize < 1 || c.PageSize > MaxPageSize {
 		return fmt.Errorf("dashboard: PageSize %d is outside 1..%d", c.PageSize, MaxPageSize)
 	}
-	if c.ScanLimit < 1 || c.ScanTime < 0 || c.MaxBody < 1 {
-		return errors.New("dashboard: ScanLimit, ScanTime and MaxBody must be positive")
+	if c.ScanLimit < 1 || c.ScanTime < 0 || c.MaxBody < 1 || c.LookupLimit < 1 {
+		return errors.New("dashboard: ScanLimit, ScanTime, LookupLimit and MaxBody must be positive")
 	}
 	return nil
 }

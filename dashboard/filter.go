@@ -254,7 +254,11 @@ func scan(ctx context.Context, p *ap.Platform, queue string, f filter, start pos
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		page, err := p.DeadLetters(ctx, queue, pos.Cursor, min(maxBatch, max(batch, pos.Skip+1)))
+		size := min(maxBatch, max(batch, pos.Skip+1))
+		if budget >= 0 {
+			size = min(size, max(pos.Skip+budget-res.Scanned, 1)) // read no more than the budget lets examine
+		}
+		page, err := p.DeadLetters(ctx, queue, pos.Cursor, size)
 		if err != nil {
 			return res, err
 		}
@@ -307,22 +311,35 @@ func scan(ctx context.Context, p *ap.Platform, queue string, f filter, start pos
 // errNotFound is find's answer for an ID no record has.
 var errNotFound = errors.New("no such dead letter")
 
+// lookupCut is find's answer when it stopped looking for the ID: at the
+// look-up's limit of records, or at its deadline.
+type lookupCut struct{ Scanned int }
+
+func (e *lookupCut) Error() string {
+	return fmt.Sprintf("no such dead letter among the first %d dead letters", e.Scanned)
+}
+
 // find returns the record with the ID, looking first in the page at hint
-// (where a listing saw it), then through the whole queue.
-func find(ctx context.Context, p *ap.Platform, queue, id string, hint position) (found, error) {
+// (where a listing saw it), then through the queue from its start: in all,
+// at most limit records and until deadline (zero: none). Past them it
+// returns a *lookupCut.
+func find(ctx context.Context, p *ap.Platform, queue, id string, hint position, limit int, deadline time.Time) (found, error) {
 	if hint != (position{}) {
-		hint.Skip = 0
-		page, err := p.DeadLetters(ctx, queue, hint.Cursor, maxBatch)
+		page, err := p.DeadLetters(ctx, queue, hint.Cursor, min(maxBatch, limit))
 		if err == nil {
 			for i, dl := range page.Letters {
 				if dl.ID == id {
-					return found{DL: dl, Pos: hint.Off + int64(i), Page: hint}, nil
+					return found{DL: dl, Pos: hint.Off + int64(i), Page: position{Off: hint.Off, Cursor: hint.Cursor}}, nil
 				}
 			}
+			limit -= len(page.Letters)
 		}
 	}
+	if limit < 1 {
+		return found{}, &lookupCut{}
+	}
 	var hit *found
-	_, err := scan(ctx, p, queue, filter{}, position{}, -1, -1, time.Time{}, func(fd found) bool {
+	res, err := scan(ctx, p, queue, filter{}, position{}, -1, limit, deadline, func(fd found) bool {
 		if fd.DL.ID != id {
 			return true // not this one: go on
 		}
@@ -332,8 +349,11 @@ func find(ctx context.Context, p *ap.Platform, queue, id string, hint position) 
 	if err != nil {
 		return found{}, err
 	}
-	if hit == nil {
-		return found{}, errNotFound
+	if hit != nil {
+		return *hit, nil
 	}
-	return *hit, nil
+	if res.Cut {
+		return found{}, &lookupCut{Scanned: res.Scanned}
+	}
+	return found{}, errNotFound
 }

@@ -437,9 +437,14 @@ func (d *Dashboard) letterPage(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		hint = position{}
 	}
-	fd, err := find(r.Context(), d.p, q, id, hint)
+	fd, err := find(r.Context(), d.p, q, id, hint, d.cfg.LookupLimit, time.Now().Add(d.cfg.ScanTime))
 	if errors.Is(err, errNotFound) {
 		d.fail(w, r, http.StatusNotFound, "Queue "+q+" has no dead letter "+visible(id, false)+": it may have been popped, redriven or purged.")
+		return
+	}
+	if cut := (*lookupCut)(nil); errors.As(err, &cut) {
+		d.fail(w, r, http.StatusNotFound, fmt.Sprintf("Queue %s has no dead letter %s among its first %d dead letters, and the dashboard looks no further for a record named by its ID alone: "+
+			"open it from a listing page of the queue, whose link says where it is. It may also have been popped, redriven or purged.", q, visible(id, false), cut.Scanned))
 		return
 	}
 	if err != nil {
@@ -483,8 +488,8 @@ func (d *Dashboard) rawPayload(w http.ResponseWriter, r *http.Request) {
 	}
 	query := r.URL.Query()
 	hint, _ := decodePosition(query.Get("at"))
-	fd, err := find(r.Context(), d.p, q, query.Get("id"), hint)
-	if errors.Is(err, errNotFound) {
+	fd, err := find(r.Context(), d.p, q, query.Get("id"), hint, d.cfg.LookupLimit, time.Now().Add(d.cfg.ScanTime))
+	if cut := (*lookupCut)(nil); errors.Is(err, errNotFound) || errors.As(err, &cut) {
 		d.fail(w, r, http.StatusNotFound, "No such dead letter.")
 		return
 	}

@@ -26,6 +26,7 @@ const (
 	DefaultReconnectMin   = 100 * time.Millisecond
 	DefaultReconnectMax   = 10 * time.Second
 	DefaultHeartbeat      = 10 * time.Second
+	DefaultDeadHold       = 30 * time.Second
 )
 
 // URLEnv names the environment variable that an empty Config.URL falls
@@ -104,9 +105,22 @@ type Config struct {
 	// RabbitMQ cannot keep: pgstore.New (PostgreSQL), or any other
 	// driver.Store (a Redis or NATS backend). Its keys are kept under
 	// Prefix, so platforms of several prefixes can share one. The Backend
-	// does not close it. See Backend.Store. Defaults to nil: no shared
-	// state.
+	// does not close it. See Backend.Store. With a Store, dead letters live
+	// in it too, where a peek, a pop, a page and a look-up by ID cost the
+	// same at any depth (see Dead letters in the package documentation).
+	// Defaults to nil: no shared state, and dead letters in the quorum
+	// queue p.q:dead, whose every read costs the whole queue.
 	Store driver.Store
+
+	// DeadHold is how long a dead letter NextDead hands out from the Store
+	// stays held without ExtendDead or SettleDead
+	// (Capabilities.DeadHold): the platform renews it every DeadHold/3
+	// while its caller works, so it only bounds how long a record of a
+	// caller that vanished stays hidden. A whole number of milliseconds,
+	// at least driver.MinTTL. Without a Store a hold lasts as long as the
+	// holder's channel, and DeadHold is not used. Defaults to
+	// DefaultDeadHold (30s).
+	DeadHold time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -140,6 +154,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.DeadHold == 0 {
+		c.DeadHold = DefaultDeadHold
+	}
 	return c
 }
 
@@ -157,6 +174,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("rabbit: Config.BlockedTimeout is %v, must not be negative", c.BlockedTimeout)
 	case c.ReconnectMin < 0 || c.ReconnectMax < c.ReconnectMin:
 		return fmt.Errorf("rabbit: Config.ReconnectMin (%v) and ReconnectMax (%v) must satisfy 0 <= min <= max", c.ReconnectMin, c.ReconnectMax)
+	case driver.CheckTTL(c.DeadHold) != nil:
+		return fmt.Errorf("rabbit: Config.DeadHold: %w", driver.CheckTTL(c.DeadHold))
 	case driver.CheckPrefix(c.Prefix) != nil:
 		return fmt.Errorf("rabbit: Config.Prefix: %w", driver.CheckPrefix(c.Prefix))
 	case strings.HasPrefix(c.Prefix, "amq."):
@@ -194,6 +213,7 @@ type Backend struct {
 	known     map[string]bool          // queues whose work and dead queues are declared
 	legacy    map[string]bool          // queues with a classic dead-letter queue to move (migrateDead)
 	deadTurns map[string]chan struct{} // per queue: held by the dead-letter read of this Backend that holds lockDead
+	holds     map[*storeHold]bool      // dead letters this Backend holds in the store, let go by Close
 
 	consMu  sync.Mutex // serialises consumer creation
 	pubMu   sync.Mutex // serialises publisher creation
@@ -236,6 +256,7 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		known:     map[string]bool{},
 		legacy:    map[string]bool{},
 		deadTurns: map[string]chan struct{}{},
+		holds:     map[*storeHold]bool{},
 	}
 	b.nodes, _ = splitNodes(cfg.URL) // checked by validate
 	b.closing, b.stop = context.WithCancel(context.Background())
@@ -275,7 +296,11 @@ func (b *Backend) closedErr(err error) error {
 
 // Capabilities reports the backend's limits.
 func (b *Backend) Capabilities() driver.Capabilities {
-	return driver.Capabilities{MaxBody: b.cfg.MaxBody, RedeliversOnClose: true}
+	c := driver.Capabilities{MaxBody: b.cfg.MaxBody, RedeliversOnClose: true}
+	if b.cfg.Store != nil {
+		c.DeadHold = b.cfg.DeadHold // a hold in the store, with a TTL
+	}
+	return c
 }
 
 // Ping reports whether the connection to the broker is up.
@@ -304,6 +329,7 @@ func (b *Backend) Close() error {
 	b.shutting = true
 	b.mu.Unlock()
 	b.releaseAll()
+	b.letGoHolds()
 
 	b.mu.Lock()
 	b.closed = true

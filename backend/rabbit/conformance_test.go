@@ -142,8 +142,23 @@ func runConformance(t *testing.T, rawURL string) {
 // faultsPrefix is the prefix of the fault suite's queues.
 const faultsPrefix = "faults"
 
+// faultsStore is the companion store of the fault suite's backends, one
+// per process (the suite's workers are child processes): PostgreSQL, as in
+// runConformance, so the dead letters live in it (see deadstore.go).
+var faultsStore = sync.OnceValues(func() (driver.Store, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pgURL := testenv.Getenv(pgstore.URLEnv, "postgres://postgres@127.0.0.1:5432/test")
+	pg, err := pgstore.New(ctx, pgstore.Config{URL: pgURL, Table: "asyncplatform_faults"})
+	if err != nil {
+		return nil, fmt.Errorf("the fault suite's companion store, PostgreSQL at %s: %w", pgURL, err)
+	}
+	return pg, nil
+})
+
 // TestFaults runs the fault suite (conformance/faults) on the machine's
-// broker, and BrokerRestart and BrokerKill on a RabbitMQ node of its own.
+// broker, and BrokerRestart and BrokerKill on a RabbitMQ node of its own,
+// with a PostgreSQL companion store.
 func TestFaults(t *testing.T) {
 	t.Parallel()
 	u := testURL()
@@ -152,12 +167,19 @@ func TestFaults(t *testing.T) {
 		testenv.Unreachable(t, "RabbitMQ at "+redact(u), err)
 	}
 	conn.Close()
+	if _, err := faultsStore(); err != nil {
+		testenv.Unreachable(t, "PostgreSQL", err)
+	}
 	faults.Run(t, faults.Target{
 		Name: "rabbit",
 		Addr: u,
 		Open: func(ctx context.Context, addr string) (driver.Backend, error) {
+			st, err := faultsStore()
+			if err != nil {
+				return nil, err
+			}
 			return New(ctx, Config{URL: addr, Prefix: faultsPrefix, ReconnectMin: 20 * time.Millisecond,
-				ReconnectMax: 500 * time.Millisecond, PublishTimeout: 10 * time.Second, Logger: faults.Logger()})
+				ReconnectMax: 500 * time.Millisecond, PublishTimeout: 10 * time.Second, Logger: faults.Logger(), Store: st})
 		},
 		HostPort: func(addr string) string {
 			u, _ := url.Parse(addr)

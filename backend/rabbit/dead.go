@@ -100,6 +100,12 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return nil, err
 	}
+	if b.cfg.Store != nil {
+		if err := b.toStore(ctx, queue); err != nil {
+			return nil, err
+		}
+		return b.nextStoreDead(ctx, queue)
+	}
 	b.migrateDead(ctx, queue)
 	unlock, err := b.lockDead(ctx, queue)
 	if err != nil {
@@ -173,6 +179,9 @@ func (b *Backend) ExtendDead(ctx context.Context, d *driver.DeadDelivery) error 
 	if d == nil {
 		return errors.New("rabbit: nil dead delivery")
 	}
+	if _, ok := d.Handle.(*storeHold); ok {
+		return b.extendStoreDead(ctx, d)
+	}
 	r, ok := d.Handle.(*deadReceipt)
 	if !ok {
 		return fmt.Errorf("rabbit: dead delivery handle is %T, not one of this backend's", d.Handle)
@@ -193,6 +202,9 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 	}
 	if d == nil {
 		return errors.New("rabbit: nil dead delivery")
+	}
+	if _, ok := d.Handle.(*storeHold); ok {
+		return b.settleStoreDead(ctx, d, remove)
 	}
 	r, ok := d.Handle.(*deadReceipt)
 	if !ok {
@@ -273,9 +285,23 @@ func (b *Backend) ready(ctx context.Context, name string) int {
 	return n
 }
 
-// scanIdle bounds the wait for the next record of a scan: records counted
-// at its start may since have been taken by a NextDead caller.
+// scanIdle is how often a scan that waits for its next record asks the
+// broker whether any is still ready. Under lockDead every record counted
+// ready at a scan's start comes to it (the records in flight to it count
+// as unacknowledged, not ready), except one a NextDead caller of an older
+// version takes meanwhile. So a scan ends short only after scanQuiet
+// without a record while none is ready: a pause of the broker or of this
+// process does not end it (a 500 ms pause did, and cut listings short
+// under load: TestDeadUpgrade listed records zero or two times).
 const scanIdle = 500 * time.Millisecond
+
+// scanQuiet is how long a scan that has fewer records than it counted
+// waits for more while the broker counts none ready; scanPatience, while
+// it counts some.
+const (
+	scanQuiet    = returnsWait
+	scanPatience = 30 * time.Second
+)
 
 // scanDead reads up to want records from the head of the dead-letter queue
 // on ch, in order, calling fn for each until it returns false, and returns
@@ -312,6 +338,7 @@ func readScan(ctx context.Context, ch *amqp.Channel, name string, dl <-chan amqp
 	idle := time.NewTimer(scanIdle)
 	defer idle.Stop()
 	seen := 0
+	last := time.Now()
 	for seen < window {
 		select {
 		case d, ok := <-dl:
@@ -322,9 +349,20 @@ func readScan(ctx context.Context, ch *amqp.Channel, name string, dl <-chan amqp
 			if !fn(d) {
 				return seen, nil
 			}
+			last = time.Now()
 			idle.Reset(scanIdle)
 		case <-idle.C:
-			return seen, nil // fewer records than counted: others hold them
+			q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+			if err != nil {
+				return seen, fmt.Errorf("rabbit: inspect %q: %w", name, err)
+			}
+			if q.Messages == 0 && time.Since(last) >= scanQuiet {
+				return seen, nil // fewer records than counted: others hold them
+			}
+			if q.Messages > 0 && time.Since(last) > scanPatience {
+				return seen, fmt.Errorf("rabbit: reading %q: %d records ready, none delivered for %v", name, q.Messages, scanPatience)
+			}
+			idle.Reset(scanIdle)
 		case <-ctx.Done():
 			return seen, ctx.Err()
 		}
@@ -358,6 +396,18 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 	}
 	if limit < 1 {
 		return nil, "", fmt.Errorf("rabbit: ListDead limit is %d, must be at least 1", limit)
+	}
+	if b.cfg.Store != nil {
+		if cursor != "" && !validSeq(cursor) {
+			return nil, "", fmt.Errorf("rabbit: ListDead cursor %q is not one this backend returned", cursor)
+		}
+		if err := b.ensureQueue(ctx, queue); err != nil {
+			return nil, "", err
+		}
+		if err := b.toStore(ctx, queue); err != nil {
+			return nil, "", err
+		}
+		return b.listStoreDead(ctx, queue, cursor, limit)
 	}
 	skip := 0
 	if cursor != "" {
@@ -422,6 +472,12 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	}
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return 0, err
+	}
+	if b.cfg.Store != nil {
+		if err := b.toStore(ctx, queue); err != nil {
+			return 0, err
+		}
+		return b.deleteStoreDead(ctx, queue, ids)
 	}
 	b.migrateDead(ctx, queue)
 	unlock, err := b.lockDead(ctx, queue)
@@ -530,6 +586,12 @@ func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 	}
 	if err := b.ensureQueue(ctx, queue); err != nil {
 		return 0, err
+	}
+	if b.cfg.Store != nil {
+		if err := b.toStore(ctx, queue); err != nil {
+			return 0, err
+		}
+		return b.purgeStoreDead(ctx, queue)
 	}
 	b.migrateDead(ctx, queue)
 	unlock, err := b.lockDead(ctx, queue)

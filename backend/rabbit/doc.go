@@ -150,7 +150,59 @@
 //
 // # Dead letters
 //
-// A quorum queue puts a record it gets back (a nack with requeue, a closed
+// With Config.Store set (the companion store the platform's unique keys,
+// pauses and status already need), dead letters live in the store, and
+// every dead-letter call costs the same at any depth: a few store calls,
+// none of them a read of the queue (TestDeadStoreCostFlat). For queue q,
+// the keys are under "p:dead/q/", apart from the platform's own ("p/..."):
+// r/<seq> is a record's head (its ID, its size, and its body's first 60
+// KiB), c/<seq>/<i> the rest of its body, 60 KiB a key, i/<hash>/<seq> the
+// index by ID (hash: the first 128 bits of the SHA-256 of the ID), and
+// h/<seq> a hold. seq is the time of the DeadLetter in Unix nanoseconds
+// (19 digits), '-' and 16 random hex digits, so keys sort oldest first and
+// no writer can take another record's key. Heads read from the store are
+// decoded within bounds (the ID at most 4 KiB, the body at most MaxBody
+// plus 1 MiB, the parts exactly the lengths the head states); a head that
+// is not one (another writer's bytes under a record's key) is handed out
+// in its place, its ID its seq and its body the bytes, which the platform
+// reports as undecodable, so it can be popped or deleted and never blocks
+// the records behind it (TestDeadStoreForeignHead).
+//
+// DeadLetter writes the parts, then the index key, then the head, and only
+// then acks the delivery: a crash in between leaves keys no head names, or
+// a duplicate record, never a loss. NextDead lists the heads from the
+// first and takes the hold of the first it can (Create with a TTL of
+// Config.DeadHold, 30 s by default: Capabilities.DeadHold, renewed by the
+// platform with ExtendDead), so two callers are never handed the same
+// record, and a record whose caller vanished is visible again DeadHold
+// after its last renewal. Close lets go of its holds at once. SettleDead
+// with keep deletes the hold at its revision (ErrLeaseLost if it lapsed);
+// a pop reads the hold (ErrLeaseLost unless it is still the caller's: the
+// platform renews it every DeadHold/3, so two thirds of it are left),
+// removes the head, then the parts, the index key and the hold at once.
+// ListDead lists the heads after its cursor (the seq of the last record of
+// the page before) and reads them 32 at once. DeleteDead looks each ID up
+// in the index and removes each record whose hold it can take (held
+// records stay), 32 at once; PurgeDead does the same for every head, 1,000
+// keys a page. These calls use as many store connections as they can: give
+// pgstore a pool of 32 (pool_max_conns=32 in its URL; pgx's default is
+// 4). Stats.Dead lists the heads' keys (10,000 a call): held records
+// count. DeleteQueue removes every key. Records are as durable and as
+// replicated as the store: on a RabbitMQ cluster, run the store replicated
+// too.
+//
+// Upgrade to the store. Once a backend has a Store, every dead-letter call
+// first moves the records of the quorum queue p.q:dead (and of the classic
+// p.q.dead before it, see below) into the store: basic.get, write under a
+// seq made of the record's x-asyncplatform-dead-seq and a hash of its ID,
+// time and body, then ack. A crash in between leaves the record in the
+// queue, and the move done again finds it written: no loss, no copy
+// (TestDeadUpgradeToStore). A record an older version holds meanwhile
+// moves on a later call, once let go, as do records an older version still
+// dead-letters to the queue. Give every process the same Store.
+//
+// Without a Store, dead letters live in the quorum queue p.q:dead, as
+// follows. A quorum queue puts a record it gets back (a nack with requeue, a closed
 // channel) at its tail, behind records never handed out
 // (TestQuorumRequeueFact), so the queue's order is not the records' order:
 // every read sorts by x-asyncplatform-dead-seq. AMQP has no browse, so

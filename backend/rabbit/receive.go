@@ -607,7 +607,8 @@ func (b *Backend) unsettled(r *receipt, err error) error {
 	return err
 }
 
-// DeadLetter publishes rec to the queue's dead-letter queue, waits for its
+// DeadLetter writes rec to the companion store when there is one (see
+// deadstore.go), else publishes it to the queue's dead-letter queue, waits for its
 // confirm, and then acks the delivery.
 func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
 	r, err := b.held(d)
@@ -616,6 +617,12 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 	}
 	if err := b.ensureQueue(ctx, d.Queue); err != nil {
 		return b.unsettled(r, err)
+	}
+	if b.cfg.Store != nil { // see deadstore.go
+		if err := b.storeDeadLetter(ctx, d.Queue, rec); err != nil {
+			return b.unsettled(r, err)
+		}
+		return b.settle(r)
 	}
 	now := time.Now()
 	m := outMsg{key: b.deadName(d.Queue), pub: amqp.Publishing{

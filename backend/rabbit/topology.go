@@ -177,7 +177,7 @@ func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 	delete(b.known, queue)
 	delete(b.legacy, queue)
 	b.mu.Unlock()
-	return b.withChannel(ctx, func(ch *amqp.Channel) error {
+	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
 		for _, n := range names {
 			if _, err := ch.QueueDelete(n, false, false, false); err != nil {
 				return fmt.Errorf("rabbit: delete queue %q: %w", n, err)
@@ -185,6 +185,10 @@ func (b *Backend) DeleteQueue(ctx context.Context, queue string) error {
 		}
 		return nil
 	})
+	if err == nil && b.cfg.Store != nil {
+		err = b.dropStoreDead(ctx, queue) // see deadstore.go
+	}
+	return err
 }
 
 // inspect returns the ready-message count of a queue, and false when the
@@ -213,7 +217,8 @@ func (b *Backend) inspect(ctx context.Context, ch **amqp.Channel, name string) (
 // Stats reports Ready (ready messages of the work queue, which includes
 // messages between two delay hops), Scheduled (messages in the delay
 // queues) and Dead (ready records of the dead-letter queue, and of a
-// classic one of the older layout not yet moved). InFlight is -1:
+// classic one of the older layout not yet moved, and the records in the
+// companion store when there is one). InFlight is -1:
 // AMQP does not tell unacknowledged counts without the management plugin.
 func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error) {
 	if b.isClosed() {
@@ -245,6 +250,14 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 		return st, err
 	}
 	st.Dead += int64(n) // not moved yet (see migrateDead)
+	// The records in the companion store: see deadstore.go.
+	if b.cfg.Store != nil {
+		n, err := b.countStoreDead(ctx, queue)
+		if err != nil {
+			return st, err
+		}
+		st.Dead += n
+	}
 	for k := range numSteps {
 		n, _, err := b.inspect(ctx, &ch, b.delayName(queue, k))
 		if err != nil {
