@@ -298,3 +298,71 @@ func testHeldForSlowCallback(t *testing.T, e *env) {
 		t.Errorf("after the pop the dead-letter queue lists %q, want nothing", left)
 	}
 }
+
+// testExtendDeadLate: an ExtendDead that comes in the last tenth of a hold
+// renews it like any other. The platform renews a third of the way in, so
+// this case calls the backend directly: it takes a record with NextDead,
+// renews the hold when at most 7% of Capabilities.DeadHold is left, and
+// past the end of the first hold requires that another caller does not get
+// the record and that SettleDead succeeds. A backend whose holds last until
+// SettleDead (DeadHold zero) has only to keep the record held. A hold
+// found lost, or a check too late to judge (a stall), runs the round again,
+// at most slowRounds times.
+func testExtendDeadLate(t *testing.T, e *env) {
+	b0 := e.declared()
+	e.makeDeadRaw(b0, 1)
+	b1, b2 := e.backend(), e.backend()
+	hold := e.caps.DeadHold
+	if hold == 0 {
+		hold = e.lease // holds last until SettleDead: wait a lease
+	}
+	for round := 1; ; round++ {
+		judged, why := extendDeadLateRound(t, e, b1, b2, hold)
+		if judged || t.Failed() {
+			return
+		}
+		if round == slowRounds {
+			t.Fatalf("round %d of %d: %s: a late ExtendDead could not be judged%s", round, slowRounds, why, e.stallNote())
+		}
+		t.Logf("round %d: %s%s; again", round, why, e.stallNote())
+	}
+}
+
+func extendDeadLateRound(t *testing.T, e *env, b1, b2 driver.Backend, hold time.Duration) (judged bool, why string) {
+	ctx := ctxT(t, e.opts.Wait+4*hold)
+	start := time.Now()
+	dd, err := b1.NextDead(ctx, e.queue)
+	if err != nil {
+		t.Fatalf("NextDead: %v", err)
+	}
+	got := time.Now()
+	time.Sleep(time.Until(start.Add(hold * 93 / 100)))
+	at := time.Now()
+	err = b1.ExtendDead(ctx, dd)
+	if errors.Is(err, driver.ErrLeaseLost) {
+		return false, fmt.Sprintf("the ExtendDead %v after NextDead began found the hold lost", at.Sub(start).Round(time.Millisecond))
+	}
+	if err != nil {
+		t.Fatalf("ExtendDead in the last tenth of the hold: %v", err)
+	}
+	time.Sleep(time.Until(got.Add(hold + hold/4)))
+	other, err := b2.NextDead(ctx, e.queue)
+	switch {
+	case err == nil:
+		_ = b2.SettleDead(ctx, other, false)
+	case !errors.Is(err, driver.ErrNoDeadLetters):
+		t.Fatalf("NextDead of another caller: %v", err)
+	}
+	settled := b1.SettleDead(ctx, dd, false)
+	if late := time.Since(at); e.caps.DeadHold > 0 && late > hold*9/10 {
+		return false, fmt.Sprintf("the check came %v after the ExtendDead, too near the end of the renewed hold of %v", late.Round(time.Millisecond), hold)
+	}
+	if other != nil {
+		t.Errorf("a dead letter whose hold (%v) was renewed in its last tenth (%v after NextDead began) was handed to another caller when the first hold ran out: "+
+			"ExtendDead renews the hold however late in it it comes", hold, at.Sub(start).Round(time.Millisecond))
+	}
+	if settled != nil {
+		t.Errorf("SettleDead after a late ExtendDead, past the end of the first hold and within the renewed one: %v", settled)
+	}
+	return true, ""
+}

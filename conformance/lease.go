@@ -309,3 +309,69 @@ func testLapsedReceipt(t *testing.T, e *env) {
 		t.Errorf("the refused DeadLetter wrote records %q", dead)
 	}
 }
+
+// testExtendLate: an Extend that comes in the last tenth of the lease
+// renews it like any other. The platform extends a third of the way in, so
+// this case calls the backend directly: it receives a message, extends it
+// when at most 7% of the lease is left (93% of it after the Receive was
+// called, the claim having come after), to three leases, and then, past
+// the end of the first lease, requires that another Receive does not get
+// the message and that its Ack succeeds. An Extend that finds the lease
+// already lost, or a check that came too late to judge (this process or the
+// broker stalled), runs the round again with a lease twice as long, at
+// most slowRounds times.
+func testExtendLate(t *testing.T, e *env) {
+	b1 := e.declared()
+	b2 := e.backend()
+	lease := e.lease
+	for round := 1; ; round++ {
+		judged, why := extendLateRound(t, e, b1, b2, lease, round)
+		if judged || t.Failed() {
+			return
+		}
+		if round == slowRounds {
+			t.Fatalf("round %d of %d: %s: a late Extend could not be judged%s", round, slowRounds, why, e.stallNote())
+		}
+		t.Logf("round %d, lease %v: %s%s; again with a lease twice as long", round, lease, why, e.stallNote())
+		lease *= 2
+	}
+}
+
+// extendLateRound is one round of Lease/ExtendLate. It reports whether the
+// round judged the backend, and if not why.
+func extendLateRound(t *testing.T, e *env, b1, b2 driver.Backend, lease time.Duration, round int) (judged bool, why string) {
+	e.put(b1, time.Time{}, fmt.Sprintf("late-%d", round))
+	ctx := ctxT(t, e.opts.Wait+4*lease)
+	start := time.Now()
+	d := e.receiveN(b1, 1, lease)[0]
+	got := time.Now()
+	time.Sleep(time.Until(start.Add(lease * 93 / 100)))
+	at := time.Now()
+	err := b1.Extend(ctx, d, 3*lease)
+	if errors.Is(err, driver.ErrLeaseLost) {
+		// The lease ran out before the Extend reached the backend: the
+		// message comes back; take it out of the way of the next round.
+		e.ackFresh(b2, e.receiveN(b2, 1, lease)[0])
+		return false, fmt.Sprintf("the Extend %v after the Receive began found the lease lost", at.Sub(start).Round(time.Millisecond))
+	}
+	if err != nil {
+		t.Fatalf("Extend in the last tenth of the lease: %v", err)
+	}
+	// Past the end of the first lease, well within the renewed one.
+	time.Sleep(time.Until(got.Add(lease + lease/4)))
+	again := e.receiveWithin(b2, 1, lease, lease/4)
+	err = b1.Ack(ctx, d)
+	if late := time.Since(at); late > 3*lease*9/10 {
+		e.ack(b2, again...)
+		return false, fmt.Sprintf("the check came %v after the Extend, too near the end of the renewed lease of %v", late.Round(time.Millisecond), 3*lease)
+	}
+	if len(again) > 0 {
+		t.Errorf("a delivery whose lease (%v) was extended to %v in its last tenth (%v after the Receive began) was handed out again when the first lease ran out: "+
+			"Extend renews the lease however late in it it comes", lease, 3*lease, at.Sub(start).Round(time.Millisecond))
+		e.ack(b2, again...)
+	}
+	if err != nil {
+		t.Errorf("Ack after a late Extend, past the end of the first lease and within the renewed one: %v; Extend renews the lease however late in it it comes", err)
+	}
+	return true, ""
+}
