@@ -35,6 +35,7 @@ import (
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/conformance/internal/casewatch"
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
@@ -72,7 +73,9 @@ type Options struct {
 	NoRestart string
 
 	// Wait bounds how long one case waits for an operation. Defaults to
-	// 30s.
+	// 30s. A case still running after four Waits has stalled: it fails,
+	// named, with the stacks of its goroutines, and the rest of the report
+	// prints.
 	Wait time.Duration
 }
 
@@ -134,8 +137,11 @@ func Run(t *testing.T, makeStore Maker, opts Options) {
 	for _, c := range cases() {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, makeStore, opts, scale, c.name)
-			c.run(t, e)
+			// A stalled case fails, named, with its goroutines' stacks.
+			casewatch.Run(t, 4*opts.Wait, 10*time.Second, nil, func() {
+				e := newEnv(t, makeStore, opts, scale, c.name)
+				c.run(t, e)
+			})
 		})
 	}
 }

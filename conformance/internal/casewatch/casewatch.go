@@ -25,16 +25,27 @@ const Label = "asyncplatform-conformance-case"
 // MaxDump bounds the stacks a stalled case's failure shows, in bytes.
 const MaxDump = 64 << 10
 
+// T is the part of *testing.T that Run uses.
+type T interface {
+	Helper()
+	Name() string
+	Errorf(format string, args ...any)
+	Logf(format string, args ...any)
+}
+
+var _ T = (*testing.T)(nil)
+
 // Run runs body, the case t, in a goroutine of its own and waits for it.
 // When body has not returned within limit, Run fails t with the case's name,
 // the limit, and the stacks of the goroutines labelled with the case, then
-// calls abort (which ends what the case can be waiting on: its backends)
+// calls abort (which ends what the case can be waiting on: its backends;
+// nil for none)
 // and waits up to grace more. A case still running then is left behind and
 // Run returns, so that the test ends and the rest of the report prints.
 //
 // body may call t.Fatal, t.Skip and the like: they end body's goroutine,
 // which ends the wait.
-func Run(t *testing.T, limit, grace time.Duration, abort func(), body func()) {
+func Run(t T, limit, grace time.Duration, abort func(), body func()) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() {
@@ -48,16 +59,16 @@ func Run(t *testing.T, limit, grace time.Duration, abort func(), body func()) {
 		return
 	case <-timer.C:
 	}
-	t.Errorf("STALLED: case %s had not finished %v after it began (its deadline); it is failed and its backends closed. "+
+	t.Errorf("STALLED: case %s had not finished %v after it began (its deadline): it fails. "+
 		"Its goroutines, and what each was waiting for:\n%s", t.Name(), limit, Stacks(t.Name()))
 	if abort != nil {
 		abort()
 	}
 	select {
 	case <-done:
-		t.Logf("case %s ended once its backends were closed", t.Name())
+		t.Logf("case %s ended within %v after its deadline", t.Name(), grace)
 	case <-time.After(grace):
-		t.Errorf("case %s was still running %v after its backends were closed: its goroutine is left behind so that the report prints", t.Name(), grace)
+		t.Errorf("case %s was still running %v after its deadline: its goroutine is left behind so that the report prints", t.Name(), grace)
 	}
 }
 
