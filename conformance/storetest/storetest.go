@@ -88,6 +88,7 @@ func cases() []testCase {
 	return []testCase{
 		{"Basic/CreateGetUpdateDelete", testBasic},
 		{"Revision/NeverReused", testRevisionNeverReused},
+		{"Revision/CompareAndSwap", testCompareAndSwap},
 		{"Create/RaceConnections", testCreateRaceConnections},
 		{"Create/RaceProcesses", testCreateRaceProcesses},
 		{"CAS/Contention", testCASContention},
