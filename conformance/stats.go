@@ -74,9 +74,12 @@ func fmtStats(st driver.Stats) string {
 // called Receive, within five seconds (as Stats/Depths).
 func testStatsLapsedAndDue(t *testing.T, e *env) {
 	b := e.declared()
+	observer := e.backend() // it never calls Receive
 	e.put(b, time.Time{}, "lapsing")
 	e.receiveN(b, 1, e.lease)
 	from := time.Now().Add(e.lease)
+	nb := time.Now().Add(e.scaled(300 * time.Millisecond))
+	e.put(observer, nb, "due")
 	ctx := ctxT(t, e.opts.Wait+e.lease)
 	if dis, ok := e.h.(Disconnecter); ok {
 		if err := dis.Disconnect(ctx, b); err != nil {
@@ -84,9 +87,6 @@ func testStatsLapsedAndDue(t *testing.T, e *env) {
 		}
 		from = time.Now()
 	}
-	nb := time.Now().Add(e.scaled(300 * time.Millisecond))
-	e.put(b, nb, "due")
-	observer := e.backend() // it never calls Receive
 	time.Sleep(time.Until(from.Add(max(nb.Sub(from), 0))))
 	want := driver.Stats{Ready: 2}
 	var st driver.Stats
