@@ -18,7 +18,16 @@
 //
 // On a slow or shared machine, ASYNCPLATFORM_CONFORMANCE_SCALE (a number
 // from 1 to 100) stretches the suite's TTLs and waits, as it does for
-// conformance.Run.
+// conformance.Run. A case still running after four Waits has stalled: it
+// fails, named, with the stacks of its goroutines, and the rest of the
+// report prints.
+//
+// The suite tests itself: TestStoreMutations (go test -v -run
+// TestStoreMutations ./conformance/storetest/) runs its cases against a
+// reference store broken in one rule of driver.Store at a time, subtle
+// breakages among them (an Update at a stale revision that succeeds when
+// it writes the unchanged value, revisions counted per key, TTLs cut to
+// whole seconds), and requires a named case to fail for each.
 package storetest
 
 import (
