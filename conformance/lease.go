@@ -315,9 +315,10 @@ func testLapsedReceipt(t *testing.T, e *env) {
 // platform extends a third of the way in, so this case calls the backend
 // directly: it receives a message and extends it when at most 7% of the
 // lease is left (93% of it after the Receive was called, the claim having
-// come after), to three leases. When the Extend returns nil, past the end
-// of the first lease another Receive must not get the message and its Ack
-// must succeed. A backend that stops acting on a delivery near the end of
+// come after), for another lease (as the platform does: NATS cannot grant
+// more than the lease Receive was given). When the Extend returns nil,
+// just past the end of the first lease another Receive must not get the
+// message and its Ack must succeed. A backend that stops acting on a delivery near the end of
 // its lease (NATS's guard against an ack crossing the redelivery) may
 // answer ErrLeaseLost instead: the message must then come back. A check
 // that came too late to judge (this process or the broker stalled) runs
@@ -349,7 +350,7 @@ func extendLateRound(t *testing.T, e *env, b1, b2 driver.Backend, lease time.Dur
 	got := time.Now()
 	time.Sleep(time.Until(start.Add(lease * 93 / 100)))
 	at := time.Now()
-	err := b1.Extend(ctx, d, 3*lease)
+	err := b1.Extend(ctx, d, lease)
 	if errors.Is(err, driver.ErrLeaseLost) {
 		// Refused: the lease is over for the backend, so the message
 		// comes back.
@@ -360,17 +361,20 @@ func extendLateRound(t *testing.T, e *env, b1, b2 driver.Backend, lease time.Dur
 	if err != nil {
 		t.Fatalf("Extend in the last tenth of the lease: %v", err)
 	}
-	// Past the end of the first lease, well within the renewed one.
-	time.Sleep(time.Until(got.Add(lease + lease/4)))
-	again := e.receiveWithin(b2, 1, lease, lease/4)
+	// Just past the end of the first lease, within the renewed one.
+	time.Sleep(time.Until(got.Add(lease + lease/8)))
+	again := e.receiveWithin(b2, 1, lease, lease/8)
 	err = b1.Ack(ctx, d)
-	if late := time.Since(at); late > 3*lease*9/10 {
+	if late := time.Since(at); late > lease*3/4 {
+		// A backend may stop acting on a delivery in the last part of
+		// its lease (NATS: the last fifth): too late to judge.
 		e.ack(b2, again...)
-		return false, fmt.Sprintf("the check came %v after the Extend, too near the end of the renewed lease of %v", late.Round(time.Millisecond), 3*lease)
+		return false, fmt.Sprintf("the check came %v after the Extend, too near the end of the renewed lease of %v (the Receive took %v)",
+			late.Round(time.Millisecond), lease, got.Sub(start).Round(time.Millisecond))
 	}
 	if len(again) > 0 {
-		t.Errorf("a delivery whose lease (%v) was extended to %v in its last tenth (%v after the Receive began; the Extend returned nil) was handed out again when the first lease ran out: "+
-			"Extend renews the lease however late in it it comes, or returns ErrLeaseLost", lease, 3*lease, at.Sub(start).Round(time.Millisecond))
+		t.Errorf("a delivery whose lease (%v) was extended in its last tenth (%v after the Receive began; the Extend returned nil) was handed out again when the first lease ran out: "+
+			"Extend renews the lease however late in it it comes, or returns ErrLeaseLost", lease, at.Sub(start).Round(time.Millisecond))
 		e.ack(b2, again...)
 	}
 	if err != nil {

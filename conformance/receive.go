@@ -236,9 +236,9 @@ func testCancelledReceive(t *testing.T, e *env) {
 
 // testNotBeforeRace: a Receive that lands just before a message's
 // NotBefore never takes it early. Three receivers call Receive back to
-// back, each with a short ctx of its own (10 to 40 ms, at random), so that
-// calls begin all through the last moments before the NotBefore, on a queue
-// whose only message is scheduled; three rounds. A delivery that a Receive
+// back, each with a short ctx of its own (10 to 40 ms, at random) until the
+// NotBefore, so that calls begin all through the last moments before it,
+// on a queue whose only message is scheduled; three rounds. A delivery that a Receive
 // returned before the NotBefore was handed out early. (A Receive waiting
 // when the NotBefore comes, which Delivery/NotBeforeOnTime times, takes
 // another path in most backends: a timer, not a claim racing the clock.)
@@ -257,7 +257,11 @@ func testNotBeforeRace(t *testing.T, e *env) {
 		for _, b := range recvs {
 			go func() {
 				for ctx.Err() == nil {
-					rctx, rcancel := context.WithTimeout(ctx, time.Duration(10+rand.IntN(31))*time.Millisecond)
+					wait := e.opts.Wait // once the NotBefore has passed, a Receive waits as usual
+					if time.Now().Before(nb) {
+						wait = time.Duration(10+rand.IntN(31)) * time.Millisecond
+					}
+					rctx, rcancel := context.WithTimeout(ctx, wait)
 					ds, err := b.Receive(rctx, e.queue, 1, e.lease)
 					at := time.Now()
 					rcancel()
