@@ -18,8 +18,8 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// mutantEnv runs TestOverMaxMutant's child: the suites against the memory
-// backend broken by overMax.
+// mutantEnv makes TestOverMaxMutant its own child: the suites against the
+// memory backend broken by overMax.
 const mutantEnv = "ASYNCPLATFORM_MEMORY_MUTANT"
 
 // overMax is the memory backend broken in one rule of driver.Backend:
@@ -44,11 +44,9 @@ func (h overMaxHarness) MakeBackend(ctx context.Context) (driver.Backend, error)
 }
 func (overMaxHarness) Close() {}
 
-// TestOverMaxChild is the child of TestOverMaxMutant: it runs only there.
-func TestOverMaxChild(t *testing.T) {
-	if os.Getenv(mutantEnv) == "" {
-		t.Skip("the child of TestOverMaxMutant")
-	}
+// overMaxSuites runs the suites on overMax: TestOverMaxMutant in its
+// child process.
+func overMaxSuites(t *testing.T) {
 	t.Run("Conformance", func(t *testing.T) {
 		t.Parallel()
 		conformance.Run(t, func(context.Context, *testing.T) (conformance.Harness, error) {
@@ -78,17 +76,18 @@ func TestOverMaxChild(t *testing.T) {
 }
 
 // failedCase is the line go test prints for a failed case of the child.
-var failedCase = regexp.MustCompile(`--- FAIL: TestOverMaxChild/(\S+)`)
+var failedCase = regexp.MustCompile(`--- FAIL: TestOverMaxMutant/(\S+)`)
 
 // TestOverMaxMutant runs the conformance and fault suites against the
 // memory backend broken so that Receive hands out max+1, in a child process,
 // and requires that they fail, naming the cases, well within two minutes
 // each, with the whole report printed: no stalled case hangs the binary.
 func TestOverMaxMutant(t *testing.T) {
-	t.Parallel()
 	if os.Getenv(mutantEnv) != "" {
-		t.Skip("in the child")
+		overMaxSuites(t)
+		return
 	}
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("-short: the mutant runs the suites in a child process")
 	}
@@ -97,7 +96,7 @@ func TestOverMaxMutant(t *testing.T) {
 	defer cancel()
 	// The cases of the rule and those that hung on this mutant: the
 	// Delivery and Crash groups, and the fault scenario KillMidJob.
-	run := "^TestOverMaxChild$/^(Conformance|Faults)$/^(Delivery|Crash|KillMidJob)$"
+	run := "^TestOverMaxMutant$/^(Conformance|Faults)$/^(Delivery|Crash|KillMidJob)$"
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+run, "-test.count=1", "-test.parallel=8", "-test.timeout=2m")
 	cmd.Env = append(os.Environ(), mutantEnv+"=1", conformance.LoadEnv+"=1")
 	var out bytes.Buffer
