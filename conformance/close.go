@@ -114,19 +114,20 @@ type closedCall struct {
 	call func(context.Context) error
 }
 
-// testCloseAbandons: a delivery left unsettled by a backend that closes
-// comes back, one more delivery counted: at once when the backend declares
-// RedeliversOnClose (under a lease far too long to explain it), else once
-// its lease runs out.
+// testCloseAbandons: every delivery left unsettled by a backend that
+// closes comes back, one more delivery counted: at once when the backend
+// declares RedeliversOnClose (under a lease far too long to explain it),
+// else once its lease runs out. The backend holds two, received together:
+// the first back is timed, the second must follow it.
 func testCloseAbandons(t *testing.T, e *env) {
 	b1 := e.declared()
 	b2 := e.backend()
-	e.put(b1, time.Time{}, "abandoned")
+	e.put(b1, time.Time{}, "abandoned", "abandoned-too")
 	lease := e.lease
 	if e.caps.RedeliversOnClose {
 		lease = 4 * e.opts.Wait
 	}
-	d1 := e.receiveN(b1, 1, lease)[0]
+	d1 := e.receiveN(b1, 2, lease)[0]
 	got := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), e.opts.Wait+e.lease+e.onTime())
 	defer cancel()
@@ -150,6 +151,18 @@ func testCloseAbandons(t *testing.T, e *env) {
 		}
 		if late := r.at.Sub(from); late > e.onTime() {
 			t.Errorf("an abandoned delivery came again %v after %s (bound %v)%s", late.Round(time.Millisecond), what, e.onTime(), e.stallNote())
+		}
+		// The other comes back too.
+		more := e.receiveWithin(b2, 1, e.lease, time.Until(from)+e.onTime())
+		e.ack(b2, more...)
+		if len(more) == 0 {
+			t.Errorf("of the two deliveries the backend held when it closed, only one came back within %v after %s: Close abandons every unsettled delivery, and each comes back%s",
+				e.onTime(), what, e.stallNote())
+		}
+		for _, d := range more {
+			if d.Deliveries != d1.Deliveries+1 {
+				t.Errorf("the second abandoned delivery came again counting Deliveries %d, want %d", d.Deliveries, d1.Deliveries+1)
+			}
 		}
 	case <-time.After(time.Until(from) + e.onTime()):
 		t.Errorf("an unsettled delivery had not come again %v after %s: Close abandons deliveries, which come back (at once with RedeliversOnClose, else after their lease)%s",
@@ -196,4 +209,74 @@ func testCloseReleasesHolds(t *testing.T, e *env) {
 		}
 		time.Sleep(e.scaled(50 * time.Millisecond))
 	}
+}
+
+// testCloseReleasesEveryHold: Close releases every dead-letter hold of the
+// backend that closes, and that of every backend that closes: of four
+// records, backend A holds two and backend B one; once A closes, a third
+// caller sees A's two again, and once B closes, B's. (A hold that ends when
+// a hold timeout shorter than Options.Wait runs out also passes.)
+func testCloseReleasesEveryHold(t *testing.T, e *env) {
+	b0 := e.declared()
+	recs := e.makeDeadRaw(b0, 4)
+	bA, bB, bC := e.backend(), e.backend(), e.backend()
+	ctx := ctxT(t, 3*e.opts.Wait)
+	take := func(b driver.Backend, who string) string {
+		t.Helper()
+		dd, err := b.NextDead(ctx, e.queue)
+		if err != nil {
+			t.Fatalf("NextDead of %s, with %d records: %v", who, len(recs), err)
+		}
+		return dd.ID
+	}
+	heldByA := []string{take(bA, "A"), take(bA, "A")}
+	heldByB := []string{take(bB, "B")}
+	var mine []*driver.DeadDelivery // what C holds
+	defer func() {
+		for _, dd := range mine {
+			_ = bC.SettleDead(ctx, dd, false)
+		}
+	}()
+	seen := map[string]bool{}
+	visible := func(who string, want []string) {
+		t.Helper()
+		closed := time.Now()
+		for {
+			for {
+				dd, err := bC.NextDead(ctx, e.queue)
+				if errors.Is(err, driver.ErrNoDeadLetters) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("NextDead: %v", err)
+				}
+				seen[dd.ID] = true
+				mine = append(mine, dd)
+			}
+			var missing []string
+			for _, id := range want {
+				if !seen[id] {
+					missing = append(missing, id)
+				}
+			}
+			if len(missing) == 0 {
+				t.Logf("the records %s held were visible again %v after it closed", who, time.Since(closed).Round(time.Millisecond))
+				return
+			}
+			if time.Since(closed) > e.opts.Wait {
+				t.Fatalf("%d of the %d dead letters held by %s (%v) were still hidden %v after it closed: "+
+					"Close releases every hold of the backend that closes (as a dying process's end), at once or when a hold timeout shorter than Options.Wait ends",
+					len(missing), len(want), who, missing, e.opts.Wait)
+			}
+			time.Sleep(e.scaled(50 * time.Millisecond))
+		}
+	}
+	if err := bA.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	visible("backend A (the first holder, two records)", heldByA)
+	if err := bB.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	visible("backend B (the second holder)", heldByB)
 }

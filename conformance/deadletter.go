@@ -298,3 +298,90 @@ func testHeldForSlowCallback(t *testing.T, e *env) {
 		t.Errorf("after the pop the dead-letter queue lists %q, want nothing", left)
 	}
 }
+
+// testExtendDeadLate: an ExtendDead that comes in the last tenth of a hold
+// renews it, or says it cannot: it never returns nil without renewing. The
+// platform renews a third of the way in, so this case calls the backend
+// directly: it takes a record with NextDead and renews the hold when at
+// most 7% of Capabilities.DeadHold is left. When ExtendDead returns nil,
+// past the end of the first hold another caller must not get the record
+// and SettleDead must succeed; when it returns ErrLeaseLost (a backend that
+// stops acting on a hold near its end), the record must be visible again
+// within Options.Wait. A backend whose holds last until SettleDead
+// (DeadHold zero) has only to keep the record held for a lease. A check
+// too late to judge (a stall) runs the round again, at most slowRounds
+// times.
+func testExtendDeadLate(t *testing.T, e *env) {
+	b0 := e.declared()
+	e.makeDeadRaw(b0, 1)
+	b1, b2 := e.backend(), e.backend()
+	hold := e.caps.DeadHold
+	if hold == 0 {
+		hold = e.lease // holds last until SettleDead: wait a lease
+	}
+	for round := 1; ; round++ {
+		judged, why := extendDeadLateRound(t, e, b1, b2, hold, round)
+		if judged || t.Failed() {
+			return
+		}
+		if round == slowRounds {
+			t.Fatalf("round %d of %d: %s: a late ExtendDead could not be judged%s", round, slowRounds, why, e.stallNote())
+		}
+		t.Logf("round %d: %s%s; again", round, why, e.stallNote())
+	}
+}
+
+func extendDeadLateRound(t *testing.T, e *env, b1, b2 driver.Backend, hold time.Duration, round int) (judged bool, why string) {
+	ctx := ctxT(t, e.opts.Wait+4*hold)
+	start := time.Now()
+	dd, err := b1.NextDead(ctx, e.queue)
+	if err != nil {
+		t.Fatalf("NextDead: %v", err)
+	}
+	got := time.Now()
+	time.Sleep(time.Until(start.Add(hold * 93 / 100)))
+	at := time.Now()
+	err = b1.ExtendDead(ctx, dd)
+	if errors.Is(err, driver.ErrLeaseLost) {
+		t.Logf("round %d: the ExtendDead %v after NextDead began (hold %v) was refused with ErrLeaseLost; the record must be visible again", round, at.Sub(start).Round(time.Millisecond), hold)
+		for {
+			other, err := b2.NextDead(ctx, e.queue)
+			if err == nil {
+				if err := b2.SettleDead(ctx, other, false); err != nil {
+					t.Errorf("SettleDead(keep): %v", err)
+				}
+				return true, ""
+			}
+			if !errors.Is(err, driver.ErrNoDeadLetters) {
+				t.Fatalf("NextDead: %v", err)
+			}
+			if time.Since(at) > e.opts.Wait+hold {
+				t.Fatalf("a dead letter whose late ExtendDead was refused with ErrLeaseLost was still hidden %v later: a hold the backend reports lost ends", e.opts.Wait+hold)
+			}
+			time.Sleep(e.scaled(50 * time.Millisecond))
+		}
+	}
+	if err != nil {
+		t.Fatalf("ExtendDead in the last tenth of the hold: %v", err)
+	}
+	time.Sleep(time.Until(got.Add(hold + hold/8)))
+	other, err := b2.NextDead(ctx, e.queue)
+	switch {
+	case err == nil:
+		_ = b2.SettleDead(ctx, other, false)
+	case !errors.Is(err, driver.ErrNoDeadLetters):
+		t.Fatalf("NextDead of another caller: %v", err)
+	}
+	settled := b1.SettleDead(ctx, dd, false)
+	if late := time.Since(at); e.caps.DeadHold > 0 && late > hold*3/4 {
+		return false, fmt.Sprintf("the check came %v after the ExtendDead, too near the end of the renewed hold of %v", late.Round(time.Millisecond), hold)
+	}
+	if other != nil {
+		t.Errorf("a dead letter whose hold (%v) was renewed in its last tenth (%v after NextDead began; ExtendDead returned nil) was handed to another caller when the first hold ran out: "+
+			"ExtendDead renews the hold however late in it it comes, or returns ErrLeaseLost", hold, at.Sub(start).Round(time.Millisecond))
+	}
+	if settled != nil {
+		t.Errorf("SettleDead after a late ExtendDead that returned nil, past the end of the first hold and within the renewed one: %v", settled)
+	}
+	return true, ""
+}

@@ -139,11 +139,33 @@
 // same way). A backend that keeps shared state (driver.Store) proves it
 // with conformance/storetest.Run from a TestStore.
 //
+// # A stalled case
+//
+// Every case runs in a goroutine of its own under a deadline,
+// Options.CaseDeadline (4 Waits and 60 Leases: 110s by default). A backend
+// that breaks a rule can leave the platform waiting for ever (a Receive
+// that hands out more than max, say); such a case fails when its deadline
+// passes, with "STALLED: case <name>" and the stacks of the goroutines it
+// started, which carry a pprof label with its name (what each was waiting
+// for). Its backends are then closed, and a case still running 10s later
+// is left behind, so that the test ends and the rest of the report prints
+// instead of go test's -timeout killing the binary with nothing printed.
+// The fault suite's scenarios (faults.Target.Deadline) and the store
+// suite's cases run under deadlines too.
+//
 // # The suite's own test
 //
 // TestMutations (go test -v -run TestMutations ./conformance/) runs the
 // cases against a reference backend of the suite's own, broken in one rule
 // at a time, in a child process per mutation, and requires a named case to
-// fail for each: every rule of docs/contract.md section 9 is caught. A case
-// added for a new rule comes with its mutation.
+// fail for each: every rule of docs/contract.md section 9 is caught. Most
+// rules have two mutations: a blunt one, broken everywhere, and a partial
+// twin, broken only where the platform never goes or only in part (an
+// Extend in the last tenth of a lease, the second holder's dead-letter
+// holds, a short early window before a NotBefore, Stats stale until a
+// Receive, one more than max); the cases that call the backend directly
+// (Lease/ExtendLate, Close/ReleasesEveryHold, Delivery/NotBeforeRace,
+// Stats/LapsedAndDue and others) exist for the twins. A case added for a
+// new rule comes with its mutations. TestStoreMutations in
+// conformance/storetest does the same for the store suite.
 package conformance

@@ -89,6 +89,18 @@ func (e *env) close() {
 	e.h.Close()
 }
 
+// abort closes every backend the case opened, so that whatever a stalled
+// case waits on ends (with driver.ErrClosed). The env's own cleanup still
+// runs.
+func (e *env) abort() {
+	e.mu.Lock()
+	bs := append([]driver.Backend(nil), e.backends...)
+	e.mu.Unlock()
+	for _, b := range bs {
+		_ = b.Close()
+	}
+}
+
 // backend opens a new backend (a new "process") that the env closes at the end.
 func (e *env) backend() driver.Backend {
 	e.t.Helper()

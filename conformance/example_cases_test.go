@@ -43,6 +43,7 @@ func ExampleCases() {
 	// Lease/StaleReceiptRefused
 	// Lease/LapsedReceiptRefused
 	// Lease/LapsesOnTime
+	// Lease/ExtendLate
 	// DeadLetter/Empty
 	// DeadLetter/PopKeepError
 	// DeadLetter/ConcurrentCallers
@@ -51,18 +52,22 @@ func ExampleCases() {
 	// DeadLetter/Purge
 	// DeadLetter/DeleteLeavesHeld
 	// DeadLetter/HeldForSlowCallback
+	// DeadLetter/ExtendDeadLate
 	// Stop/HandsBackUncounted
 	// Stop/FinishesRunning
 	// Delivery/ExactlyOnceWithoutFaults
 	// Delivery/NotBeforeNotEarly
 	// Delivery/NotBeforeOnTime
+	// Delivery/NotBeforeRace
 	// Delivery/ReceiveBatch
 	// Delivery/WakesOnEnqueue
 	// Delivery/CancelledReceiveUncounted
 	// Close/ErrClosed
 	// Close/AbandonsDeliveries
 	// Close/ReleasesDeadLetterHolds
+	// Close/ReleasesEveryHold
 	// Stats/Depths
+	// Stats/LapsedAndDue
 	// Flow/Pause
 	// Flow/StrictOrder
 	// Flow/Weighted

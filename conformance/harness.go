@@ -62,6 +62,14 @@ type Options struct {
 	// Defaults to 20s.
 	Wait time.Duration
 
+	// CaseDeadline bounds how long one case may run in all. A case still
+	// running then has stalled (a backend that breaks a rule can leave the
+	// platform waiting for ever): it fails, naming the case, with the
+	// stacks of the goroutines it started (what each was waiting for); its
+	// backends are closed, and the rest of the report prints. Defaults to
+	// 4 Waits plus 60 Leases (110s with the defaults).
+	CaseDeadline time.Duration
+
 	// DuplicatesWithoutFaults, when non-empty, says why the broker under test
 	// can deliver a message twice even when no fault is injected (an
 	// emulator's known race, for example). Delivery/ExactlyOnceWithoutFaults

@@ -309,3 +309,76 @@ func testLapsedReceipt(t *testing.T, e *env) {
 		t.Errorf("the refused DeadLetter wrote records %q", dead)
 	}
 }
+
+// testExtendLate: an Extend that comes in the last tenth of the lease
+// renews it, or says it cannot: it never returns nil without renewing. The
+// platform extends a third of the way in, so this case calls the backend
+// directly: it receives a message and extends it when at most 7% of the
+// lease is left (93% of it after the Receive was called, the claim having
+// come after), for another lease (as the platform does: NATS cannot grant
+// more than the lease Receive was given). When the Extend returns nil,
+// just past the end of the first lease another Receive must not get the
+// message and its Ack must succeed. A backend that stops acting on a delivery near the end of
+// its lease (NATS's guard against an ack crossing the redelivery) may
+// answer ErrLeaseLost instead: the message must then come back. A check
+// that came too late to judge (this process or the broker stalled) runs
+// the round again with a lease twice as long, at most slowRounds times.
+func testExtendLate(t *testing.T, e *env) {
+	b1 := e.declared()
+	b2 := e.backend()
+	lease := e.lease
+	for round := 1; ; round++ {
+		judged, why := extendLateRound(t, e, b1, b2, lease, round)
+		if judged || t.Failed() {
+			return
+		}
+		if round == slowRounds {
+			t.Fatalf("round %d of %d: %s: a late Extend could not be judged%s", round, slowRounds, why, e.stallNote())
+		}
+		t.Logf("round %d, lease %v: %s%s; again with a lease twice as long", round, lease, why, e.stallNote())
+		lease *= 2
+	}
+}
+
+// extendLateRound is one round of Lease/ExtendLate. It reports whether the
+// round judged the backend, and if not why.
+func extendLateRound(t *testing.T, e *env, b1, b2 driver.Backend, lease time.Duration, round int) (judged bool, why string) {
+	e.put(b1, time.Time{}, fmt.Sprintf("late-%d", round))
+	ctx := ctxT(t, e.opts.Wait+4*lease)
+	start := time.Now()
+	d := e.receiveN(b1, 1, lease)[0]
+	got := time.Now()
+	time.Sleep(time.Until(start.Add(lease * 93 / 100)))
+	at := time.Now()
+	err := b1.Extend(ctx, d, lease)
+	if errors.Is(err, driver.ErrLeaseLost) {
+		// Refused: the lease is over for the backend, so the message
+		// comes back.
+		t.Logf("round %d: the Extend %v after the Receive began (lease %v) was refused with ErrLeaseLost; the message must come back", round, at.Sub(start).Round(time.Millisecond), lease)
+		e.ackFresh(b2, e.receiveN(b2, 1, lease)[0])
+		return true, ""
+	}
+	if err != nil {
+		t.Fatalf("Extend in the last tenth of the lease: %v", err)
+	}
+	// Just past the end of the first lease, within the renewed one.
+	time.Sleep(time.Until(got.Add(lease + lease/8)))
+	again := e.receiveWithin(b2, 1, lease, lease/8)
+	err = b1.Ack(ctx, d)
+	if late := time.Since(at); late > lease*3/4 {
+		// A backend may stop acting on a delivery in the last part of
+		// its lease (NATS: the last fifth): too late to judge.
+		e.ack(b2, again...)
+		return false, fmt.Sprintf("the check came %v after the Extend, too near the end of the renewed lease of %v (the Receive took %v)",
+			late.Round(time.Millisecond), lease, got.Sub(start).Round(time.Millisecond))
+	}
+	if len(again) > 0 {
+		t.Errorf("a delivery whose lease (%v) was extended in its last tenth (%v after the Receive began; the Extend returned nil) was handed out again when the first lease ran out: "+
+			"Extend renews the lease however late in it it comes, or returns ErrLeaseLost", lease, at.Sub(start).Round(time.Millisecond))
+		e.ack(b2, again...)
+	}
+	if err != nil {
+		t.Errorf("Ack after a late Extend that returned nil, past the end of the first lease and within the renewed one: %v; Extend renews the lease however late in it it comes, or returns ErrLeaseLost", err)
+	}
+	return true, ""
+}

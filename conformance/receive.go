@@ -233,3 +233,68 @@ func testCancelledReceive(t *testing.T, e *env) {
 	}
 	t.Logf("%d Receives cancelled before they handed out anything, at random within one and a half round trips of %v", cancels, rtt.Round(time.Microsecond))
 }
+
+// testNotBeforeRace: a Receive that lands just before a message's
+// NotBefore never takes it early. Three receivers call Receive back to
+// back, each with a short ctx of its own (10 to 40 ms, at random) until the
+// NotBefore, so that calls begin all through the last moments before it,
+// on a queue whose only message is scheduled; three rounds. A delivery that a Receive
+// returned before the NotBefore was handed out early. (A Receive waiting
+// when the NotBefore comes, which Delivery/NotBeforeOnTime times, takes
+// another path in most backends: a timer, not a claim racing the clock.)
+func testNotBeforeRace(t *testing.T, e *env) {
+	send := e.declared()
+	recvs := []driver.Backend{e.backend(), e.backend(), e.backend()}
+	for round := range 3 {
+		nb := time.Now().Add(e.scaled(300 * time.Millisecond))
+		e.put(send, nb, fmt.Sprintf("race-%d", round))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Until(nb)+e.onTime()+e.opts.Wait)
+		type result struct {
+			b driver.Backend
+			received
+		}
+		results := make(chan result, len(recvs))
+		for _, b := range recvs {
+			go func() {
+				for ctx.Err() == nil {
+					wait := e.opts.Wait // once the NotBefore has passed, a Receive waits as usual
+					if time.Now().Before(nb) {
+						wait = time.Duration(10+rand.IntN(31)) * time.Millisecond
+					}
+					rctx, rcancel := context.WithTimeout(ctx, wait)
+					ds, err := b.Receive(rctx, e.queue, 1, e.lease)
+					at := time.Now()
+					rcancel()
+					if len(ds) > 0 || err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+						results <- result{b, received{ds, err, at}}
+						return
+					}
+				}
+				results <- result{}
+			}()
+		}
+		n := 0
+		for range recvs {
+			r := <-results
+			if len(r.ds) > 0 || r.err != nil {
+				cancel() // the others stop
+			}
+			if r.err != nil {
+				t.Errorf("round %d: Receive: %v", round, r.err)
+			}
+			if len(r.ds) == 0 {
+				continue
+			}
+			n += len(r.ds)
+			e.ack(r.b, r.ds...)
+			if r.at.Before(nb) {
+				t.Errorf("round %d: a message scheduled for %s was handed out %v before its NotBefore, to a Receive racing it: a message is never delivered before its NotBefore",
+					round, nb.Format(time.StampMilli), nb.Sub(r.at).Round(time.Microsecond))
+			}
+		}
+		cancel()
+		if n != 1 {
+			t.Fatalf("round %d: %d deliveries of the one scheduled message, want 1%s", round, n, e.stallNote())
+		}
+	}
+}

@@ -3,10 +3,12 @@ package conformance
 import (
 	"context"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/conformance/internal/casewatch"
 )
 
 // testCase is one named case of the suite.
@@ -63,6 +65,7 @@ func cases() []testCase {
 		{"Lease/StaleReceiptRefused", testStaleReceipt},
 		{"Lease/LapsedReceiptRefused", testLapsedReceipt},
 		{"Lease/LapsesOnTime", testLapsesOnTime},
+		{"Lease/ExtendLate", testExtendLate},
 		// deadletter.go
 		{"DeadLetter/Empty", testDeadEmpty},
 		{"DeadLetter/PopKeepError", testDeadPopKeepError},
@@ -72,6 +75,7 @@ func cases() []testCase {
 		{"DeadLetter/Purge", testPurge},
 		{"DeadLetter/DeleteLeavesHeld", testDeleteLeavesHeld},
 		{"DeadLetter/HeldForSlowCallback", testHeldForSlowCallback},
+		{"DeadLetter/ExtendDeadLate", testExtendDeadLate},
 		// stop.go
 		{"Stop/HandsBackUncounted", testStopHandsBack},
 		{"Stop/FinishesRunning", testStopFinishes},
@@ -79,6 +83,7 @@ func cases() []testCase {
 		{"Delivery/ExactlyOnceWithoutFaults", testExactlyOnce},
 		{"Delivery/NotBeforeNotEarly", testNotBefore},
 		{"Delivery/NotBeforeOnTime", testNotBeforeOnTime},
+		{"Delivery/NotBeforeRace", testNotBeforeRace},
 		{"Delivery/ReceiveBatch", testReceiveBatch},
 		{"Delivery/WakesOnEnqueue", testWakesOnEnqueue},
 		{"Delivery/CancelledReceiveUncounted", testCancelledReceive},
@@ -86,8 +91,10 @@ func cases() []testCase {
 		{"Close/ErrClosed", testErrClosed},
 		{"Close/AbandonsDeliveries", testCloseAbandons},
 		{"Close/ReleasesDeadLetterHolds", testCloseReleasesHolds},
+		{"Close/ReleasesEveryHold", testCloseReleasesEveryHold},
 		// stats.go
 		{"Stats/Depths", testStatsDepths},
+		{"Stats/LapsedAndDue", testStatsLapsedAndDue},
 
 		{"Flow/Pause", testPause},
 		{"Flow/StrictOrder", testStrictOrder},
@@ -136,6 +143,11 @@ func Run(t *testing.T, makeHarness HarnessMaker, opts Options) {
 		t.Fatal(err)
 	}
 	opts.Lease, opts.Wait = scaled(opts.Lease, scale), scaled(opts.Wait, scale)
+	if opts.CaseDeadline <= 0 {
+		opts.CaseDeadline = 4*opts.Wait + 60*opts.Lease
+	} else {
+		opts.CaseDeadline = scaled(opts.CaseDeadline, scale)
+	}
 	if v := os.Getenv(procEnv); v != "" { // procs.go
 		runProc(t, makeHarness, opts, v)
 		return
@@ -147,11 +159,25 @@ func Run(t *testing.T, makeHarness HarnessMaker, opts Options) {
 			if why, ok := opts.KnownDefects[c.name]; ok {
 				t.Skipf("KNOWN DEFECT of this backend (it does not conform here): %s", why)
 			}
-			e := newEnv(t, makeHarness, opts, scale, queueName(c.name))
-			c.run(t, e)
+			// The case's own deadline: a stalled case fails, named, with its
+			// goroutines' stacks, and the rest of the report still prints.
+			var current atomic.Pointer[env]
+			casewatch.Run(t, opts.CaseDeadline, caseGrace, func() {
+				if e := current.Load(); e != nil {
+					e.abort()
+				}
+			}, func() {
+				e := newEnv(t, makeHarness, opts, scale, queueName(c.name))
+				current.Store(e)
+				c.run(t, e)
+			})
 		})
 	}
 }
+
+// caseGrace is how long a stalled case has to end once its backends are
+// closed before the suite leaves it behind.
+const caseGrace = 10 * time.Second
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)

@@ -66,3 +66,55 @@ func testStatsDepths(t *testing.T, e *env) {
 func fmtStats(st driver.Stats) string {
 	return fmt.Sprintf("Ready %d, Scheduled %d, InFlight %d, Dead %d", st.Ready, st.Scheduled, st.InFlight, st.Dead)
 }
+
+// testStatsLapsedAndDue: Ready counts what is deliverable now, with no
+// Receive needed to make it so: a message whose lease lapsed (or whose
+// connection was cut, with a Disconnecter) and one whose NotBefore has
+// passed are Ready, not InFlight or Scheduled, to a backend that never
+// called Receive, within five seconds (as Stats/Depths).
+func testStatsLapsedAndDue(t *testing.T, e *env) {
+	b := e.declared()
+	observer := e.backend() // it never calls Receive
+	e.put(b, time.Time{}, "lapsing")
+	e.receiveN(b, 1, e.lease)
+	from := time.Now().Add(e.lease)
+	nb := time.Now().Add(e.scaled(300 * time.Millisecond))
+	e.put(observer, nb, "due")
+	ctx := ctxT(t, e.opts.Wait+e.lease)
+	if dis, ok := e.h.(Disconnecter); ok {
+		if err := dis.Disconnect(ctx, b); err != nil {
+			t.Fatalf("Disconnect: %v", err)
+		}
+		from = time.Now()
+	}
+	time.Sleep(time.Until(from.Add(max(nb.Sub(from), 0))))
+	want := driver.Stats{Ready: 2}
+	var st driver.Stats
+	var err error
+	deadline := time.Now().Add(e.bound(5 * time.Second))
+	for {
+		st, err = observer.Stats(ctx, e.queue)
+		if err != nil {
+			t.Fatalf("Stats: %v", err)
+		}
+		if statsMatch(st, want) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(e.scaled(50 * time.Millisecond))
+	}
+	if !statsMatch(st, want) {
+		t.Errorf("Stats = %s, want %s (or -1 for a figure the backend cannot tell): a queue holding one message whose lease lapsed and one whose NotBefore passed, "+
+			"which no Receive has looked at since; Ready is what is deliverable now", fmtStats(st), fmtStats(want))
+	}
+}
+
+// statsMatch reports whether st is want, figure by figure, where -1 (the
+// backend cannot tell) matches anything.
+func statsMatch(st, want driver.Stats) bool {
+	for _, f := range [][2]int64{{st.Ready, want.Ready}, {st.Scheduled, want.Scheduled}, {st.InFlight, want.InFlight}, {st.Dead, want.Dead}} {
+		if f[0] != f[1] && f[0] != -1 {
+			return false
+		}
+	}
+	return true
+}

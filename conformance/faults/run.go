@@ -14,6 +14,7 @@ import (
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/conformance/internal/casewatch"
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
@@ -65,6 +66,13 @@ type Target struct {
 	// Lease is the lease the scenarios' workers hold jobs under. Defaults
 	// to one second.
 	Lease time.Duration
+
+	// Deadline bounds how long one scenario may run. A scenario still
+	// running then has stalled: it fails, naming the scenario, with the
+	// stacks of the goroutines it started (what each was waiting for), and
+	// the rest of the report prints. Defaults to two patiences and a minute
+	// (4 minutes; 11 in the soak mode).
+	Deadline time.Duration
 }
 
 // Broker is a broker instance of a test's own.
@@ -136,19 +144,28 @@ func Run(t *testing.T, tg Target) {
 	if tg.Lease == 0 {
 		tg.Lease = time.Second
 	}
+	if tg.Deadline <= 0 {
+		tg.Deadline = 2*patience + time.Minute
+	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			if why := tg.KnownDefects[sc.name]; why != "" {
 				t.Skipf("known defect: %s", why)
 			}
-			start := time.Now()
-			r := newRun(t, tg, sc.name)
-			if rep := sc.run(t, r); rep != nil {
-				r.record(rep, time.Since(start))
-			}
+			casewatch.Run(t, tg.Deadline, 10*time.Second, nil, func() {
+				start := time.Now()
+				r := newRun(t, tg, sc.name)
+				if rep := sc.run(t, r); rep != nil {
+					r.record(rep, time.Since(start))
+				}
+			})
 		})
 	}
 }
+
+// stopWait bounds how long the end of a scenario waits for its workers to
+// stop.
+const stopWait = 30 * time.Second
 
 // run is one scenario on one backend.
 type run struct {
@@ -297,7 +314,16 @@ func (r *run) stopAll() {
 			w.Term()
 		}()
 	}
-	wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(stopWait):
+		r.t.Errorf("the scenario's workers had not stopped %v after they were told to: a platform is stuck (see the scenario's other failures); they are left behind", stopWait)
+	}
 }
 
 // enqueue enqueues the jobs one batch at a time, recording each outcome.

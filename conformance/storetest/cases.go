@@ -762,3 +762,85 @@ func (e *env) gone(t *testing.T, s *ap.Store, key string, written time.Time, ttl
 	}
 	t.Errorf("%s (TTL %v) was still there when read %v after its write (%v): %s", what, ttl, read.Round(time.Millisecond), err, later)
 }
+
+// testCompareAndSwap pins down the parts of compare-and-swap a store can get
+// half right: an Update writing the value already there still gives a new
+// revision, and a stale revision fails whatever the value written (no ABA);
+// another key's revision never matches, even at the same count of writes;
+// and, on the driver itself (the portable layer hides both), a value is
+// the caller's to keep, and List returns no more than limit keys.
+func testCompareAndSwap(t *testing.T, e *env) {
+	s, ctx := e.store, e.ctx()
+	r1, err := s.Create(ctx, "same", []byte("v"), 0)
+	must(t, "Create", err)
+	r2, err := s.Update(ctx, "same", []byte("v"), r1, 0)
+	must(t, "Update writing the unchanged value", err)
+	if r2 == r1 {
+		t.Errorf("an Update writing the unchanged value returned the revision it was given (%q): every write gives the key a new revision", r1)
+	}
+	_, err = s.Update(ctx, "same", []byte("v"), r1, 0)
+	is(t, "Update at a stale revision writing the unchanged value", err, ap.ErrRevision)
+	is(t, "Delete at a stale revision of a key whose value is unchanged", s.Delete(ctx, "same", r1), ap.ErrRevision)
+	// A → B → A: the first A's revision is stale.
+	r3, err := s.Update(ctx, "same", []byte("w"), r2, 0)
+	must(t, "Update", err)
+	_, err = s.Update(ctx, "same", []byte("v"), r3, 0)
+	must(t, "Update back to the first value", err)
+	_, err = s.Update(ctx, "same", []byte("x"), r2, 0)
+	is(t, "Update at the revision of an earlier write of the same value (A, B, A again)", err, ap.ErrRevision)
+	if v, _, err := s.Get(ctx, "same"); err != nil || string(v) != "v" {
+		t.Errorf("after the refused writes Get = %q, %v; want %q", v, err, "v")
+	}
+
+	// Keys written as often as each other: one's revision is not the other's.
+	for i := range 3 {
+		a, b := fmt.Sprintf("a/%d", i), fmt.Sprintf("b/%d", i)
+		ra, err := s.Create(ctx, a, []byte("v"), 0)
+		must(t, "Create "+a, err)
+		rb, err := s.Create(ctx, b, []byte("v"), 0)
+		must(t, "Create "+b, err)
+		_, err = s.Update(ctx, a, []byte("x"), rb, 0)
+		is(t, fmt.Sprintf("Update of %s at the revision of %s, written as often", a, b), err, ap.ErrRevision)
+		is(t, fmt.Sprintf("Delete of %s at the revision of %s, written as often", b, a), s.Delete(ctx, b, ra), ap.ErrRevision)
+	}
+
+	// The driver itself: values are the caller's to keep.
+	raw, key := e.raw, e.ns+"/owned"
+	t.Cleanup(func() { _ = raw.Delete(context.Background(), key, "") })
+	buf := []byte("mine")
+	_, err = raw.Create(ctx, key, buf, 0)
+	must(t, "Create", err)
+	buf[0] = 'X'
+	v, _, err := raw.Get(ctx, key)
+	must(t, "Get", err)
+	if string(v) != "mine" {
+		t.Errorf("a caller changed the slice it gave Create afterwards, and Get returned %q: the store must keep a copy", v)
+	}
+	if len(v) > 0 {
+		v[0] = 'Y'
+	}
+	if again, _, err := raw.Get(ctx, key); err != nil || string(again) != "mine" {
+		t.Errorf("a caller changed the value Get returned, and the next Get returned %q (%v): the value Get returns is the caller's to keep", again, err)
+	}
+
+	// The driver itself: List returns at most limit keys.
+	var lim []string
+	for i := range 4 {
+		k := fmt.Sprintf("%s/lim/%d", e.ns, i)
+		_, err := raw.Create(ctx, k, nil, 0)
+		must(t, "Create", err)
+		lim = append(lim, k)
+	}
+	t.Cleanup(func() {
+		for _, k := range lim {
+			_ = raw.Delete(context.Background(), k, "")
+		}
+	})
+	for _, limit := range []int{1, 2, 3} {
+		got, err := raw.List(ctx, e.ns+"/lim/", "", limit)
+		must(t, "List", err)
+		if !slices.Equal(got, lim[:limit]) {
+			t.Errorf("driver List with limit %d of 4 keys returned %q, want %q", limit, got, lim[:limit])
+		}
+	}
+}

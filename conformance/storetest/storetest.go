@@ -18,7 +18,16 @@
 //
 // On a slow or shared machine, ASYNCPLATFORM_CONFORMANCE_SCALE (a number
 // from 1 to 100) stretches the suite's TTLs and waits, as it does for
-// conformance.Run.
+// conformance.Run. A case still running after four Waits has stalled: it
+// fails, named, with the stacks of its goroutines, and the rest of the
+// report prints.
+//
+// The suite tests itself: TestStoreMutations (go test -v -run
+// TestStoreMutations ./conformance/storetest/) runs its cases against a
+// reference store broken in one rule of driver.Store at a time, subtle
+// breakages among them (an Update at a stale revision that succeeds when
+// it writes the unchanged value, revisions counted per key, TTLs cut to
+// whole seconds), and requires a named case to fail for each.
 package storetest
 
 import (
@@ -35,6 +44,7 @@ import (
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/conformance/internal/casewatch"
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
@@ -72,7 +82,9 @@ type Options struct {
 	NoRestart string
 
 	// Wait bounds how long one case waits for an operation. Defaults to
-	// 30s.
+	// 30s. A case still running after four Waits has stalled: it fails,
+	// named, with the stacks of its goroutines, and the rest of the report
+	// prints.
 	Wait time.Duration
 }
 
@@ -85,6 +97,7 @@ func cases() []testCase {
 	return []testCase{
 		{"Basic/CreateGetUpdateDelete", testBasic},
 		{"Revision/NeverReused", testRevisionNeverReused},
+		{"Revision/CompareAndSwap", testCompareAndSwap},
 		{"Create/RaceConnections", testCreateRaceConnections},
 		{"Create/RaceProcesses", testCreateRaceProcesses},
 		{"CAS/Contention", testCASContention},
@@ -134,8 +147,11 @@ func Run(t *testing.T, makeStore Maker, opts Options) {
 	for _, c := range cases() {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, makeStore, opts, scale, c.name)
-			c.run(t, e)
+			// A stalled case fails, named, with its goroutines' stacks.
+			casewatch.Run(t, 4*opts.Wait, 10*time.Second, nil, func() {
+				e := newEnv(t, makeStore, opts, scale, c.name)
+				c.run(t, e)
+			})
 		})
 	}
 }

@@ -4,7 +4,11 @@ package reference
 type Mutation string
 
 // The mutations. Each breaks one rule, as a backend author might by
-// mistake; Mutations says which rule and which cases catch it.
+// mistake; Mutations says which rule and which cases catch it. A blunt
+// mutation breaks its rule everywhere; its partial twins (listed after the
+// blunt ones) break it only where the platform never goes, or only in part:
+// late in a lease, for a second holder, for an unchanged value, in a short
+// window.
 const (
 	// Leases and settles.
 	LateSettle   Mutation = "LateSettle"   // a settle after the lease ran out is accepted while nobody else took the job
@@ -55,6 +59,21 @@ const (
 	DeleteMiscounts Mutation = "DeleteMiscounts" // DeleteDead returns 0
 	PurgeMiscounts  Mutation = "PurgeMiscounts"  // PurgeDead returns 0
 	StatsZero       Mutation = "StatsZero"       // Stats returns zeros
+
+	// Partial twins of the blunt mutations above.
+	LateAckOnly            Mutation = "LateAckOnly"            // twin of LateSettle: only a late Ack is accepted
+	StaleExtendOnly        Mutation = "StaleExtendOnly"        // twin of StaleSettle: only a stale Extend acts on the newer delivery
+	ExtendLateNoop         Mutation = "ExtendLateNoop"         // twin of ExtendNoop: an Extend in the last tenth of the lease renews nothing
+	OverMaxByOne           Mutation = "OverMaxByOne"           // twin of OverMax: Receive hands out max+1 when it can
+	NotBeforeWindow        Mutation = "NotBeforeWindow"        // twin of NotBeforeIgnored: a Receive landing within EarlyWindow of a NotBefore takes the message early
+	CloseLosesLater        Mutation = "CloseLosesLater"        // twin of CloseLosesDeliveries: Close hands back its first unsettled delivery and drops the others
+	NoErrClosedStats       Mutation = "NoErrClosedStats"       // twin of NoErrClosed: Stats alone goes on working after Close
+	CloseKeepsLaterHolds   Mutation = "CloseKeepsLaterHolds"   // twin of CloseKeepsHolds: Close releases its first hold only
+	CloseKeepsSecondHolder Mutation = "CloseKeepsSecondHolder" // twin of CloseKeepsHolds: only the first connection that ever held a record has its holds released by Close
+	ExtendDeadLateNoop     Mutation = "ExtendDeadLateNoop"     // twin of ExtendDeadNoop: an ExtendDead in the last tenth of the hold renews nothing
+	ListOverLimitByOne     Mutation = "ListOverLimitByOne"     // twin of ListOverLimit: ListDead returns limit+1
+	StatsLapseStale        Mutation = "StatsLapseStale"        // twin of StatsZero: a lapsed lease counts as InFlight until a Receive takes it back
+	StatsDueStale          Mutation = "StatsDueStale"          // twin of StatsZero: a due message counts as Scheduled until a Receive looks
 )
 
 // Entry is one mutation with the rule it breaks and the cases that must
@@ -155,4 +174,31 @@ var Mutations = []Entry{
 		[]string{"DeadLetter/Purge"}},
 	{StatsZero, "Stats reports the queue's depths (-1 for a figure the backend cannot tell)",
 		[]string{"Stats/Depths"}},
+
+	{LateAckOnly, "Ack returns ErrLeaseLost once the lease has run out, like the other settling calls",
+		[]string{"Lease/LapsedReceiptRefused"}},
+	{StaleExtendOnly, "a stale receipt's Extend never renews a newer delivery of the same job",
+		[]string{"Lease/StaleReceiptRefused"}},
+	{ExtendLateNoop, "Extend renews the lease however late in it it comes, its last tenth included",
+		[]string{"Lease/ExtendLate"}},
+	{OverMaxByOne, "Receive hands out at most max messages, not one more",
+		[]string{"Delivery/ReceiveBatch"}},
+	{NotBeforeWindow, "a message is never delivered before its NotBefore, not even to a Receive that lands just before it",
+		[]string{"Delivery/NotBeforeRace"}},
+	{CloseLosesLater, "Close abandons every unsettled delivery of the backend: each comes back, one more delivery counted",
+		[]string{"Close/AbandonsDeliveries"}},
+	{NoErrClosedStats, "every method returns ErrClosed after Close, Stats included",
+		[]string{"Close/ErrClosed"}},
+	{CloseKeepsLaterHolds, "Close releases every dead-letter hold of the backend, not only its first",
+		[]string{"Close/ReleasesEveryHold"}},
+	{CloseKeepsSecondHolder, "Close releases the dead-letter holds of every backend that closes, not only those of the first holder",
+		[]string{"Close/ReleasesEveryHold"}},
+	{ExtendDeadLateNoop, "ExtendDead renews the hold however late in it it comes, its last tenth included",
+		[]string{"DeadLetter/ExtendDeadLate"}},
+	{ListOverLimitByOne, "ListDead returns at most limit records, not one more",
+		[]string{"DeadLetter/ListingLeavesQueue"}},
+	{StatsLapseStale, "Stats counts a message whose lease lapsed as Ready (deliverable now), with no Receive needed",
+		[]string{"Stats/LapsedAndDue"}},
+	{StatsDueStale, "Stats counts a message whose NotBefore has passed as Ready (deliverable now), with no Receive needed",
+		[]string{"Stats/LapsedAndDue"}},
 }

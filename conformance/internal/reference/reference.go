@@ -33,6 +33,10 @@ const DeadHold = time.Second
 // Wire is how long the answer of a Receive takes to reach its caller.
 const Wire = time.Millisecond
 
+// EarlyWindow is how far ahead of its NotBefore the NotBeforeWindow
+// mutation hands a message out to a Receive that lands in the window.
+const EarlyWindow = 30 * time.Millisecond
+
 // pollEvery is the interval of the Polling mutation.
 const pollEvery = time.Second
 
@@ -47,7 +51,8 @@ type Broker struct {
 
 	mu     sync.Mutex
 	queues map[string]*queue
-	token  uint64 // the last lease or hold token handed out
+	token  uint64   // the last lease or hold token handed out
+	holder *Backend // the first connection that took a hold (CloseKeepsSecondHolder)
 }
 
 // NewBroker returns an empty broker whose connections are broken by m
@@ -85,8 +90,9 @@ type message struct {
 	notBefore  time.Time
 	deliveries int
 
-	token uint64    // non-zero while leased
-	until time.Time // the lease's end
+	token uint64        // non-zero while leased
+	until time.Time     // the lease's end
+	lease time.Duration // the lease last given (by Receive or Extend)
 	owner *Backend
 }
 
@@ -111,9 +117,10 @@ func (br *Broker) holdUntil(now time.Time) time.Time {
 }
 
 type queue struct {
-	msgs []*message    // every stored message, in arrival order
-	dead []*deadRecord // oldest first
-	wake chan struct{} // closed (and replaced) when a message may be ready
+	msgs     []*message    // every stored message, in arrival order
+	dead     []*deadRecord // oldest first
+	wake     chan struct{} // closed (and replaced) when a message may be ready
+	received time.Time     // when a Receive last looked (StatsDueStale)
 }
 
 type handle struct {
@@ -224,17 +231,18 @@ func (b *Backend) Receive(ctx context.Context, name string, max int, lease time.
 		b.br.tidy(q, now)
 		var out []*driver.Delivery
 		var claimed []handle
+		q.received = now
 		var next time.Time // when something may become ready
 		for _, m := range q.msgs {
 			switch {
 			case m.token != 0:
 				next = earliest(next, m.until)
-			case m.notBefore.After(now):
+			case m.notBefore.After(now) && !(b.br.is(NotBeforeWindow) && m.notBefore.Sub(now) < EarlyWindow):
 				next = earliest(next, m.notBefore)
-			case len(out) < max || b.br.is(OverMax):
+			case len(out) < max || b.br.is(OverMax) || b.br.is(OverMaxByOne) && len(out) == max:
 				b.br.token++
 				m.token, m.owner = b.br.token, b
-				m.until = now.Add(lease)
+				m.until, m.lease = now.Add(lease), lease
 				if b.br.is(ShortLease) {
 					m.until = now.Add(lease / 4)
 				}
@@ -344,9 +352,10 @@ func (b *Backend) travel(ctx context.Context, claimed []handle, out []*driver.De
 	return nil, ctx.Err()
 }
 
-// held checks that d still holds its message, and returns the message's
+// held checks that d still holds its message for the settling call op
+// ("Ack", "Extend", "Requeue", "DeadLetter"), and returns the message's
 // queue with the lock held.
-func (b *Backend) held(d *driver.Delivery) (*queue, *message, error) {
+func (b *Backend) held(d *driver.Delivery, op string) (*queue, *message, error) {
 	h, ok := d.Handle.(handle)
 	if !ok {
 		return nil, nil, fmt.Errorf("reference: delivery %T was not handed out by this backend", d.Handle)
@@ -360,12 +369,12 @@ func (b *Backend) held(d *driver.Delivery) (*queue, *message, error) {
 		return nil, nil, driver.ErrLeaseLost
 	}
 	switch {
-	case b.br.is(StaleSettle):
+	case b.br.is(StaleSettle), b.br.is(StaleExtendOnly) && op == "Extend":
 		// any receipt of the message acts on it, a newer delivery's too
 	case h.m.token != h.token:
 		b.br.mu.Unlock()
 		return nil, nil, driver.ErrLeaseLost
-	case !time.Now().Before(h.m.until) && !b.br.is(LateSettle):
+	case !time.Now().Before(h.m.until) && !b.br.is(LateSettle) && !(b.br.is(LateAckOnly) && op == "Ack"):
 		b.br.mu.Unlock()
 		return nil, nil, driver.ErrLeaseLost
 	}
@@ -378,7 +387,7 @@ func (q *queue) remove(m *message) {
 
 // Ack implements driver.Backend.
 func (b *Backend) Ack(_ context.Context, d *driver.Delivery) error {
-	q, m, err := b.held(d)
+	q, m, err := b.held(d, "Ack")
 	if err != nil {
 		return err
 	}
@@ -391,13 +400,15 @@ func (b *Backend) Ack(_ context.Context, d *driver.Delivery) error {
 
 // Extend implements driver.Backend.
 func (b *Backend) Extend(_ context.Context, d *driver.Delivery, lease time.Duration) error {
-	_, m, err := b.held(d)
+	_, m, err := b.held(d, "Extend")
 	if err != nil {
 		return err
 	}
 	defer b.br.mu.Unlock()
-	if !b.br.is(ExtendNoop) {
-		m.until = time.Now().Add(lease)
+	now := time.Now()
+	late := m.until.Sub(now) < m.lease/10 // the last tenth of the lease
+	if !b.br.is(ExtendNoop) && !(b.br.is(ExtendLateNoop) && late) {
+		m.until, m.lease = now.Add(lease), lease
 	}
 	return nil
 }
@@ -407,7 +418,7 @@ func (b *Backend) Requeue(_ context.Context, d *driver.Delivery, msg driver.Mess
 	if len(msg.Body) > MaxBody && !b.br.is(NoTooLarge) {
 		return fmt.Errorf("reference: requeue %q: %d bytes, over %d: %w", msg.ID, len(msg.Body), MaxBody, driver.ErrTooLarge)
 	}
-	q, m, err := b.held(d)
+	q, m, err := b.held(d, "Requeue")
 	if err != nil {
 		return err
 	}
@@ -430,7 +441,7 @@ func (b *Backend) Requeue(_ context.Context, d *driver.Delivery, msg driver.Mess
 
 // DeadLetter implements driver.Backend.
 func (b *Backend) DeadLetter(_ context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
-	q, m, err := b.held(d)
+	q, m, err := b.held(d, "DeadLetter")
 	if err != nil {
 		return err
 	}
@@ -458,6 +469,9 @@ func (b *Backend) NextDead(_ context.Context, name string) (*driver.DeadDelivery
 		if !r.held(now) || b.br.is(NextDeadShares) {
 			b.br.token++
 			r.token, r.owner, r.until = b.br.token, b, b.br.holdUntil(now)
+			if b.br.holder == nil {
+				b.br.holder = b
+			}
 			return &driver.DeadDelivery{DeadMessage: r.DeadMessage, Handle: deadHandle{r: r, token: r.token}}, nil
 		}
 	}
@@ -478,7 +492,8 @@ func (b *Backend) ExtendDead(_ context.Context, d *driver.DeadDelivery) error {
 	if h.r.token != h.token || !h.r.held(now) {
 		return driver.ErrLeaseLost
 	}
-	if !b.br.is(ExtendDeadNoop) {
+	late := h.r.until.Sub(now) < DeadHold/10 // the last tenth of the hold
+	if !b.br.is(ExtendDeadNoop) && !(b.br.is(ExtendDeadLateNoop) && late) {
 		h.r.until = b.br.holdUntil(now)
 	}
 	return nil
@@ -528,8 +543,11 @@ func (b *Backend) ListDead(_ context.Context, name, cursor string, limit int) ([
 		}
 		start = n
 	}
-	if b.br.is(ListOverLimit) {
+	switch {
+	case b.br.is(ListOverLimit):
 		limit *= 2
+	case b.br.is(ListOverLimitByOne):
+		limit++
 	}
 	if err := b.lock(); err != nil {
 		return nil, "", err
@@ -597,7 +615,9 @@ func (b *Backend) PurgeDead(_ context.Context, name string) (int, error) {
 
 // Stats implements driver.Backend.
 func (b *Backend) Stats(_ context.Context, name string) (driver.Stats, error) {
-	if err := b.lock(); err != nil {
+	if b.br.is(NoErrClosedStats) {
+		b.br.mu.Lock()
+	} else if err := b.lock(); err != nil {
 		return driver.Stats{}, err
 	}
 	defer b.br.mu.Unlock()
@@ -606,13 +626,19 @@ func (b *Backend) Stats(_ context.Context, name string) (driver.Stats, error) {
 	}
 	q := b.br.queue(name)
 	now := time.Now()
-	b.br.tidy(q, now)
+	if !b.br.is(StatsLapseStale) {
+		b.br.tidy(q, now)
+	}
+	scheduledFrom := now
+	if b.br.is(StatsDueStale) {
+		scheduledFrom = q.received // a message is due only once a Receive saw it so
+	}
 	st := driver.Stats{Dead: int64(len(q.dead))}
 	for _, m := range q.msgs {
 		switch {
 		case m.token != 0:
 			st.InFlight++
-		case m.notBefore.After(now):
+		case m.notBefore.After(scheduledFrom):
 			st.Scheduled++
 		default:
 			st.Ready++
@@ -648,11 +674,13 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	close(b.done)
+	abandoned, released := 0, 0
 	for _, q := range b.br.queues {
 		for _, m := range slices.Clone(q.msgs) {
 			if m.owner == b {
+				abandoned++
 				switch {
-				case b.br.is(CloseLosesDeliveries):
+				case b.br.is(CloseLosesDeliveries), b.br.is(CloseLosesLater) && abandoned > 1:
 					q.remove(m)
 				case !b.br.is(CloseKeepsLeases):
 					m.token, m.owner = 0, nil
@@ -660,9 +688,14 @@ func (b *Backend) Close() error {
 			}
 		}
 		for _, r := range q.dead {
+			if r.owner != b {
+				continue
+			}
+			released++
 			switch {
-			case r.owner != b:
-			case b.br.is(CloseKeepsHolds):
+			case b.br.is(CloseKeepsHolds),
+				b.br.is(CloseKeepsLaterHolds) && released > 1,
+				b.br.is(CloseKeepsSecondHolder) && b != b.br.holder:
 				r.until = time.Time{} // held for good
 			default:
 				r.token, r.owner = 0, nil

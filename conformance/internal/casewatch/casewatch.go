@@ -1,0 +1,102 @@
+// Package casewatch runs a test case of the conformance suites under a
+// deadline of its own, so that a case that stalls fails, named, with what
+// it was waiting for, instead of hanging the test binary until go test's
+// -timeout kills it and prints nothing of the report.
+//
+// The case runs in a goroutine of its own that carries a pprof label with
+// the case's name; every goroutine it starts (a platform's fetchers and
+// handlers, a background Receive) inherits the label, so the stacks of
+// exactly the case's goroutines can be told from the rest of the suite's.
+package casewatch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Label is the pprof label key that names the case a goroutine works for.
+const Label = "asyncplatform-conformance-case"
+
+// MaxDump bounds the stacks a stalled case's failure shows, in bytes.
+const MaxDump = 64 << 10
+
+// T is the part of *testing.T that Run uses.
+type T interface {
+	Helper()
+	Name() string
+	Errorf(format string, args ...any)
+	Logf(format string, args ...any)
+}
+
+var _ T = (*testing.T)(nil)
+
+// Run runs body, the case t, in a goroutine of its own and waits for it.
+// When body has not returned within limit, Run fails t with the case's name,
+// the limit, and the stacks of the goroutines labelled with the case, then
+// calls abort (which ends what the case can be waiting on: its backends;
+// nil for none)
+// and waits up to grace more. A case still running then is left behind and
+// Run returns, so that the test ends and the rest of the report prints.
+//
+// body may call t.Fatal, t.Skip and the like: they end body's goroutine,
+// which ends the wait.
+func Run(t T, limit, grace time.Duration, abort func(), body func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pprof.Do(context.Background(), pprof.Labels(Label, t.Name()), func(context.Context) { body() })
+	}()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return
+	case <-timer.C:
+	}
+	t.Errorf("STALLED: case %s had not finished %v after it began (its deadline): it fails. "+
+		"Its goroutines, and what each was waiting for:\n%s", t.Name(), limit, Stacks(t.Name()))
+	if abort != nil {
+		abort()
+	}
+	select {
+	case <-done:
+		t.Logf("case %s ended within %v after its deadline", t.Name(), grace)
+	case <-time.After(grace):
+		t.Errorf("case %s was still running %v after its deadline: its goroutine is left behind so that the report prints", t.Name(), grace)
+	}
+}
+
+// Stacks returns the stacks of the goroutines labelled with the case name,
+// grouped as runtime/pprof's goroutine profile groups them (debug=1), at
+// most MaxDump bytes.
+func Stacks(name string) string {
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+		return fmt.Sprintf("(no goroutine profile: %v)", err)
+	}
+	want := fmt.Sprintf("%q:%q", Label, name)
+	var out strings.Builder
+	n := 0
+	for _, rec := range strings.Split(buf.String(), "\n\n") {
+		if !strings.Contains(rec, want) {
+			continue
+		}
+		n++
+		if out.Len()+len(rec) > MaxDump {
+			fmt.Fprintf(&out, "(more stacks left out: the dump is bounded to %d bytes)\n", MaxDump)
+			break
+		}
+		out.WriteString(rec)
+		out.WriteString("\n\n")
+	}
+	if n == 0 {
+		return "(no goroutine of the case is left: it is stuck in a goroutine it did not start, or in its cleanup)"
+	}
+	return out.String()
+}
