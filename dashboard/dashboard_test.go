@@ -497,3 +497,26 @@ func TestConfigIsChecked(t *testing.T) {
 		t.Error("New took a nil platform")
 	}
 }
+
+// hostileJSON is issue 34's payload: 9,990 nested arrays around 5,000
+// numbers, 30 KB that indented would make a 300 MB page.
+func hostileJSON() []byte {
+	return []byte(strings.Repeat("[", 9990) + strings.Repeat("1,", 4999) + "1" + strings.Repeat("]", 9990))
+}
+
+// TestNestedJSONPageIsBounded: any viewer can open a dead letter, so its
+// page stays small whatever JSON the record holds (BenchmarkNestedJSONPage
+// measures its time and memory).
+func TestNestedJSONPageIsBounded(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{queues: []string{"mail"}})
+	f.enqueue("mail", 1, &ap.Job{Type: "fail.nested", Payload: hostileJSON()})
+	c := newClient(t, f)
+	dl := f.deadLetters("mail")[0]
+	for _, view := range []string{"", "json"} {
+		resp, body := c.get("/letter?q=mail&view=" + view + "&id=" + url.QueryEscape(dl.ID))
+		if resp.StatusCode != http.StatusOK || len(body) > 1<<20 || !strings.Contains(body, "nested deeper than") || !strings.Contains(body, "[[[[1,1,1") {
+			t.Errorf("view %q: %d, a page of %d bytes; want 200, under 1 MiB, the payload as text with a note", view, resp.StatusCode, len(body))
+		}
+	}
+}
