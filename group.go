@@ -31,6 +31,12 @@ func checkGroup(queue, group string) error {
 // the caller's map).
 func setGroup(j *Job) error {
 	if j.Group == "" {
+		if g, ok := j.Headers[GroupHeader]; ok {
+			// A worker would take it for no group: refuse it here.
+			if err := checkGroup(j.Queue, g); err != nil {
+				return fmt.Errorf("%w (in header %s)", err, GroupHeader)
+			}
+		}
 		return nil
 	}
 	if err := checkGroup(j.Queue, j.Group); err != nil {

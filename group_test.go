@@ -3,12 +3,16 @@ package asyncplatform
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/backend/memory"
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // flakyStore is a memory connection whose store List fails while down is set.
@@ -144,5 +148,86 @@ func TestParkFailuresDoNotPoison(t *testing.T) {
 	waitUntil(t, "the job ended", func() bool { return ran.Load() > 0 || dead.Load() != nil })
 	if d := dead.Load(); d != nil {
 		t.Fatalf("a job that never ran was dead-lettered: reason %s, crashes %d (%d park attempts)", d.Reason, d.Job.Crashes, b.tries.Load())
+	}
+}
+
+// A platform without the SigningKey (asyncctl, the dashboard) resumes a
+// group whose held jobs are signed: they go back as they were written, so
+// the signed workers run them (issue 34: they were written again unsigned
+// and dead-lettered "bad signature").
+func TestKeylessResumeGroupKeepsSignatures(t *testing.T) {
+	ctx := context.Background()
+	br := memory.NewBroker()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	w, err := New(br.Connect(), Config{Logger: quietLog, SigningKey: key, Queues: map[string]QueueConfig{"q": {Concurrency: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	_ = w.Handle("t", func(context.Context, *Job) error { ran.Add(1); return nil })
+	if err := w.PauseGroup(ctx, "q", "g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	time.Sleep(2 * PausePoll)
+	for range 3 {
+		if err := w.Enqueue(ctx, &Job{Type: "t", Queue: "q", Group: "g"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "the jobs held", func() bool { st, _ := w.Stats(ctx, HeldQueue("q", "g")); return st.Ready == 3 })
+	keyless, _ := New(br.Connect(), Config{Logger: quietLog})
+	if n, err := keyless.ResumeGroup(ctx, "q", "g"); n != 3 || err != nil {
+		t.Fatalf("keyless ResumeGroup = %d, %v; want 3 moved", n, err)
+	}
+	waitUntil(t, "the resumed jobs to run", func() bool { return ran.Load() == 3 })
+	if st, _ := w.Stats(ctx, "q"); st.Dead != 0 {
+		t.Errorf("%d resumed jobs dead-lettered; want none", st.Dead)
+	}
+}
+
+// A group header off the broker is checked as it is decoded: a name that
+// is no group name is no group, and the log says so (issue 34: handlers saw
+// "../../etc/passwd", a 100,000-byte group, bidi characters).
+func TestGroupHeaderCheckedOnDecode(t *testing.T) {
+	ctx := context.Background()
+	b := memory.NewBroker().Connect()
+	var log logBuffer
+	p, err := New(b, Config{Logger: slog.New(slog.NewTextHandler(&log, nil)), Queues: map[string]QueueConfig{"q": {Concurrency: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	groups := map[string]string{}
+	_ = p.Handle("t", func(_ context.Context, j *Job) error { mu.Lock(); groups[j.ID] = j.Group; mu.Unlock(); return nil })
+	want := map[string]string{"dots": "", "long": "", "bidi": "", "ok": "acme"}
+	header := map[string]string{"dots": "../../etc/passwd", "long": strings.Repeat("g", 100_000), "bidi": "acme\u202egnp", "ok": "acme"}
+	for id, g := range header {
+		body := p.codec.Encode(&wire.Job{ID: id, Type: "t", Headers: map[string]string{GroupHeader: g}})
+		if err := b.Enqueue(ctx, "q", []driver.Message{{ID: id, Body: body}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	waitUntil(t, "every job to run", func() bool { mu.Lock(); defer mu.Unlock(); return len(groups) == len(want) })
+	mu.Lock()
+	defer mu.Unlock()
+	for id, g := range want {
+		if groups[id] != g {
+			t.Errorf("job %s with group header %.20q ran with Group %.20q; want %q", id, header[id], groups[id], g)
+		}
+	}
+	if n := strings.Count(log.String(), "group header is not a group name"); n != 3 {
+		t.Errorf("%d warnings of a bad group header; want 3:\n%.2000s", n, log.String())
+	}
+	// Enqueue refuses what decoding would drop.
+	if err := p.Enqueue(ctx, &Job{Type: "t", Queue: "q", Headers: map[string]string{GroupHeader: "../x"}}); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("Enqueue with a bad group header: %v, want ErrInvalidJob", err)
 	}
 }

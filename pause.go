@@ -45,7 +45,7 @@ func newPauses(p *Platform) *pause.Engine {
 			}
 		},
 		MoveBack: func(d *driver.Delivery) (string, driver.Message) {
-			id, msg, err := p.exec.NextCopy(d)
+			id, msg, err := p.exec.HeldCopy(d)
 			if err != nil {
 				return "", driver.Message{ID: wire.NewID(time.Now()), Body: d.Body} // not a job: the queue's worker dead-letters it
 			}

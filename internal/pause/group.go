@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/decide"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // MaxGroupLen bounds a group name, in bytes.
-const MaxGroupLen = 64
+const MaxGroupLen = wire.MaxGroupLen
 
 // heldSuffix joins a queue and a group in the name of the queue where the
 // group's jobs are held while it is paused: QUEUE.held.GROUP.
@@ -38,32 +38,16 @@ var ErrNotParked = errors.New("setting aside a job of a paused group failed")
 // name is the queue's, ".held.", and the group's.
 func HeldQueue(queue, group string) string { return queue + heldSuffix + group }
 
-// CheckGroup checks a group name, alone and in its held queue's name.
+// CheckGroup checks a group name (wire.CheckGroup), alone and in its held
+// queue's name.
 func CheckGroup(queue, group string) error {
-	if group == "" || len(group) > MaxGroupLen {
-		return fmt.Errorf("group %q must be 1 to %d bytes", cut(group, 80), MaxGroupLen)
-	}
-	for i := 0; i < len(group); i++ {
-		c := group[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("group %q: byte %d is not one of [A-Za-z0-9_-]", cut(group, 80), i)
-		}
+	if err := wire.CheckGroup(group); err != nil {
+		return err
 	}
 	if err := driver.CheckQueue(HeldQueue(queue, group)); err != nil {
 		return fmt.Errorf("group %q of queue %q: the queue holding it would be an invalid name: %v", group, queue, err)
 	}
 	return nil
-}
-
-// cut returns s cut to at most n bytes, not inside a UTF-8 sequence.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 func groupKey(queue, group string) string { return groupPrefix + queue + "/" + group }
