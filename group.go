@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
+	"strings"
 
+	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/pause"
 )
 
@@ -18,6 +21,30 @@ const MaxGroupLen = 64
 // name is the queue's, ".held.", and the group's. It shows among the
 // backend's queues; ResumeGroup empties it.
 func HeldQueue(queue, group string) string { return pause.HeldQueue(queue, group) }
+
+// ownQueue checks a queue name a user gives for a queue of their own (a
+// job's queue, a queue of Config.Queues, a queue whose groups are paused):
+// a valid name (validQueue) that names none of the queues the platform
+// derives from one: no ".held." (a group's held queue, HeldQueue) and no
+// ".prio" and a number at its end (a priority level's queue,
+// PriorityQueue), so that no real queue is taken for one of those. level
+// is the job's Priority: a job enqueued again as it was delivered names
+// its own level's queue. The error matches ErrInvalidJob and
+// driver.ErrBadQueue.
+func ownQueue(name string, level int) error {
+	if err := validQueue(name); err != nil {
+		return err
+	}
+	if strings.Contains(name, ".held.") {
+		return fmt.Errorf("%w: %w: queue name %q has \".held.\", which marks the held queue of a paused group (HeldQueue)", ErrInvalidJob, driver.ErrBadQueue, name)
+	}
+	if i := strings.LastIndex(name, ".prio"); i >= 0 {
+		if n := name[i+len(".prio"):]; n != "" && strings.Trim(n, "0123456789") == "" && (level == 0 || n != strconv.Itoa(level)) {
+			return fmt.Errorf("%w: %w: queue name %q ends in %q, which marks the queue of a priority level (PriorityQueue): set Job.Priority instead", ErrInvalidJob, driver.ErrBadQueue, name, name[i:])
+		}
+	}
+	return nil
+}
 
 // checkGroup checks a group name, alone and in its held queue's name.
 func checkGroup(queue, group string) error {
@@ -62,7 +89,7 @@ func setGroup(j *Job) error {
 // queues, never none. Workers notice within about PausePoll. It needs the
 // backend's store.
 func (p *Platform) PauseGroup(ctx context.Context, queue, group string) error {
-	if err := validQueue(queue); err != nil {
+	if err := ownQueue(queue, 0); err != nil {
 		return err
 	}
 	if err := checkGroup(queue, group); err != nil {
@@ -81,7 +108,7 @@ func (p *Platform) PauseGroup(ctx context.Context, queue, group string) error {
 // not yet moved stay held: call it again. Resuming a group that is not
 // paused moves whatever its held queue still has.
 func (p *Platform) ResumeGroup(ctx context.Context, queue, group string) (int, error) {
-	if err := validQueue(queue); err != nil {
+	if err := ownQueue(queue, 0); err != nil {
 		return 0, err
 	}
 	if err := checkGroup(queue, group); err != nil {
@@ -95,7 +122,7 @@ func (p *Platform) ResumeGroup(ctx context.Context, queue, group string) (int, e
 
 // PausedGroups returns the paused groups of a queue, sorted.
 func (p *Platform) PausedGroups(ctx context.Context, queue string) ([]string, error) {
-	if err := validQueue(queue); err != nil {
+	if err := ownQueue(queue, 0); err != nil {
 		return nil, err
 	}
 	if p == nil || p.pz == nil {

@@ -231,3 +231,100 @@ func TestGroupHeaderCheckedOnDecode(t *testing.T) {
 		t.Errorf("Enqueue with a bad group header: %v, want ErrInvalidJob", err)
 	}
 }
+
+// Names the platform derives from a queue's are no user's queue: a real
+// queue named like a held queue or a level would be taken for one (issue
+// 34: ResumeGroup(bill, eu) moved the jobs of a real queue "bill.held.eu").
+func TestDerivedQueueNamesReserved(t *testing.T) {
+	ctx := context.Background()
+	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []*Job{
+		{Type: "t", Queue: "bill.held.eu"}, {Type: "t", Queue: "a.held.b.c"}, {Type: "t", Queue: "bill.prio2"},
+		{Type: "t", Queue: "bill.prio2", Priority: 1}, {Type: "t", Queue: "bill.prio9"}, {Type: "t", Queue: "bill.prio02", Priority: 2},
+	} {
+		if err := p.Enqueue(ctx, j); !errors.Is(err, ErrInvalidJob) || !errors.Is(err, driver.ErrBadQueue) {
+			t.Errorf("Enqueue to %q at priority %d: %v; want ErrInvalidJob and driver.ErrBadQueue", j.Queue, j.Priority, err)
+		}
+	}
+	for _, j := range []*Job{
+		{Type: "t", Queue: "bill.prio2", Priority: 2}, // enqueued again as it was delivered
+		{Type: "t", Queue: "held.prio"}, {Type: "t", Queue: "x.priority1"}, {Type: "t", Queue: "x.held"}, {Type: "t", Queue: "prio2"},
+	} {
+		if err := p.Enqueue(ctx, j); err != nil {
+			t.Errorf("Enqueue to %q at priority %d: %v", j.Queue, j.Priority, err)
+		}
+	}
+	for _, q := range []string{"bill.held.eu", "bill.prio1"} {
+		if err := p.PauseGroup(ctx, q, "eu"); !errors.Is(err, driver.ErrBadQueue) {
+			t.Errorf("PauseGroup(%q): %v; want driver.ErrBadQueue", q, err)
+		}
+		if _, err := p.ResumeGroup(ctx, q, "eu"); !errors.Is(err, driver.ErrBadQueue) {
+			t.Errorf("ResumeGroup(%q): %v; want driver.ErrBadQueue", q, err)
+		}
+		if _, err := New(memory.NewBroker().Connect(), Config{Queues: map[string]QueueConfig{q: {}}}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("Config.Queues[%q]: %v; want ErrInvalidConfig", q, err)
+		}
+		if _, err := New(memory.NewBroker().Connect(), Config{Queues: map[string]QueueConfig{"in": {Output: q}}}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("Config.Queues[in].Output %q: %v; want ErrInvalidConfig", q, err)
+		}
+	}
+}
+
+// A paused group holds its jobs at every priority level of its queue, and
+// ResumeGroup brings each back to its level (issue 34: a priority-2 job of
+// a paused group ran on bill.prio2).
+func TestPauseGroupHoldsEveryLevel(t *testing.T) {
+	ctx := context.Background()
+	br := memory.NewBroker()
+	w, err := New(br.Connect(), Config{Logger: quietLog, Queues: map[string]QueueConfig{"bill": {Concurrency: 1, Priorities: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	ran := map[string]int{} // job ID → its Priority as run
+	_ = w.Handle("t", func(_ context.Context, j *Job) error { mu.Lock(); ran[j.ID] = j.Priority; mu.Unlock(); return nil })
+	admin, _ := New(br.Connect(), Config{Logger: quietLog})
+	if err := admin.PauseGroup(ctx, "bill", "eu"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	time.Sleep(2 * PausePoll)
+	jobs := []*Job{{ID: "p0", Priority: 0}, {ID: "p2", Priority: 2}, {ID: "p3", Priority: 3}}
+	for _, j := range jobs {
+		j.Type, j.Queue, j.Group = "t", "bill", "eu"
+		if err := admin.Enqueue(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() int64 {
+		n := int64(0)
+		for l := range MaxPriority + 1 {
+			st, _ := admin.Stats(ctx, HeldQueue(PriorityQueue("bill", l), "eu"))
+			n += st.Ready
+		}
+		return n
+	}
+	waitUntil(t, "every level's job held", func() bool { return held() == 3 })
+	mu.Lock()
+	if len(ran) != 0 {
+		t.Errorf("jobs of the paused group ran: %v", ran)
+	}
+	mu.Unlock()
+	if n, err := admin.ResumeGroup(ctx, "bill", "eu"); n != 3 || err != nil {
+		t.Fatalf("ResumeGroup = %d, %v; want 3 moved", n, err)
+	}
+	waitUntil(t, "the resumed jobs to run", func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	for _, j := range jobs {
+		if ran[j.ID] != j.Priority {
+			t.Errorf("job %s ran at priority %d; want %d", j.ID, ran[j.ID], j.Priority)
+		}
+	}
+}

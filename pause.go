@@ -44,6 +44,13 @@ func newPauses(p *Platform) *pause.Engine {
 				q.Wake()
 			}
 		},
+		LevelQueues: func(queue string) []string {
+			qs := make([]string, 0, MaxPriority+1)
+			for l := range MaxPriority + 1 {
+				qs = append(qs, PriorityQueue(queue, l))
+			}
+			return qs
+		},
 		MoveBack: func(d *driver.Delivery) (string, driver.Message) {
 			id, msg, err := p.exec.HeldCopy(d)
 			if err != nil {

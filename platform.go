@@ -446,7 +446,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	queues := make(map[string]QueueConfig, len(c.Queues))
 	for name, q := range c.Queues {
-		if err := validQueue(name); err != nil {
+		if err := ownQueue(name, 0); err != nil {
 			return c, fmt.Errorf("%w: Queues: %w", ErrInvalidConfig, err)
 		}
 		where := fmt.Sprintf("Queues[%q]", name)
@@ -465,7 +465,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, err
 		}
 		if q.Output != "" {
-			if err := validQueue(q.Output); err != nil {
+			if err := ownQueue(q.Output, 0); err != nil {
 				return c, fmt.Errorf("%w: %s.Output: %w", ErrInvalidConfig, where, err)
 			}
 			if q.Output == name {
@@ -674,7 +674,7 @@ func (c *Config) prepare(j *Job, now time.Time) error {
 	if j.Queue == "" {
 		j.Queue = DefaultQueue
 	}
-	if err := validQueue(j.Queue); err != nil {
+	if err := ownQueue(j.Queue, j.Priority); err != nil {
 		return err
 	}
 	if err := setPriority(j); err != nil {
