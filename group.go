@@ -120,9 +120,10 @@ func (p *Platform) ResumeGroup(ctx context.Context, queue, group string) (int, e
 	return p.pz.ResumeGroup(ctx, queue, group)
 }
 
-// PausedGroups returns the paused groups of a queue, sorted.
+// PausedGroups returns the paused groups of a queue, sorted. A held queue
+// or a priority level's queue has none: its groups are its queue's.
 func (p *Platform) PausedGroups(ctx context.Context, queue string) ([]string, error) {
-	if err := ownQueue(queue, 0); err != nil {
+	if err := validQueue(queue); err != nil {
 		return nil, err
 	}
 	if p == nil || p.pz == nil {
