@@ -66,8 +66,8 @@ func (d *Dashboard) parseTemplates() error {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05.000 UTC")
 		},
-		"ago":     ago,
-		"link":    d.link,
+		"ago":         ago,
+		"link":        d.link,
 		"reasons":     reasonNames,
 		"reasonClass": reasonClass,
 	}
