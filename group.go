@@ -18,8 +18,10 @@ const GroupHeader = "asyncplatform-group"
 const MaxGroupLen = 64
 
 // HeldQueue is the queue where the jobs of a paused group are held: its
-// name is the queue's, ".held.", and the group's. It shows among the
-// backend's queues; ResumeGroup empties it.
+// name is the queue's, ".held.", and the group's. A priority level's jobs
+// are held on their level's: HeldQueue(PriorityQueue(queue, n), group). It
+// shows among the backend's queues; ResumeGroup empties it. No queue a
+// user names may contain ".held." (see Enqueue).
 func HeldQueue(queue, group string) string { return pause.HeldQueue(queue, group) }
 
 // ownQueue checks a queue name a user gives for a queue of their own (a
@@ -80,8 +82,9 @@ func setGroup(j *Job) error {
 	return nil
 }
 
-// PauseGroup pauses one group of a queue's jobs (Job.Group) for every
-// worker process, until ResumeGroup: as a worker is handed one of its
+// PauseGroup pauses one group of a queue's jobs (Job.Group), at every
+// priority level of the queue, for every worker process, until
+// ResumeGroup: as a worker is handed one of its
 // jobs, it sets the job aside, as it is (tries, failures, crashes), on the
 // group's held queue (HeldQueue), and acknowledges it on the queue: the
 // queue's other jobs keep flowing. A job set aside is written before its
@@ -103,8 +106,10 @@ func (p *Platform) PauseGroup(ctx context.Context, queue, group string) error {
 
 // ResumeGroup resumes a paused group: it ends the pause, waits until the
 // workers have noticed, then moves every job held for the group back to
-// its queue, in the order they were set aside, with their counters as
-// they were, and returns how many it moved. If it fails part way, the jobs
+// its queue (and each priority level's to its level), in the order they
+// were set aside, with their counters as they were, and returns how many
+// it moved. A held job goes back byte for byte, its signature with it: a
+// platform without the SigningKey resumes signed jobs. If it fails part way, the jobs
 // not yet moved stay held: call it again. Resuming a group that is not
 // paused moves whatever its held queue still has.
 func (p *Platform) ResumeGroup(ctx context.Context, queue, group string) (int, error) {

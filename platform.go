@@ -628,7 +628,12 @@ func (p *Platform) Handle(jobType string, h Handler, policy ...Policy) error {
 
 // Enqueue stores one job durably. It fills in the job's ID, Queue and
 // EnqueuedAt when they are empty. A job it refuses gets an error wrapping
-// ErrInvalidJob or ErrPayloadTooLarge that names the problem.
+// ErrInvalidJob or ErrPayloadTooLarge that names the problem. The queue
+// names the platform derives from a queue's are reserved: a job's Queue
+// may not contain ".held." (HeldQueue) nor end in ".prio" and digits
+// (PriorityQueue; set Priority instead), unless it is its own Priority's
+// level, as a delivered job enqueued again is; such names match
+// driver.ErrBadQueue too.
 func (p *Platform) Enqueue(ctx context.Context, job *Job) error {
 	if p.enqueue == nil {
 		return ErrNotNew
