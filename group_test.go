@@ -3,12 +3,16 @@ package asyncplatform
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/backend/memory"
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // flakyStore is a memory connection whose store List fails while down is set.
@@ -144,5 +148,183 @@ func TestParkFailuresDoNotPoison(t *testing.T) {
 	waitUntil(t, "the job ended", func() bool { return ran.Load() > 0 || dead.Load() != nil })
 	if d := dead.Load(); d != nil {
 		t.Fatalf("a job that never ran was dead-lettered: reason %s, crashes %d (%d park attempts)", d.Reason, d.Job.Crashes, b.tries.Load())
+	}
+}
+
+// A platform without the SigningKey (asyncctl, the dashboard) resumes a
+// group whose held jobs are signed: they go back as they were written, so
+// the signed workers run them (issue 34: they were written again unsigned
+// and dead-lettered "bad signature").
+func TestKeylessResumeGroupKeepsSignatures(t *testing.T) {
+	ctx := context.Background()
+	br := memory.NewBroker()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	w, err := New(br.Connect(), Config{Logger: quietLog, SigningKey: key, Queues: map[string]QueueConfig{"q": {Concurrency: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	_ = w.Handle("t", func(context.Context, *Job) error { ran.Add(1); return nil })
+	if err := w.PauseGroup(ctx, "q", "g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	time.Sleep(2 * PausePoll)
+	for range 3 {
+		if err := w.Enqueue(ctx, &Job{Type: "t", Queue: "q", Group: "g"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "the jobs held", func() bool { st, _ := w.Stats(ctx, HeldQueue("q", "g")); return st.Ready == 3 })
+	keyless, _ := New(br.Connect(), Config{Logger: quietLog})
+	if n, err := keyless.ResumeGroup(ctx, "q", "g"); n != 3 || err != nil {
+		t.Fatalf("keyless ResumeGroup = %d, %v; want 3 moved", n, err)
+	}
+	waitUntil(t, "the resumed jobs to run", func() bool { return ran.Load() == 3 })
+	if st, _ := w.Stats(ctx, "q"); st.Dead != 0 {
+		t.Errorf("%d resumed jobs dead-lettered; want none", st.Dead)
+	}
+}
+
+// A group header off the broker is checked as it is decoded: a name that
+// is no group name is no group, and the log says so (issue 34: handlers saw
+// "../../etc/passwd", a 100,000-byte group, bidi characters).
+func TestGroupHeaderCheckedOnDecode(t *testing.T) {
+	ctx := context.Background()
+	b := memory.NewBroker().Connect()
+	var log logBuffer
+	p, err := New(b, Config{Logger: slog.New(slog.NewTextHandler(&log, nil)), Queues: map[string]QueueConfig{"q": {Concurrency: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	groups := map[string]string{}
+	_ = p.Handle("t", func(_ context.Context, j *Job) error { mu.Lock(); groups[j.ID] = j.Group; mu.Unlock(); return nil })
+	want := map[string]string{"dots": "", "long": "", "bidi": "", "ok": "acme"}
+	header := map[string]string{"dots": "../../etc/passwd", "long": strings.Repeat("g", 100_000), "bidi": "acme\u202egnp", "ok": "acme"}
+	for id, g := range header {
+		body := p.codec.Encode(&wire.Job{ID: id, Type: "t", Headers: map[string]string{GroupHeader: g}})
+		if err := b.Enqueue(ctx, "q", []driver.Message{{ID: id, Body: body}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	waitUntil(t, "every job to run", func() bool { mu.Lock(); defer mu.Unlock(); return len(groups) == len(want) })
+	mu.Lock()
+	defer mu.Unlock()
+	for id, g := range want {
+		if groups[id] != g {
+			t.Errorf("job %s with group header %.20q ran with Group %.20q; want %q", id, header[id], groups[id], g)
+		}
+	}
+	if n := strings.Count(log.String(), "group header is not a group name"); n != 3 {
+		t.Errorf("%d warnings of a bad group header; want 3:\n%.2000s", n, log.String())
+	}
+	// Enqueue refuses what decoding would drop.
+	if err := p.Enqueue(ctx, &Job{Type: "t", Queue: "q", Headers: map[string]string{GroupHeader: "../x"}}); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("Enqueue with a bad group header: %v, want ErrInvalidJob", err)
+	}
+}
+
+// Names the platform derives from a queue's are no user's queue: a real
+// queue named like a held queue or a level would be taken for one (issue
+// 34: ResumeGroup(bill, eu) moved the jobs of a real queue "bill.held.eu").
+func TestDerivedQueueNamesReserved(t *testing.T) {
+	ctx := context.Background()
+	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []*Job{
+		{Type: "t", Queue: "bill.held.eu"}, {Type: "t", Queue: "a.held.b.c"}, {Type: "t", Queue: "bill.prio2"},
+		{Type: "t", Queue: "bill.prio2", Priority: 1}, {Type: "t", Queue: "bill.prio9"}, {Type: "t", Queue: "bill.prio02", Priority: 2},
+	} {
+		if err := p.Enqueue(ctx, j); !errors.Is(err, ErrInvalidJob) || !errors.Is(err, driver.ErrBadQueue) {
+			t.Errorf("Enqueue to %q at priority %d: %v; want ErrInvalidJob and driver.ErrBadQueue", j.Queue, j.Priority, err)
+		}
+	}
+	for _, j := range []*Job{
+		{Type: "t", Queue: "bill.prio2", Priority: 2}, // enqueued again as it was delivered
+		{Type: "t", Queue: "held.prio"}, {Type: "t", Queue: "x.priority1"}, {Type: "t", Queue: "x.held"}, {Type: "t", Queue: "prio2"},
+	} {
+		if err := p.Enqueue(ctx, j); err != nil {
+			t.Errorf("Enqueue to %q at priority %d: %v", j.Queue, j.Priority, err)
+		}
+	}
+	for _, q := range []string{"bill.held.eu", "bill.prio1"} {
+		if err := p.PauseGroup(ctx, q, "eu"); !errors.Is(err, driver.ErrBadQueue) {
+			t.Errorf("PauseGroup(%q): %v; want driver.ErrBadQueue", q, err)
+		}
+		if _, err := p.ResumeGroup(ctx, q, "eu"); !errors.Is(err, driver.ErrBadQueue) {
+			t.Errorf("ResumeGroup(%q): %v; want driver.ErrBadQueue", q, err)
+		}
+		if _, err := New(memory.NewBroker().Connect(), Config{Queues: map[string]QueueConfig{q: {}}}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("Config.Queues[%q]: %v; want ErrInvalidConfig", q, err)
+		}
+		if _, err := New(memory.NewBroker().Connect(), Config{Queues: map[string]QueueConfig{"in": {Output: q}}}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("Config.Queues[in].Output %q: %v; want ErrInvalidConfig", q, err)
+		}
+	}
+}
+
+// A paused group holds its jobs at every priority level of its queue, and
+// ResumeGroup brings each back to its level (issue 34: a priority-2 job of
+// a paused group ran on bill.prio2).
+func TestPauseGroupHoldsEveryLevel(t *testing.T) {
+	ctx := context.Background()
+	br := memory.NewBroker()
+	w, err := New(br.Connect(), Config{Logger: quietLog, Queues: map[string]QueueConfig{"bill": {Concurrency: 1, Priorities: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	ran := map[string]int{} // job ID → its Priority as run
+	_ = w.Handle("t", func(_ context.Context, j *Job) error { mu.Lock(); ran[j.ID] = j.Priority; mu.Unlock(); return nil })
+	admin, _ := New(br.Connect(), Config{Logger: quietLog})
+	if err := admin.PauseGroup(ctx, "bill", "eu"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	time.Sleep(2 * PausePoll)
+	jobs := []*Job{{ID: "p0", Priority: 0}, {ID: "p2", Priority: 2}, {ID: "p3", Priority: 3}}
+	for _, j := range jobs {
+		j.Type, j.Queue, j.Group = "t", "bill", "eu"
+		if err := admin.Enqueue(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() int64 {
+		n := int64(0)
+		for l := range MaxPriority + 1 {
+			st, _ := admin.Stats(ctx, HeldQueue(PriorityQueue("bill", l), "eu"))
+			n += st.Ready
+		}
+		return n
+	}
+	waitUntil(t, "every level's job held", func() bool { return held() == 3 })
+	mu.Lock()
+	if len(ran) != 0 {
+		t.Errorf("jobs of the paused group ran: %v", ran)
+	}
+	mu.Unlock()
+	if n, err := admin.ResumeGroup(ctx, "bill", "eu"); n != 3 || err != nil {
+		t.Fatalf("ResumeGroup = %d, %v; want 3 moved", n, err)
+	}
+	waitUntil(t, "the resumed jobs to run", func() bool { mu.Lock(); defer mu.Unlock(); return len(ran) == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	for _, j := range jobs {
+		if ran[j.ID] != j.Priority {
+			t.Errorf("job %s ran at priority %d; want %d", j.ID, ran[j.ID], j.Priority)
+		}
 	}
 }

@@ -76,7 +76,9 @@ type Job struct {
 	// batch) that can be paused on its own queue while the queue's other
 	// jobs flow (Platform.PauseGroup). 1 to MaxGroupLen bytes of
 	// [A-Za-z0-9_-]. It rides in the GroupHeader header, which a worker
-	// reads back into Group. Defaults to none.
+	// reads back into Group when it is a valid group name (a header that
+	// is not is no group, and the worker logs a warning: any writer to the
+	// broker writes headers). Defaults to none.
 	Group string
 
 	// ---- set by the platform ----

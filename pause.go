@@ -44,8 +44,15 @@ func newPauses(p *Platform) *pause.Engine {
 				q.Wake()
 			}
 		},
+		LevelQueues: func(queue string) []string {
+			qs := make([]string, 0, MaxPriority+1)
+			for l := range MaxPriority + 1 {
+				qs = append(qs, PriorityQueue(queue, l))
+			}
+			return qs
+		},
 		MoveBack: func(d *driver.Delivery) (string, driver.Message) {
-			id, msg, err := p.exec.NextCopy(d)
+			id, msg, err := p.exec.HeldCopy(d)
 			if err != nil {
 				return "", driver.Message{ID: wire.NewID(time.Now()), Body: d.Body} // not a job: the queue's worker dead-letters it
 			}

@@ -446,7 +446,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	queues := make(map[string]QueueConfig, len(c.Queues))
 	for name, q := range c.Queues {
-		if err := validQueue(name); err != nil {
+		if err := ownQueue(name, 0); err != nil {
 			return c, fmt.Errorf("%w: Queues: %w", ErrInvalidConfig, err)
 		}
 		where := fmt.Sprintf("Queues[%q]", name)
@@ -465,7 +465,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, err
 		}
 		if q.Output != "" {
-			if err := validQueue(q.Output); err != nil {
+			if err := ownQueue(q.Output, 0); err != nil {
 				return c, fmt.Errorf("%w: %s.Output: %w", ErrInvalidConfig, where, err)
 			}
 			if q.Output == name {
@@ -628,7 +628,12 @@ func (p *Platform) Handle(jobType string, h Handler, policy ...Policy) error {
 
 // Enqueue stores one job durably. It fills in the job's ID, Queue and
 // EnqueuedAt when they are empty. A job it refuses gets an error wrapping
-// ErrInvalidJob or ErrPayloadTooLarge that names the problem.
+// ErrInvalidJob or ErrPayloadTooLarge that names the problem. The queue
+// names the platform derives from a queue's are reserved: a job's Queue
+// may not contain ".held." (HeldQueue) nor end in ".prio" and digits
+// (PriorityQueue; set Priority instead), unless it is its own Priority's
+// level, as a delivered job enqueued again is; such names match
+// driver.ErrBadQueue too.
 func (p *Platform) Enqueue(ctx context.Context, job *Job) error {
 	if p.enqueue == nil {
 		return ErrNotNew
@@ -674,7 +679,7 @@ func (c *Config) prepare(j *Job, now time.Time) error {
 	if j.Queue == "" {
 		j.Queue = DefaultQueue
 	}
-	if err := validQueue(j.Queue); err != nil {
+	if err := ownQueue(j.Queue, j.Priority); err != nil {
 		return err
 	}
 	if err := setPriority(j); err != nil {

@@ -73,6 +73,7 @@ func ExampleCases() {
 	// Flow/Weighted
 	// Flow/PriorityWithinQueue
 	// Flow/PauseGroup
+	// Flow/PauseGroupSignedLevels
 	// Flow/ClusterConcurrency
 	// Flow/RateLimit
 	// Outcomes/StatusWalk

@@ -429,3 +429,62 @@ func outOfPlace(got, want []string) int {
 	}
 	return len(got) - len(tails)
 }
+
+// testPauseGroupSignedLevels: a paused group holds its jobs at every
+// priority level of its queue, as signed workers wrote them; a platform
+// without the SigningKey (asyncctl, a dashboard) resumes the group, and
+// each job runs once, at its own level, none refused as unsigned.
+func testPauseGroupSignedLevels(t *testing.T, e *env) {
+	const group = "acme"
+	for l := 0; l <= ap.MaxPriority; l++ {
+		e.alsoDelete(ap.PriorityQueue(e.queue, l), ap.HeldQueue(ap.PriorityQueue(e.queue, l), group))
+	}
+	cfg := e.config()
+	cfg.SigningKey = []byte("conformance: a 32-byte test key.")
+	cfg.Queues = map[string]ap.QueueConfig{e.queue: {Concurrency: 1, Priorities: true}}
+	w := e.worker(cfg).handle(t, "g", ok).start(t)
+	admin := e.producer() // no SigningKey
+	ctx := ctxT(t, 2*e.opts.Wait)
+	if err := admin.PauseGroup(ctx, e.queue, group); err != nil {
+		t.Fatalf("PauseGroup: %v", err)
+	}
+	t.Cleanup(func() { _, _ = admin.ResumeGroup(context.Background(), e.queue, group) })
+	time.Sleep(2*ap.PausePoll + e.scaled(200*time.Millisecond)) // every worker has read it
+	held := []*ap.Job{{Type: "g", Group: group}, {Type: "g", Group: group, Priority: 2}}
+	other := &ap.Job{Type: "g", Group: "globex", Priority: 2}
+	e.enqueue(w.P, append(slices.Clone(held), other)...) // signed
+	e.waitFor("the other group's job to run", func() bool { return e.rec.count(other.ID) == 1 })
+	for _, j := range held {
+		hq := ap.HeldQueue(ap.PriorityQueue(e.queue, j.Priority), group)
+		e.waitFor("the paused group's job to be held on "+hq, func() bool {
+			st, err := admin.Stats(ctx, hq)
+			return err == nil && st.Ready != 0
+		})
+	}
+	e.settle()
+	for _, j := range held {
+		if n := e.rec.count(j.ID); n != 0 {
+			t.Fatalf("a job of the paused group at priority %d ran %d times", j.Priority, n)
+		}
+	}
+	n, err := admin.ResumeGroup(ctx, e.queue, group)
+	if err != nil || n != len(held) {
+		t.Fatalf("ResumeGroup without the SigningKey = %d, %v; want %d moved back", n, err, len(held))
+	}
+	for _, j := range held {
+		e.waitFor("the resumed job to run (not dead-lettered as unsigned)", func() bool { return e.rec.count(j.ID) > 0 })
+	}
+	e.settle()
+	for _, j := range held {
+		for _, a := range e.rec.of(j.ID) {
+			if a.Job.Priority != j.Priority || a.Job.Group != group {
+				t.Errorf("job %s of priority %d ran at priority %d, group %q; want its own level and group", j.ID, j.Priority, a.Job.Priority, a.Job.Group)
+			}
+		}
+	}
+	for l := 0; l <= ap.MaxPriority; l++ {
+		if st, err := admin.Stats(ctx, ap.PriorityQueue(e.queue, l)); err == nil && st.Dead != 0 {
+			t.Errorf("queue %s has %d dead letters; want none", ap.PriorityQueue(e.queue, l), st.Dead)
+		}
+	}
+}

@@ -101,6 +101,7 @@ func cases() []testCase {
 		{"Flow/Weighted", testWeighted},
 		{"Flow/PriorityWithinQueue", testPriorityWithinQueue},
 		{"Flow/PauseGroup", testPauseGroup},
+		{"Flow/PauseGroupSignedLevels", testPauseGroupSignedLevels},
 		{"Flow/ClusterConcurrency", testClusterConcurrency},
 		{"Flow/RateLimit", testRateLimit},
 		// outcomes.go

@@ -6,7 +6,10 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,4 +112,69 @@ func BenchmarkDeadLetters100k(b *testing.B) {
 			b.ReportMetric(float64(time.Since(t0).Microseconds())/1000/float64(pages), "ms/page")
 		}
 	})
+}
+
+// BenchmarkNestedJSONPage measures the page of a dead letter whose payload
+// is issue 34's 30 KB of nested arrays, as any viewer can ask for it, one
+// view and three at a time: the time of a round, the page's size, and the
+// peak of the heap (sampled every millisecond) above where it started.
+//
+// go test -run '^$' -bench NestedJSONPage -benchtime 20x ./dashboard
+func BenchmarkNestedJSONPage(b *testing.B) {
+	f := newFixture(b, fixtureOptions{queues: []string{"mail"}})
+	payload := []byte(strings.Repeat("[", 9990) + strings.Repeat("1,", 4999) + "1" + strings.Repeat("]", 9990))
+	f.enqueue("mail", 1, &ap.Job{Type: "fail.nested", Payload: payload})
+	path := f.base + "/letter?q=mail&id=" + url.QueryEscape(f.deadLetters("mail")[0].ID)
+	hc := &http.Client{}
+	for _, views := range []int{1, 3} {
+		b.Run(fmt.Sprintf("views=%d", views), func(b *testing.B) {
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			start := ms.HeapAlloc
+			var peak atomic.Uint64
+			stop := make(chan struct{})
+			sampled := make(chan struct{})
+			go func() {
+				defer close(sampled)
+				var ms runtime.MemStats
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Millisecond):
+					}
+					runtime.ReadMemStats(&ms)
+					if ms.HeapAlloc > peak.Load() {
+						peak.Store(ms.HeapAlloc)
+					}
+				}
+			}()
+			var size atomic.Int64
+			var worst time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				var wg sync.WaitGroup
+				for range views {
+					wg.Go(func() {
+						resp, err := hc.Get(path)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						defer resp.Body.Close()
+						n, _ := io.Copy(io.Discard, resp.Body)
+						size.Store(n)
+					})
+				}
+				wg.Wait()
+				worst = max(worst, time.Since(t0))
+			}
+			close(stop)
+			<-sampled
+			b.ReportMetric(float64(worst.Microseconds())/1000, "worst-ms")
+			b.ReportMetric(float64(size.Load())/1024, "page-KiB")
+			b.ReportMetric(float64(peak.Load()-min(peak.Load(), start))/(1<<20), "peak-heap-MiB")
+		})
+	}
 }

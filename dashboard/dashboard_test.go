@@ -12,9 +12,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/dashboard"
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // client is a browser-like HTTP client: a cookie jar, no redirects
@@ -495,5 +498,61 @@ func TestConfigIsChecked(t *testing.T) {
 	}
 	if _, err := dashboard.New(nil, dashboard.Config{}); err == nil {
 		t.Error("New took a nil platform")
+	}
+}
+
+// hostileJSON is issue 34's payload: 9,990 nested arrays around 5,000
+// numbers, 30 KB that indented would make a 300 MB page.
+func hostileJSON() []byte {
+	return []byte(strings.Repeat("[", 9990) + strings.Repeat("1,", 4999) + "1" + strings.Repeat("]", 9990))
+}
+
+// TestNestedJSONPageIsBounded: any viewer can open a dead letter, so its
+// page stays small whatever JSON the record holds (BenchmarkNestedJSONPage
+// measures its time and memory).
+func TestNestedJSONPageIsBounded(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{queues: []string{"mail"}})
+	f.enqueue("mail", 1, &ap.Job{Type: "fail.nested", Payload: hostileJSON()})
+	c := newClient(t, f)
+	dl := f.deadLetters("mail")[0]
+	for _, view := range []string{"", "json"} {
+		resp, body := c.get("/letter?q=mail&view=" + view + "&id=" + url.QueryEscape(dl.ID))
+		if resp.StatusCode != http.StatusOK || len(body) > 1<<20 || !strings.Contains(body, "nested deeper than") || !strings.Contains(body, "[[[[1,1,1") {
+			t.Errorf("view %q: %d, a page of %d bytes; want 200, under 1 MiB, the payload as text with a note", view, resp.StatusCode, len(body))
+		}
+	}
+}
+
+// A record's fields are whatever its writer wrote: its reason picks no CSS
+// class outside the fixed list, and the page names the queue it was read
+// from, not the one the record claims (issue 34 finding 11).
+func TestForgedRecordFields(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{queues: []string{"mail"}, noStart: true})
+	ctx := context.Background()
+	forged := &wire.Dead{Reason: "x danger flash ok", Queue: "payroll", DeadAt: time.Now(), Job: wire.Job{ID: "forged", Type: "t"}}
+	if err := f.backend.Enqueue(ctx, "mail", []driver.Message{{ID: "forged", Body: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := f.backend.Receive(ctx, "mail", 1, time.Minute)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Receive: %d, %v", len(ds), err)
+	}
+	if err := f.backend.DeadLetter(ctx, ds[0], driver.DeadMessage{ID: "forged", Body: wire.EncodeDead(forged)}); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, f)
+	_, body := c.get("/queue?q=mail")
+	if !strings.Contains(body, `<span class="reason-other">x danger flash ok</span>`) {
+		t.Errorf("the forged reason's class is not reason-other:\n%s", body)
+	}
+	_, body = c.get("/letter?q=mail&id=forged")
+	if !regexp.MustCompile(`id="record-queue">mail <span class="hint">\(the record names queue payroll\)`).MatchString(body) {
+		t.Errorf("the letter page does not name the queue read (mail) first:\n%s", body)
+	}
+	_, body = c.get("/queue?q=mail&reason=permanent")
+	if strings.Contains(body, "reason-other") {
+		t.Errorf("a filter on a known reason listed the forged record")
 	}
 }

@@ -22,7 +22,9 @@
 //     (the filters are applied while paging, so a page is filled even when
 //     the matches are far apart), and the actions;
 //   - one dead letter in full: the payload as JSON, text or hex (and as a
-//     download), the headers, the last error with its stack, the error
+//     download; the page shows at most its first 256 KiB, and JSON nested
+//     deeper than 64 levels or over 512 KiB once indented is shown as
+//     text, saying why), the headers, the last error with its stack, the error
 //     history, the worker, the counters, and the raw bytes of a record that
 //     was not a job.
 //

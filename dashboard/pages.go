@@ -66,9 +66,10 @@ func (d *Dashboard) parseTemplates() error {
 			}
 			return t.UTC().Format("2006-01-02 15:04:05.000 UTC")
 		},
-		"ago":     ago,
-		"link":    d.link,
-		"reasons": reasonNames,
+		"ago":         ago,
+		"link":        d.link,
+		"reasons":     reasonNames,
+		"reasonClass": reasonClass,
 	}
 	d.pages = map[string]*template.Template{}
 	for _, name := range pageFiles {
@@ -112,6 +113,16 @@ func reasonNames() []string {
 		string(ap.ReasonRetriesExceeded), string(ap.ReasonInvalid), string(ap.ReasonPermanent),
 		string(ap.ReasonPoisoned), string(ap.ReasonUnhandled), string(ap.ReasonExpired), string(ap.ReasonPayloadMissing),
 	}
+}
+
+// reasonClass returns the CSS class of a record's reason: one of a fixed
+// list, "reason-other" for a reason it does not know (a record's reason is
+// whatever its writer wrote).
+func reasonClass(reason string) string {
+	if slices.Contains(reasonNames(), reason) {
+		return "reason-" + reason
+	}
+	return "reason-other"
 }
 
 // ago says how long ago t was, roughly: "3 s", "5 min", "2 h", "4 d".

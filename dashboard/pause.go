@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,7 +13,8 @@ import (
 )
 
 // maxGroupsShown bounds the paused groups a queue's page lists, each with
-// the depth of its held queue (one Stats call each).
+// the depth of its held queues (one Stats call each: the queue's, and its
+// priority levels' that the backend lists).
 const maxGroupsShown = 100
 
 // resumeGroupTime bounds a group's resume, which goes on when the browser
@@ -54,12 +56,25 @@ func (d *Dashboard) readPauses(ctx context.Context, q string) pauseState {
 		ps.MoreGroups = len(groups) - maxGroupsShown
 		groups = groups[:maxGroupsShown]
 	}
+	var names []string // the backend's queues: a level's held queue is read only when listed
+	if len(groups) > 0 {
+		names, _ = d.p.QueueNames(ctx)
+	}
 	for _, g := range groups {
 		row := groupRow{Name: g, Held: -1}
 		// A name a writer to the store made up may make no valid queue
 		// name: its held count is unknown.
 		if s, err := d.p.Stats(ctx, ap.HeldQueue(q, g)); err == nil && s.Ready >= 0 {
 			row.Held = s.Ready + max(s.Scheduled, 0) + max(s.InFlight, 0)
+			for l := 1; l <= ap.MaxPriority; l++ {
+				held := ap.HeldQueue(ap.PriorityQueue(q, l), g)
+				if _, ok := slices.BinarySearch(names, held); !ok {
+					continue
+				}
+				if s, err := d.p.Stats(ctx, held); err == nil {
+					row.Held += max(s.Ready, 0) + max(s.Scheduled, 0) + max(s.InFlight, 0)
+				}
+			}
 		}
 		ps.Groups = append(ps.Groups, row)
 	}

@@ -81,6 +81,14 @@ const (
 // maxShown bounds the payload bytes a page shows; the download has all.
 const maxShown = 256 << 10
 
+// maxJSONDepth bounds the nesting of a payload shown indented as JSON:
+// deeper JSON is shown as text.
+const maxJSONDepth = 64
+
+// maxIndented bounds the size of a payload shown indented as JSON:
+// JSON that indented would be larger is shown as text.
+const maxIndented = 512 << 10
+
 // payloadView is a payload rendered for a page.
 type payloadView struct {
 	View    string // the view shown: json, text or hex
@@ -103,6 +111,15 @@ func renderPayload(b []byte, asked string) payloadView {
 		shown, pv.Cut = shown[:maxShown], true
 	}
 	pv.IsJSON = !pv.Cut && len(b) > 0 && json.Valid(b)
+	tooBig := ""
+	if pv.IsJSON {
+		if depth, size := indentShape(b); depth > maxJSONDepth {
+			tooBig = fmt.Sprintf("not shown as JSON: it is nested deeper than %d levels", maxJSONDepth)
+		} else if size > maxIndented {
+			tooBig = fmt.Sprintf("not shown as JSON: indented, it would be over %d KiB", maxIndented>>10)
+		}
+		pv.IsJSON = tooBig == ""
+	}
 	pv.IsText = utf8.Valid(shown) || (pv.Cut && utf8.Valid(trimPartialRune(shown)))
 	view := asked
 	switch asked {
@@ -111,6 +128,9 @@ func renderPayload(b []byte, asked string) payloadView {
 			pv.Note = "not shown as JSON: it is not valid JSON"
 			if pv.Cut {
 				pv.Note = "not shown as JSON: too large to check here (download it)"
+			}
+			if tooBig != "" {
+				pv.Note = tooBig
 			}
 			view = viewAuto
 		}
@@ -124,6 +144,9 @@ func renderPayload(b []byte, asked string) payloadView {
 		view = viewAuto
 	}
 	if view == viewAuto {
+		if asked == viewAuto && tooBig != "" {
+			pv.Note = tooBig
+		}
 		switch {
 		case pv.IsJSON:
 			view = viewJSON
@@ -148,6 +171,48 @@ func renderPayload(b []byte, asked string) payloadView {
 		pv.Body = hexDump(shown)
 	}
 	return pv
+}
+
+// indentShape returns how deep valid JSON b nests and an upper bound of its
+// size once indented by json.Indent with two spaces: b, plus a space per
+// colon, plus a newline and the indent at every bracket, brace and comma
+// (an empty array or object gets none; counting it anyway keeps the bound).
+// It stops counting once either is over its limit.
+func indentShape(b []byte) (maxDepth, size int) {
+	depth, size := 0, len(b)
+	inString, escaped := false, false
+	for _, c := range b {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case ':':
+			size++
+		case '[', '{':
+			depth++
+			maxDepth = max(maxDepth, depth)
+			size += 1 + 2*depth
+		case ',':
+			size += 1 + 2*depth
+		case ']', '}':
+			depth--
+			size += 1 + 2*depth
+		}
+		if maxDepth > maxJSONDepth || size > maxIndented {
+			return maxDepth, size
+		}
+	}
+	return maxDepth, size
 }
 
 // trimPartialRune drops a rune cut at the end of b.

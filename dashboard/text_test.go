@@ -80,3 +80,31 @@ func TestPosition(t *testing.T) {
 		}
 	}
 }
+
+// nestedJSON is the hostile payload of issue 34: 9,990 nested arrays
+// around 5,000 numbers, 30 KB that json.Indent turns into 300 MB.
+func nestedJSON() []byte {
+	return []byte(strings.Repeat("[", 9990) + strings.Repeat("1,", 4999) + "1" + strings.Repeat("]", 9990))
+}
+
+func TestRenderPayloadIsBounded(t *testing.T) {
+	wide := "[" + strings.Repeat(`{"k":[1,2,3]},`, 15_000) + "1]" // shallow, but over maxIndented once indented
+	deep := strings.Repeat("[", maxJSONDepth+1) + strings.Repeat("]", maxJSONDepth+1)
+	for name, in := range map[string][]byte{"nested": nestedJSON(), "deep": []byte(deep), "wide": []byte(wide)} {
+		for _, asked := range []string{viewAuto, viewJSON} {
+			pv := renderPayload(in, asked)
+			if pv.View != viewText || pv.Note == "" || len(pv.Body) > 2*len(in) {
+				t.Errorf("%s payload of %d bytes, view %q asked: view %s, note %q, %d bytes shown; want text, a note, at most twice the payload", name, len(in), asked, pv.View, pv.Note, len(pv.Body))
+			}
+		}
+	}
+	ok := strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth)
+	if pv := renderPayload([]byte(ok), ""); pv.View != viewJSON || pv.Note != "" {
+		t.Errorf("JSON nested %d levels: view %s, note %q; want JSON", maxJSONDepth, pv.View, pv.Note)
+	}
+	// Brackets inside strings are text, not nesting.
+	str := `{"s":"` + strings.Repeat(`[\"{`, 1000) + `"}`
+	if pv := renderPayload([]byte(str), ""); pv.View != viewJSON {
+		t.Errorf("brackets in a string: view %s, note %q; want JSON", pv.View, pv.Note)
+	}
+}

@@ -28,9 +28,10 @@ shows which queues are paused.
 With --group, only the jobs of that group (Job.Group: a tenant, a
 customer, a batch) are paused, on each queue named: workers set them aside
 on the queue's held queue (QUEUE.held.GROUP) as they come, and the other
-jobs keep flowing. "resume --group" moves every held job back, in order,
-with its counters as they were, and says how many; it waits about a
-second and a half for the workers to notice first.
+jobs keep flowing (a queue's priority levels too: QUEUE.prioN.held.GROUP).
+"resume --group" moves every held job back, in order, byte for byte (a
+signed job stays signed: no key is needed), and says how many; it waits
+about a second and a half for the workers to notice first.
 
 Examples:
 

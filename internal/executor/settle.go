@@ -32,8 +32,14 @@ func (x *Executor[V]) decode(d *driver.Delivery, j *Job, names map[string]string
 	if err := wire.DecodeJob(body, &j.Job, names); err != nil {
 		return err
 	}
-	if len(j.Headers) > 0 {
-		j.Group = j.Headers[wire.GroupHeader]
+	if g := j.Headers[wire.GroupHeader]; g != "" {
+		// Any writer to the broker writes this header: a name that is no
+		// group name is no group (the job is never held), and said so.
+		if err := wire.CheckGroup(g); err != nil {
+			x.cfg.Log.Warn("asyncplatform: a job's group header is not a group name; the job has no group", "queue", d.Queue, "id", j.ID, "type", j.Type, "error", err)
+		} else {
+			j.Group = g
+		}
 	}
 	if x.cfg.Levels != nil {
 		j.Priority = x.cfg.Levels[d.Queue]
@@ -244,15 +250,17 @@ func (x *Executor[V]) deadRaw(f *Delivery[V], cause error) {
 	_ = x.dead(f, j, decide.Invalid, text, raw)
 }
 
-// NextCopy decodes a delivery as a job and returns the ID of its message
-// and the message of its next copy, for moving a held job back where it
-// came from. A delivery that is not a job gives an error.
-func (x *Executor[V]) NextCopy(d *driver.Delivery) (id string, msg driver.Message, err error) {
+// HeldCopy decodes a delivery of a held queue as a job and returns the ID
+// of its message and the message that moves it back where it came from:
+// its bytes unchanged, under the ID it was held with. The held copy is
+// already the job's next copy (Park wrote it so), and unchanged it keeps
+// its signature, which a platform without the SigningKey could not write
+// again. A delivery that is not a job gives an error.
+func (x *Executor[V]) HeldCopy(d *driver.Delivery) (id string, msg driver.Message, err error) {
 	var j Job
 	if err := x.decode(d, &j, nil); err != nil {
 		return "", driver.Message{}, err
 	}
 	id = wire.MessageID(j.ID, j.Copy)
-	j.Copy++
-	return id, driver.Message{ID: wire.MessageID(j.ID, j.Copy), Body: x.cfg.Codec.Encode(&j.Job), NotBefore: j.NotBefore}, nil
+	return id, driver.Message{ID: id, Body: d.Body, NotBefore: j.NotBefore}, nil
 }

@@ -4,16 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/decide"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // MaxGroupLen bounds a group name, in bytes.
-const MaxGroupLen = 64
+const MaxGroupLen = wire.MaxGroupLen
 
 // heldSuffix joins a queue and a group in the name of the queue where the
 // group's jobs are held while it is paused: QUEUE.held.GROUP.
@@ -35,35 +36,21 @@ const resumeBatch = 100
 var ErrNotParked = errors.New("setting aside a job of a paused group failed")
 
 // HeldQueue is the queue where the jobs of a paused group are held: its
-// name is the queue's, ".held.", and the group's.
+// name is the queue's, ".held.", and the group's. A priority level's jobs
+// are held on the level's own (QUEUE.prioN.held.GROUP), so they come back
+// at their level.
 func HeldQueue(queue, group string) string { return queue + heldSuffix + group }
 
-// CheckGroup checks a group name, alone and in its held queue's name.
+// CheckGroup checks a group name (wire.CheckGroup), alone and in its held
+// queue's name.
 func CheckGroup(queue, group string) error {
-	if group == "" || len(group) > MaxGroupLen {
-		return fmt.Errorf("group %q must be 1 to %d bytes", cut(group, 80), MaxGroupLen)
-	}
-	for i := 0; i < len(group); i++ {
-		c := group[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("group %q: byte %d is not one of [A-Za-z0-9_-]", cut(group, 80), i)
-		}
+	if err := wire.CheckGroup(group); err != nil {
+		return err
 	}
 	if err := driver.CheckQueue(HeldQueue(queue, group)); err != nil {
 		return fmt.Errorf("group %q of queue %q: the queue holding it would be an invalid name: %v", group, queue, err)
 	}
 	return nil
-}
-
-// cut returns s cut to at most n bytes, not inside a UTF-8 sequence.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
 
 func groupKey(queue, group string) string { return groupPrefix + queue + "/" + group }
@@ -86,9 +73,10 @@ func (e *Engine) PauseGroup(ctx context.Context, queue, group string) error {
 
 // ResumeGroup ends the pause of group of queue, waits until every worker
 // has read it (two polls and resumeSlack), then moves the group's held jobs
-// back to queue, in the order received, a batch at a time (enqueued, then
-// acknowledged), until the held queue is empty, and returns how many it
-// moved. If it fails part way, the jobs not yet moved stay held.
+// back to queue and to each of its priority levels (LevelQueues), from
+// their held queues, in the order received, a batch at a time (enqueued,
+// then acknowledged), until each held queue is empty, and returns how many
+// it moved. If it fails part way, the jobs not yet moved stay held.
 func (e *Engine) ResumeGroup(ctx context.Context, queue, group string) (int, error) {
 	s, err := e.store()
 	if err != nil {
@@ -97,16 +85,62 @@ func (e *Engine) ResumeGroup(ctx context.Context, queue, group string) (int, err
 	if err := s.Delete(ctx, groupKey(queue, group), ""); err != nil && !errors.Is(err, driver.ErrKeyNotFound) {
 		return 0, fmt.Errorf("asyncplatform: resuming group %q of queue %q: %w", group, queue, err)
 	}
-	if err := e.cfg.Declare(ctx, queue); err != nil {
-		return 0, err
+	levels, err := e.heldLevels(ctx, queue, group)
+	if err != nil {
+		return 0, fmt.Errorf("asyncplatform: resuming group %q of queue %q: %w", group, queue, err)
 	}
-	held := HeldQueue(queue, group)
 	// Moved back sooner, a job could be set aside again.
 	select {
 	case <-time.After(2*e.cfg.Poll + resumeSlack):
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
+	moved := 0
+	seen := map[string]bool{} // the held copies moved: a copy held twice moves once
+	for _, lq := range levels {
+		n, err := e.moveHeld(ctx, lq, group, seen)
+		moved += n
+		if err != nil {
+			return moved, err
+		}
+	}
+	return moved, nil
+}
+
+// heldLevels returns the queues among queue and its priority levels whose
+// jobs of group may be held: queue always, a level when its held queue is
+// a valid name and, on a backend that lists its queues, is listed.
+func (e *Engine) heldLevels(ctx context.Context, queue, group string) ([]string, error) {
+	if e.cfg.LevelQueues == nil {
+		return []string{queue}, nil
+	}
+	all := e.cfg.LevelQueues(queue)
+	lister, ok := e.cfg.Backend.(driver.QueueLister)
+	if !ok || len(all) < 2 {
+		return all, nil
+	}
+	names, err := lister.Queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []string{queue}
+	for _, lq := range all {
+		if held := HeldQueue(lq, group); lq != queue && driver.CheckQueue(held) == nil {
+			if _, found := slices.BinarySearch(names, held); found {
+				out = append(out, lq)
+			}
+		}
+	}
+	return out, nil
+}
+
+// moveHeld moves the held jobs of group of queue (one level) back to it,
+// and returns how many it moved.
+func (e *Engine) moveHeld(ctx context.Context, queue, group string, seen map[string]bool) (int, error) {
+	if err := e.cfg.Declare(ctx, queue); err != nil {
+		return 0, err
+	}
+	held := HeldQueue(queue, group)
 	// The held queue is empty when a Receive of quiet finds nothing and its
 	// depth says nothing is ready. A depth that says otherwise (or cannot
 	// tell) means a slow broker: the next Receive waits twice as long, up
@@ -115,7 +149,6 @@ func (e *Engine) ResumeGroup(ctx context.Context, queue, group string) (int, err
 	quiet, maxQuiet, empties := e.cfg.Poll, max(e.cfg.Lease, 8*e.cfg.Poll), 0
 	lease := max(e.cfg.Lease, time.Minute) // a lease no slow batch outlives: a lapse would move a job twice
 	moved := 0
-	seen := map[string]bool{} // the held copies moved: a copy held twice moves once
 	for {
 		rctx, cancel := context.WithTimeout(ctx, quiet)
 		ds, err := e.cfg.Backend.Receive(rctx, held, resumeBatch, lease)
@@ -222,13 +255,16 @@ func (e *Engine) pollGroups(ctx context.Context) error {
 }
 
 // Group says whether group of queue is paused, for the gate of job id (for
-// the log). The last poll's answer is read again from the store before a
+// the log); a priority level's job (Levels) asks of its queue's group. The last poll's answer is read again from the store before a
 // job is set aside, so a worker whose polls fail or lag never holds a job
 // after ResumeGroup has moved the held ones back; when the store cannot
 // answer, the state is unknown (the job comes again a little later).
 func (e *Engine) Group(ctx context.Context, queue, group, id string) decide.Group {
 	if group == "" {
 		return decide.GroupOpen
+	}
+	if base, ok := e.cfg.Levels[queue]; ok {
+		queue = base // a level's jobs pause with their queue's group
 	}
 	if g := e.groups.Load(); g == nil || !(*g)[queue+"/"+group] {
 		return decide.GroupOpen

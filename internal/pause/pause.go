@@ -67,8 +67,12 @@ type Config struct {
 	// Queues are the queues this process works; Start gives each a gate.
 	Queues []string
 	// Levels maps each priority level worked here to its queue: a level
-	// pauses with its queue.
+	// pauses with its queue, and its jobs with their queue's groups.
 	Levels map[string]string
+	// LevelQueues returns the queues of a queue's priority levels, the
+	// queue itself (level 0) first: ResumeGroup moves back what each
+	// level's held queue holds. Nil: a queue has no levels.
+	LevelQueues func(queue string) []string
 	// Hold is called when a worked queue becomes paused, after its gate is
 	// held and before the backend releases what it buffered: it hands back
 	// what the platform claimed ahead of the queue.
