@@ -34,7 +34,14 @@ const latestEnv = "ASYNCPLATFORM_NATS_TEST_LATEST_URL"
 // running, -race, load average 8 and more) a 500ms lease now and then lapses
 // while a job or the lease keeper waits for a CPU, which the suite rightly
 // counts as a duplicate or a lost lease.
-var suiteOptions = conformance.Options{Lease: 1500 * time.Millisecond, Wait: 30 * time.Second}
+var suiteOptions = conformance.Options{Lease: 1500 * time.Millisecond, Wait: 30 * time.Second, KnownDefects: statsDefects}
+
+// statsDefects: JetStream counts a delivery whose AckWait lapsed as
+// pending an ack (InFlight) until it hands it out again, and its consumer
+// info cannot tell such a delivery from a live one (see # Limits).
+var statsDefects = map[string]string{
+	"Stats/LapsedAndDue": "a delivery whose lease lapsed counts InFlight, not Ready, until the server hands it out again: JetStream's consumer info cannot tell it from a live one (package doc, # Limits)",
+}
 
 func TestConformance(t *testing.T) {
 	t.Parallel()

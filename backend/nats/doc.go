@@ -229,6 +229,11 @@
 // carries a job of up to MaxBody plus its reason and error history. IDs are
 // limited to MaxIDLen bytes.
 //
+// Stats: a delivery whose lease lapsed counts InFlight, not Ready, until
+// the server hands it out again (to the next Receive): JetStream's
+// consumer info counts it as pending an ack and cannot tell it from a live
+// one. The suite's Stats/LapsedAndDue is a known defect of this backend.
+//
 // Reconnects and restarts. The connection reconnects forever (every 250ms).
 // Deliveries survive a reconnect and a server restart (JetStream keeps the
 // consumer state), so their receipts stay valid for as long as their lease
