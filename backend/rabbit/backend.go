@@ -26,6 +26,7 @@ const (
 	DefaultReconnectMin   = 100 * time.Millisecond
 	DefaultReconnectMax   = 10 * time.Second
 	DefaultHeartbeat      = 10 * time.Second
+	DefaultDelaySweep     = 5 * time.Second
 )
 
 // URLEnv names the environment variable that an empty Config.URL falls
@@ -97,6 +98,13 @@ type Config struct {
 	// Heartbeat is the AMQP heartbeat interval. Defaults to 10s.
 	Heartbeat time.Duration
 
+	// DelaySweep is how often the Backend looks for messages stuck in the
+	// delay queues of the queues it consumes, and moves them on (see the
+	// package documentation, Delays); each delay queue is looked at no
+	// more often than its step, and at least every minute. Negative turns
+	// the sweeper off. Defaults to 5s.
+	DelaySweep time.Duration
+
 	// Logger receives connection events. Defaults to slog.Default().
 	Logger *slog.Logger
 
@@ -139,6 +147,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.DelaySweep == 0 {
+		c.DelaySweep = DefaultDelaySweep
 	}
 	return c
 }
@@ -246,6 +257,10 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b.attach(conn)
+	if cfg.DelaySweep > 0 {
+		b.wg.Add(1)
+		go b.sweepDelays(cfg.DelaySweep)
+	}
 	return b, nil
 }
 

@@ -26,6 +26,11 @@ const (
 	// original's x-delivery-count here.
 	baseHeader = "x-asyncplatform-base"
 
+	// dueHeader carries, in Unix milliseconds, when a message in a delay
+	// queue is due to leave it (its publish plus the queue's step): the
+	// delay sweeper moves a message found there after that time.
+	dueHeader = "x-asyncplatform-due"
+
 	// markerHeader marks a settle barrier's marker (see settleBarrier): a
 	// message that is no job.
 	markerHeader = "x-asyncplatform-barrier"
@@ -563,13 +568,24 @@ func (b *Backend) delayed(ctx context.Context, queue string, pub amqp.Publishing
 	if err := b.ensure(ctx, name, b.delayArgs(queue, k)); err != nil {
 		return outMsg{}, err
 	}
-	pub.Expiration = strconv.FormatInt(step(k).Milliseconds(), 10)
+	if delayExpiry.Load() {
+		pub.Expiration = strconv.FormatInt(step(k).Milliseconds(), 10)
+	}
+	pub.Headers = amqp.Table{dueHeader: time.Now().Add(step(k)).UnixMilli()}
 	if left := rem - step(k); left > 0 {
 		ms := (left + time.Millisecond - 1) / time.Millisecond
-		pub.Headers = amqp.Table{delayHeader: int64(ms)}
+		pub.Headers[delayHeader] = int64(ms)
 	}
 	return outMsg{key: name, pub: pub}, nil
 }
+
+// delayExpiry is for tests: without it, delay publishes carry no
+// expiration of their own, and a delay queue declared in a race on a
+// cluster can keep them for good (see delayed), which the sweeper must
+// then move.
+var delayExpiry atomic.Bool
+
+func init() { delayExpiry.Store(true) }
 
 func delayLeft(h amqp.Table) time.Duration {
 	n, ok := asInt(h[delayHeader])
