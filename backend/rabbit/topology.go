@@ -260,10 +260,11 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 // it: RabbitMQ 3.10.8 enqueued a publish with no TTL into a delay queue
 // another connection was creating (see delayed), and rabbitmq-server
 // #10718 reports messages of such queues that never expire. The sweeper
-// of each Backend looks at the delay queues of the queues it consumes: at
-// most every sweep period (Config.DelaySweep), and every step's length
-// between sweepEvery and sweepMax, it takes the head of each delay queue
-// that holds messages (basic.get, which hides it from others) and moves it
+// of each Backend looks at the delay queues of the queues it consumes,
+// each once a step, but no more often than the sweep period
+// (Config.DelaySweep) and at least every sweepMax (a missing delay queue:
+// every sweepMax). It takes the head of each delay queue that holds
+// messages (basic.get, which hides it from others) and moves it
 // to where its due time says: the work queue when due, else the delay step
 // for what is left (never early, at most one smallest step late). When the
 // head was overdue by more than sweepGrace, the queue was stuck: it takes
@@ -281,7 +282,7 @@ const (
 // sweepDelays runs the delay sweeper until Close.
 func (b *Backend) sweepDelays(every time.Duration) {
 	defer b.wg.Done()
-	last := map[string]time.Time{} // delay queue → its last sweep
+	next := map[string]time.Time{} // delay queue → when to sweep it next
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -296,44 +297,66 @@ func (b *Backend) sweepDelays(every time.Duration) {
 			queues = append(queues, q)
 		}
 		b.mu.Unlock()
-		ctx, cancel := context.WithCancel(b.closing)
-		for _, q := range queues {
-			for k := range numSteps {
-				name := b.delayName(q, k)
-				if time.Since(last[name]) < min(max(step(k), every), sweepMax) {
-					continue
-				}
-				last[name] = time.Now()
-				if err := b.sweepDelay(ctx, q, k); err != nil && ctx.Err() == nil {
-					b.log.Warn("sweeping a delay queue failed", "queue", q, "delay", step(k), "err", err)
-				}
-			}
-		}
-		cancel()
-		for name, at := range last {
-			if time.Since(at) > 2*sweepMax {
-				delete(last, name) // its queue is no longer consumed here
+		b.sweepOnce(queues, every, next)
+		for name, at := range next {
+			if time.Since(at) > sweepMax {
+				delete(next, name) // its queue is no longer consumed here
 			}
 		}
 	}
 }
 
-// sweepDelay sweeps delay step k of queue once (see sweepDelays).
-func (b *Backend) sweepDelay(ctx context.Context, queue string, k int) error {
+// sweepOnce sweeps the delay queues of queues that are due for it, on one
+// channel, and records in next when to sweep each again: a missing delay
+// queue is looked for again after sweepMax.
+func (b *Backend) sweepOnce(queues []string, every time.Duration, next map[string]time.Time) {
+	ctx, cancel := context.WithCancel(b.closing)
+	defer cancel()
+	var ch *amqp.Channel
+	defer func() {
+		if ch != nil {
+			ch.Close()
+		}
+	}()
+	for _, q := range queues {
+		for k := range numSteps {
+			name := b.delayName(q, k)
+			now := time.Now()
+			if now.Before(next[name]) {
+				continue
+			}
+			if ch == nil || ch.IsClosed() {
+				conn, err := b.connection(ctx)
+				if err != nil {
+					return
+				}
+				if ch, err = conn.Channel(); err != nil {
+					return
+				}
+			}
+			n, ok, err := b.inspect(ctx, &ch, name)
+			switch {
+			case err != nil:
+				b.log.Warn("sweeping a delay queue failed", "queue", q, "delay", step(k), "err", err)
+				return
+			case !ok:
+				next[name] = now.Add(sweepMax)
+				continue
+			}
+			next[name] = now.Add(min(max(step(k), every), sweepMax))
+			if n == 0 {
+				continue
+			}
+			if err := b.sweepDelay(ctx, ch, q, k); err != nil && ctx.Err() == nil {
+				b.log.Warn("sweeping a delay queue failed", "queue", q, "delay", step(k), "err", err)
+			}
+		}
+	}
+}
+
+// sweepDelay sweeps delay step k of queue once, on ch (see sweepDelays).
+func (b *Backend) sweepDelay(ctx context.Context, ch *amqp.Channel, queue string, k int) error {
 	name := b.delayName(queue, k)
-	conn, err := b.connection(ctx)
-	if err != nil {
-		return err
-	}
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("rabbit: open channel: %w", err)
-	}
-	defer func() { ch.Close() }()
-	n, ok, err := b.inspect(ctx, &ch, name)
-	if err != nil || !ok || n == 0 {
-		return err
-	}
 	var moved uint64 // the tag of the last message moved
 	defer func() {
 		if moved > 0 {
