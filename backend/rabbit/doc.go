@@ -158,7 +158,9 @@
 // applying every settle sent before it, and the channel sends what it held
 // back before it passes that confirm on. The marker takes no message; it
 // expires at once where no consumer waits, and a consumer that gets it
-// acks it and never hands it out. A killed process cannot do any of this:
+// acks it and never hands it out. (A worker of an older version, during a
+// rolling upgrade, does not know it: one that gets it hands out a job it
+// cannot decode.) A killed process cannot do any of this:
 // its buffered messages come back with one more delivery counted, like the
 // ones it held.
 //
