@@ -26,7 +26,7 @@ const (
 	DefaultReconnectMin   = 100 * time.Millisecond
 	DefaultReconnectMax   = 10 * time.Second
 	DefaultHeartbeat      = 10 * time.Second
-	DefaultDelaySweep     = 5 * time.Second
+	DefaultDelaySweep     = 30 * time.Second
 )
 
 // URLEnv names the environment variable that an empty Config.URL falls
@@ -100,9 +100,8 @@ type Config struct {
 
 	// DelaySweep is how often the Backend looks for messages stuck in the
 	// delay queues of the queues it consumes, and moves them on (see the
-	// package documentation, Delays); each delay queue is looked at no
-	// more often than its step, and at least every minute. Negative turns
-	// the sweeper off. Defaults to 5s.
+	// package documentation, Delays). Negative turns the sweeper off.
+	// Defaults to 30s.
 	DelaySweep time.Duration
 
 	// Logger receives connection events. Defaults to slog.Default().

@@ -96,17 +96,20 @@
 //
 // The delay sweeper. A quorum queue expires messages from its head only,
 // so a message there that does not expire holds every message behind it
-// (see Clusters). Each Backend sweeps the delay queues of the queues it
-// consumes, every Config.DelaySweep (5s by default), each delay queue at
-// most once a step and at least once a minute: it takes the head of a
-// delay queue that holds messages (basic.get) and moves it to where
+// (see Clusters). Each Backend looks at the delay queues of the queues it
+// consumes every Config.DelaySweep (30s by default). A delay queue that
+// held messages at two looks in a row is swept (again after its step, or a
+// minute, whichever is shorter): the sweeper takes its head (basic.get)
+// and moves it to where
 // x-asyncplatform-due says (the work queue when due, else the step for what
 // is left), with confirm, then ack; while the heads it takes are more than
 // a second overdue, it takes the next one too (up to 1,000), and logs each
 // at WARN. A message from an older version, without the header, is moved
 // to its step again, for a whole step. A stuck message is so late by at
-// most a minute or its step, whichever is shorter, plus the sweep period; a
-// crash during a move leaves a duplicate, never a loss.
+// most a minute or its step, whichever is shorter, plus two sweep periods.
+// A process killed during a move leaves a duplicate, never a loss: the
+// sweeper touches only queues that stayed non-empty, and at most one
+// on-time message each per sweep, to keep that rare.
 //
 // Connections. A Backend holds one connection: one confirm-mode channel for
 // publishing, one channel per consumed queue, and short-lived channels for

@@ -260,11 +260,10 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 // it: RabbitMQ 3.10.8 enqueued a publish with no TTL into a delay queue
 // another connection was creating (see delayed), and rabbitmq-server
 // #10718 reports messages of such queues that never expire. The sweeper
-// of each Backend looks at the delay queues of the queues it consumes,
-// each once a step, but no more often than the sweep period
-// (Config.DelaySweep) and at least every sweepMax (a missing delay queue:
-// every sweepMax). It takes the head of each delay queue that holds
-// messages (basic.get, which hides it from others) and moves it
+// of each Backend looks at the delay queues of the queues it consumes
+// every sweep period (Config.DelaySweep; see sweepOnce). It takes the head
+// of a delay queue that held messages at two looks in a row (basic.get,
+// which hides it from others) and moves it
 // to where its due time says: the work queue when due, else the delay step
 // for what is left (never early, at most one smallest step late). When the
 // head was overdue by more than sweepGrace, the queue was stuck: it takes
@@ -282,7 +281,7 @@ const (
 // sweepDelays runs the delay sweeper until Close.
 func (b *Backend) sweepDelays(every time.Duration) {
 	defer b.wg.Done()
-	next := map[string]time.Time{} // delay queue → when to sweep it next
+	looks := map[string]look{}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -297,19 +296,29 @@ func (b *Backend) sweepDelays(every time.Duration) {
 			queues = append(queues, q)
 		}
 		b.mu.Unlock()
-		b.sweepOnce(queues, every, next)
-		for name, at := range next {
-			if time.Since(at) > sweepMax {
-				delete(next, name) // its queue is no longer consumed here
+		b.sweepOnce(queues, every, looks)
+		for name, l := range looks {
+			if time.Since(l.next) > sweepMax {
+				delete(looks, name) // its queue is no longer consumed here
 			}
 		}
 	}
 }
 
-// sweepOnce sweeps the delay queues of queues that are due for it, on one
-// channel, and records in next when to sweep each again: a missing delay
-// queue is looked for again after sweepMax.
-func (b *Backend) sweepOnce(queues []string, every time.Duration, next map[string]time.Time) {
+// look is what the sweeper knows of one delay queue.
+type look struct {
+	next time.Time // when to look at it again
+	held bool      // it held messages at the last look
+}
+
+// sweepOnce looks, on one channel, at the delay queues of queues that are
+// due for a look. A delay queue is swept only when it held messages at two
+// looks in a row, the sweep period apart (a move is a publish and an ack,
+// and a process killed between the two leaves a duplicate: a queue that
+// just got its messages is left alone); after a sweep it is looked at
+// again once its step has passed (at most sweepMax), and a missing one
+// after sweepMax.
+func (b *Backend) sweepOnce(queues []string, every time.Duration, looks map[string]look) {
 	ctx, cancel := context.WithCancel(b.closing)
 	defer cancel()
 	var ch *amqp.Channel
@@ -322,7 +331,8 @@ func (b *Backend) sweepOnce(queues []string, every time.Duration, next map[strin
 		for k := range numSteps {
 			name := b.delayName(q, k)
 			now := time.Now()
-			if now.Before(next[name]) {
+			l := looks[name]
+			if now.Before(l.next) {
 				continue
 			}
 			if ch == nil || ch.IsClosed() {
@@ -340,13 +350,13 @@ func (b *Backend) sweepOnce(queues []string, every time.Duration, next map[strin
 				b.log.Warn("sweeping a delay queue failed", "queue", q, "delay", step(k), "err", err)
 				return
 			case !ok:
-				next[name] = now.Add(sweepMax)
+				looks[name] = look{next: now.Add(sweepMax)}
+				continue
+			case n == 0 || !l.held:
+				looks[name] = look{next: now.Add(every), held: n > 0}
 				continue
 			}
-			next[name] = now.Add(min(max(step(k), every), sweepMax))
-			if n == 0 {
-				continue
-			}
+			looks[name] = look{next: now.Add(min(max(step(k), every), sweepMax))}
 			if err := b.sweepDelay(ctx, ch, q, k); err != nil && ctx.Err() == nil {
 				b.log.Warn("sweeping a delay queue failed", "queue", q, "delay", step(k), "err", err)
 			}
