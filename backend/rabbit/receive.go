@@ -334,31 +334,44 @@ const quietRound = 20 * time.Millisecond
 // delivery count in baseHeader, confirmed, then the original acked.
 //
 // A quorum queue can deliver to a consumer after its basic.cancel-ok (a
-// message that came while the prefetch window had room just before the
-// cancel), and the client drops such deliveries, which would then come
-// back counted when the channel closes. So release first collects
-// deliveries, acking nothing (the window can only shrink), until the window
-// is full or the pipeline has been quiet for two rounds; then it cancels
-// and collects what is left. Only then does it publish the copies: a copy
-// published while the consumer still consumed went to the same queue, with
-// room in the window, so it was delivered to the consumer itself (80 copies
-// made for 19 buffered messages, TestReleaseOwnCopiesOnce), and one that
-// came after cancel-ok returned counted. Then it acks the originals of the
-// copies, all together.
+// settle just before the cancel opened the prefetch window), and the client
+// drops such deliveries, which would then come back counted when the
+// channel closes. So release first collects deliveries, acking nothing (the
+// window can only shrink), until the window is full or the pipeline has been
+// quiet for two rounds; then it cancels, collects what is left, and only
+// then acks the originals of the copies, all together.
 func (b *Backend) release(c *consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
 	defer cancel()
-	var buffered []amqp.Delivery
+	var tags []uint64 // originals whose copy is stored
+	failed := false
+	take := func(d amqp.Delivery) {
+		if isMarker(d) {
+			tags = append(tags, d.DeliveryTag)
+			return
+		}
+		if failed {
+			c.acks.nack(d.DeliveryTag, true)
+			return
+		}
+		if err := b.handBack(ctx, c.queue, d); err != nil {
+			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "id", d.MessageId, "err", err)
+			c.acks.nack(d.DeliveryTag, true)
+			failed = true
+			return
+		}
+		tags = append(tags, d.DeliveryTag)
+	}
 	t := time.NewTimer(quietRound)
 	defer t.Stop()
 collect:
-	for quiet := 0; quiet < 2 && int(c.held.Load())+len(buffered) < c.prefetch; {
+	for quiet := 0; quiet < 2 && int(c.held.Load())+len(tags) < c.prefetch; {
 		select {
 		case d, ok := <-c.deliveries:
 			if !ok {
 				break collect
 			}
-			buffered = append(buffered, d)
+			take(d)
 			quiet = 0
 		case <-t.C:
 			quiet++
@@ -367,25 +380,7 @@ collect:
 	}
 	if err := c.ch.Cancel(c.tag, false); err == nil {
 		for d := range c.deliveries {
-			buffered = append(buffered, d)
-		}
-	}
-	var tags []uint64 // originals whose copy is stored
-	failed := false
-	for _, d := range buffered {
-		switch {
-		case isMarker(d):
-			tags = append(tags, d.DeliveryTag)
-		case failed:
-			c.acks.nack(d.DeliveryTag, true)
-		default:
-			if err := b.handBack(ctx, c.queue, d); err != nil {
-				b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "id", d.MessageId, "err", err)
-				c.acks.nack(d.DeliveryTag, true)
-				failed = true
-				continue
-			}
-			tags = append(tags, d.DeliveryTag)
+			take(d)
 		}
 	}
 	// All together: RabbitMQ 3.10 holds a channel's settles to a quorum

@@ -3,9 +3,7 @@ package rabbit
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -324,67 +322,4 @@ func TestMarkerNotHandedOut(t *testing.T) {
 	if n, err := b.Stats(ctx, q); err != nil || n.Ready != 0 {
 		t.Errorf("after the Receive: %+v, %v; want nothing ready", n, err)
 	}
-}
-
-// TestReleaseOwnCopiesOnce: a release whose prefetch window is not full
-// publishes its copies after basic.cancel, never while it still consumes:
-// its own copies, published into the queue it consumed with room in the
-// window, were delivered to it and copied again (80 copies made for 19
-// buffered messages, until the window was full), and one arriving after
-// cancel-ok (which the client drops) came back counted when the channel
-// closed.
-func TestReleaseOwnCopiesOnce(t *testing.T) {
-	t.Parallel()
-	const n, rounds = 20, 4
-	for round := range rounds {
-		t.Run(fmt.Sprint(round), func(t *testing.T) {
-			t.Parallel()
-			ctx := retireCtx(t)
-			log := &handBackLog{}
-			b := newBackend(t, Config{Prefetch: 4 * n, Logger: slog.New(log)})
-			q := queueName(t, newBackend(t, Config{}))
-			enqueueN(t, ctx, b, q, n)
-			// A Receive that starts the consumer, then a cancelled one,
-			// whose release hands the buffer back.
-			got, err := b.Receive(ctx, q, 1, time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := b.Ack(ctx, got[0]); err != nil {
-				t.Fatal(err)
-			}
-			cctx, cancel := context.WithCancel(ctx)
-			cancel()
-			b.Receive(cctx, q, 1, time.Minute)
-			if err := b.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if got := log.total.Load(); got != n-1 {
-				t.Errorf("the release handed back %d messages; %d were buffered", got, n-1)
-			}
-			ty := drain(t, ctx, q)
-			if len(ty.seen) != n-1 || ty.dups() > 0 || ty.counted > 0 {
-				t.Errorf("after the release: %d of %d messages, %d duplicates, %d with a delivery counted", len(ty.seen), n-1, ty.dups(), ty.counted)
-			}
-		})
-	}
-}
-
-// handBackLog is a slog.Handler that sums the messages a release reports
-// handed back.
-type handBackLog struct{ total atomic.Int64 }
-
-func (h *handBackLog) Enabled(context.Context, slog.Level) bool { return true }
-func (h *handBackLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *handBackLog) WithGroup(string) slog.Handler            { return h }
-func (h *handBackLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Message == "handed back buffered messages" {
-		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "messages" {
-				h.total.Add(a.Value.Int64())
-			}
-			return true
-		})
-	}
-	return nil
 }
