@@ -141,11 +141,17 @@
 // buffer without having been handed out (after a settle opened the window).
 // Those are handed back uncounted, as a copy carrying the original's count in
 // x-asyncplatform-base, when Receive is cancelled, when no Receive comes for
-// a lease, and on Close. A release collects the consumer's deliveries until
-// its window is full or the broker is quiet, cancels it, and only then
-// publishes the copies (published while it still consumed, they were
-// delivered to it again, TestReleaseOwnCopiesOnce); the originals are acked
-// together, in one multiple ack when nothing below them is held.
+// a lease, and on Close. A release collects the consumer's deliveries,
+// handing each back as it comes, until its window is full or the broker is
+// quiet, then cancels it; the originals are acked together, in one
+// multiple ack when nothing below them is held. (Its copies go to the queue
+// it still consumes, and come back to it while the window has room, to be
+// copied again: a long drain, which catches deliveries still on their way
+// before the cancel. Publishing the copies only after the cancel made the
+// drain short, and TestFaults/PoisonIsolation then charged innocent jobs a
+// crash in 3 runs of 3.) The platform releases a consumer before it hands
+// back the jobs it claimed ahead (Stop, a pause, a suspect's isolation), so
+// that those copies cannot reach it (TestStopReleasesFirst).
 //
 // Settle barrier. RabbitMQ 3.10 holds a channel's settles to a quorum
 // queue back once about 32 are unapplied and drops the held ones when the
@@ -259,13 +265,13 @@
 //     argument.
 //   - Returns are matched to publishes by message-id; two concurrent
 //     publishes of the same id to a missing queue may both see the return.
-//   - A message another client publishes while a consumer is being
-//     released can be delivered to it after basic.cancel-ok (quorum queues
-//     do that, and the client drops the delivery); it then comes back with
-//     one more delivery counted when the channel closes. Release waits for
-//     the prefetch window to fill or the broker to go quiet before it
-//     cancels, and publishes its own copies only after the cancel, which
-//     leaves a publish of another client landing at that instant.
+//   - A message published while a consumer is being released can be
+//     delivered to it after basic.cancel-ok (quorum queues do that, and the
+//     client drops the delivery); it then comes back with one more delivery
+//     counted when the channel closes. Release waits for the prefetch
+//     window to fill or the broker to go quiet before it cancels, which
+//     closes the window for settles but not for a publish landing at that
+//     instant.
 //
 // # Clusters
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,4 +112,23 @@ func TestStopReleasesFirst(t *testing.T) {
 			}
 		})
 	}
+}
+
+// handBackLog is a slog.Handler that sums the messages a release reports
+// handed back.
+type handBackLog struct{ total atomic.Int64 }
+
+func (h *handBackLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *handBackLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *handBackLog) WithGroup(string) slog.Handler            { return h }
+func (h *handBackLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "handed back buffered messages" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "messages" {
+				h.total.Add(a.Value.Int64())
+			}
+			return true
+		})
+	}
+	return nil
 }
