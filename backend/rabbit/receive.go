@@ -151,10 +151,11 @@ func (b *Backend) publishMarker(ctx context.Context, q *qchan) error {
 }
 
 // isMarker reports whether d is a settle barrier's marker, which is acked
-// and never handed out.
+// and never handed out. A marker has no body: a message with one is handed
+// out whatever its headers, so that a forged header drops no job.
 func isMarker(d amqp.Delivery) bool {
 	_, ok := d.Headers[markerHeader]
-	return ok
+	return ok && len(d.Body) == 0
 }
 
 // settleBarriers is for tests: without it, retired channels close with no
