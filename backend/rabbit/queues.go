@@ -49,6 +49,12 @@ var registryCompactAt atomic.Int64
 
 func init() { registryCompactAt.Store(1000) }
 
+// registerTimeout bounds how long a Declare waits for its registry entry's
+// confirm (the registry is replicated, and a loaded cluster can take long):
+// a queue not registered is logged and listed once a later Declare
+// registers it.
+const registerTimeout = 5 * time.Second
+
 // register adds queue to the registry: Declare calls it once the queue's
 // broker queues exist. It compacts the registry when it has grown to
 // registryCompactAt messages.
@@ -56,11 +62,14 @@ func (b *Backend) register(ctx context.Context, queue string) error {
 	if err := b.ensure(ctx, b.registryName(), registryArgs()); err != nil {
 		return err
 	}
-	if err := b.publish(ctx, registryEntry(b.registryName(), queue)); err != nil {
+	pctx, cancel := context.WithTimeout(ctx, registerTimeout)
+	err := b.publish(pctx, registryEntry(b.registryName(), queue))
+	cancel()
+	if err != nil {
 		return err
 	}
 	var size int
-	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
+	err = b.withChannel(ctx, func(ch *amqp.Channel) error {
 		q, err := ch.QueueDeclarePassive(b.registryName(), true, false, false, false, registryArgs())
 		size = q.Messages
 		return err

@@ -123,12 +123,6 @@ func (b *Backend) ensureQueue(ctx context.Context, queue string) error {
 	return b.Declare(ctx, queue)
 }
 
-// registerTimeout bounds how long a Declare waits to register its queue
-// (a publish to the replicated registry, which a loaded cluster can take
-// long to confirm): a queue not registered is logged and listed once a
-// later Declare registers it.
-const registerTimeout = 5 * time.Second
-
 // Declare declares the queue's quorum work and dead-letter queues, moves
 // the records of a classic dead-letter queue of the older layout (p.q.dead)
 // into the new one (see migrateDead), and registers the queue for Queues.
@@ -147,9 +141,7 @@ func (b *Backend) Declare(ctx context.Context, queue string) error {
 		b.log.Warn("cannot tell whether the queue has a classic dead-letter queue to move", "queue", queue, "err", err)
 	}
 	b.migrateDead(ctx, queue)
-	rctx, cancel := context.WithTimeout(ctx, registerTimeout)
-	defer cancel()
-	if err := b.register(rctx, queue); err != nil {
+	if err := b.register(ctx, queue); err != nil {
 		b.log.Warn("the queue is declared but Queues may not list it", "queue", queue, "err", err)
 	}
 	b.mu.Lock()
