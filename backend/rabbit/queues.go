@@ -75,10 +75,19 @@ func (b *Backend) register(ctx context.Context, queue string) error {
 		return err
 	})
 	if err == nil && int64(size) >= registryCompactAt.Load() {
-		_, err = b.Queues(ctx)
+		cctx, cancel := context.WithTimeout(ctx, compactTimeout)
+		_, err = b.Queues(cctx)
+		cancel()
 	}
 	return err
 }
+
+// compactTimeout bounds the compaction a Declare makes (a compaction
+// probes and republishes every live name: on a broker shared by many
+// queues it took long enough to use up the context of the Enqueue that
+// declared the queue). A compaction cut short leaves duplicates, never a
+// loss; a later Declare compacts again.
+const compactTimeout = 10 * time.Second
 
 // registryEntry is the publish that registers queue in the registry key.
 func registryEntry(key, queue string) outMsg {
