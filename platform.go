@@ -926,8 +926,11 @@ func (p *Platform) Stop(ctx context.Context) error {
 	p.exec.Stopping()
 	p.fetchCancel()
 	p.fetchers.Wait() // each fetcher closes its work channel on return
+	// The backend releases its buffer before the claimed-ahead jobs are
+	// handed back: a hand-back's copy then cannot reach the consumer being
+	// released (RabbitMQ delivered it there, and one arriving after the
+	// consumer's cancel came back counted: Stop/HandsBackUncounted).
 	for _, q := range p.queues {
-		q.HandBackQueued(p.exec.HandBack)
 		if r, ok := p.backend.(driver.Releaser); ok {
 			for _, name := range q.Names() {
 				if err := r.Release(ctx, name); err != nil {
@@ -935,6 +938,7 @@ func (p *Platform) Stop(ctx context.Context) error {
 				}
 			}
 		}
+		q.HandBackQueued(p.exec.HandBack)
 	}
 	var err error
 	select {

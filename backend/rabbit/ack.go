@@ -52,6 +52,7 @@ type acker struct {
 	timer   *time.Timer   // the leader's, for the end of a wait
 
 	acks, frames atomic.Int64 // acks asked for, ack frames written; for benchmarks
+	settles      atomic.Int64 // ack and nack frames written; for settle barriers
 }
 
 func newAcker(ch settler) *acker {
@@ -228,6 +229,7 @@ func (a *acker) flushLocked() (until time.Time) {
 
 	a.acks.Add(int64(n + len(single)))
 	a.frames.Add(int64(min(n, 1) + len(single)))
+	a.settles.Add(int64(min(n, 1) + len(single)))
 	if n > 0 {
 		err := a.ch.Ack(high, n > 1)
 		for _, r := range covered {
@@ -280,6 +282,7 @@ func (a *acker) nack(tag uint64, requeue bool) error {
 	// The tag is not queued and not settled, so no multiple ack covers it
 	// until the frame below is written and settleLocked runs.
 	err := a.ch.Nack(tag, false, requeue)
+	a.settles.Add(1)
 	a.mu.Lock()
 	a.settleLocked(tag)
 	if a.leading {

@@ -27,6 +27,7 @@ const (
 	DefaultReconnectMax   = 10 * time.Second
 	DefaultHeartbeat      = 10 * time.Second
 	DefaultDeadHold       = 30 * time.Second
+	DefaultDelaySweep     = 30 * time.Second
 )
 
 // URLEnv names the environment variable that an empty Config.URL falls
@@ -98,6 +99,12 @@ type Config struct {
 	// Heartbeat is the AMQP heartbeat interval. Defaults to 10s.
 	Heartbeat time.Duration
 
+	// DelaySweep is how often the Backend looks for messages stuck in the
+	// delay queues of the queues it consumes, and moves them on (see the
+	// package documentation, Delays). Negative turns the sweeper off.
+	// Defaults to 30s.
+	DelaySweep time.Duration
+
 	// Logger receives connection events. Defaults to slog.Default().
 	Logger *slog.Logger
 
@@ -156,6 +163,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.DeadHold == 0 {
 		c.DeadHold = DefaultDeadHold
+	}
+	if c.DelaySweep == 0 {
+		c.DelaySweep = DefaultDelaySweep
 	}
 	return c
 }
@@ -267,6 +277,10 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b.attach(conn)
+	if cfg.DelaySweep > 0 {
+		b.wg.Add(1)
+		go b.sweepDelays(cfg.DelaySweep)
+	}
 	return b, nil
 }
 

@@ -45,11 +45,18 @@
 //     and belong to their queue: DeleteQueue removes them with it. (Sharing
 //     them between queues would need the route back in each message, which a
 //     queue-level dead-letter route cannot carry.)
-//   - p:queues: the registry Queues reads (AMQP cannot list queues), a
-//     durable classic queue with one message per Declare, whose body is the
-//     queue's name; each Queues call compacts it (and so does a Declare
-//     that finds 1,000 messages), holding the exclusive queue
-//     p:queues-lock meanwhile.
+//   - p:registry: the registry Queues reads (AMQP cannot list queues), a
+//     durable quorum queue, replicated like the work queues, with one
+//     message per Declare, whose body is the queue's name; each Queues call
+//     compacts it (and so does a Declare that finds 1,000 messages),
+//     holding the exclusive queue p:queues-lock meanwhile: it takes every
+//     message, publishes one per live queue with confirm, and then acks
+//     the taken ones with one multiple ack (a crash in between leaves
+//     duplicates, never a loss); a Declare waits at most 5s for its entry
+//     and 10s for a compaction it starts. Older versions kept a classic p:queues on
+//     one node: each Queues call moves its messages into p:registry the
+//     same way (those an older version still writes there included) and
+//     leaves it, empty; while its node is down it is skipped.
 //   - p.q:dead-lock: an exclusive queue that a dead-letter read of q holds
 //     while it reads (see Dead letters); it exists only meanwhile.
 //
@@ -75,7 +82,9 @@
 // left, Receive does not hand it out: it publishes it on to the next step
 // (largest first), confirms, and acks it, so an arbitrary delay takes a few
 // hops and is never delivered early; it is late by at most one smallest step
-// plus the broker's expiry latency. Delayed messages wait for a consumer of
+// plus the broker's expiry latency. Each delay publish carries, in the
+// header x-asyncplatform-due, when it is due to leave its delay queue.
+// Delayed messages wait for a consumer of
 // their queue to move them on: with no worker running, a message between hops
 // sits in the work queue (counted in Stats as Ready) until one starts.
 // Dead-lettering out of the delay queues is at-least-once (RabbitMQ 3.10 or
@@ -85,6 +94,23 @@
 // at-most-once, drop the messages they hold across a graceful restart
 // (evidence: docs/reliability.md, "RabbitMQ: a delayed copy can be lost
 // across a broker restart").
+//
+// The delay sweeper. A quorum queue expires messages from its head only,
+// so a message there that does not expire holds every message behind it
+// (see Clusters). Each Backend looks at the delay queues of the queues it
+// consumes every Config.DelaySweep (30s by default). A delay queue that
+// held messages at two looks in a row is swept (again after its step, or a
+// minute, whichever is shorter): the sweeper takes its head (basic.get)
+// and moves it to where
+// x-asyncplatform-due says (the work queue when due, else the step for what
+// is left), with confirm, then ack; while the heads it takes are more than
+// a second overdue, it takes the next one too (up to 1,000), and logs each
+// at WARN. A message from an older version, without the header, is moved
+// to its step again, for a whole step. A stuck message is so late by at
+// most a minute or its step, whichever is shorter, plus two sweep periods.
+// A process killed during a move leaves a duplicate, never a loss: the
+// sweeper touches only queues that stayed non-empty, and at most one
+// on-time message each per sweep, to keep that rare.
 //
 // Connections. A Backend holds one connection: one confirm-mode channel for
 // publishing, one channel per consumed queue, and short-lived channels for
@@ -116,11 +142,37 @@
 // buffer without having been handed out (after a settle opened the window).
 // Those are handed back uncounted, as a copy carrying the original's count in
 // x-asyncplatform-base, when Receive is cancelled, when no Receive comes for
-// a lease, and on Close. The originals are acked together after the cancel, in one
-// multiple ack when nothing below them is held: RabbitMQ 3.10 drops a
-// channel's settles beyond about 32 unapplied ones when the channel closes,
-// and acked one by one 27 of 60 came back counted (TestReleaseAcksApplied). A killed process cannot do that: its buffered
-// messages come back with one more delivery counted, like the ones it held.
+// a lease, and on Close. A release collects the consumer's deliveries,
+// handing each back as it comes, until its window is full or the broker is
+// quiet, then cancels it; the originals are acked together, in one
+// multiple ack when nothing below them is held. (Its copies go to the queue
+// it still consumes, and come back to it while the window has room, to be
+// copied again: a long drain, which catches deliveries still on their way
+// before the cancel. Publishing the copies only after the cancel made the
+// drain short, and TestFaults/PoisonIsolation then charged innocent jobs a
+// crash in 3 runs of 3.) The platform releases a consumer before it hands
+// back the jobs it claimed ahead (Stop, a pause, a suspect's isolation), so
+// that those copies cannot reach it (TestStopReleasesFirst).
+//
+// Settle barrier. RabbitMQ 3.10 holds a channel's settles to a quorum
+// queue back once about 32 are unapplied and drops the held ones when the
+// channel closes: acked one by one (a handler held a lower tag) and the
+// channel closed at that handler's ack or at Close, 27 of 60 originals
+// came back counted beside their copies (TestReleaseHeldAcksApplied,
+// TestCloseHeldAcksApplied); 80 handler acks then a close, 67 came back
+// (TestRetiredManySettlesApplied). So when a released consumer's channel
+// has sent more than 16 settle frames since its last barrier, the release,
+// and again the close of the channel, first publish on that channel, in
+// confirm mode, a marker message (header x-asyncplatform-barrier,
+// expiration 0) to the work queue: the queue confirms it only after
+// applying every settle sent before it, and the channel sends what it held
+// back before it passes that confirm on. The marker takes no message; it
+// expires at once where no consumer waits, and a consumer that gets it
+// acks it and never hands it out. (A worker of an older version, during a
+// rolling upgrade, does not know it: one that gets it hands out a job it
+// cannot decode.) A killed process cannot do any of this:
+// its buffered messages come back with one more delivery counted, like the
+// ones it held.
 //
 // Acks. Settles on a consumer channel are coalesced like a group commit. The
 // first Ack writes its frame; Acks arriving meanwhile queue up, and the next
@@ -269,15 +321,10 @@
 //   - A message published while a consumer is being released can be
 //     delivered to it after basic.cancel-ok (quorum queues do that, and the
 //     client drops the delivery); it then comes back with one more delivery
-//     counted when the channel closes. Release waits for the prefetch window
-//     to fill or the broker to go quiet before it cancels, which closes the
-//     window for settles but not for a publish landing at that instant.
-//   - A release while a handler holds a lower delivery tag (Stop with jobs
-//     running) acks its originals one frame each, and the channel closes
-//     at that handler's settle or at Close: RabbitMQ 3.10 can drop the
-//     acks beyond about 32 unapplied, and those originals come back
-//     counted beside their copies (duplicates, never a loss). See
-//     docs/reliability.md (RabbitMQ cluster).
+//     counted when the channel closes. Release waits for the prefetch
+//     window to fill or the broker to go quiet before it cancels, which
+//     closes the window for settles but not for a publish landing at that
+//     instant.
 //
 // # Clusters
 //
@@ -288,11 +335,10 @@
 //     queues, each a Raft group with a member on every node of the cluster
 //     when it is declared (RabbitMQ's default initial group size), so their
 //     messages survive the loss of a minority of nodes; a publish is
-//     confirmed once a majority stored it. Not replicated: the Queues
-//     registry p:queues, a classic queue on the node that first declared it:
-//     while that node is down, Queues (asyncctl queues, the dashboard's list)
-//     fails and Declare logs that it could not register the queue; nothing
-//     else depends on it. Dead-letter queues of the older layout (p.q.dead)
+//     confirmed once a majority stored it. The Queues registry p:registry
+//     is a quorum queue too; the classic p:queues of older versions is not
+//     replicated, and Queues moves its names into p:registry (see Layout).
+//     Dead-letter queues of the older layout (p.q.dead)
 //     are classic: Declare moves their records (see Dead letters).
 //   - What a node loss costs: the connection to the lost node closes (at
 //     once for a killed process; within two heartbeats, Config.Heartbeat,
@@ -322,10 +368,11 @@
 //     (Retry/Precedence, Outcomes/OutputOnePerJob on the cluster; not on
 //     one node). Every delay publish now carries the step's TTL as its own
 //     expiration, which the queue reads even then (TestCluster/DelayRace).
-//     A delay queue that already holds such a message from an older
-//     version stays stuck behind it (late, not lost) until its messages
-//     are moved by hand to the work queue p.q (a shovel, or basic.get and
-//     publish): the backend does not sweep delay queues.
+//     A message that still sticks (rabbitmq-server #10718 reports messages
+//     of such queues that never expire; or one an older version left) is
+//     moved by the delay sweeper (see Delays): TestCluster/DelayStuck
+//     plays the race without the expiration, where 3 runs of 3 stuck
+//     without the sweeper and none with it.
 //   - A new quorum queue can nack the first publish of a connection other
 //     than the one creating it (2 of 120 new queues here; the message was
 //     not stored): that publish is tried again on a new channel, and the

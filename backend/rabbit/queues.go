@@ -21,11 +21,20 @@ var _ driver.QueueLister = (*Backend)(nil)
 
 // AMQP 0-9-1 cannot list a broker's queues (the management plugin's HTTP
 // API can, but it is not always there), so the backend keeps a registry: a
-// durable classic queue, <prefix>:queues, holding one message per Declare
-// of a queue by a Backend (the message's body is the queue's name). Queues
-// reads it whole and compacts it. No broker queue of a facade queue can
-// have that name: theirs start with "<prefix>." and a queue name has no ':'.
-func (b *Backend) registryName() string { return b.cfg.Prefix + ":queues" }
+// durable quorum queue, <prefix>:registry, replicated like the work queues,
+// holding one message per Declare of a queue by a Backend (the message's
+// body is the queue's name). Queues reads it whole and compacts it. No
+// broker queue of a facade queue can have that name: theirs start with
+// "<prefix>." and a queue name has no ':'.
+func (b *Backend) registryName() string { return b.cfg.Prefix + ":registry" }
+
+// legacyRegistryName is the registry of the older layout, a classic queue
+// on one node, which Queues empties into registryName.
+func (b *Backend) legacyRegistryName() string { return b.cfg.Prefix + ":queues" }
+
+// registryArgs declares the registry: a quorum queue, so that Queues works
+// while a minority of a cluster's nodes is down.
+func registryArgs() amqp.Table { return amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum} }
 
 // listLockName is an exclusive queue that one Queues call at a time holds,
 // so that no call reads the registry while another holds its messages. An
@@ -40,34 +49,56 @@ var registryCompactAt atomic.Int64
 
 func init() { registryCompactAt.Store(1000) }
 
+// registerTimeout bounds how long a Declare waits for its registry entry's
+// confirm (the registry is replicated, and a loaded cluster can take long):
+// a queue not registered is logged and listed once a later Declare
+// registers it.
+const registerTimeout = 5 * time.Second
+
 // register adds queue to the registry: Declare calls it once the queue's
 // broker queues exist. It compacts the registry when it has grown to
 // registryCompactAt messages.
 func (b *Backend) register(ctx context.Context, queue string) error {
-	if err := b.ensure(ctx, b.registryName(), amqp.Table{}); err != nil {
+	if err := b.ensure(ctx, b.registryName(), registryArgs()); err != nil {
 		return err
 	}
-	id := make([]byte, 8)
-	_, _ = rand.Read(id)
-	err := b.publish(ctx, outMsg{key: b.registryName(), pub: amqp.Publishing{
-		DeliveryMode: amqp.Persistent,
-		MessageId:    "queue/" + queue + "/" + hex.EncodeToString(id),
-		ContentType:  "text/plain",
-		Body:         []byte(queue),
-	}})
+	pctx, cancel := context.WithTimeout(ctx, registerTimeout)
+	err := b.publish(pctx, registryEntry(b.registryName(), queue))
+	cancel()
 	if err != nil {
 		return err
 	}
 	var size int
 	err = b.withChannel(ctx, func(ch *amqp.Channel) error {
-		q, err := ch.QueueDeclarePassive(b.registryName(), true, false, false, false, nil)
+		q, err := ch.QueueDeclarePassive(b.registryName(), true, false, false, false, registryArgs())
 		size = q.Messages
 		return err
 	})
 	if err == nil && int64(size) >= registryCompactAt.Load() {
-		_, err = b.Queues(ctx)
+		cctx, cancel := context.WithTimeout(ctx, compactTimeout)
+		_, err = b.Queues(cctx)
+		cancel()
 	}
 	return err
+}
+
+// compactTimeout bounds the compaction a Declare makes (a compaction
+// probes and republishes every live name: on a broker shared by many
+// queues it took long enough to use up the context of the Enqueue that
+// declared the queue). A compaction cut short leaves duplicates, never a
+// loss; a later Declare compacts again.
+const compactTimeout = 10 * time.Second
+
+// registryEntry is the publish that registers queue in the registry key.
+func registryEntry(key, queue string) outMsg {
+	id := make([]byte, 8)
+	_, _ = rand.Read(id)
+	return outMsg{key: key, pub: amqp.Publishing{
+		DeliveryMode: amqp.Persistent,
+		MessageId:    "queue/" + queue + "/" + hex.EncodeToString(id),
+		ContentType:  "text/plain",
+		Body:         []byte(queue),
+	}}
 }
 
 // listMu makes the Queues calls of this process take turns: the exclusive
@@ -76,12 +107,18 @@ var listMu sync.Mutex
 
 // Queues implements driver.QueueLister: every queue in the registry whose
 // work queue exists. It takes the lock queue (waiting while another
-// process's Queues holds it), gets every registry message without acking
-// it, checks each name's work queue with a passive declare, acks the
-// duplicates and the names of deleted queues, and hands the rest back. A
-// queue declared by a version before the registry is listed once a Backend
-// declares it again (any worker's Start or producer's first Enqueue does).
-// It costs a round trip per registry message and per queue.
+// process's Queues holds it), takes every registry message without acking
+// it, and the messages of the older layout's registry when it exists, checks
+// each name's work queue with a passive declare, publishes one new message
+// per live name (with confirms), and only then acks every message it took:
+// the duplicates, the names of deleted queues and garbage are so dropped,
+// and a crash in between leaves duplicates, never a loss. The acks are one
+// multiple ack per registry, a single settle, which RabbitMQ 3.10 cannot
+// hold back and drop at the channel's close (see settleBarrier), and the
+// new messages are in the queue before the lock is let go, where a requeue
+// might still be on its way. A queue declared by a version before the
+// registry is listed once a Backend declares it again (any worker's Start
+// or producer's first Enqueue does). It costs a round trip per queue.
 func (b *Backend) Queues(ctx context.Context) ([]string, error) {
 	if b.isClosed() {
 		return nil, driver.ErrClosed
@@ -101,23 +138,30 @@ func (b *Backend) Queues(ctx context.Context) ([]string, error) {
 			b.log.Warn("the queue listing lock stays held until the connection closes", "err", err)
 		}
 	}()
-	if err := declareQueue(ch, b.registryName(), amqp.Table{}); err != nil {
+	if err := declareQueue(ch, b.registryName(), registryArgs()); err != nil {
 		return nil, err
 	}
-	type entry struct {
-		tag  uint64
-		name string
+	entries, last, err := takeRegistry(ctx, ch, b.registryName())
+	if err != nil {
+		return nil, fmt.Errorf("rabbit: list queues: read %q: %w", b.registryName(), err)
 	}
-	var entries []entry
-	for {
-		d, ok, err := ch.Get(b.registryName(), false)
+	// The older layout's classic registry, on a channel of its own (a
+	// missing queue closes it). While its node is down it is skipped, and
+	// its names are listed once it is back.
+	legacy, err := conn.Channel()
+	if err != nil {
+		return nil, fmt.Errorf("rabbit: open channel: %w", err)
+	}
+	defer func() { legacy.Close() }()
+	var legacyLast uint64
+	if _, err := legacy.QueueDeclarePassive(b.legacyRegistryName(), true, false, false, false, nil); err == nil {
+		old, l, err := getAll(legacy, b.legacyRegistryName())
 		if err != nil {
-			return nil, fmt.Errorf("rabbit: list queues: read %q: %w", b.registryName(), err)
+			return nil, fmt.Errorf("rabbit: list queues: read %q: %w", b.legacyRegistryName(), err)
 		}
-		if !ok {
-			break
-		}
-		entries = append(entries, entry{d.DeliveryTag, string(d.Body)})
+		entries, legacyLast = append(entries, old...), l
+	} else if !isNotFound(err) {
+		b.log.Warn("the older registry could not be read; its names are moved once it can", "queue", b.legacyRegistryName(), "err", err)
 	}
 	// Which names are live: checked on a channel of their own, which a
 	// missing queue closes (inspect opens the next).
@@ -127,38 +171,120 @@ func (b *Backend) Queues(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("rabbit: open channel: %w", err)
 	}
 	defer func() { probe.Close() }()
-	for _, e := range entries {
-		if _, seen := live[e.name]; seen || driver.CheckQueue(e.name) != nil {
+	for _, name := range entries {
+		if _, seen := live[name]; seen || driver.CheckQueue(name) != nil {
 			continue
 		}
-		_, ok, err := b.inspect(ctx, &probe, b.workName(e.name))
+		_, ok, err := b.inspect(ctx, &probe, b.workName(name))
 		if err != nil {
 			return nil, err
 		}
-		live[e.name] = ok
+		live[name] = ok
 	}
-	// Keep one message per live name; ack the rest; hand the kept back.
-	kept := map[string]bool{}
 	var names []string
-	var last uint64 // the last message kept
-	for _, e := range entries {
-		if live[e.name] && !kept[e.name] {
-			kept[e.name] = true
-			names = append(names, e.name)
-			last = e.tag
-			continue
+	var out []outMsg
+	for name, ok := range live {
+		if ok {
+			names = append(names, name)
+			out = append(out, registryEntry(b.registryName(), name))
 		}
-		if err := ch.Ack(e.tag, false); err != nil {
+	}
+	if len(out) > 0 {
+		if err := b.publish(ctx, out...); err != nil {
+			return nil, fmt.Errorf("rabbit: list queues: write %q: %w", b.registryName(), err)
+		}
+	}
+	if last > 0 {
+		if err := ch.Ack(last, true); err != nil {
 			return nil, fmt.Errorf("rabbit: list queues: compact %q: %w", b.registryName(), err)
 		}
 	}
-	if len(names) > 0 {
-		if err := ch.Nack(last, true, true); err != nil {
-			return nil, fmt.Errorf("rabbit: list queues: hand back %q: %w", b.registryName(), err)
+	if legacyLast > 0 {
+		if err := legacy.Ack(legacyLast, true); err != nil {
+			return nil, fmt.Errorf("rabbit: list queues: empty %q: %w", b.legacyRegistryName(), err)
 		}
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// takeRegistry takes every message of the quorum queue name on ch without
+// acking them: through a consumer whose prefetch is the count the broker
+// reports (a basic.get on a quorum queue is a Raft command each), then
+// with basic.get until the queue is empty. It returns their bodies and the
+// last delivery tag.
+func takeRegistry(ctx context.Context, ch *amqp.Channel, name string) ([]string, uint64, error) {
+	q, err := ch.QueueDeclarePassive(name, true, false, false, false, registryArgs())
+	if err != nil {
+		return nil, 0, err
+	}
+	var bodies []string
+	var last uint64
+	if n := min(q.Messages, 65535); n > 0 {
+		if err := ch.Qos(n, 0, false); err != nil {
+			return nil, 0, err
+		}
+		tag := fmt.Sprintf("asyncplatform-registry-%d", consumerSeq.Add(1))
+		dl, err := ch.Consume(name, tag, false, false, false, false, nil)
+		if err != nil {
+			return nil, 0, err
+		}
+		t := time.NewTimer(quietRound)
+		defer t.Stop()
+	collect:
+		for quiet := 0; quiet < 2 && len(bodies) < n; {
+			select {
+			case d, ok := <-dl:
+				if !ok {
+					break collect
+				}
+				bodies, last = append(bodies, string(d.Body)), d.DeliveryTag
+				quiet = 0
+			case <-t.C:
+				quiet++
+				t.Reset(quietRound)
+			case <-ctx.Done():
+				return nil, 0, ctx.Err()
+			}
+		}
+		if err := ch.Cancel(tag, false); err != nil {
+			return nil, 0, err
+		}
+		for d := range dl {
+			bodies, last = append(bodies, string(d.Body)), d.DeliveryTag
+		}
+	}
+	more, l, err := getAll(ch, name)
+	if err != nil {
+		return nil, 0, err
+	}
+	if l > 0 {
+		last = l
+	}
+	return append(bodies, more...), last, nil
+}
+
+// getAll takes every message of queue name on ch with basic.get, without
+// acking them, and returns their bodies and the last delivery tag.
+func getAll(ch *amqp.Channel, name string) ([]string, uint64, error) {
+	var bodies []string
+	var last uint64
+	for {
+		d, ok, err := ch.Get(name, false)
+		if err != nil {
+			return nil, 0, err
+		}
+		if !ok {
+			return bodies, last, nil
+		}
+		bodies, last = append(bodies, string(d.Body)), d.DeliveryTag
+	}
+}
+
+// isNotFound reports whether err is the broker's 404: no such queue.
+func isNotFound(err error) bool {
+	var aerr *amqp.Error
+	return errors.As(err, &aerr) && aerr.Code == amqp.NotFound
 }
 
 // lockQueue returns a channel of conn on which this call holds the lock

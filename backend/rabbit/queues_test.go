@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -148,4 +149,108 @@ func registrySize(t *testing.T, b *Backend) int {
 		}
 		time.Sleep(10 * time.Millisecond) // a requeue may still be on its way
 	}
+}
+
+// TestRegistryUpgrade: the names in the classic registry of the older
+// layout (p:queues), written before the upgrade and by an older version
+// still running after it, are moved into the quorum registry by Queues,
+// each listed, none lost.
+func TestRegistryUpgrade(t *testing.T) {
+	t.Parallel()
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	prefix := "qu" + hex.EncodeToString(r[:])
+	b := newBackend(t, Config{Prefix: prefix})
+	ctx := testCtx(t)
+	t.Cleanup(func() {
+		_ = b.withChannel(context.Background(), func(ch *amqp.Channel) error {
+			for _, q := range []string{b.registryName(), b.legacyRegistryName()} {
+				if _, err := ch.QueueDelete(q, false, false, false); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	// An older version: its work queues, and its registry holding their
+	// names (one twice).
+	old := []string{"old-a", "old-b", "old-c"}
+	oldDeclare := func(names ...string) {
+		t.Helper()
+		err := b.withChannel(ctx, func(ch *amqp.Channel) error {
+			if _, err := ch.QueueDeclare(b.legacyRegistryName(), true, false, false, false, nil); err != nil {
+				return err
+			}
+			for _, q := range names {
+				if err := declareQueue(ch, b.workName(q), workArgs()); err != nil {
+					return err
+				}
+				if err := ch.PublishWithContext(ctx, "", b.legacyRegistryName(), true, false, amqp.Publishing{Body: []byte(q)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, q := range append(old, "old-d") {
+			_ = b.DeleteQueue(context.Background(), q)
+		}
+	})
+	oldDeclare(append(old, old[0])...)
+	if err := b.Declare(ctx, "new-a"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.DeleteQueue(context.Background(), "new-a") })
+	want := []string{"new-a", "old-a", "old-b", "old-c"}
+	for i := range 2 {
+		got, err := b.Queues(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("listing %d: Queues = %q, want %q", i, got, want)
+		}
+		if n := legacySize(t, b); n != 0 {
+			t.Fatalf("listing %d: the older registry holds %d messages, want 0 (moved)", i, n)
+		}
+		if n := registrySize(t, b); n != len(want) {
+			t.Fatalf("listing %d: the registry holds %d messages, want %d", i, n, len(want))
+		}
+	}
+	// The registry is a quorum queue, replicated on a cluster: declaring
+	// it classic is refused.
+	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
+		return declareQueue(ch, b.registryName(), amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeClassic})
+	})
+	if !errors.Is(err, ErrIncompatibleQueue) {
+		t.Fatalf("declaring the registry classic: %v, want ErrIncompatibleQueue (it is a quorum queue)", err)
+	}
+	// An older version still running registers another queue.
+	oldDeclare("old-d")
+	want = []string{"new-a", "old-a", "old-b", "old-c", "old-d"}
+	if got, err := b.Queues(ctx); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("after an older version's declare: Queues = %q, %v; want %q", got, err, want)
+	}
+	if n := legacySize(t, b); n != 0 {
+		t.Fatalf("the older registry holds %d messages, want 0 (moved)", n)
+	}
+}
+
+// legacySize is the number of messages in the older layout's registry.
+func legacySize(t *testing.T, b *Backend) int {
+	t.Helper()
+	var n int
+	err := b.withChannel(context.Background(), func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(b.legacyRegistryName(), true, false, false, false, nil)
+		n = q.Messages
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

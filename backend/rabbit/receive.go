@@ -25,6 +25,15 @@ const (
 	// as a copy (so its count does not rise), and the copy keeps the
 	// original's x-delivery-count here.
 	baseHeader = "x-asyncplatform-base"
+
+	// dueHeader carries, in Unix milliseconds, when a message in a delay
+	// queue is due to leave it (its publish plus the queue's step): the
+	// delay sweeper moves a message found there after that time.
+	dueHeader = "x-asyncplatform-due"
+
+	// markerHeader marks a settle barrier's marker (see settleBarrier): a
+	// message that is no job.
+	markerHeader = "x-asyncplatform-barrier"
 )
 
 // qchan is the channel a queue's consumers run on. gen numbers it: receipts
@@ -33,34 +42,125 @@ const (
 // A released consumer retires its channel: from the moment its release
 // begins, the next consumer of the queue opens a new one (see detachLocked),
 // and the retired channel is closed once every delivery it handed out is
-// settled. A delivery the broker sent after basic.cancel-ok
-// (the client drops those) so comes back when that channel closes, instead
-// of staying stuck on it.
+// settled, and every settle it sent is applied (see settleBarrier). A
+// delivery the broker sent after basic.cancel-ok (the client drops those)
+// so comes back when that channel closes, instead of staying stuck on it.
 type qchan struct {
 	ch       *amqp.Channel
 	acks     *acker // every ack and nack of ch goes through it
+	queue    string // the queue's name, not its work queue's
 	gen      uint64
 	prefetch int
 	held     atomic.Int64 // deliveries handed out and not yet settled
 	retired  atomic.Bool
+	closing  atomic.Bool  // closeRetired has begun
+	barrier  atomic.Int64 // acks.settles when the last settle barrier began
 }
 
-// retire marks the channel retired and closes it when nothing it handed out
-// is still held. Otherwise the last settle closes it (see settled).
-func (q *qchan) retire() {
+// retire marks q retired and closes it when nothing it handed out is still
+// held. Otherwise the last settle closes it (see settled).
+func (b *Backend) retire(q *qchan) {
 	q.retired.Store(true)
 	if q.held.Load() == 0 {
-		q.ch.Close()
+		b.closeRetired(q)
 	}
 }
 
-// settled ends one held delivery; the last one of a retired channel closes
-// it.
-func (q *qchan) settled() {
+// settled ends one held delivery of q; the last one of a retired channel
+// closes it.
+func (b *Backend) settled(q *qchan) {
 	if q.held.Add(-1) == 0 && q.retired.Load() {
-		q.ch.Close()
+		b.closeRetired(q)
 	}
 }
+
+// closeRetired closes a retired channel once the settles it sent are
+// applied.
+func (b *Backend) closeRetired(q *qchan) {
+	if !q.closing.CompareAndSwap(false, true) {
+		return
+	}
+	b.settleBarrier(q)
+	q.ch.Close()
+}
+
+// barrierAfter is how many settle frames a channel may have sent since its
+// last settle barrier and still be closed without one: well below the 32
+// unapplied commands beyond which RabbitMQ 3.10 holds a channel's settles
+// back.
+const barrierAfter = 16
+
+// settleBarrier returns once the queue has applied the settles q sent, when
+// they may be more than barrierAfter.
+//
+// RabbitMQ 3.10 sends a channel's settles to a quorum queue as Raft
+// commands, holds them back in the channel once about 32 are unapplied,
+// sends the held ones (as one command) as earlier ones are applied, and
+// drops those it still holds when the channel closes: their deliveries come
+// back with a delivery counted. A release whose originals are acked one
+// frame each (a handler holds a lower tag), then the channel closed at that
+// handler's ack or at Close, brought 27 of 60 originals back beside their
+// copies (TestReleaseHeldAcksApplied, TestCloseHeldAcksApplied), and 80
+// handler acks then the last one's close brought 67 back
+// (TestRetiredManySettlesApplied).
+//
+// The barrier is a marker message published on q itself, in confirm mode,
+// to the work queue: the queue confirms it once it has applied it, and so
+// every settle q sent before it, and the channel handles those
+// applications, sending what it held back, before it passes the confirm
+// on. The marker expires at once (expiration 0) and a consumer that gets
+// it acks it without handing it out (see isMarker), so it takes no message
+// (a basic.get barrier took one, and a kill right after it charged an
+// innocent job a crash in TestFaults/PoisonIsolation). A consumer with no
+// credit is no barrier: 3.10 ignores x-credit on basic.consume, and the
+// consumer is given its prefetch.
+func (b *Backend) settleBarrier(q *qchan) {
+	sent := q.acks.settles.Load()
+	if sent-q.barrier.Load() <= barrierAfter || !settleBarriers {
+		return
+	}
+	q.barrier.Store(sent)
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
+	defer cancel()
+	if err := b.publishMarker(ctx, q); err != nil {
+		b.log.Debug("settle barrier failed; settles held back by the broker may be dropped", "queue", q.queue, "err", err)
+	}
+}
+
+// publishMarker publishes a settle barrier's marker on q and waits for its
+// confirm.
+func (b *Backend) publishMarker(ctx context.Context, q *qchan) error {
+	if err := q.ch.Confirm(false); err != nil {
+		return fmt.Errorf("rabbit: confirm mode for a settle barrier: %w", err)
+	}
+	dc, err := q.ch.PublishWithDeferredConfirmWithContext(ctx, "", b.workName(q.queue), false, false, amqp.Publishing{
+		Expiration: "0",
+		Headers:    amqp.Table{markerHeader: true},
+	})
+	if err != nil {
+		return fmt.Errorf("rabbit: publish a settle barrier: %w", err)
+	}
+	ok, err := dc.WaitContext(ctx)
+	if err != nil {
+		return fmt.Errorf("rabbit: settle barrier confirm: %w", err)
+	}
+	if !ok {
+		return errors.New("rabbit: settle barrier nacked")
+	}
+	return nil
+}
+
+// isMarker reports whether d is a settle barrier's marker, which is acked
+// and never handed out. A marker has no body: a message with one is handed
+// out whatever its headers, so that a forged header drops no job.
+func isMarker(d amqp.Delivery) bool {
+	_, ok := d.Headers[markerHeader]
+	return ok && len(d.Body) == 0
+}
+
+// settleBarriers is for tests: without it, retired channels close with no
+// settle barrier.
+var settleBarriers = true
 
 // consumer is one basic.consume on a work queue.
 type consumer struct {
@@ -124,7 +224,7 @@ func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*cons
 			ch.Close()
 			return nil, fmt.Errorf("rabbit: set prefetch %d: %w", prefetch, err)
 		}
-		qc = &qchan{ch: ch, acks: newAcker(ch), gen: b.chanGen.Add(1), prefetch: prefetch}
+		qc = &qchan{ch: ch, acks: newAcker(ch), queue: queue, gen: b.chanGen.Add(1), prefetch: prefetch}
 	}
 	tag := fmt.Sprintf("asyncplatform-%d-%d", os.Getpid(), consumerSeq.Add(1))
 	dl, err := qc.ch.Consume(b.workName(queue), tag, false, false, false, false, nil)
@@ -247,6 +347,10 @@ func (b *Backend) release(c *consumer) {
 	var tags []uint64 // originals whose copy is stored
 	failed := false
 	take := func(d amqp.Delivery) {
+		if isMarker(d) {
+			tags = append(tags, d.DeliveryTag)
+			return
+		}
 		if failed {
 			c.acks.nack(d.DeliveryTag, true)
 			return
@@ -293,7 +397,11 @@ collect:
 	if len(tags) > 0 {
 		b.log.Debug("handed back buffered messages", "queue", c.queue, "messages", len(tags))
 	}
-	c.retire()
+	// The channel may close without another settle (at a held delivery's
+	// last settle, or with the connection at Close): the barrier sees the
+	// originals' acks applied first.
+	b.settleBarrier(c.qchan)
+	b.retire(c.qchan)
 }
 
 // handBack stores an uncounted copy of a delivery that was never handed
@@ -368,6 +476,12 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		}
 		var out []*driver.Delivery
 		take := func(d amqp.Delivery) {
+			if isMarker(d) {
+				if err := c.acks.ack(d.DeliveryTag); err != nil {
+					b.log.Debug("ack of a settle barrier's marker failed", "queue", queue, "err", err)
+				}
+				return
+			}
 			if rem := delayLeft(d.Headers); rem > 0 {
 				b.hop(ctx, c, d, rem)
 				return
@@ -455,13 +569,24 @@ func (b *Backend) delayed(ctx context.Context, queue string, pub amqp.Publishing
 	if err := b.ensure(ctx, name, b.delayArgs(queue, k)); err != nil {
 		return outMsg{}, err
 	}
-	pub.Expiration = strconv.FormatInt(step(k).Milliseconds(), 10)
+	if delayExpiry.Load() {
+		pub.Expiration = strconv.FormatInt(step(k).Milliseconds(), 10)
+	}
+	pub.Headers = amqp.Table{dueHeader: time.Now().Add(step(k)).UnixMilli()}
 	if left := rem - step(k); left > 0 {
 		ms := (left + time.Millisecond - 1) / time.Millisecond
-		pub.Headers = amqp.Table{delayHeader: int64(ms)}
+		pub.Headers[delayHeader] = int64(ms)
 	}
 	return outMsg{key: name, pub: pub}, nil
 }
+
+// delayExpiry is for tests: without it, delay publishes carry no
+// expiration of their own, and a delay queue declared in a race on a
+// cluster can keep them for good (see delayed), which the sweeper must
+// then move.
+var delayExpiry atomic.Bool
+
+func init() { delayExpiry.Store(true) }
 
 func delayLeft(h amqp.Table) time.Duration {
 	n, ok := asInt(h[delayHeader])
@@ -540,7 +665,7 @@ func (b *Backend) settle(r *receipt) error {
 	if !r.settled.CompareAndSwap(false, true) {
 		return fmt.Errorf("rabbit: delivery tag %d already settled: %w", r.tag, driver.ErrLeaseLost)
 	}
-	defer r.c.settled()
+	defer b.settled(r.c)
 	if r.c.ch.IsClosed() {
 		return fmt.Errorf("rabbit: channel generation %d is closed: %w", r.c.gen, driver.ErrLeaseLost)
 	}
@@ -598,7 +723,7 @@ func (b *Backend) unsettled(r *receipt, err error) error {
 	if errors.Is(err, driver.ErrLeaseLost) || !r.settled.CompareAndSwap(false, true) {
 		return err
 	}
-	defer r.c.settled()
+	defer b.settled(r.c)
 	if !r.c.ch.IsClosed() {
 		if nerr := r.c.acks.nack(r.tag, true); nerr != nil {
 			b.log.Warn("rabbit: hand back a delivery whose new copy was not written", "tag", r.tag, "err", nerr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,4 +65,70 @@ func TestStopThenCloseUncounted(t *testing.T) {
 			b2.Ack(ctx, d)
 		}
 	}
+}
+
+// TestStopReleasesFirst: Stop with a handler running releases the
+// backend's consumer before the platform hands back the jobs it claimed
+// ahead, so their copies go to the queue after basic.cancel and never to
+// the consumer being released. In the other order the copies (each
+// hand-back's ack opened the window) were delivered to that consumer, which
+// handed them back once more, and one arriving after cancel-ok came back
+// counted (Stop/HandsBackUncounted on the cluster).
+func TestStopReleasesFirst(t *testing.T) {
+	t.Parallel()
+	for round := range 3 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			t.Parallel()
+			log := &handBackLog{}
+			b := newBackend(t, Config{Logger: slog.New(log)})
+			q := queueName(t, b)
+			ctx := retireCtx(t)
+			cfg := asyncplatform.Config{Queues: map[string]asyncplatform.QueueConfig{q: {Concurrency: 1, Prefetch: asyncplatform.Limit(2)}},
+				Logger: slog.New(slog.DiscardHandler)}
+			p, err := asyncplatform.New(b, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			started := make(chan struct{}, 3)
+			p.Handle("s", func(ctx context.Context, j *asyncplatform.Job) error {
+				started <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			})
+			jobs := []*asyncplatform.Job{{Type: "s", Queue: q}, {Type: "s", Queue: q}, {Type: "s", Queue: q}}
+			if err := p.EnqueueBatch(ctx, jobs); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			<-started
+			time.Sleep(200 * time.Millisecond) // the platform claims the other two ahead
+			sctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+			p.Stop(sctx)
+			cancel()
+			if n := log.total.Load(); n != 0 {
+				t.Errorf("the release handed back %d messages: the platform's own hand-back copies reached the consumer being released", n)
+			}
+		})
+	}
+}
+
+// handBackLog is a slog.Handler that sums the messages a release reports
+// handed back.
+type handBackLog struct{ total atomic.Int64 }
+
+func (h *handBackLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *handBackLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *handBackLog) WithGroup(string) slog.Handler            { return h }
+func (h *handBackLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "handed back buffered messages" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "messages" {
+				h.total.Add(a.Value.Int64())
+			}
+			return true
+		})
+	}
+	return nil
 }

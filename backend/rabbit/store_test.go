@@ -2,11 +2,15 @@ package rabbit
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/backend/memory"
@@ -44,6 +48,39 @@ func TestStoreNeedsCompanion(t *testing.T) {
 	}
 	if _, err := ap.New(b, ap.Config{Schedules: []ap.Schedule{s}}); !errors.Is(err, ap.ErrNoStore) {
 		t.Fatalf("New with Schedules on RabbitMQ without a companion: %v, want ErrNoStore", err)
+	}
+}
+
+// TestSchedulesRefusedAfterStart: a started platform on RabbitMQ without a
+// companion store refuses a schedule as before Start (it would never
+// fire), and lists none.
+func TestSchedulesRefusedAfterStart(t *testing.T) {
+	t.Parallel()
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	b := newBackend(t, Config{Prefix: "st" + hex.EncodeToString(r[:])})
+	t.Cleanup(func() {
+		_ = b.withChannel(context.Background(), func(ch *amqp.Channel) error {
+			_, err := ch.QueueDelete(b.registryName(), false, false, false)
+			return err
+		})
+	})
+	q := queueName(t, b)
+	p, err := ap.New(b, ap.Config{Queues: map[string]ap.QueueConfig{q: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(context.Background()) })
+	s := ap.Schedule{Name: "s", Every: time.Second, Job: ap.Job{Type: "t", Queue: q}}
+	if err := p.Schedule(s); !errors.Is(err, ap.ErrNoStore) {
+		t.Fatalf("Schedule after Start on RabbitMQ without a companion: %v, want ErrNoStore", err)
+	}
+	if _, err := p.Schedules(ctx); !errors.Is(err, ap.ErrNoStore) {
+		t.Fatalf("Schedules on RabbitMQ without a companion: %v, want ErrNoStore", err)
 	}
 }
 

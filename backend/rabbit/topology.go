@@ -267,3 +267,164 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 	}
 	return st, nil
 }
+
+// The delay sweeper. A quorum delay queue expires messages from its head
+// only, so a message there that does not expire keeps every message behind
+// it: RabbitMQ 3.10.8 enqueued a publish with no TTL into a delay queue
+// another connection was creating (see delayed), and rabbitmq-server
+// #10718 reports messages of such queues that never expire. The sweeper
+// of each Backend looks at the delay queues of the queues it consumes
+// every sweep period (Config.DelaySweep; see sweepOnce). It takes the head
+// of a delay queue that held messages at two looks in a row (basic.get,
+// which hides it from others) and moves it
+// to where its due time says: the work queue when due, else the delay step
+// for what is left (never early, at most one smallest step late). When the
+// head was overdue by more than sweepGrace, the queue was stuck: it takes
+// the next one too, up to sweepBatch. Each move publishes the copy with
+// confirm and then acks (one multiple ack per queue swept), so a crash in
+// between leaves a duplicate, never a loss. A message without the due
+// header (an older version's) is moved to its step again, for a whole
+// step.
+const (
+	sweepMax   = time.Minute
+	sweepGrace = time.Second
+	sweepBatch = 1000
+)
+
+// sweepDelays runs the delay sweeper until Close.
+func (b *Backend) sweepDelays(every time.Duration) {
+	defer b.wg.Done()
+	looks := map[string]look{}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.done:
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		queues := make([]string, 0, len(b.cons))
+		for q := range b.cons {
+			queues = append(queues, q)
+		}
+		b.mu.Unlock()
+		b.sweepOnce(queues, every, looks)
+		for name, l := range looks {
+			if time.Since(l.next) > sweepMax {
+				delete(looks, name) // its queue is no longer consumed here
+			}
+		}
+	}
+}
+
+// look is what the sweeper knows of one delay queue.
+type look struct {
+	next time.Time // when to look at it again
+	held bool      // it held messages at the last look
+}
+
+// sweepOnce looks, on one channel, at the delay queues of queues that are
+// due for a look. A delay queue is swept only when it held messages at two
+// looks in a row, the sweep period apart (a move is a publish and an ack,
+// and a process killed between the two leaves a duplicate: a queue that
+// just got its messages is left alone); after a sweep it is looked at
+// again once its step has passed (at most sweepMax), and a missing one
+// after sweepMax.
+func (b *Backend) sweepOnce(queues []string, every time.Duration, looks map[string]look) {
+	ctx, cancel := context.WithCancel(b.closing)
+	defer cancel()
+	var ch *amqp.Channel
+	defer func() {
+		if ch != nil {
+			ch.Close()
+		}
+	}()
+	for _, q := range queues {
+		for k := range numSteps {
+			name := b.delayName(q, k)
+			now := time.Now()
+			l := looks[name]
+			if now.Before(l.next) {
+				continue
+			}
+			if ch == nil || ch.IsClosed() {
+				conn, err := b.connection(ctx)
+				if err != nil {
+					return
+				}
+				if ch, err = conn.Channel(); err != nil {
+					return
+				}
+			}
+			n, ok, err := b.inspect(ctx, &ch, name)
+			switch {
+			case err != nil:
+				b.log.Warn("sweeping a delay queue failed", "queue", q, "delay", step(k), "err", err)
+				return
+			case !ok:
+				looks[name] = look{next: now.Add(sweepMax)}
+				continue
+			case n == 0 || !l.held:
+				looks[name] = look{next: now.Add(every), held: n > 0}
+				continue
+			}
+			looks[name] = look{next: now.Add(min(max(step(k), every), sweepMax))}
+			if err := b.sweepDelay(ctx, ch, q, k); err != nil && ctx.Err() == nil {
+				b.log.Warn("sweeping a delay queue failed", "queue", q, "delay", step(k), "err", err)
+			}
+		}
+	}
+}
+
+// sweepDelay sweeps delay step k of queue once, on ch (see sweepDelays).
+func (b *Backend) sweepDelay(ctx context.Context, ch *amqp.Channel, queue string, k int) error {
+	name := b.delayName(queue, k)
+	var moved uint64 // the tag of the last message moved
+	defer func() {
+		if moved > 0 {
+			if err := ch.Ack(moved, true); err != nil {
+				b.log.Warn("acking swept delayed messages failed; they are moved again (duplicates)", "queue", queue, "err", err)
+			}
+		}
+	}()
+	for range sweepBatch {
+		d, ok, err := ch.Get(name, false)
+		if err != nil || !ok {
+			return err
+		}
+		now := time.Now()
+		due, known := dueOf(d.Headers)
+		var m outMsg
+		switch rem := due.Sub(now) + delayLeft(d.Headers); {
+		case !known:
+			m, err = b.delayed(ctx, queue, copyOf(d), step(k)+delayLeft(d.Headers))
+		case rem > 0:
+			m, err = b.delayed(ctx, queue, copyOf(d), rem)
+		default:
+			m = outMsg{key: b.workName(queue), pub: copyOf(d)}
+		}
+		if err == nil {
+			err = b.publish(ctx, m)
+		}
+		if err != nil {
+			ch.Nack(d.DeliveryTag, false, true)
+			return fmt.Errorf("rabbit: move delayed message %q: %w", d.MessageId, err)
+		}
+		moved = d.DeliveryTag
+		if !known || now.Sub(due) <= sweepGrace {
+			return nil // on time: the queue expires the rest
+		}
+		b.log.Warn("moved an overdue message out of a delay queue", "queue", queue, "delay", step(k), "id", d.MessageId, "overdue", now.Sub(due).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// dueOf reads dueHeader.
+func dueOf(h amqp.Table) (time.Time, bool) {
+	ms, ok := asInt(h[dueHeader])
+	if !ok || ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}

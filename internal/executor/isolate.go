@@ -29,16 +29,34 @@ func (x *Executor[V]) isolate(f *Delivery[V]) (ok bool) {
 	}()
 	j := &f.Job.Job
 	since, warned := time.Now(), false
+	// The backend releases its buffer first, once no Receive runs (the
+	// gate keeps new ones from starting), and the claimed-ahead jobs are
+	// handed back after: a hand-back's copy then cannot reach the consumer
+	// being released (RabbitMQ delivered it there, and one arriving after
+	// the consumer's cancel came back counted when the suspect killed the
+	// process: an innocent job charged a crash, TestFaults/PoisonIsolation).
+	released := false
 	for {
-		for _, q := range x.queues {
-			q.HandBackQueued(x.HandBack)
-		}
 		held, receiving := 0, false
 		for _, q := range x.queues {
 			h, r := q.Quiet()
 			held, receiving = held+h, receiving || r
 		}
-		if held <= 1 && !receiving {
+		if !receiving && !released {
+			x.release()
+			released = true
+		}
+		if released {
+			for _, q := range x.queues {
+				q.HandBackQueued(x.HandBack)
+			}
+			held = 0
+			for _, q := range x.queues {
+				h, r := q.Quiet()
+				held, receiving = held+h, receiving || r
+			}
+		}
+		if released && held <= 1 && !receiving {
 			break
 		}
 		if x.stopping.Load() {
@@ -51,17 +69,24 @@ func (x *Executor[V]) isolate(f *Delivery[V]) (ok bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if r, isReleaser := x.cfg.Backend.(driver.Releaser); isReleaser {
-		for _, q := range x.queues {
-			for _, name := range q.Names() {
-				if err := r.Release(context.Background(), name); err != nil {
-					x.cfg.Log.Warn("asyncplatform: releasing the backend's buffered messages before a suspect runs failed; they come back after their lease", "queue", name, "error", err)
-				}
+	x.cfg.Log.Warn("asyncplatform: running a suspect alone (a worker holding it died)", "queue", j.Queue, "id", j.ID, "type", j.Type, "crashes", j.Crashes)
+	return true
+}
+
+// release asks the backend, when it buffers (driver.Releaser), to hand
+// back what it buffered for every queue.
+func (x *Executor[V]) release() {
+	r, ok := x.cfg.Backend.(driver.Releaser)
+	if !ok {
+		return
+	}
+	for _, q := range x.queues {
+		for _, name := range q.Names() {
+			if err := r.Release(context.Background(), name); err != nil {
+				x.cfg.Log.Warn("asyncplatform: releasing the backend's buffered messages before a suspect runs failed; they come back after their lease", "queue", name, "error", err)
 			}
 		}
 	}
-	x.cfg.Log.Warn("asyncplatform: running a suspect alone (a worker holding it died)", "queue", j.Queue, "id", j.ID, "type", j.Type, "crashes", j.Crashes)
-	return true
 }
 
 func (x *Executor[V]) endIsolation() {

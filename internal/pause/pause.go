@@ -74,7 +74,7 @@ type Config struct {
 	// level's held queue holds. Nil: a queue has no levels.
 	LevelQueues func(queue string) []string
 	// Hold is called when a worked queue becomes paused, after its gate is
-	// held and before the backend releases what it buffered: it hands back
+	// held and the backend has released what it buffered: it hands back
 	// what the platform claimed ahead of the queue.
 	Hold func(queue string)
 	// Wake is called when a worked queue is resumed: it wakes the fetchers.
@@ -268,15 +268,18 @@ func (e *Engine) poll(ctx context.Context) error {
 	return nil
 }
 
-// release hands back what a paused queue claimed ahead: the platform's own
-// (Hold) and what the backend buffered.
+// release hands back what a paused queue claimed ahead: what the backend
+// buffered, then the platform's own (Hold). In that order a hand-back's
+// copy cannot reach the consumer being released (RabbitMQ delivered it
+// there, and one arriving after the consumer's cancel came back counted:
+// Flow/Pause).
 func (e *Engine) release(ctx context.Context, queue string) {
-	if e.cfg.Hold != nil {
-		e.cfg.Hold(queue)
-	}
 	if r, ok := e.cfg.Backend.(driver.Releaser); ok {
 		if err := r.Release(ctx, queue); err != nil {
 			e.cfg.Log.Warn("asyncplatform: releasing a paused queue's buffered messages failed; they come back after their lease", "queue", queue, "error", err)
 		}
+	}
+	if e.cfg.Hold != nil {
+		e.cfg.Hold(queue)
 	}
 }
