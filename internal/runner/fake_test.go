@@ -41,6 +41,7 @@ type fakeBackend struct {
 	// limit, when positive, is the most deliveries the runner may hold at
 	// once: a Receive asking for more than limit-outstanding is an error.
 	limit          int
+	overMax        int // a defect on purpose: Receive hands out up to max+overMax
 	outstanding    int
 	maxOutstanding int
 
@@ -129,7 +130,7 @@ func (b *fakeBackend) Receive(ctx context.Context, queue string, max int, _ time
 	for {
 		b.mu.Lock()
 		if q := b.ready[queue]; len(q) > 0 {
-			n := min(max, len(q))
+			n := min(max+b.overMax, len(q))
 			for _, id := range q[:n] {
 				ds = append(ds, &driver.Delivery{Queue: queue, Body: []byte(id), Deliveries: 1, Handle: &fakeLease{id: id}})
 				b.byQueueClaims = append(b.byQueueClaims, queue)

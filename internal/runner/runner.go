@@ -202,9 +202,14 @@ func (q *Queue[J]) Fetch(ctx context.Context) {
 		for range n - len(ds) {
 			q.slots <- struct{}{}
 		}
+		if len(ds) > n {
+			log.Error("asyncplatform: the backend handed out more deliveries than Receive asked for (a driver defect); running them all", "queue", q.cfg.Name, "asked", n, "got", len(ds))
+		}
 		now := time.Now()
-		for _, d := range ds {
-			f := &Delivery[J]{D: d, renewed: now}
+		for i, d := range ds {
+			// A delivery beyond the n asked for took no claim slot, so it
+			// gives none back.
+			f := &Delivery[J]{D: d, renewed: now, freed: i >= n}
 			q.mu.Lock()
 			q.held[f] = struct{}{}
 			q.mu.Unlock()

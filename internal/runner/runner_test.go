@@ -286,6 +286,25 @@ func TestQueue(t *testing.T) {
 		}
 	})
 
+	// BackendOverMax: a backend that hands out more than Receive asked
+	// for breaks the driver contract; the runner still works every job and
+	// stops, its claim slots all back (a job beyond the slots took none).
+	t.Run("BackendOverMax", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testOpts{concurrency: 2, prefetch: 1, noLimit: true})
+		b.backend.overMax = 1
+		b.backend.push(testQueue, 40)
+		b.start()
+		waitFor(t, "every job acked", func() bool { return b.acked() == 40 })
+		b.stop(t)
+		if h := b.held(); h != 0 {
+			t.Errorf("%d deliveries still held after the stop", h)
+		}
+		if n := len(b.queue.slots); n != b.queue.max {
+			t.Errorf("%d claim slots free after the stop, want all %d", n, b.queue.max)
+		}
+	})
+
 	// ClaimsBoundedByConcurrency: with handlers that block, the fetcher
 	// claims exactly Concurrency+Prefetch deliveries and no more; the fake
 	// also fails the test on any Receive that asks for more than the free
