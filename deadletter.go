@@ -201,6 +201,12 @@ func (p *Platform) DeadLetters(ctx context.Context, queue, cursor string, limit 
 // leaves a duplicate, never a loss. A record held by a NextDeadLetter caller at
 // that moment stays too (a duplicate, reported in the log). Records that were
 // not jobs (Raw) cannot be redriven and stay; ids not found are ignored.
+//
+// A record that cannot go back stays and the others go on; the error then
+// names each one: a unique key a newer job holds (ErrDuplicate), a unique
+// claim header the platform could not have written (ErrInvalidJob: forged
+// or corrupt, with a window outside 1 ms to driver.MaxTTL, say), a signed
+// record on a platform without the key (ErrNoSigningKey).
 func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (int, error) {
 	if p.backend == nil {
 		return 0, ErrNotNew
@@ -236,7 +242,7 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 			break
 		}
 	}
-	picked, refused, err := retakeKeys(ctx, p.claims, picked) // unique jobs take their keys again
+	picked, refused, skipped, err := retakeKeys(ctx, p.claims, picked) // unique jobs take their keys again
 	if err != nil {
 		return 0, err
 	}
@@ -251,13 +257,17 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 		}
 	}
 	p.log.InfoContext(ctx, "asyncplatform: redrove dead letters", "queue", queue, "count", done)
+	var errs []error
 	if len(refused) > 0 {
-		return done, fmt.Errorf("asyncplatform: %d dead letters of queue %q stay: a newer job holds their unique key: %w", len(refused), queue, errors.Join(refused...))
+		errs = append(errs, fmt.Errorf("asyncplatform: %d dead letters of queue %q stay: a newer job holds their unique key: %w", len(refused), queue, errors.Join(refused...)))
+	}
+	if len(skipped) > 0 {
+		errs = append(errs, fmt.Errorf("asyncplatform: %d dead letters of queue %q stay: their unique claim is not one the platform writes: %w", len(skipped), queue, errors.Join(skipped...)))
 	}
 	if unsigned > 0 {
-		return done, fmt.Errorf("asyncplatform: %w: %d signed dead letters of queue %q were left: redrive them from a platform with the SigningKey", ErrNoSigningKey, unsigned, queue)
+		errs = append(errs, fmt.Errorf("asyncplatform: %w: %d signed dead letters of queue %q were left: redrive them from a platform with the SigningKey", ErrNoSigningKey, unsigned, queue))
 	}
-	return done, nil
+	return done, errors.Join(errs...)
 }
 
 // redriveChunk enqueues the chunk's jobs in one batch, then deletes their
