@@ -719,6 +719,7 @@ func (c *Config) prepare(j *Job, now time.Time) error {
 	j.payloadRef, j.unhandled = "", 0
 	if j.copyNo > 0 || j.delivered {
 		j.copyNo++
+		j.statusNonce = "" // a new enqueue: a new status record
 	}
 	return nil
 }
@@ -731,7 +732,11 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 	}
 	var refs []payload.Key
 	msgs := make([]driver.Message, len(jobs))
+	tracked := p.status.Tracks(queue)
 	for i, j := range jobs {
+		if tracked {
+			j = withStatusNonce(j)
+		}
 		if check && p.payloads != nil {
 			off, err := p.offload(ctx, j) // a copy: the caller's job keeps its payload
 			if err != nil {

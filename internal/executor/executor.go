@@ -316,7 +316,7 @@ func (x *Executor[V]) running(f *Delivery[V], in decide.Input) bool {
 func statusJob(j *Job) status.Job {
 	return status.Job{
 		ID: j.ID, Queue: j.Queue, Type: j.Type, Copy: j.Copy, EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore,
-		TryCount: j.TryCount, Failures: j.Failures, Crashes: j.Crashes,
+		TryCount: j.TryCount, Failures: j.Failures, Crashes: j.Crashes, Nonce: j.Headers[wire.StatusHeader],
 	}
 }
 

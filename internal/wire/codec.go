@@ -1,6 +1,8 @@
 package wire
 
 import (
+	crand "crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -108,6 +110,19 @@ func FirstLine(s string) string {
 		return CutUTF8(s, 1024) + "…"
 	}
 	return s
+}
+
+// StatusHeader is the header a job of a status-tracked queue carries its
+// enqueue's nonce in (internal/status): the job's status record holds the
+// same nonce, and a copy with another one does not write the record.
+const StatusHeader = "asyncplatform-status"
+
+// NewNonce returns 16 random bytes from crypto/rand, unpadded base64url:
+// a value no writer to the broker can guess.
+func NewNonce() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // never fails
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // GroupHeader is the header a job carries its group in.
