@@ -206,7 +206,10 @@ func (p *Platform) DeadLetters(ctx context.Context, queue, cursor string, limit 
 // names each one: a unique key a newer job holds (ErrDuplicate), a unique
 // claim header the platform could not have written (ErrInvalidJob: forged
 // or corrupt, with a window outside 1 ms to driver.MaxTTL, say), a signed
-// record on a platform without the key (ErrNoSigningKey).
+// record on a platform without the key (ErrNoSigningKey), and, with a
+// SigningKey, a record whose own (signed) queue is not the queue it was
+// read from (ErrInvalidJob: a copy moved there). A job goes back only to
+// the queue it was dead-lettered from.
 func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (int, error) {
 	if p.backend == nil {
 		return 0, ErrNotNew
@@ -221,6 +224,7 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 	// Collect first: deleting while paging would shift the cursor.
 	var picked []DeadLetter
 	unsigned := 0
+	var moved []string
 	seen := make(map[string]bool)
 	for cursor := ""; ; {
 		page, err := p.DeadLetters(ctx, queue, cursor, 1000)
@@ -233,6 +237,10 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 			}
 			if dl.signed && p.codec.Keys == nil { // its job would come back unsigned, and signed workers refuse it
 				unsigned++
+				continue
+			}
+			if p.codec.Keys != nil && dl.Queue != queue { // a signed record copied from another queue's dead letters
+				moved = append(moved, dl.ID)
 				continue
 			}
 			seen[dl.ID] = true
@@ -263,6 +271,10 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 	}
 	if len(skipped) > 0 {
 		errs = append(errs, fmt.Errorf("asyncplatform: %d dead letters of queue %q stay: their unique claim is not one the platform writes: %w", len(skipped), queue, errors.Join(skipped...)))
+	}
+	if len(moved) > 0 {
+		errs = append(errs, fmt.Errorf("asyncplatform: %w: %d signed dead letters read from queue %q were written for another queue, and stay (copies moved there); the first: %q",
+			ErrInvalidJob, len(moved), queue, moved[:min(len(moved), 10)]))
 	}
 	if unsigned > 0 {
 		errs = append(errs, fmt.Errorf("asyncplatform: %w: %d signed dead letters of queue %q were left: redrive them from a platform with the SigningKey", ErrNoSigningKey, unsigned, queue))

@@ -195,6 +195,10 @@ func (x *Executor[V]) Process(q *Queue[V], t *jobctx.Timer, f *Delivery[V]) {
 		x.deadRaw(f, err)
 		return
 	}
+	if err := x.cfg.Codec.Bound(f.D.Queue, &j.Job, time.Now()); err != nil { // a signed job moved or replayed
+		x.deadRaw(f, err)
+		return
+	}
 	if x.stopping.Load() || !x.cfg.Health.OK() || q.Paused(f.D.Queue) { // claimed ahead, before the stop, the failed check or the pause
 		x.HandBack(f) // not an end: nothing is reported, its status stays
 		return
