@@ -117,8 +117,8 @@ func (x *Executor[V]) settle(f *Delivery[V], j *Job, d decide.Decision, text str
 		}
 		return err
 	case decide.Parked:
-		j.Copy++                                                                                                                   // the held copy is the job's next copy
-		msg := driver.Message{ID: wire.MessageID(j.ID, j.Copy), Body: x.cfg.Codec.Encode(j.Queue, &j.Job), NotBefore: j.NotBefore} // bound to the queue it goes back to
+		j.Copy++ // the held copy is the job's next copy, bound to the queue it goes back to
+		msg := driver.Message{ID: wire.MessageID(j.ID, j.Copy), Body: x.cfg.Codec.Encode(j.Queue, &j.Job), NotBefore: j.NotBefore}
 		err := x.cfg.Groups.Park(context.Background(), j.Queue, j.Group, j.ID, msg, func() error { return f.Settle(x.cfg.Backend, x.cfg.Log, true, nil, nil) })
 		if errors.Is(err, pause.ErrNotParked) { // it comes again, and the pause is read again
 			j.Copy--
