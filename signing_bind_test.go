@@ -170,3 +170,24 @@ func TestRedriveSignedRecordOwnQueue(t *testing.T) {
 	}
 	_ = ran
 }
+
+// A signed job of MaxPayload bytes fits, its queue binding included, on a
+// queue with the longest name (MaxPayload reserves the binding's largest
+// size, so it may be a few bytes short of the exact limit when signed).
+func TestSignedMaxPayloadFits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog, SigningKey: bindKey, MaxMessage: 8 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := Job{Type: "t", Queue: strings.Repeat("q", 100)}
+	j.Payload = make([]byte, p.MaxPayload(j))
+	if err := p.Enqueue(ctx, &j); err != nil {
+		t.Fatalf("a signed job of MaxPayload (%d) bytes: %v", len(j.Payload), err)
+	}
+	j2 := Job{Type: "t", Queue: j.Queue, Payload: make([]byte, len(j.Payload)+64)}
+	if err := p.Enqueue(ctx, &j2); !errors.Is(err, ErrPayloadTooLarge) {
+		t.Fatalf("64 bytes more: %v; want ErrPayloadTooLarge", err)
+	}
+}

@@ -94,13 +94,20 @@ func bind(h map[string]string, queue string, now time.Time) map[string]string {
 	return out
 }
 
-// Overhead is what signing adds to an envelope.
+// Overhead is the most that signing adds to an unsigned job's envelope:
+// the signature, and the queue binding's two headers (a queue name is at
+// most 100 bytes).
 func (c Codec) Overhead() int {
 	if c.Keys == nil {
 		return 0
 	}
-	return SignedOverhead
+	return SignedOverhead + maxBinding
 }
+
+// maxBinding is the most the binding's headers add to an envelope: two
+// length-prefixed keys and values (the signing time is at most 20 digits),
+// and the header count's varint growing by a byte.
+const maxBinding = 1 + 2 + len(QueueHeader) + 2 + 100 + 2 + len(SignedAtHeader) + 2 + 20
 
 // Seal signs an envelope when the Codec has a key.
 func (c Codec) Seal(body []byte) []byte {
@@ -136,8 +143,12 @@ func (c Codec) Encode(queue string, j *Job) []byte {
 		b.Headers = bind(j.Headers, queue, time.Now())
 		w = &b
 	}
+	seal := 0
+	if c.Keys != nil {
+		seal = SignedOverhead
+	}
 	body := EncodeJob(w)
-	for len(body)+c.Overhead() > c.MaxBody && len(w.Errors) > 0 {
+	for len(body)+seal > c.MaxBody && len(w.Errors) > 0 {
 		w.Errors = w.Errors[1:]
 		body = EncodeJob(w)
 	}
