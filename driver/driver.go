@@ -80,12 +80,9 @@ type Message struct {
 	// ID identifies this copy of the message: the job's ID on its first
 	// enqueue, and a new value (the job ID with a copy number) for every
 	// copy written by Requeue or a redrive. A retried publish of the same
-	// copy keeps the same ID and body. IDs are predictable and two jobs'
-	// copies may share one (job x's copy 1 and job x.1's copy 0), so a
-	// backend that deduplicates publishes (JetStream Nats-Msg-Id, for
-	// example) must key on the ID and body together, under a secret a
-	// writer to the broker cannot compute: it never drops a message for
-	// its ID alone. Others may ignore it.
+	// copy keeps the same ID, so a backend that deduplicates publishes
+	// (JetStream Nats-Msg-Id, for example) uses it as the key. Others may
+	// ignore it.
 	ID string
 
 	// Body is the opaque message, encoded by the platform.

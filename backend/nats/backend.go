@@ -2,10 +2,6 @@ package nats
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -198,11 +194,6 @@ type Backend struct {
 
 	replicas int // of the streams made: Config.Replicas, or the work stream's
 
-	// dedupeKey keys the Nats-Msg-Id of every publish (dedupeID): random
-	// per Backend, so a writer to the broker cannot compute the ID of a
-	// copy it has not seen and publish ahead of it.
-	dedupeKey [32]byte
-
 	work, delay, dead jetstream.Stream
 
 	ctx    context.Context // cancelled by Close
@@ -278,7 +269,6 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{cfg: cfg, log: cfg.Logger, queues: make(map[string]*queueState), held: make(map[*receipt]struct{}), reconn: make(chan struct{})}
-	_, _ = rand.Read(b.dedupeKey[:]) // never fails (crypto/rand)
 	b.moverSweep = b.newSweeper(func() jetstream.Stream { return b.delay }, moverConsumer, "", "")
 	if cfg.Conn != nil {
 		b.nc = cfg.Conn
@@ -600,29 +590,14 @@ func (b *Backend) newMsg(queue string, msg *driver.Message) (*gonats.Msg, error)
 	}
 	m := &gonats.Msg{Subject: b.workSubject(queue), Data: msg.Body, Header: gonats.Header{}}
 	if msg.ID != "" {
-		m.Header.Set(hdrMsgID, b.dedupeID(queue, msg))
+		// Deduplication is stream-wide: scope the key to the queue.
+		m.Header.Set(hdrMsgID, token(queue)+"/"+msg.ID)
 	}
 	if !msg.NotBefore.IsZero() && time.Until(msg.NotBefore) > 0 {
 		m.Subject = b.delaySubject(queue)
 		m.Header.Set(hdrNotBefore, strconv.FormatInt(msg.NotBefore.UnixNano(), 10))
 	}
 	return m, nil
-}
-
-// dedupeID is the Nats-Msg-Id of msg on queue: the queue's token (the
-// server deduplicates stream-wide), then an HMAC of the message's ID and
-// body under the Backend's random dedupeKey. The same message published
-// again by this Backend (a retry after a timeout) gets the same ID and is
-// stored once within DuplicateWindow; any other message, whatever its ID,
-// gets another. A writer to the broker cannot compute it, so it cannot
-// publish ahead of a copy and have the server drop the real one.
-func (b *Backend) dedupeID(queue string, msg *driver.Message) string {
-	mac := hmac.New(sha256.New, b.dedupeKey[:])
-	mac.Write([]byte(msg.ID))
-	mac.Write([]byte{0})
-	mac.Write(msg.Body)
-	var sum [sha256.Size]byte
-	return token(queue) + "/" + base64.RawURLEncoding.EncodeToString(mac.Sum(sum[:0])[:18])
 }
 
 // publish stores msgs and waits for every publish ack.

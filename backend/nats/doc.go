@@ -49,14 +49,8 @@
 // the first three streams (S_HOLD and S_CLAIM take the storage and
 // replicas, never a limit). Limits use the "new" discard policy: a full stream refuses
 // publishes with an error, and never drops a stored message.
-// Publishes carry Nats-Msg-Id = <q>/<HMAC of Message.ID and body>, keyed by
-// a random secret of the Backend, so this Backend's retried publish of the
-// same message is stored once within Config.DuplicateWindow, two messages
-// sharing a Message.ID are both stored, and a writer to the broker cannot
-// publish ahead under the ID of a copy not yet written (the server would
-// drop the real one as a duplicate). A copy published again by another
-// Backend (a crash between a requeue's publish and its ack, then a
-// redelivery) is stored again: a duplicate, never a loss. Bodies are
+// Publishes carry Nats-Msg-Id = <q>/<Message.ID>, so a retried publish of
+// the same copy is stored once within Config.DuplicateWindow. Bodies are
 // stored untouched; everything of the backend's own is in headers.
 //
 // Delays. nats-server 2.9 has no delayed publish, and NakWithDelay cannot
@@ -269,8 +263,8 @@
 //     about ReconnectWait (250 ms) and a pull under way is sent again at
 //     once. When the lost node led a stream or consumer, the others elect a
 //     new leader first: requests to it fail or time out meanwhile: Enqueue
-//     returns the error (a retry of the same job through the same Backend is
-//     stored once within DuplicateWindow, by its Nats-Msg-Id), and Receive tries again. Measured on 3 loopback nodes
+//     returns the error (a retry of the same job is stored once within
+//     DuplicateWindow, by its Nats-Msg-Id), and Receive tries again. Measured on 3 loopback nodes
 //     of 2.9.10 (TestClusterNodeKill, docs/reliability.md), the connected
 //     node or another killed: enqueues and claims went on within 0.01 to
 //     7 s, depending on which leaders the node held; nothing lost, no

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 )
 
@@ -20,8 +19,7 @@ import (
 //	magic 0xA5, kind 'J', version 1
 //	ID, Type: string (uvarint length + bytes)
 //	Payload: bytes
-//	Headers: uvarint count, then key/value strings, keys in order (a
-//	        decoder takes any order)
+//	Headers: uvarint count, then key/value strings
 //	EnqueuedAt, NotBefore, Deadline: varint Unix nanoseconds (0 = zero time)
 //	Failures, Crashes, unhandled, copyNo: uvarint
 //	flags byte: 1 retry limit set, 2 poison limit set, 4 suspect; then the
@@ -108,31 +106,6 @@ func appendTime(b []byte, t time.Time) []byte {
 	return binary.AppendVarint(b, t.UnixNano())
 }
 
-// appendHeaders appends h with its keys in order, so that a job encodes to
-// the same bytes every time (a backend may deduplicate a publish retried
-// with the same body).
-func appendHeaders(b []byte, h map[string]string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(h)))
-	if len(h) == 1 {
-		for k, v := range h {
-			b = appendString(b, k)
-			b = appendString(b, v)
-		}
-		return b
-	}
-	var buf [8]string
-	keys := buf[:0]
-	for k := range h {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		b = appendString(b, k)
-		b = appendString(b, h[k])
-	}
-	return b
-}
-
 // encodedSize estimates the envelope size, so one allocation usually fits it.
 func encodedSize(j *Job) int {
 	n := 64 + len(j.ID) + len(j.Type) + len(j.Payload)
@@ -154,7 +127,11 @@ func appendJob(b []byte, j *Job) []byte {
 	} else {
 		b = appendBytes(b, j.Payload)
 	}
-	b = appendHeaders(b, j.Headers)
+	b = binary.AppendUvarint(b, uint64(len(j.Headers)))
+	for k, v := range j.Headers {
+		b = appendString(b, k)
+		b = appendString(b, v)
+	}
 	b = appendTime(b, j.EnqueuedAt)
 	b = appendTime(b, j.NotBefore)
 	b = appendTime(b, j.Deadline)

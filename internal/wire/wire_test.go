@@ -143,21 +143,3 @@ func FuzzDecodeDead(f *testing.F) {
 		_, _ = Unwrap(b, [][]byte{[]byte("k")})
 	})
 }
-
-// TestEncodeIsDeterministic: a job encodes to the same bytes every time,
-// whatever the order its headers' map yields them in, so a publish retried
-// with a job encoded again is the same message (backend/nats keys its
-// deduplication on the body).
-func TestEncodeIsDeterministic(t *testing.T) {
-	h := map[string]string{}
-	for i := range 20 {
-		h[string(rune('a'+i))] = "v"
-	}
-	j := &Job{ID: "x", Type: "t", Headers: h}
-	first := EncodeJob(j)
-	for range 50 {
-		if again := EncodeJob(j); !bytes.Equal(again, first) {
-			t.Fatalf("the same job encoded twice differs:\n%x\n%x", first, again)
-		}
-	}
-}
