@@ -201,6 +201,15 @@ func (p *Platform) DeadLetters(ctx context.Context, queue, cursor string, limit 
 // leaves a duplicate, never a loss. A record held by a NextDeadLetter caller at
 // that moment stays too (a duplicate, reported in the log). Records that were
 // not jobs (Raw) cannot be redriven and stay; ids not found are ignored.
+//
+// A record that cannot go back stays and the others go on; the error then
+// names each one: a unique key a newer job holds (ErrDuplicate), a unique
+// claim header the platform could not have written (ErrInvalidJob: forged
+// or corrupt, with a window outside 1 ms to driver.MaxTTL, say), a signed
+// record on a platform without the key (ErrNoSigningKey), and, with a
+// SigningKey, a record whose own (signed) queue is not the queue it was
+// read from (ErrInvalidJob: a copy moved there). A job goes back only to
+// the queue it was dead-lettered from.
 func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (int, error) {
 	if p.backend == nil {
 		return 0, ErrNotNew
@@ -215,6 +224,7 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 	// Collect first: deleting while paging would shift the cursor.
 	var picked []DeadLetter
 	unsigned := 0
+	var moved []string
 	seen := make(map[string]bool)
 	for cursor := ""; ; {
 		page, err := p.DeadLetters(ctx, queue, cursor, 1000)
@@ -229,6 +239,10 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 				unsigned++
 				continue
 			}
+			if p.codec.Keys != nil && dl.Queue != queue { // a signed record copied from another queue's dead letters
+				moved = append(moved, dl.ID)
+				continue
+			}
 			seen[dl.ID] = true
 			picked = append(picked, dl)
 		}
@@ -236,7 +250,7 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 			break
 		}
 	}
-	picked, refused, err := retakeKeys(ctx, p.claims, picked) // unique jobs take their keys again
+	picked, refused, skipped, err := retakeKeys(ctx, p.claims, picked) // unique jobs take their keys again
 	if err != nil {
 		return 0, err
 	}
@@ -251,13 +265,21 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 		}
 	}
 	p.log.InfoContext(ctx, "asyncplatform: redrove dead letters", "queue", queue, "count", done)
+	var errs []error
 	if len(refused) > 0 {
-		return done, fmt.Errorf("asyncplatform: %d dead letters of queue %q stay: a newer job holds their unique key: %w", len(refused), queue, errors.Join(refused...))
+		errs = append(errs, fmt.Errorf("asyncplatform: %d dead letters of queue %q stay: a newer job holds their unique key: %w", len(refused), queue, errors.Join(refused...)))
+	}
+	if len(skipped) > 0 {
+		errs = append(errs, fmt.Errorf("asyncplatform: %d dead letters of queue %q stay: their unique claim is not one the platform writes: %w", len(skipped), queue, errors.Join(skipped...)))
+	}
+	if len(moved) > 0 {
+		errs = append(errs, fmt.Errorf("asyncplatform: %w: %d signed dead letters read from queue %q were written for another queue, and stay (copies moved there); the first: %q",
+			ErrInvalidJob, len(moved), queue, moved[:min(len(moved), 10)]))
 	}
 	if unsigned > 0 {
-		return done, fmt.Errorf("asyncplatform: %w: %d signed dead letters of queue %q were left: redrive them from a platform with the SigningKey", ErrNoSigningKey, unsigned, queue)
+		errs = append(errs, fmt.Errorf("asyncplatform: %w: %d signed dead letters of queue %q were left: redrive them from a platform with the SigningKey", ErrNoSigningKey, unsigned, queue))
 	}
-	return done, nil
+	return done, errors.Join(errs...)
 }
 
 // redriveChunk enqueues the chunk's jobs in one batch, then deletes their

@@ -288,7 +288,7 @@ func (p *Platform) publishReport(ctx context.Context, out string, r *OutcomeRepo
 // fits.
 func encodeMessage(c wire.Codec, j *Job) driver.Message {
 	w := toWire(j)
-	body := c.Encode(&w)
+	body := c.Encode(j.Queue, &w)
 	j.Errors = w.Errors
 	return driver.Message{ID: messageID(j), Body: body, NotBefore: j.NotBefore}
 }

@@ -206,7 +206,7 @@ func TestGroupHeaderCheckedOnDecode(t *testing.T) {
 	want := map[string]string{"dots": "", "long": "", "bidi": "", "ok": "acme"}
 	header := map[string]string{"dots": "../../etc/passwd", "long": strings.Repeat("g", 100_000), "bidi": "acme\u202egnp", "ok": "acme"}
 	for id, g := range header {
-		body := p.codec.Encode(&wire.Job{ID: id, Type: "t", Headers: map[string]string{GroupHeader: g}})
+		body := p.codec.Encode("q", &wire.Job{ID: id, Type: "t", Headers: map[string]string{GroupHeader: g}})
 		if err := b.Enqueue(ctx, "q", []driver.Message{{ID: id, Body: body}}); err != nil {
 			t.Fatal(err)
 		}

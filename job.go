@@ -106,6 +106,10 @@ type Job struct {
 
 	// copyNo numbers the copies of the job written by retries and redrives.
 	copyNo uint64
+	// statusNonce binds the job's status record to this enqueue (a tracked
+	// queue's; internal/status); kept so that Enqueue retried with the same
+	// Job writes the same message.
+	statusNonce string
 	// delivered marks a job decoded off the broker (a delivery or a dead
 	// letter): Enqueue of it writes a new copy, with a new copy number.
 	delivered bool

@@ -176,6 +176,30 @@ type Config struct {
 	// without a SigningKey. Defaults to none.
 	VerifyKeys [][]byte
 
+	// A job this platform signs is bound to the queue it is written to:
+	// its workers dead-letter (ReasonInvalid, "bad signature") a signed job
+	// delivered from another queue, and Redrive leaves a signed dead letter
+	// read from another queue than its own. A job signed by an earlier
+	// version carries no binding and is accepted, so that a rolling upgrade
+	// dead-letters nothing.
+	//
+	// RequireBoundSignatures refuses, as above, a signed job that carries
+	// no queue binding. Set it once every worker runs this version and the
+	// jobs signed by earlier ones have drained (a retry scheduled far ahead
+	// included), as when rotating keys. Ignored without a SigningKey.
+	// Defaults to false.
+	RequireBoundSignatures bool
+
+	// ReplayWindow, when positive, makes workers refuse, as above, a signed
+	// job due more than ReplayWindow ago: due when it was signed (each
+	// retry, hand-back or redrive signs anew), or at its NotBefore when
+	// later. It bounds how long a copied message can be replayed; within
+	// the window a replay still runs. A job that waits in a backlog longer
+	// than ReplayWindow is refused too, so set it well above the longest
+	// wait; it implies RequireBoundSignatures. Needs a SigningKey. Defaults
+	// to 0: off.
+	ReplayWindow time.Duration
+
 	// DisableIsolation turns off the isolation of suspects. A suspect is a
 	// delivered job whose last delivery ended with no outcome (it was held
 	// by a worker that died) and that has reported none since. By default the platform runs a suspect alone: it
@@ -400,6 +424,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 			p.codec.Keys = append(p.codec.Keys, bytes.Clone(k))
 		}
 	}
+	p.codec.RequireBound, p.codec.ReplayWindow = cfg.RequireBoundSignatures, cfg.ReplayWindow
 	if p.caps.MinLease > 0 && cfg.Lease < p.caps.MinLease {
 		return nil, fmt.Errorf("%w: Lease %v is shorter than the backend's shortest lease %v", ErrInvalidConfig, cfg.Lease, p.caps.MinLease)
 	}
@@ -548,6 +573,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SigningKey != nil && len(c.SigningKey) < minKey {
 		return c, fmt.Errorf("%w: SigningKey has %d bytes; use at least %d random bytes (32 recommended)", ErrInvalidConfig, len(c.SigningKey), minKey)
+	}
+	if c.ReplayWindow < 0 || c.ReplayWindow > 0 && c.SigningKey == nil {
+		return c, fmt.Errorf("%w: ReplayWindow is %v; it must be 0 (off), or positive with a SigningKey", ErrInvalidConfig, c.ReplayWindow)
 	}
 	for i, k := range c.VerifyKeys {
 		if len(k) < minKey { // an unset variable after a rotation must not accept anything
@@ -724,6 +752,7 @@ func (c *Config) prepare(j *Job, now time.Time) error {
 	j.payloadRef, j.unhandled = "", 0
 	if j.copyNo > 0 || j.delivered {
 		j.copyNo++
+		j.statusNonce = "" // a new enqueue: a new status record
 	}
 	return nil
 }
@@ -736,7 +765,11 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 	}
 	var refs []payload.Key
 	msgs := make([]driver.Message, len(jobs))
+	tracked := p.status.Tracks(queue)
 	for i, j := range jobs {
+		if tracked {
+			j = withStatusNonce(j)
+		}
 		if check && p.payloads != nil {
 			off, err := p.offload(ctx, j) // a copy: the caller's job keeps its payload
 			if err != nil {

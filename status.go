@@ -8,6 +8,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/kv"
 	"github.com/asyncplatform/asyncplatform/internal/status"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // DefaultStatusRetention is how long a job's status is kept after its last
@@ -135,7 +136,7 @@ func jobStatus(r *status.Record) JobStatus {
 func statusJob(j *Job) status.Job {
 	return status.Job{
 		ID: j.ID, Queue: j.Queue, Type: j.Type, Copy: j.copyNo, EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore,
-		TryCount: j.TryCount, Failures: j.Failures, Crashes: j.Crashes,
+		TryCount: j.TryCount, Failures: j.Failures, Crashes: j.Crashes, Nonce: j.statusNonce,
 	}
 }
 
@@ -146,4 +147,21 @@ func statusJobs(jobs []*Job) []status.Job {
 		out[i] = statusJob(j)
 	}
 	return out
+}
+
+// withStatusNonce returns j carrying its enqueue's nonce in
+// wire.StatusHeader (a copy: the caller's headers are not written to). The
+// nonce is made on the first call for j and kept in j, so that Enqueue
+// retried with the same Job writes the same message.
+func withStatusNonce(j *Job) *Job {
+	if j.statusNonce == "" {
+		j.statusNonce = wire.NewNonce()
+	}
+	if j.Headers[wire.StatusHeader] == j.statusNonce {
+		return j
+	}
+	cp := *j
+	cp.Headers = cloneHeaders(j.Headers)
+	cp.Headers[wire.StatusHeader] = j.statusNonce
+	return &cp
 }

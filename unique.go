@@ -251,31 +251,40 @@ func needsUnique(jobs []*Job) bool {
 
 // retakeKeys has each dead letter with a unique claim take its key again
 // before it is redriven (unique.Claims.Retake). It returns the letters to
-// redrive, their claims rewritten, and a *UniqueError for each letter
-// refused because a newer job holds its key.
-func retakeKeys(ctx context.Context, c *unique.Claims, letters []DeadLetter) ([]DeadLetter, []error, error) {
-	var refused []error
-	out := letters[:0:0]
+// redrive, their claims rewritten; a *UniqueError for each letter refused
+// because a newer job holds its key; and, for each letter whose claim
+// header is not a claim the platform could have written (a writer to the
+// broker forged it, or the record was corrupted: a malformed header, a
+// window outside driver.MinTTL to MaxTTL), an error matching
+// ErrInvalidJob. Those letters stay; the others go on.
+func retakeKeys(ctx context.Context, c *unique.Claims, letters []DeadLetter) (out []DeadLetter, refused, skipped []error, err error) {
+	out = letters[:0:0]
 	for _, dl := range letters {
-		cl, ok := unique.Parse(dl.Job.Headers[UniqueHeader])
-		if !ok {
+		h, has := dl.Job.Headers[UniqueHeader]
+		if !has {
 			out = append(out, dl)
 			continue
 		}
-		cl, err := c.Retake(ctx, cl, dl.Job.ID)
+		cl, err := unique.CheckHeader(h)
+		if err == nil {
+			cl, err = c.Retake(ctx, cl, dl.Job.ID)
+		}
 		var held *unique.HeldError
 		switch {
 		case errors.As(err, &held):
 			refused = append(refused, uniqueError(held))
 			continue
+		case errors.Is(err, unique.ErrBadClaim):
+			skipped = append(skipped, fmt.Errorf("%w: dead letter %s (job %s): its %s header: %w", ErrInvalidJob, dl.ID, dl.Job.ID, UniqueHeader, err))
+			continue
 		case err != nil:
-			return nil, nil, fmt.Errorf("asyncplatform: %w", err)
+			return nil, nil, nil, fmt.Errorf("asyncplatform: %w", err)
 		}
 		dl.Job.Headers = cloneHeaders(dl.Job.Headers)
 		dl.Job.Headers[UniqueHeader] = cl.Header()
 		out = append(out, dl)
 	}
-	return out, refused, nil
+	return out, refused, skipped, nil
 }
 
 // cloneHeaders copies h, with room for one more header.

@@ -258,3 +258,77 @@ func TestUniqueNoStore(t *testing.T) {
 		t.Fatalf("Enqueue of a job without a key = %v", err)
 	}
 }
+
+// forgeJob stores j on queue as a writer to the broker would: straight to
+// the backend, bypassing Enqueue's checks.
+func forgeJob(t *testing.T, p *Platform, queue string, j *Job) {
+	t.Helper()
+	if j.ID == "" {
+		j.ID = "forged-" + j.Type
+	}
+	if j.EnqueuedAt.IsZero() {
+		j.EnqueuedAt = time.Now()
+	}
+	if err := p.backend.Enqueue(context.Background(), queue, []driver.Message{encodeMessage(p.codec, j)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A forged job carrying a live claim's key and revision, but not its token,
+// releases nothing when it ends: the key stays held by its job.
+func TestUniqueForgedReleaseRefused(t *testing.T) {
+	t.Parallel()
+	held := make(chan *Job, 1)
+	done := make(chan struct{}, 1)
+	p := startPlatform(t, Config{}, map[string]Handler{
+		"victim": func(ctx context.Context, j *Job) error { held <- j; <-ctx.Done(); return ctx.Err() },
+		"forged": func(ctx context.Context, j *Job) error { done <- struct{}{}; return nil },
+	})
+	ctx := context.Background()
+	if err := p.Enqueue(ctx, &Job{Type: "victim", UniqueKey: "invoice-42"}); err != nil {
+		t.Fatal(err)
+	}
+	cl, ok := unique.Parse((<-held).Headers[UniqueHeader])
+	if !ok || cl.Token == "" {
+		t.Fatalf("the victim's claim %+v carries no token", cl)
+	}
+	cl.Token = "" // all a writer can guess: the key, and a revision
+	forgeJob(t, p, DefaultQueue, &Job{Type: "forged", Headers: map[string]string{UniqueHeader: cl.Header()}})
+	<-done
+	time.Sleep(100 * time.Millisecond) // the release follows the handler
+	if err := p.Enqueue(ctx, &Job{Type: "victim", UniqueKey: "invoice-42"}); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("after the forged job ended: Enqueue = %v; want ErrDuplicate (the key still held)", err)
+	}
+}
+
+// Redrive skips a dead letter whose claim header the platform could not
+// have written (a window that overflows, one past driver.MaxTTL), reports
+// it (ErrInvalidJob), and redrives the others.
+func TestUniqueRedriveSkipsBadClaim(t *testing.T) {
+	t.Parallel()
+	p := startPlatform(t, Config{}, map[string]Handler{
+		"t": func(ctx context.Context, j *Job) error { return Permanent(errors.New("no")) },
+	})
+	ctx := context.Background()
+	for i, w := range []string{"9223372036854776", "315360000001"} {
+		forgeJob(t, p, DefaultQueue, &Job{ID: "bad" + strings.Repeat("x", i), Type: "t", Headers: map[string]string{UniqueHeader: "k=k&p=0&r=1&w=" + w}})
+	}
+	if err := p.Enqueue(ctx, &Job{Type: "t", UniqueKey: "good"}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "three dead letters", func() bool {
+		page, _ := p.DeadLetters(ctx, DefaultQueue, "", 10)
+		return len(page.Letters) == 3
+	})
+	if err := p.Pause(ctx, DefaultQueue); err != nil { // the redriven job stays put
+		t.Fatal(err)
+	}
+	n, err := p.Redrive(ctx, DefaultQueue)
+	if n != 1 || !errors.Is(err, ErrInvalidJob) || !strings.Contains(err.Error(), "2 dead letters") {
+		t.Fatalf("Redrive = %d, %v; want 1 and ErrInvalidJob naming the 2 bad records", n, err)
+	}
+	page, _ := p.DeadLetters(ctx, DefaultQueue, "", 10)
+	if len(page.Letters) != 2 || !strings.HasPrefix(page.Letters[0].Job.ID, "bad") || !strings.HasPrefix(page.Letters[1].Job.ID, "bad") {
+		t.Fatalf("left %d letters; want the two bad ones", len(page.Letters))
+	}
+}

@@ -200,6 +200,10 @@ func (x *Executor[V]) Process(q *Queue[V], t *jobctx.Timer, f *Delivery[V]) {
 		x.deadRaw(f, err)
 		return
 	}
+	if err := x.cfg.Codec.Bound(f.D.Queue, &j.Job, time.Now()); err != nil { // a signed job moved or replayed
+		x.deadRaw(f, err)
+		return
+	}
 	if x.stopping.Load() || !x.cfg.Health.OK() || q.Paused(f.D.Queue) { // claimed ahead, before the stop, the failed check or the pause
 		x.HandBack(f) // not an end: nothing is reported, its status stays
 		return
@@ -321,7 +325,7 @@ func (x *Executor[V]) running(f *Delivery[V], in decide.Input) bool {
 func statusJob(j *Job) status.Job {
 	return status.Job{
 		ID: j.ID, Queue: j.Queue, Type: j.Type, Copy: j.Copy, EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore,
-		TryCount: j.TryCount, Failures: j.Failures, Crashes: j.Crashes,
+		TryCount: j.TryCount, Failures: j.Failures, Crashes: j.Crashes, Nonce: j.Headers[wire.StatusHeader],
 	}
 }
 

@@ -100,7 +100,7 @@ func newHarness(t *testing.T, maxBody int) *harness {
 func (h *harness) deliver(t *testing.T, j *wire.Job) *Delivery[view] {
 	t.Helper()
 	ctx := context.Background()
-	if err := h.b.Enqueue(ctx, "q", []driver.Message{{ID: wire.MessageID(j.ID, j.Copy), Body: h.x.cfg.Codec.Encode(j)}}); err != nil {
+	if err := h.b.Enqueue(ctx, "q", []driver.Message{{ID: wire.MessageID(j.ID, j.Copy), Body: h.x.cfg.Codec.Encode("q", j)}}); err != nil {
 		t.Fatal(err)
 	}
 	ds, err := h.b.Receive(ctx, "q", 1, time.Second)
@@ -293,7 +293,7 @@ func TestSuspect(t *testing.T) {
 	decode := func(j *wire.Job, deliveries int) *Job {
 		t.Helper()
 		var got Job
-		if err := h.x.decode(&driver.Delivery{Queue: "q", Body: h.x.cfg.Codec.Encode(j), Deliveries: deliveries}, &got, nil); err != nil {
+		if err := h.x.decode(&driver.Delivery{Queue: "q", Body: h.x.cfg.Codec.Encode("q", j), Deliveries: deliveries}, &got, nil); err != nil {
 			t.Fatal(err)
 		}
 		return &got
@@ -326,7 +326,7 @@ func TestSuspect(t *testing.T) {
 func TestDeliveryCountBounded(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1<<20)
-	body := h.x.cfg.Codec.Encode(&wire.Job{ID: "x", Type: "t", EnqueuedAt: time.Now()})
+	body := h.x.cfg.Codec.Encode("q", &wire.Job{ID: "x", Type: "t", EnqueuedAt: time.Now()})
 	start := time.Now()
 	var j Job
 	if err := h.x.decode(&driver.Delivery{Queue: "q", Body: body, Deliveries: 1 << 50}, &j, nil); err != nil {

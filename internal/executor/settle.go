@@ -123,8 +123,8 @@ func (x *Executor[V]) settle(f *Delivery[V], j *Job, d decide.Decision, text str
 		}
 		return err
 	case decide.Parked:
-		j.Copy++ // the held copy is the job's next copy
-		msg := driver.Message{ID: wire.MessageID(j.ID, j.Copy), Body: x.cfg.Codec.Encode(&j.Job), NotBefore: j.NotBefore}
+		j.Copy++ // the held copy is the job's next copy, bound to the queue it goes back to
+		msg := driver.Message{ID: wire.MessageID(j.ID, j.Copy), Body: x.cfg.Codec.Encode(j.Queue, &j.Job), NotBefore: j.NotBefore}
 		err := x.cfg.Groups.Park(context.Background(), j.Queue, j.Group, j.ID, msg, func() error { return f.Settle(x.cfg.Backend, x.cfg.Log, true, nil, nil) })
 		if errors.Is(err, pause.ErrNotParked) { // it comes again, and the pause is read again
 			j.Copy--
@@ -172,7 +172,7 @@ func (x *Executor[V]) requeue(f *Delivery[V], j *Job, at time.Time) error {
 	if at.After(time.Now()) {
 		j.NotBefore = at
 	}
-	msg := driver.Message{ID: wire.MessageID(j.ID, j.Copy), Body: x.cfg.Codec.Encode(&j.Job), NotBefore: j.NotBefore}
+	msg := driver.Message{ID: wire.MessageID(j.ID, j.Copy), Body: x.cfg.Codec.Encode(f.D.Queue, &j.Job), NotBefore: j.NotBefore}
 	return f.Settle(x.cfg.Backend, x.cfg.Log, false, &msg, nil)
 }
 
@@ -244,7 +244,8 @@ func (x *Executor[V]) deadRaw(f *Delivery[V], cause error) {
 	j := &Job{Job: wire.Job{ID: wire.NewID(time.Now())}, Queue: f.D.Queue}
 	raw := append([]byte{}, f.D.Body...)
 	text := "the message is not an asyncplatform job: " + cause.Error()
-	if errors.Is(cause, wire.ErrUnsigned) || errors.Is(cause, wire.ErrBadSignature) {
+	if errors.Is(cause, wire.ErrUnsigned) || errors.Is(cause, wire.ErrBadSignature) ||
+		errors.Is(cause, wire.ErrWrongQueue) || errors.Is(cause, wire.ErrUnbound) || errors.Is(cause, wire.ErrStale) {
 		text = cause.Error()
 	}
 	_ = x.dead(f, j, decide.Invalid, text, raw)

@@ -6,6 +6,19 @@
 //
 // The records are stored as JSON and read by every version of the platform:
 // their fields and names never change.
+//
+// What a record trusts. A delivered job comes off the broker, where anyone
+// who can write to it can put a message naming any job ID with any copy
+// number. A record is bound to its enqueue: Enqueued writes a random nonce
+// in it, which the job carries in its wire.StatusHeader through every
+// copy, and a delivery whose nonce is not the record's writes nothing (it
+// runs untracked), nor does one whose copy number is more than MaxCopyLead
+// ahead of the record's. A writer that cannot read the broker cannot learn
+// the nonce; one that can read it can copy it, which signing
+// (Config.SigningKey) closes: a forged message never reaches the tracker.
+// A record written before nonces (none in it) takes the nonce of the
+// first delivery that writes it. A writer to the store can write any
+// record.
 package status
 
 import (
@@ -63,7 +76,17 @@ type Record struct {
 	Worker          string    `json:"worker,omitempty"`
 	CancelRequested bool      `json:"cancel_requested,omitempty"`
 	Copy            uint64    `json:"copy,omitempty"`
+	// Nonce binds the record to its enqueue (see the package doc); empty in
+	// a record written before nonces.
+	Nonce string `json:"nonce,omitempty"`
 }
+
+// MaxCopyLead is how far ahead of its record a delivered copy may be and
+// still write it: further ahead, it is taken for a forgery (a record taken
+// by a huge copy number would ignore every real copy after it). A real
+// job's copies run ahead of its record only by the requeues that write no
+// record (a limit's deferrals), far fewer.
+const MaxCopyLead = 1 << 20
 
 // MaxResult is the largest result kept in a record; a larger one is left
 // out (ResultSize still says how large it was).
@@ -231,6 +254,9 @@ type Job struct {
 	ID, Queue, Type string
 	// Copy is the job's copy number.
 	Copy uint64
+	// Nonce is the job's enqueue nonce, from its wire.StatusHeader; empty
+	// for a job enqueued before nonces.
+	Nonce string
 	// EnqueuedAt is when the job was enqueued; NotBefore when it is due
 	// (Enqueued: a later one makes it scheduled).
 	EnqueuedAt, NotBefore time.Time
@@ -248,7 +274,7 @@ func (t *Tracker) Enqueued(ctx context.Context, jobs []Job) {
 		if !t.Tracks(j.Queue) {
 			continue
 		}
-		r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, State: Waiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now, Copy: j.Copy}
+		r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, State: Waiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now, Copy: j.Copy, Nonce: j.Nonce}
 		if j.NotBefore.After(now) {
 			r.State, r.RetryAt = Scheduled, j.NotBefore
 		}
@@ -273,9 +299,10 @@ func (t *Tracker) read(ctx context.Context, k string) (Record, string, error) {
 	return r, rev, nil
 }
 
-// newer reports whether cur records a later attempt than r.
+// newer reports whether cur records a later attempt than r, or another
+// enqueue's (a redrive since, say).
 func newer(cur, r *Record) bool {
-	return cur.Copy > r.Copy || cur.Copy == r.Copy && cur.Tries > r.Tries
+	return cur.Copy > r.Copy || cur.Copy == r.Copy && cur.Tries > r.Tries || cur.Nonce != "" && cur.Nonce != r.Nonce
 }
 
 // write writes r at rev (empty: create), and on a conflict (Cancel wrote
@@ -321,8 +348,10 @@ func (t *Tracker) write(ctx context.Context, r *Record, rev string) (string, err
 }
 
 // create writes the record of a job just stored. A worker may have taken the
-// job and written a newer state of the same copy first: that one stays. A
-// record of an older copy (the job's life before a redrive) is replaced.
+// job and written a newer state of the same enqueue first: that one stays.
+// A record of another enqueue (the job's life before a redrive, or one a
+// forged delivery wrote before the job was enqueued) or of an older copy is
+// replaced.
 func (t *Tracker) create(ctx context.Context, r *Record) error {
 	s, k := t.cfg.Store, key(r.ID)
 	b, _ := json.Marshal(r)
@@ -337,7 +366,7 @@ func (t *Tracker) create(ctx context.Context, r *Record) error {
 			return kv.ErrRetry
 		case err != nil:
 			return err
-		case cur.Copy >= r.Copy:
+		case cur.Copy >= r.Copy && cur.Nonce == r.Nonce:
 			return nil // the worker's newer state of this copy
 		}
 		_, err = s.Update(ctx, "job/"+k, b, rev, t.cfg.Retention)

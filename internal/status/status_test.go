@@ -429,3 +429,52 @@ func TestTracks(t *testing.T) {
 	}
 	none.Poll(ctx) // returns at once
 }
+
+// A record is bound to its enqueue: a delivery naming the job's ID with
+// another nonce (or none), or a copy number far ahead of the record's,
+// writes nothing and cannot be cancelled through the record; the real
+// copies still write it. A forged delivery that came before the enqueue
+// loses the record to it.
+func TestForgedCopyIgnored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tk := newTracker(newStore(t), "w1")
+	tk.Enqueued(ctx, []Job{{ID: "j1", Queue: "q", Type: "t", Nonce: "real"}})
+	for _, forged := range []Job{
+		{ID: "j1", Queue: "q", Type: "t", Copy: 1 << 62, Nonce: "forged"},
+		{ID: "j1", Queue: "q", Type: "t", Copy: 1 << 62},
+		{ID: "j1", Queue: "q", Type: "t", Copy: 1, Nonce: "forged"},
+		{ID: "j1", Queue: "q", Type: "t", Copy: 1},
+		{ID: "j1", Queue: "q", Type: "t", Copy: MaxCopyLead + 1, Nonce: "real"}, // the nonce read off the broker
+	} {
+		if tr, _ := tk.Begin(ctx, forged); tr != nil {
+			tr.Running(ctx)
+			tr.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 1, []byte("forged"), "")
+		}
+		if r := get(t, tk, "j1"); r.State != Waiting || r.Copy != 0 || r.Result != nil {
+			t.Fatalf("after a forged copy %d (nonce %q): %+v; want the enqueue's waiting record", forged.Copy, forged.Nonce, r)
+		}
+	}
+	if err := tk.Cancel(ctx, "j1"); err != nil {
+		t.Fatalf("Cancel after forged copies: %v", err)
+	}
+	real, cancelled := tk.Begin(ctx, Job{ID: "j1", Queue: "q", Type: "t", Copy: MaxCopyLead, Nonce: "real"})
+	if real == nil || !cancelled {
+		t.Fatalf("the real copy: Begin = %v, cancelled %v; want its track, cancelled", real, cancelled)
+	}
+	real.Settled(ctx, decide.Decision{Outcome: decide.DeadLettered, Reason: decide.Cancelled}, 1, nil, "")
+	if r := get(t, tk, "j1"); r.State != Cancelled || r.Nonce != "real" || r.Copy != MaxCopyLead {
+		t.Fatalf("the real copy's end: %+v", r)
+	}
+
+	// A forged delivery before the enqueue writes a record; the enqueue
+	// replaces it.
+	if tr, _ := tk.Begin(ctx, Job{ID: "j2", Queue: "q", Type: "t", Copy: 1 << 62, Nonce: "forged"}); tr != nil {
+		tr.Running(ctx)
+		tr.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 1, []byte("forged"), "")
+	}
+	tk.Enqueued(ctx, []Job{{ID: "j2", Queue: "q", Type: "t", Nonce: "real"}})
+	if r := get(t, tk, "j2"); r.State != Waiting || r.Nonce != "real" || r.Copy != 0 {
+		t.Fatalf("the enqueue after a forged record: %+v; want its waiting record", r)
+	}
+}

@@ -34,8 +34,10 @@ type Track struct {
 // Begin reads the record of a delivered job of a tracked queue and returns
 // its Track, and whether Cancel marked the record. It returns a nil Track
 // for a job of an untracked queue, when the read fails (the job runs
-// untracked this time), and for an older copy than the record's (a
-// duplicate: the record stays the later copy's).
+// untracked this time), for an older copy than the record's (a duplicate:
+// the record stays the later copy's), and for a copy the record is not
+// bound to: another nonce, or more than MaxCopyLead copies ahead (see the
+// package doc).
 func (t *Tracker) Begin(ctx context.Context, j Job) (tr *Track, cancelled bool) {
 	if !t.Tracks(j.Queue) {
 		return nil, false
@@ -46,15 +48,20 @@ func (t *Tracker) Begin(ctx context.Context, j Job) (tr *Track, cancelled bool) 
 	r, rev, err := t.read(ctx, k)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		r = Record{ID: j.ID, EnqueuedAt: j.EnqueuedAt}
+		r = Record{ID: j.ID, EnqueuedAt: j.EnqueuedAt, Copy: j.Copy}
 	case err != nil:
 		t.cfg.Logger.Warn("asyncplatform: reading a job's status failed; it runs untracked this time", "queue", j.Queue, "id", j.ID, "error", err)
 		return nil, false
 	}
-	if newer(&r, &Record{Copy: j.Copy, Tries: j.TryCount + 1}) {
+	if r.Nonce != "" && r.Nonce != j.Nonce || j.Copy > r.Copy && j.Copy-r.Copy > MaxCopyLead {
+		t.cfg.Logger.Warn("asyncplatform: a delivered job is not the one its status record was enqueued for (forged, or a copy from before a redrive); it runs untracked",
+			"queue", j.Queue, "id", j.ID, "copy", j.Copy, "record_copy", r.Copy)
+		return nil, false
+	}
+	if newer(&r, &Record{Copy: j.Copy, Tries: j.TryCount + 1, Nonce: r.Nonce}) {
 		return nil, r.CancelRequested
 	}
-	r.Queue, r.Type, r.Copy = j.Queue, j.Type, j.Copy
+	r.Queue, r.Type, r.Copy, r.Nonce = j.Queue, j.Type, j.Copy, j.Nonce
 	tr = &Track{t: t, key: k, rec: r, rev: rev, tries: j.TryCount + 1, failures: j.Failures, crashes: j.Crashes}
 	return tr, r.CancelRequested
 }

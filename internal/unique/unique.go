@@ -3,16 +3,27 @@
 // lives, and gives it up as its release policy says.
 //
 // A claim is one key of the store (the platform's kv.Unique namespace), named
-// by the job's unique key and holding the ID of the job that holds it, with a
-// TTL: the claim's window, the longest it is held whatever became of the job.
-// A job carries its claim (key, revision, window, release policy) in a header
-// (Claim.Header), so that whichever process settles it can release it. Every
-// release and give-back deletes the key at the claim's revision only: a key
-// taken since by another job (its window ended) is left alone.
+// by the job's unique key and holding the ID of the job that holds it and a
+// random token of the claim, with a TTL: the claim's window, the longest it
+// is held whatever became of the job. A job carries its claim (key,
+// revision, token, window, release policy) in a header (Claim.Header), so
+// that whichever process settles it can release it.
+//
+// A header comes off the broker, where anyone who can write to it can put
+// one: a release deletes the key only when the header's token is the one
+// the store holds, and at the claim's revision only (a key taken since by
+// another job, its window ended, is left alone). Revisions are guessable
+// (sequential on Redis and PostgreSQL); the token is not. A claim written
+// before tokens (its header has none, and the store holds the bare job ID)
+// is released at its revision as before; a header without a token never
+// releases a claim that has one.
 package unique
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,8 +50,38 @@ const (
 type Claim struct {
 	Key     string        // the job's unique key
 	Rev     string        // the revision the store gave the claim; empty: no claim
+	Token   string        // the claim's random token; empty in a claim made before tokens
 	Window  time.Duration // the claim's TTL
 	Release Release       // when it is given up early
+}
+
+// tokenLen is the length of a token: 16 random bytes, unpadded base64url.
+const tokenLen = 22
+
+// newToken returns a random claim token.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// value is what the store holds for a claim: a NUL, the token, the job ID.
+// A claim made before tokens holds the bare job ID.
+func value(id, token string) []byte { return []byte("\x00" + token + id) }
+
+// parseValue splits a stored claim into its job ID and token (empty for a
+// claim made before tokens).
+func parseValue(v []byte) (id, token string) {
+	if len(v) > tokenLen && v[0] == 0 {
+		return string(v[1+tokenLen:]), string(v[1 : 1+tokenLen])
+	}
+	return string(v), ""
+}
+
+// Holder returns the ID of the job a stored claim names.
+func Holder(v []byte) string {
+	id, _ := parseValue(v)
+	return id
 }
 
 // Header encodes the claim as a job carries it.
@@ -48,25 +89,52 @@ func (c Claim) Header() string {
 	v := url.Values{}
 	v.Set("k", c.Key)
 	v.Set("r", c.Rev)
+	if c.Token != "" {
+		v.Set("t", c.Token)
+	}
 	v.Set("w", strconv.FormatInt(c.Window.Milliseconds(), 10))
 	v.Set("p", strconv.Itoa(int(c.Release)))
 	return v.Encode()
 }
 
-// Parse decodes the claim a job's header carries; ok is false when h is not
-// one (empty, malformed, or with a window that never ends).
-func Parse(h string) (c Claim, ok bool) {
+// ErrBadClaim is wrapped by CheckHeader's errors.
+var ErrBadClaim = errors.New("not a unique-key claim")
+
+// CheckHeader decodes the claim a job's header carries, or says why h is
+// not one: malformed, a key outside the store's grammar, no revision, a
+// token of the wrong length, a window outside driver.MinTTL to
+// driver.MaxTTL (whole milliseconds, checked before any arithmetic), or an
+// unknown field value. The error wraps ErrBadClaim.
+func CheckHeader(h string) (Claim, error) {
 	v, err := url.ParseQuery(h)
 	if err != nil {
-		return c, false
+		return Claim{}, fmt.Errorf("%w: %w", ErrBadClaim, err)
 	}
-	ms, err1 := strconv.ParseInt(v.Get("w"), 10, 64)
-	rel, err2 := strconv.ParseUint(v.Get("p"), 10, 8)
-	c = Claim{Key: v.Get("k"), Rev: v.Get("r"), Window: time.Duration(ms) * time.Millisecond, Release: Release(rel)}
-	if err1 != nil || err2 != nil || driver.CheckKey(c.Key) != nil || c.Rev == "" || c.Window <= 0 {
-		return c, false
+	ms, err := strconv.ParseInt(v.Get("w"), 10, 64)
+	if err != nil || ms < driver.MinTTL.Milliseconds() || ms > driver.MaxTTL.Milliseconds() {
+		return Claim{}, fmt.Errorf("%w: window %q: want %d to %d milliseconds", ErrBadClaim, v.Get("w"), driver.MinTTL.Milliseconds(), driver.MaxTTL.Milliseconds())
 	}
-	return c, true
+	rel, err := strconv.ParseUint(v.Get("p"), 10, 8)
+	if err != nil {
+		return Claim{}, fmt.Errorf("%w: release policy %q: want 0 to 255", ErrBadClaim, v.Get("p"))
+	}
+	c := Claim{Key: v.Get("k"), Rev: v.Get("r"), Token: v.Get("t"), Window: time.Duration(ms) * time.Millisecond, Release: Release(rel)}
+	switch {
+	case driver.CheckKey(c.Key) != nil:
+		return Claim{}, fmt.Errorf("%w: key: %w", ErrBadClaim, driver.CheckKey(c.Key))
+	case c.Rev == "":
+		return Claim{}, fmt.Errorf("%w: no revision", ErrBadClaim)
+	case c.Token != "" && len(c.Token) != tokenLen:
+		return Claim{}, fmt.Errorf("%w: a token of %d bytes, want %d", ErrBadClaim, len(c.Token), tokenLen)
+	}
+	return c, nil
+}
+
+// Parse decodes the claim a job's header carries; ok is false when h is not
+// one (see CheckHeader).
+func Parse(h string) (c Claim, ok bool) {
+	c, err := CheckHeader(h)
+	return c, err == nil
 }
 
 // ReleasedBy reports whether the claim ends with its job's outcome: a success
@@ -180,20 +248,21 @@ func (c *Claims) Take(ctx context.Context, reqs []Request) (claims []Claim, refu
 			c.GiveBack(ctx, claims)
 			return nil, nil, fmt.Errorf("unique key %q of job %s: window %v, want a positive one", r.Key, r.JobID, r.Window)
 		}
-		rev, err := st.Create(ctx, r.Key, []byte(r.JobID), r.Window)
+		tok := newToken()
+		rev, err := st.Create(ctx, r.Key, value(r.JobID, tok), r.Window)
 		if errors.Is(err, driver.ErrKeyExists) {
 			holder, _, _ := st.Get(ctx, r.Key)
 			if refused == nil {
 				refused = make([]*HeldError, len(reqs))
 			}
-			refused[i] = &HeldError{Key: r.Key, JobID: r.JobID, Holder: string(holder)}
+			refused[i] = &HeldError{Key: r.Key, JobID: r.JobID, Holder: Holder(holder)}
 			continue
 		}
 		if err != nil {
 			c.GiveBack(ctx, claims)
 			return nil, nil, fmt.Errorf("taking unique key %q of job %s: %w", r.Key, r.JobID, err)
 		}
-		claims[i] = Claim{Key: r.Key, Rev: rev, Window: r.Window, Release: r.Release}
+		claims[i] = Claim{Key: r.Key, Rev: rev, Token: tok, Window: r.Window, Release: r.Release}
 	}
 	return claims, refused, nil
 }
@@ -219,8 +288,12 @@ func (c *Claims) GiveBack(ctx context.Context, claims []Claim) {
 
 // Release gives up the claim carried in header by the job id of queue, which
 // succeeded (dead false) or was dead-lettered (dead true), when its policy
-// says so. A header that carries no claim is ignored. A failure is logged:
-// the key is then held until its window ends.
+// says so and the store still holds that claim: the header's token (none,
+// for a claim made before tokens) is the stored one, at the header's
+// revision. A header that carries no claim, or another claim's, is
+// ignored (logged at Warn when it names a live claim: a forged header,
+// most likely). A failure is logged: the key is then held until its window
+// ends.
 func (c *Claims) Release(ctx context.Context, queue, id, header string, dead bool) {
 	if header == "" { // no unique key: the common case, without a parse
 		return
@@ -232,51 +305,86 @@ func (c *Claims) Release(ctx context.Context, queue, id, header string, dead boo
 	st, err := c.store()
 	if err == nil {
 		dctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
-		err = st.Delete(dctx, cl.Key, cl.Rev)
+		err = c.release(dctx, st, cl)
 		cancel()
 	}
-	if err != nil && !errors.Is(err, driver.ErrRevision) {
+	switch {
+	case errors.Is(err, errNotHolder):
+		c.log.WarnContext(ctx, "asyncplatform: a job's unique claim is not the one the store holds; the key is left held", "queue", queue, "id", id, "key", cl.Key)
+	case err != nil && !errors.Is(err, driver.ErrRevision) && !errors.Is(err, driver.ErrKeyNotFound):
 		c.log.WarnContext(ctx, "asyncplatform: releasing a unique key failed; it is held until its window ends", "queue", queue, "id", id, "key", cl.Key, "error", err)
 	}
 }
 
+// errNotHolder is release's error for a claim whose token is not the
+// stored one.
+var errNotHolder = errors.New("the claim's token is not the stored one")
+
+// release deletes cl's key when the store holds cl: its token, at its
+// revision.
+func (c *Claims) release(ctx context.Context, st *kv.Store, cl Claim) error {
+	v, rev, err := st.Get(ctx, cl.Key)
+	if err != nil {
+		return err
+	}
+	if rev != cl.Rev {
+		return driver.ErrRevision // taken since by another claim, or renewed by a redrive
+	}
+	if _, tok := parseValue(v); !tokenEqual(tok, cl.Token) {
+		return errNotHolder
+	}
+	return st.Delete(ctx, cl.Key, cl.Rev)
+}
+
+// tokenEqual compares tokens in constant time.
+func tokenEqual(a, b string) bool {
+	return len(a) == len(b) && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}
+
 // Retake has the job id, a dead letter being redriven, take the key of its
 // claim cl again, for the claim's window: anew when the key is free, at a new
-// revision when cl's job still holds it (its policy kept it). It returns the
-// claim at its new revision, or a *HeldError when another job holds the key.
+// revision when cl's job still holds it with cl's token (its policy kept
+// it). It returns the claim at its new revision with a new token, a
+// *HeldError when another job or claim holds the key, or an error wrapping
+// ErrBadClaim for a window outside driver.MinTTL to driver.MaxTTL.
 func (c *Claims) Retake(ctx context.Context, cl Claim, id string) (Claim, error) {
 	st, err := c.store()
 	if err != nil {
 		return Claim{}, err
 	}
+	if cl.Window < driver.MinTTL || cl.Window > driver.MaxTTL {
+		return Claim{}, fmt.Errorf("retaking unique key %q of job %s: %w: window %v, want %v to %v", cl.Key, id, ErrBadClaim, cl.Window, driver.MinTTL, driver.MaxTTL)
+	}
 	var held *HeldError
+	tok := newToken()
 	err = kv.Retry(ctx, func() error {
-		rev, err := st.Create(ctx, cl.Key, []byte(id), cl.Window)
+		rev, err := st.Create(ctx, cl.Key, value(id, tok), cl.Window)
 		if err == nil {
-			cl.Rev = rev
+			cl.Rev, cl.Token = rev, tok
 			return nil
 		}
 		if !errors.Is(err, driver.ErrKeyExists) {
 			return err
 		}
-		holder, cur, err := st.Get(ctx, cl.Key)
+		stored, cur, err := st.Get(ctx, cl.Key)
+		holder, holderTok := parseValue(stored)
 		switch {
 		case errors.Is(err, driver.ErrKeyNotFound): // expired between Create and Get
 			return kv.ErrRetry
 		case err != nil:
 			return err
-		case string(holder) != id:
-			held = &HeldError{Key: cl.Key, JobID: id, Holder: string(holder)}
+		case holder != id || !tokenEqual(holderTok, cl.Token):
+			held = &HeldError{Key: cl.Key, JobID: id, Holder: holder}
 			return nil
 		}
-		rev, err = st.Update(ctx, cl.Key, holder, cur, cl.Window)
+		rev, err = st.Update(ctx, cl.Key, value(id, tok), cur, cl.Window)
 		switch {
 		case errors.Is(err, driver.ErrRevision):
 			return kv.ErrRetry
 		case err != nil:
 			return err
 		}
-		cl.Rev = rev
+		cl.Rev, cl.Token = rev, tok
 		return nil
 	})
 	switch {

@@ -48,7 +48,7 @@ func holder(t *testing.T, st *kv.Store, key string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(v)
+	return unique.Holder(v)
 }
 
 func take(t *testing.T, c *unique.Claims, key, id string, rel unique.Release) unique.Claim {
@@ -80,16 +80,20 @@ func TestParseRefuses(t *testing.T) {
 	for _, h := range []string{
 		"",
 		"%zz",
-		"k=a&p=0&w=1000",            // no revision
-		"k=&p=0&r=1&w=1000",         // no key
-		"k=a%2F%2Fb&p=0&r=1&w=1000", // a key outside the grammar
-		"k=a&p=0&r=1",               // no window
-		"k=a&p=0&r=1&w=0",           // a window that never ends
-		"k=a&p=0&r=1&w=-5",          // nor does this one
-		"k=a&p=0&r=1&w=x",           // not a number
-		"k=a&r=1&w=1000",            // no policy
-		"k=a&p=256&r=1&w=1000",      // not a policy number
-		"k=a&p=-1&r=1&w=1000",       // nor this
+		"k=a&p=0&w=1000",                 // no revision
+		"k=&p=0&r=1&w=1000",              // no key
+		"k=a%2F%2Fb&p=0&r=1&w=1000",      // a key outside the grammar
+		"k=a&p=0&r=1",                    // no window
+		"k=a&p=0&r=1&w=0",                // a window that never ends
+		"k=a&p=0&r=1&w=-5",               // nor does this one
+		"k=a&p=0&r=1&w=x",                // not a number
+		"k=a&r=1&w=1000",                 // no policy
+		"k=a&p=256&r=1&w=1000",           // not a policy number
+		"k=a&p=-1&r=1&w=1000",            // nor this
+		"k=a&p=0&r=1&w=315360000001",     // a window past driver.MaxTTL
+		"k=a&p=0&r=1&w=9223372036854776", // overflows to 192µs as a Duration
+		"k=a&p=0&r=1&w=18446744073709",   // overflows to a negative Duration
+		"k=a&p=0&r=1&t=short&w=1000",     // a token of the wrong length
 	} {
 		if c, ok := unique.Parse(h); ok {
 			t.Errorf("Parse(%q) = %+v, true; want not a claim", h, c)
@@ -320,11 +324,19 @@ func TestRetake(t *testing.T) {
 		{"OwnClaimKept", func(t *testing.T, c *unique.Claims, st *kv.Store) unique.Claim {
 			return take(t, c, "k", "dl", unique.OnSuccess)
 		}, ""},
-		{"OwnClaimRewritten", func(t *testing.T, c *unique.Claims, st *kv.Store) unique.Claim {
+		{"OwnClaimRetaken", func(t *testing.T, c *unique.Claims, st *kv.Store) unique.Claim {
 			cl := take(t, c, "k", "dl", unique.OnSuccess)
-			if _, err := st.Update(ctx, "k", []byte("dl"), cl.Rev, time.Hour); err != nil { // an earlier redrive, say
+			if _, err := c.Retake(ctx, cl, "dl"); err != nil {
 				t.Fatal(err)
 			}
+			return cl
+		}, "dl"}, // the letter's claim was retaken (redriven) since: a duplicate record takes nothing
+		{"Legacy", func(t *testing.T, c *unique.Claims, st *kv.Store) unique.Claim {
+			cl := take(t, c, "k", "dl", unique.OnSuccess)
+			if _, err := st.Update(ctx, "k", []byte("dl"), cl.Rev, time.Hour); err != nil { // a claim made before tokens
+				t.Fatal(err)
+			}
+			cl.Token = ""
 			return cl
 		}, ""},
 		{"HeldByNewer", func(t *testing.T, c *unique.Claims, st *kv.Store) unique.Claim {
@@ -413,5 +425,65 @@ func TestReleaseWithoutKeyIsFree(t *testing.T) {
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(100, func() { c.Release(ctx, "q", "id", "", false) }); n != 0 {
 		t.Errorf("Release of a job without a key: %v allocations, want 0", n)
+	}
+}
+
+// A header comes off the broker: a forged one that names a live claim's key
+// and revision (revisions are sequential on Redis and PostgreSQL) but not
+// its token releases nothing, nor does one without a token; the real
+// header still releases it.
+func TestReleaseNeedsToken(t *testing.T) {
+	t.Parallel()
+	c, st := newClaims(t)
+	ctx := context.Background()
+	real := take(t, c, "invoice-42", "victim", unique.OnFinish)
+	for _, tok := range []string{"", "AAAAAAAAAAAAAAAAAAAAAA"} {
+		forged := real
+		forged.Token = tok
+		c.Release(ctx, "q", "forger", forged.Header(), true)
+		if h := holder(t, st, "invoice-42"); h != "victim" {
+			t.Fatalf("a forged header with token %q released the key (held by %q)", tok, h)
+		}
+	}
+	c.Release(ctx, "q", "victim", real.Header(), false)
+	if h := holder(t, st, "invoice-42"); h != "" {
+		t.Fatalf("the real header did not release the key (held by %q)", h)
+	}
+}
+
+// A claim made before tokens (a bare job ID in the store, no token in the
+// header) is still released by its header; a tokenless header never
+// releases a claim that has a token (TestReleaseNeedsToken).
+func TestReleaseLegacyClaim(t *testing.T) {
+	t.Parallel()
+	c, st := newClaims(t)
+	ctx := context.Background()
+	rev, err := st.Create(ctx, "k", []byte("old"), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := unique.Claim{Key: "k", Rev: rev, Window: time.Hour}
+	if h := holder(t, st, "k"); h != "old" {
+		t.Fatalf("a legacy claim reads as held by %q", h)
+	}
+	c.Release(ctx, "q", "old", cl.Header(), false)
+	if h := holder(t, st, "k"); h != "" {
+		t.Fatalf("a legacy claim was not released by its header (held by %q)", h)
+	}
+}
+
+// Retake refuses a window the store would refuse (or never end) with
+// ErrBadClaim, before touching the store.
+func TestRetakeBadWindow(t *testing.T) {
+	t.Parallel()
+	c, st := newClaims(t)
+	for _, w := range []time.Duration{0, -time.Millisecond, time.Microsecond * 192, driver.MaxTTL + time.Millisecond} {
+		_, err := c.Retake(context.Background(), unique.Claim{Key: "k", Rev: "1", Window: w}, "dl")
+		if !errors.Is(err, unique.ErrBadClaim) {
+			t.Errorf("Retake with window %v = %v; want ErrBadClaim", w, err)
+		}
+	}
+	if h := holder(t, st, "k"); h != "" {
+		t.Errorf("k held by %q after refused retakes", h)
 	}
 }

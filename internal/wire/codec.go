@@ -1,6 +1,8 @@
 package wire
 
 import (
+	crand "crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,21 +14,100 @@ import (
 
 // Codec writes and reads the platform's messages: envelopes signed with the
 // first of Keys (none: unsigned), within MaxBody bytes.
+//
+// A job signed by a Codec is bound to the queue it is written to and to
+// when: before signing, Encode writes the queue in the job's QueueHeader
+// and the signing time in its SignedAtHeader, so the signature covers both
+// (the plain envelope's format is unchanged: a worker of an earlier
+// version verifies and runs it as before). Bound checks them on delivery.
 type Codec struct {
 	// Keys are the signing key then the further keys a message may be
 	// signed with; nil: messages are neither signed nor checked.
 	Keys [][]byte
 	// MaxBody is the largest message written, signature included.
 	MaxBody int
+	// RequireBound refuses (Bound) a signed job that carries no queue
+	// binding: one signed by a version before bindings.
+	RequireBound bool
+	// ReplayWindow, when positive, refuses (Bound) a signed job due (its
+	// signing time, or its NotBefore when later) more than ReplayWindow
+	// ago.
+	ReplayWindow time.Duration
 }
 
-// Overhead is what signing adds to an envelope.
+// The headers a signed job carries its binding in.
+const (
+	QueueHeader    = "asyncplatform-queue"     // the queue it was written to
+	SignedAtHeader = "asyncplatform-signed-at" // when, in Unix milliseconds
+)
+
+// Binding errors, wrapped by Bound's errors.
+var (
+	ErrWrongQueue = errors.New("signed for another queue")
+	ErrUnbound    = errors.New("signed without a queue binding")
+	ErrStale      = errors.New("signed too long ago")
+)
+
+// Bound checks the binding of a job delivered from queue, signed (the
+// Codec has keys) and decoded: it was written to queue; with RequireBound,
+// it has a binding; with ReplayWindow, it was due within the window
+// before now. Without keys it checks nothing. Its errors say "bad
+// signature" for the dead letter they lead to.
+func (c Codec) Bound(queue string, j *Job, now time.Time) error {
+	if c.Keys == nil {
+		return nil
+	}
+	q, bound := j.Headers[QueueHeader]
+	switch {
+	case !bound && (c.RequireBound || c.ReplayWindow > 0):
+		return fmt.Errorf("bad signature: the message carries no queue binding (signed by an earlier version) and this platform requires one: %w", ErrUnbound)
+	case !bound:
+		return nil
+	case q != queue:
+		return fmt.Errorf("bad signature: the message was signed for queue %q and delivered from %q: %w", CutUTF8(q, 100), queue, ErrWrongQueue)
+	case c.ReplayWindow <= 0:
+		return nil
+	}
+	ms, err := strconv.ParseInt(j.Headers[SignedAtHeader], 10, 64)
+	if err != nil {
+		return fmt.Errorf("bad signature: the message's signing time is missing or malformed: %w", ErrUnbound)
+	}
+	due := time.UnixMilli(ms)
+	if j.NotBefore.After(due) {
+		due = j.NotBefore
+	}
+	if now.Sub(due) > c.ReplayWindow {
+		return fmt.Errorf("bad signature: the message was due at %s, more than the ReplayWindow of %v ago (replayed, or it waited too long): %w", due.UTC().Format(time.RFC3339), c.ReplayWindow, ErrStale)
+	}
+	return nil
+}
+
+// bind returns j's headers with its binding to queue at now (a copy: j's
+// own map may be shared with a handler's view of the job).
+func bind(h map[string]string, queue string, now time.Time) map[string]string {
+	out := make(map[string]string, len(h)+2)
+	for k, v := range h {
+		out[k] = v
+	}
+	out[QueueHeader] = queue
+	out[SignedAtHeader] = strconv.FormatInt(now.UnixMilli(), 10)
+	return out
+}
+
+// Overhead is the most that signing adds to an unsigned job's envelope:
+// the signature, and the queue binding's two headers (a queue name is at
+// most 100 bytes).
 func (c Codec) Overhead() int {
 	if c.Keys == nil {
 		return 0
 	}
-	return SignedOverhead
+	return SignedOverhead + maxBinding
 }
+
+// maxBinding is the most the binding's headers add to an envelope: two
+// length-prefixed keys and values (the signing time is at most 20 digits),
+// and the header count's varint growing by a byte.
+const maxBinding = 1 + 2 + len(QueueHeader) + 2 + 100 + 2 + len(SignedAtHeader) + 2 + 20
 
 // Seal signs an envelope when the Codec has a key.
 func (c Codec) Seal(body []byte) []byte {
@@ -51,15 +132,27 @@ func (c Codec) Open(body []byte) ([]byte, error) {
 	return nil, err
 }
 
-// Encode encodes j as its current copy's message body, sealed. A copy that
-// outgrew MaxBody (its error history grows with each retry) loses its
-// oldest error lines until it fits; j.Errors is cut with them.
-func (c Codec) Encode(j *Job) []byte {
-	body := EncodeJob(j)
-	for len(body)+c.Overhead() > c.MaxBody && len(j.Errors) > 0 {
-		j.Errors = j.Errors[1:]
-		body = EncodeJob(j)
+// Encode encodes j as its current copy's message body for queue, sealed
+// (and bound to queue, when the Codec signs). A copy that outgrew MaxBody
+// (its error history grows with each retry) loses its oldest error lines
+// until it fits; j.Errors is cut with them.
+func (c Codec) Encode(queue string, j *Job) []byte {
+	w := j
+	if c.Keys != nil {
+		b := *j
+		b.Headers = bind(j.Headers, queue, time.Now())
+		w = &b
 	}
+	seal := 0
+	if c.Keys != nil {
+		seal = SignedOverhead
+	}
+	body := EncodeJob(w)
+	for len(body)+seal > c.MaxBody && len(w.Errors) > 0 {
+		w.Errors = w.Errors[1:]
+		body = EncodeJob(w)
+	}
+	j.Errors = w.Errors
 	return c.Seal(body)
 }
 
@@ -108,6 +201,19 @@ func FirstLine(s string) string {
 		return CutUTF8(s, 1024) + "…"
 	}
 	return s
+}
+
+// StatusHeader is the header a job of a status-tracked queue carries its
+// enqueue's nonce in (internal/status): the job's status record holds the
+// same nonce, and a copy with another one does not write the record.
+const StatusHeader = "asyncplatform-status"
+
+// NewNonce returns 16 random bytes from crypto/rand, unpadded base64url:
+// a value no writer to the broker can guess.
+func NewNonce() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // never fails
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // GroupHeader is the header a job carries its group in.

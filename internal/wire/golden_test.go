@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/hex"
+	"errors"
 	"testing"
 	"time"
 )
@@ -97,4 +98,37 @@ func TestGoldenEnvelopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameJob(t, "a suspect's envelope", &back, s)
+}
+
+// A job signed and bound to its queue (Codec.Encode with keys) is the
+// signed format of 09df552 around a plain envelope of version 1, its binding
+// in two headers: a worker of that version verifies and decodes it, so a
+// rolling upgrade dead-letters nothing.
+func TestBoundSignatureReadsAsBefore(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	c := Codec{Keys: [][]byte{key}, MaxBody: 1 << 20}
+	b := c.Encode("emails", goldenJob())
+	if b[0] != envMagic || b[2] != signedVersion {
+		t.Fatalf("a bound job is not in the signed format of 09df552: % x", b[:3])
+	}
+	body, err := Unwrap(b, [][]byte{key})
+	if err != nil || body[2] != envVersion {
+		t.Fatalf("Unwrap = % x…, %v; want a version-%d envelope", body[:min(3, len(body))], err, envVersion)
+	}
+	var j Job
+	if err := DecodeJob(body, &j, nil); err != nil {
+		t.Fatal(err)
+	}
+	if j.Headers[QueueHeader] != "emails" || j.Headers[SignedAtHeader] == "" || j.Headers["k"] != "v" || len(j.Headers) != 3 {
+		t.Errorf("headers %v; want k, the queue and the signing time", j.Headers)
+	}
+	if len(goldenJob().Headers) != 1 {
+		t.Error("Encode wrote to the job's own headers")
+	}
+	if err := c.Bound("emails", &j, time.Now()); err != nil {
+		t.Errorf("Bound on its own queue: %v", err)
+	}
+	if err := c.Bound("admin", &j, time.Now()); !errors.Is(err, ErrWrongQueue) {
+		t.Errorf("Bound on another queue: %v; want ErrWrongQueue", err)
+	}
 }
