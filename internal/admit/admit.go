@@ -137,7 +137,7 @@ func newTypeGate(cfg Config, typ string, l Limit) (*typeGate, error) {
 		t.sem = s
 	}
 	if l.Rate > 0 {
-		r, err := flow.NewRate(cfg.Store, flow.RateConfig{Key: "rate/" + key, Events: l.Rate, Burst: max(l.Burst, 1)})
+		r, err := flow.NewRate(cfg.Store, flow.RateConfig{Key: "rate/" + key, Events: l.Rate, Burst: max(l.Burst, 1), Logger: cfg.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("%s.Rate: %w", where, err)
 		}
