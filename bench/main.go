@@ -16,7 +16,7 @@
 //	-rate      offered jobs/s in the latency phase (Azure uses -azure-rate)
 //	-quick     small N and short phases, for trying the tool
 //	-out       where benchmarks.md and benchmarks.png go (default ../docs)
-//	-throughput, -peers, -scale, -depth, -store, -unique, -limits  turn those parts off with =false
+//	-throughput, -peers, -scale, -depth, -store, -unique, -limits, -features  turn those parts off with =false
 //	-only      run only the parts named, e.g. -only limits
 //	-cpuprofile DIR  write a CPU profile of each facade run (see go tool pprof)
 //
@@ -65,6 +65,7 @@ type options struct {
 	StoreDur   time.Duration
 	Unique     bool
 	Limits     bool
+	Features   bool
 	BigDepth   int
 	Rate       int
 	LatencyDur time.Duration
@@ -94,7 +95,8 @@ func main() {
 	flag.BoolVar(&o.Store, "store", true, "measure each backend's store (Get, Create, CAS)")
 	flag.BoolVar(&o.Unique, "unique", true, "measure what a unique key costs an enqueue")
 	flag.BoolVar(&o.Limits, "limits", true, "measure cluster-wide limits: the rate achieved, the concurrency reached")
-	flag.StringVar(&only, "only", "", "run only these parts, comma-separated: throughput, scale, depth, store, unique, limits")
+	flag.BoolVar(&o.Features, "features", true, "measure what each feature costs the processing rate when switched on")
+	flag.StringVar(&only, "only", "", "run only these parts, comma-separated: throughput, scale, depth, store, unique, limits, features")
 	flag.DurationVar(&o.StoreDur, "store-time", 5*time.Second, "length of each store operation's run")
 	flag.StringVar(&o.Srv.Postgres, "postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (RabbitMQ's companion store)")
 	flag.IntVar(&o.BigDepth, "big-depth", 1000000, "the large queue depth on memory and Redis")
@@ -111,7 +113,7 @@ func main() {
 	o.Backends = strings.Split(backends, ",")
 	if only != "" {
 		parts := map[string]*bool{"throughput": &o.Throughput, "scale": &o.Scale, "depth": &o.Depth,
-			"store": &o.Store, "unique": &o.Unique, "limits": &o.Limits}
+			"store": &o.Store, "unique": &o.Unique, "limits": &o.Limits, "features": &o.Features}
 		for _, on := range parts {
 			*on = false
 		}
@@ -148,6 +150,7 @@ type childSpec struct {
 	Srv             servers
 	Profile         string        // a CPU profile's path, or ""
 	StoreDur        time.Duration // each store operation's run (System "store")
+	Feature         string        // the feature measured (System "features")
 }
 
 // run measures everything o asks for and writes the report.
@@ -240,6 +243,9 @@ func run(o options) error {
 	if o.Limits {
 		rep.Limits = measureLimits(o)
 	}
+	if o.Features {
+		rep.Features = measureFeatures(o)
+	}
 	rep.LoadAfter = loadAvg()
 	if left := leftovers(o.Srv); len(left) > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("left on the brokers (a bug of this tool): %s", strings.Join(left, ", ")))
@@ -290,6 +296,10 @@ func runChild(js string) {
 	}
 	if spec.System == limitsSystem {
 		runLimitsChild(spec)
+		return
+	}
+	if spec.System == featuresSystem {
+		runFeaturesChild(spec)
 		return
 	}
 	start := time.Now()
