@@ -130,7 +130,7 @@ func newTypeGate(cfg Config, typ string, l Limit) (*typeGate, error) {
 	}
 	key := cfg.Key(typ)
 	if l.ClusterConcurrency > 0 {
-		s, err := flow.NewSemaphore(cfg.Store, flow.SemaphoreConfig{Prefix: "sem/" + key, Slots: l.ClusterConcurrency, Lease: cfg.Lease})
+		s, err := flow.NewSemaphore(cfg.Store, flow.SemaphoreConfig{Prefix: "sem/" + key, Slots: l.ClusterConcurrency, Lease: cfg.Lease, Logger: cfg.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("%s.ClusterConcurrency: %w", where, err)
 		}
