@@ -17,6 +17,7 @@
 //	-quick     small N and short phases, for trying the tool
 //	-out       where benchmarks.md and benchmarks.png go (default ../docs)
 //	-throughput, -peers, -scale, -depth, -store, -unique, -limits, -features  turn those parts off with =false
+//	-churn     measure a rate-limited backlog's Redis commands (off by default: give -redis a server of its own)
 //	-only      run only the parts named, e.g. -only limits
 //	-cpuprofile DIR  write a CPU profile of each facade run (see go tool pprof)
 //
@@ -66,6 +67,7 @@ type options struct {
 	Unique     bool
 	Limits     bool
 	Features   bool
+	Churn      bool
 	BigDepth   int
 	Rate       int
 	LatencyDur time.Duration
@@ -96,7 +98,8 @@ func main() {
 	flag.BoolVar(&o.Unique, "unique", true, "measure what a unique key costs an enqueue")
 	flag.BoolVar(&o.Limits, "limits", true, "measure cluster-wide limits: the rate achieved, the concurrency reached")
 	flag.BoolVar(&o.Features, "features", true, "measure what each feature costs the processing rate when switched on")
-	flag.StringVar(&only, "only", "", "run only these parts, comma-separated: throughput, scale, depth, store, unique, limits, features")
+	flag.BoolVar(&o.Churn, "churn", false, "measure the Redis commands a backlog held back by a rate costs (give -redis a server of its own)")
+	flag.StringVar(&only, "only", "", "run only these parts, comma-separated: throughput, scale, depth, store, unique, limits, features, churn")
 	flag.DurationVar(&o.StoreDur, "store-time", 5*time.Second, "length of each store operation's run")
 	flag.StringVar(&o.Srv.Postgres, "postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (RabbitMQ's companion store)")
 	flag.IntVar(&o.BigDepth, "big-depth", 1000000, "the large queue depth on memory and Redis")
@@ -113,7 +116,7 @@ func main() {
 	o.Backends = strings.Split(backends, ",")
 	if only != "" {
 		parts := map[string]*bool{"throughput": &o.Throughput, "scale": &o.Scale, "depth": &o.Depth,
-			"store": &o.Store, "unique": &o.Unique, "limits": &o.Limits, "features": &o.Features}
+			"store": &o.Store, "unique": &o.Unique, "limits": &o.Limits, "features": &o.Features, "churn": &o.Churn}
 		for _, on := range parts {
 			*on = false
 		}
@@ -245,6 +248,9 @@ func run(o options) error {
 	}
 	if o.Features {
 		rep.Features = measureFeatures(o)
+	}
+	if o.Churn {
+		rep.Churn = measureChurn(o)
 	}
 	rep.LoadAfter = loadAvg()
 	if left := leftovers(o.Srv); len(left) > 0 {

@@ -30,6 +30,7 @@ type report struct {
 	Unique                []uniqueResult
 	Limits                []limitsResult
 	Features              []featuresResult
+	Churn                 *churnResult
 	Notes                 []string
 }
 
@@ -178,6 +179,7 @@ func (rep *report) markdown() string {
 	rep.writeUnique(w)
 	rep.writeLimits(w)
 	rep.writeFeatures(w)
+	rep.writeChurn(w)
 	// The hand-written reading of the figures (where the time goes) lives
 	// beside the code, so a rerun keeps it.
 	if a, err := os.ReadFile("analysis.md"); err == nil {
