@@ -1,8 +1,9 @@
 // Package admit is the platform's admission of jobs under their type's
 // limits (Config.Limits): a place under the process's concurrency, a
 // cluster-wide slot and a start under a cluster-wide rate, taken before a
-// job's handler runs and, for the first two, given back after it. The
-// cluster-wide limits live in the backend's store (internal/flow over a
+// job's handler runs and, for the first two, given back after it (a
+// cluster slot stays with the process for its next job of the type for a
+// moment first: see slotLinger). The cluster-wide limits live in the backend's store (internal/flow over a
 // kv.Store), under sem/<type>/<slot> and rate/<type>.
 package admit
 
