@@ -239,17 +239,31 @@ func (g *Gate) Admit(ctx context.Context, typ, id string, workers int) (tk Ticke
 }
 
 // reuse takes a slot of t held here with no job, if one is left that is
-// still this process's (Run found none lost).
+// surely still this process's: Run found it not lost, and its lease runs
+// for half a lease more at least by the last renewal that succeeded (a
+// slot whose renewals were late may have lapsed and been taken by another
+// process: it is freed, not used).
 func (g *Gate) reuse(t *typeGate) (*flow.Slot, time.Time, bool) {
 	p := t.pool
+	var stale []*flow.Slot
+	defer func() {
+		for _, s := range stale {
+			g.free(context.Background(), s)
+		}
+	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for n := len(p.idle); n > 0; n = len(p.idle) {
 		is := p.idle[n-1]
 		p.idle = p.idle[:n-1]
-		if g.isHeld(is.slot) {
-			return is.slot, is.taken, true
+		if !g.isHeld(is.slot) {
+			continue
 		}
+		if time.Until(is.slot.Deadline()) < g.lease/2 {
+			stale = append(stale, is.slot)
+			continue
+		}
+		return is.slot, is.taken, true
 	}
 	return nil, time.Time{}, false
 }
