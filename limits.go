@@ -26,8 +26,10 @@ type TypeLimit struct {
 
 	// ClusterConcurrency is how many jobs of the type run at once across
 	// every process over the backend: a slot in the backend's store,
-	// taken before the handler runs, renewed with the job's lease, freed
-	// when it ends, and free again one lease after its process died.
+	// taken before the handler runs, renewed with the job's lease, kept
+	// by the process for its next job of the type for up to 100 ms after
+	// it ends (no store round trip per job while jobs come), then freed;
+	// free again one lease after its process died.
 	// Defaults to 0: no limit.
 	ClusterConcurrency int
 

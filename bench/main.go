@@ -16,7 +16,8 @@
 //	-rate      offered jobs/s in the latency phase (Azure uses -azure-rate)
 //	-quick     small N and short phases, for trying the tool
 //	-out       where benchmarks.md and benchmarks.png go (default ../docs)
-//	-throughput, -peers, -scale, -depth, -store, -unique, -limits  turn those parts off with =false
+//	-throughput, -peers, -scale, -depth, -store, -unique, -limits, -features  turn those parts off with =false
+//	-churn     measure a rate-limited backlog's Redis commands (off by default: give -redis a server of its own)
 //	-only      run only the parts named, e.g. -only limits
 //	-max-dead  the depth phase's points up to this many dead letters only
 //	-cpuprofile DIR  write a CPU profile of each facade run (see go tool pprof)
@@ -66,6 +67,8 @@ type options struct {
 	StoreDur   time.Duration
 	Unique     bool
 	Limits     bool
+	Features   bool
+	Churn      bool
 	BigDepth   int
 	MaxDead    int
 	Rate       int
@@ -96,7 +99,9 @@ func main() {
 	flag.BoolVar(&o.Store, "store", true, "measure each backend's store (Get, Create, CAS)")
 	flag.BoolVar(&o.Unique, "unique", true, "measure what a unique key costs an enqueue")
 	flag.BoolVar(&o.Limits, "limits", true, "measure cluster-wide limits: the rate achieved, the concurrency reached")
-	flag.StringVar(&only, "only", "", "run only these parts, comma-separated: throughput, scale, depth, store, unique, limits")
+	flag.BoolVar(&o.Features, "features", true, "measure what each feature costs the processing rate when switched on")
+	flag.BoolVar(&o.Churn, "churn", false, "measure the Redis commands a backlog held back by a rate costs (give -redis a server of its own)")
+	flag.StringVar(&only, "only", "", "run only these parts, comma-separated: throughput, scale, depth, store, unique, limits, features, churn")
 	flag.DurationVar(&o.StoreDur, "store-time", 5*time.Second, "length of each store operation's run")
 	flag.StringVar(&o.Srv.Postgres, "postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (RabbitMQ's companion store)")
 	flag.IntVar(&o.BigDepth, "big-depth", 1000000, "the large queue depth on memory and Redis")
@@ -114,7 +119,7 @@ func main() {
 	o.Backends = strings.Split(backends, ",")
 	if only != "" {
 		parts := map[string]*bool{"throughput": &o.Throughput, "scale": &o.Scale, "depth": &o.Depth,
-			"store": &o.Store, "unique": &o.Unique, "limits": &o.Limits}
+			"store": &o.Store, "unique": &o.Unique, "limits": &o.Limits, "features": &o.Features, "churn": &o.Churn}
 		for _, on := range parts {
 			*on = false
 		}
@@ -151,6 +156,7 @@ type childSpec struct {
 	Srv             servers
 	Profile         string        // a CPU profile's path, or ""
 	StoreDur        time.Duration // each store operation's run (System "store")
+	Feature         string        // the feature measured (System "features")
 }
 
 // run measures everything o asks for and writes the report.
@@ -246,6 +252,12 @@ func run(o options) error {
 	if o.Limits {
 		rep.Limits = measureLimits(o)
 	}
+	if o.Features {
+		rep.Features = measureFeatures(o)
+	}
+	if o.Churn {
+		rep.Churn = measureChurn(o)
+	}
 	rep.LoadAfter = loadAvg()
 	if left := leftovers(o.Srv); len(left) > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("left on the brokers (a bug of this tool): %s", strings.Join(left, ", ")))
@@ -296,6 +308,10 @@ func runChild(js string) {
 	}
 	if spec.System == limitsSystem {
 		runLimitsChild(spec)
+		return
+	}
+	if spec.System == featuresSystem {
+		runFeaturesChild(spec)
 		return
 	}
 	start := time.Now()

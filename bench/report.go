@@ -29,6 +29,8 @@ type report struct {
 	Store                 []storeResult
 	Unique                []uniqueResult
 	Limits                []limitsResult
+	Features              []featuresResult
+	Churn                 *churnResult
 	Notes                 []string
 }
 
@@ -176,6 +178,8 @@ func (rep *report) markdown() string {
 	rep.writeStore(w)
 	rep.writeUnique(w)
 	rep.writeLimits(w)
+	rep.writeFeatures(w)
+	rep.writeChurn(w)
 	// The hand-written reading of the figures (where the time goes) lives
 	// beside the code, so a rerun keeps it.
 	if a, err := os.ReadFile("analysis.md"); err == nil {

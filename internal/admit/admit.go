@@ -1,8 +1,9 @@
 // Package admit is the platform's admission of jobs under their type's
 // limits (Config.Limits): a place under the process's concurrency, a
 // cluster-wide slot and a start under a cluster-wide rate, taken before a
-// job's handler runs and, for the first two, given back after it. The
-// cluster-wide limits live in the backend's store (internal/flow over a
+// job's handler runs and, for the first two, given back after it (a
+// cluster slot stays with the process for its next job of the type for a
+// moment first: see slotLinger). The cluster-wide limits live in the backend's store (internal/flow over a
 // kv.Store), under sem/<type>/<slot> and rate/<type>.
 package admit
 
@@ -75,7 +76,31 @@ type Gate struct {
 type typeGate struct {
 	local *flow.Local
 	sem   *flow.Semaphore
+	pool  *slotPool // with sem: the slots held here with no job
 	rate  *rateLine
+}
+
+// slotLinger is how long a cluster slot a job gave back stays with its
+// process for the next job of the type (at most a sixth of the lease):
+// while jobs come, a slot is taken from the store once and used by job
+// after job, with no round trip. It counts against the limit all along
+// (its key is held and renewed); after slotLinger with no job, or once it
+// was held for a lease since it was taken, it goes back to the store, so
+// no process keeps a slot from the others for longer than a lease.
+const slotLinger = 100 * time.Millisecond
+
+// slotPool is the cluster slots of one type held by this process with no
+// job running, the most recently used last.
+type slotPool struct {
+	mu     sync.Mutex
+	idle   []idleSlot
+	timer  *time.Timer // frees the slots idle for the linger; nil: none armed
+	closed bool        // Run ended: slots given back are freed
+}
+
+type idleSlot struct {
+	slot         *flow.Slot
+	taken, since time.Time // from the store; given back by its last job
 }
 
 // New validates cfg's limits and returns their Gate. Its errors name the
@@ -130,14 +155,15 @@ func newTypeGate(cfg Config, typ string, l Limit) (*typeGate, error) {
 	}
 	key := cfg.Key(typ)
 	if l.ClusterConcurrency > 0 {
-		s, err := flow.NewSemaphore(cfg.Store, flow.SemaphoreConfig{Prefix: "sem/" + key, Slots: l.ClusterConcurrency, Lease: cfg.Lease})
+		t.pool = &slotPool{}
+		s, err := flow.NewSemaphore(cfg.Store, flow.SemaphoreConfig{Prefix: "sem/" + key, Slots: l.ClusterConcurrency, Lease: cfg.Lease, Logger: cfg.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("%s.ClusterConcurrency: %w", where, err)
 		}
 		t.sem = s
 	}
 	if l.Rate > 0 {
-		r, err := flow.NewRate(cfg.Store, flow.RateConfig{Key: "rate/" + key, Events: l.Rate, Burst: max(l.Burst, 1)})
+		r, err := flow.NewRate(cfg.Store, flow.RateConfig{Key: "rate/" + key, Events: l.Rate, Burst: max(l.Burst, 1), Logger: cfg.Logger})
 		if err != nil {
 			return nil, fmt.Errorf("%s.Rate: %w", where, err)
 		}
@@ -152,9 +178,10 @@ func newTypeGate(cfg Config, typ string, l Limit) (*typeGate, error) {
 // Ticket is what an admitted job holds while it runs: Release gives it
 // back. The zero Ticket holds nothing.
 type Ticket struct {
-	g    *Gate
-	t    *typeGate
-	slot *flow.Slot // nil: none
+	g     *Gate
+	t     *typeGate
+	slot  *flow.Slot // nil: none
+	taken time.Time  // when the slot was taken from the store
 }
 
 // Admit takes what the limits of type typ require before a job of the
@@ -185,13 +212,21 @@ func (g *Gate) Admit(ctx context.Context, typ, id string, workers int) (tk Ticke
 		return tk, 0, true
 	}
 	if t.sem != nil {
-		s, got, err := g.acquire(ctx, t.sem)
-		if err != nil || !got {
-			tk.Release(ctx)
-			g.failed(typ, id, err)
-			return Ticket{}, 0, false
+		s, taken, ok := g.reuse(t)
+		if !ok {
+			var err error
+			s, ok, err = g.acquire(ctx, t.sem)
+			if err != nil || !ok {
+				tk.Release(ctx)
+				g.failed(typ, id, err)
+				return Ticket{}, 0, false
+			}
+			taken = time.Now()
+			g.mu.Lock()
+			g.slots[s] = struct{}{}
+			g.mu.Unlock()
 		}
-		tk.slot = s
+		tk.slot, tk.taken = s, taken
 	}
 	if t.rate != nil {
 		if wait, err := t.rate.start(ctx, g.lease/3, max(workers/2, 1)); err != nil || wait > 0 {
@@ -200,12 +235,97 @@ func (g *Gate) Admit(ctx context.Context, typ, id string, workers int) (tk Ticke
 			return Ticket{}, wait, false
 		}
 	}
-	if tk.slot != nil {
-		g.mu.Lock()
-		g.slots[tk.slot] = struct{}{}
-		g.mu.Unlock()
-	}
 	return tk, 0, true
+}
+
+// reuse takes a slot of t held here with no job, if one is left that is
+// surely still this process's: Run found it not lost, and its lease runs
+// for half a lease more at least by the last renewal that succeeded (a
+// slot whose renewals were late may have lapsed and been taken by another
+// process: it is freed, not used).
+func (g *Gate) reuse(t *typeGate) (*flow.Slot, time.Time, bool) {
+	p := t.pool
+	var stale []*flow.Slot
+	defer func() {
+		for _, s := range stale {
+			g.free(context.Background(), s)
+		}
+	}()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for n := len(p.idle); n > 0; n = len(p.idle) {
+		is := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		if !g.isHeld(is.slot) {
+			continue
+		}
+		if time.Until(is.slot.Deadline()) < g.lease/2 {
+			stale = append(stale, is.slot)
+			continue
+		}
+		return is.slot, is.taken, true
+	}
+	return nil, time.Time{}, false
+}
+
+// keep puts a slot a job gave back with the type's idle ones, and reports
+// whether it did: not when Run has ended, when the slot was lost, or when
+// it was taken from the store a lease ago or more (it goes back then).
+func (g *Gate) keep(t *typeGate, s *flow.Slot, taken time.Time) bool {
+	now := time.Now()
+	if now.Sub(taken) >= g.lease || !g.isHeld(s) {
+		return false
+	}
+	p := t.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.idle = append(p.idle, idleSlot{slot: s, taken: taken, since: now})
+	if p.timer == nil {
+		p.timer = time.AfterFunc(g.linger(), func() { g.expire(t) })
+	}
+	return true
+}
+
+// linger is how long an idle slot stays: slotLinger, at most a sixth of
+// the lease.
+func (g *Gate) linger() time.Duration { return min(slotLinger, g.lease/6) }
+
+// expire frees the slots of t idle for the linger or more, and arms the
+// timer again for the others.
+func (g *Gate) expire(t *typeGate) {
+	p := t.pool
+	now := time.Now()
+	p.mu.Lock()
+	var old []*flow.Slot
+	kept := p.idle[:0]
+	for _, is := range p.idle {
+		if now.Sub(is.since) >= g.linger() {
+			old = append(old, is.slot)
+		} else {
+			kept = append(kept, is)
+		}
+	}
+	clear(p.idle[len(kept):])
+	p.idle = kept
+	p.timer = nil
+	if len(p.idle) > 0 && !p.closed {
+		p.timer = time.AfterFunc(g.linger()-now.Sub(p.idle[0].since), func() { g.expire(t) })
+	}
+	p.mu.Unlock()
+	for _, s := range old {
+		g.free(context.Background(), s)
+	}
+}
+
+// isHeld reports whether s is a slot this process holds and renews.
+func (g *Gate) isHeld(s *flow.Slot) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.slots[s]
+	return ok
 }
 
 // acquire takes a slot of s, if one is free, in a round trip given
@@ -223,21 +343,26 @@ func (g *Gate) failed(typ, id string, err error) {
 	}
 }
 
-// Release gives back what Admit took; it is called once. Freeing a cluster slot is given
-// Lease/3 within ctx; one that fails is logged, and the slot is free
-// again after its lease.
+// Release gives back what Admit took; it is called once. A cluster slot
+// stays with the process for the next job of the type (see slotLinger),
+// or is freed: given Lease/3 within ctx; a free that fails is logged, and
+// the slot is free again after its lease.
 func (tk Ticket) Release(ctx context.Context) {
-	if tk.slot != nil {
-		g := tk.g
-		g.forget(tk.slot)
-		ctx, cancel := context.WithTimeout(ctx, g.lease/3)
-		defer cancel()
-		if err := tk.slot.Release(ctx); err != nil {
-			g.log.Warn("asyncplatform: freeing a cluster concurrency slot failed; it is free again after its lease", "key", tk.slot.Key(), "error", err)
-		}
+	if tk.slot != nil && !tk.g.keep(tk.t, tk.slot, tk.taken) {
+		tk.g.free(ctx, tk.slot)
 	}
 	if tk.t != nil && tk.t.local != nil {
 		tk.t.local.Release()
+	}
+}
+
+// free stops renewing s and deletes its key, in Lease/3 within ctx.
+func (g *Gate) free(ctx context.Context, s *flow.Slot) {
+	g.forget(s)
+	ctx, cancel := context.WithTimeout(ctx, g.lease/3)
+	defer cancel()
+	if err := s.Release(ctx); err != nil {
+		g.log.Warn("asyncplatform: freeing a cluster concurrency slot failed; it is free again after its lease", "key", s.Key(), "error", err)
 	}
 }
 
@@ -250,16 +375,21 @@ func (g *Gate) forget(s *flow.Slot) bool {
 	return held
 }
 
-// Run renews the cluster slots of running jobs every Lease/3 until ctx
-// ends. It returns at once when no type has a cluster-wide concurrency
-// limit.
+// Run renews the cluster slots this process holds (its running jobs', and
+// those idle for the next job) every Lease/3 until ctx ends, all at once:
+// one slow round trip delays no other slot's renewal. When ctx ends it
+// frees the idle slots, and the slots running jobs give back from then on
+// are freed at once. It returns at once when no type has a cluster-wide
+// concurrency limit.
 func (g *Gate) Run(ctx context.Context) {
 	if !g.renews {
 		return
 	}
+	defer g.close()
 	tick := time.NewTicker(g.lease / 3)
 	defer tick.Stop()
 	var held []*flow.Slot
+	var wg sync.WaitGroup
 	for {
 		select {
 		case <-ctx.Done():
@@ -268,7 +398,31 @@ func (g *Gate) Run(ctx context.Context) {
 		}
 		held = g.held(held[:0])
 		for _, s := range held {
-			g.renew(ctx, s)
+			wg.Go(func() { g.renew(ctx, s) })
+		}
+		wg.Wait()
+	}
+}
+
+// close frees every idle slot, and makes the slots given back from now on
+// freed at once.
+func (g *Gate) close() {
+	for _, t := range g.types {
+		if t.pool == nil {
+			continue
+		}
+		p := t.pool
+		p.mu.Lock()
+		p.closed = true
+		if p.timer != nil {
+			p.timer.Stop()
+			p.timer = nil
+		}
+		idle := p.idle
+		p.idle = nil
+		p.mu.Unlock()
+		for _, is := range idle {
+			g.free(context.Background(), is.slot)
 		}
 	}
 }

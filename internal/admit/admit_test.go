@@ -51,6 +51,17 @@ func newGate(t *testing.T, store *kv.Store, l admit.Limit) *admit.Gate {
 }
 
 // keys returns the keys of store under prefix.
+// noKeys waits, up to 5 s, for no key under prefix to be left: a slot a
+// job gave back is freed after the linger.
+func noKeys(t *testing.T, store *kv.Store, prefix string) []string {
+	t.Helper()
+	got := keys(t, store, prefix)
+	for end := time.Now().Add(5 * time.Second); len(got) > 0 && time.Now().Before(end); got = keys(t, store, prefix) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return got
+}
+
 func keys(t *testing.T, store *kv.Store, prefix string) []string {
 	t.Helper()
 	var got []string
@@ -182,13 +193,17 @@ func TestClusterConcurrency(t *testing.T) {
 		t.Errorf("slot keys %q; want two under sem/a_b/", got)
 	}
 	ta.Release(ctx)
-	tk, _, ok := b.Admit(ctx, "a/b", "3", 10)
+	var tk admit.Ticket
+	ok := false
+	for end := time.Now().Add(5 * time.Second); !ok && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		tk, _, ok = b.Admit(ctx, "a/b", "3", 10)
+	}
 	if !ok {
-		t.Fatal("a job refused in one process after a job of the other was released")
+		t.Fatal("a job refused in one process for 5 s after a job of the other was released")
 	}
 	tk.Release(ctx)
 	tb.Release(ctx)
-	if got := keys(t, store, "sem/"); len(got) != 0 {
+	if got := noKeys(t, store, "sem/"); len(got) != 0 {
 		t.Errorf("slot keys %q after every job was released; want none", got)
 	}
 }
@@ -267,7 +282,7 @@ func TestRefusalFreesWhatWasTaken(t *testing.T) {
 			t.Fatalf("try %d of a job over the rate: admitted %v, wait %v; want refused by the rate, with its wait", i+1, ok, wait)
 		}
 	}
-	if got := keys(t, store, "sem/"); len(got) != 0 {
+	if got := noKeys(t, store, "sem/"); len(got) != 0 {
 		t.Errorf("slot keys %q after the refusals; want none", got)
 	}
 }
@@ -349,5 +364,40 @@ func TestAdmitAllocs(t *testing.T) {
 				t.Errorf("%v allocations per admitted job; want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestSlotReused: the jobs of a type that come one after another in a
+// process use one cluster slot, taken from the store once: its key keeps
+// its revision (no write) from the first job to the hundredth; and it is
+// freed once no job came for the linger.
+func TestSlotReused(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	store := newStore(t)()
+	g := newGate(t, store, admit.Limit{ClusterConcurrency: 3})
+	var rev string
+	for i := range 100 {
+		tk, _, ok := g.Admit(ctx, "t", "job", 10)
+		if !ok {
+			t.Fatalf("job %d refused", i)
+		}
+		got := keys(t, store, "sem/")
+		if len(got) != 1 {
+			t.Fatalf("job %d: slot keys %q; want one", i, got)
+		}
+		_, r, err := store.Get(ctx, got[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			rev = r
+		} else if r != rev {
+			t.Fatalf("job %d: the slot key at revision %s, the first job's at %s: written again", i, r, rev)
+		}
+		tk.Release(ctx)
+	}
+	if got := noKeys(t, store, "sem/"); len(got) != 0 {
+		t.Errorf("slot keys %q after the linger; want none", got)
 	}
 }

@@ -10,17 +10,29 @@ import (
 )
 
 // How a process takes the starts of a cluster-wide rate: it reserves them
-// in batches (one store write each), the first due within rateWait: a
-// start for each job waiting for one, and as many more as it used in the
-// last demandWindow, at most maxRateBatch and a quarter of the queue's
-// workers. A job waits in its worker for its start, up to rateWait; one
-// that finds no start reserved reserves a batch while no more than half
-// its queue's workers wait so, and is requeued otherwise. So at most about
-// three quarters of a queue's workers wait for a type's starts.
+// in batches (one store write each), each start due within rateWait: a
+// start for each job waiting for one, and as many more as the jobs that
+// came in the last demandWindow would take in half the time before the
+// batch's starts go stale (the grace) or until the next batch could be
+// back (a round trip), at most maxRateBatch. A job waits in its worker for its start, up to
+// rateWait. While the rate holds jobs back (a batch had starts due later
+// than at once, or none), a job that finds no start reserved reserves a
+// batch while no more than half its queue's workers wait so, and is
+// requeued otherwise: so at most about three quarters of a queue's workers
+// wait for a type's starts. While it does not, every job waits for the
+// batch being reserved: a round trip, not a requeue.
+//
+// A job requeued is offered again when its start is projected to come: the
+// first refused after the next start the limit could give, each one after
+// an interval after the one before, at most maxProjection ahead, so a
+// backlog held back by the rate comes back at about the rate, whatever its
+// size. The projection starts again from the limit's next start once a
+// reserved start found no job to take it (the jobs projected are gone).
 const (
-	rateWait     = time.Second
-	maxRateBatch = 16
-	demandWindow = 100 * time.Millisecond
+	rateWait      = time.Second
+	maxRateBatch  = 1024
+	demandWindow  = 100 * time.Millisecond
+	maxProjection = time.Hour
 )
 
 // rateLine is this process's share of a job type's cluster-wide rate:
@@ -36,6 +48,7 @@ type rateLine struct {
 	waiting atomic.Int32 // jobs waiting here for their starts' time
 	pending atomic.Int32 // jobs waiting for a batch to be reserved
 	rtt     atomic.Int64 // ns: the expected round trip of a Reserve
+	holding atomic.Bool  // the last batch had starts not due at once, or none
 
 	reserving chan struct{} // held by the worker reserving a batch
 
@@ -46,6 +59,7 @@ type rateLine struct {
 	window   time.Time // the start of the current demand window
 	cur      int       // starts used in the current window
 	prev     int       // starts used in the window before
+	project  time.Time // the start projected for the last job requeued
 }
 
 func newRateLine(r *flow.Rate) *rateLine {
@@ -86,6 +100,7 @@ func (l *rateLine) takeLocked(now time.Time) (at time.Time, ok bool) {
 	iv := l.rate.Interval()
 	for l.left > 0 && now.Sub(l.due()) > l.grace {
 		l.next, l.left = l.next.Add(iv), l.left-1
+		l.project = time.Time{} // a start no job came for
 	}
 	if l.left == 0 {
 		return time.Time{}, false
@@ -108,13 +123,19 @@ func (l *rateLine) due() time.Time {
 	return l.next
 }
 
-// add keeps a batch reserved for the time at, the starts before it being
-// gone, and hands out its first start to the job that reserved it, as take
-// would at now (ok false: every start of the batch came too late).
+// add keeps a batch reserved for the time at and back at now, the starts
+// before it being gone, and hands out its first start to the job that
+// reserved it, as take would at now (ok false: every start of the batch
+// came too late). The starts due by the time the batch is back are due
+// then: the limit allows each start from its time on, and a batch back
+// sooner than expected makes no job wait for the expected time.
 func (l *rateLine) add(g flow.Grant, at, now time.Time) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.next, l.left, l.reserved = g.First, g.Count, at
+	if now.Before(at) {
+		l.reserved = now
+	}
 	if late := now.Sub(l.due()); late > l.grace && late <= rateWait {
 		// Slower than expected: the reserver's start is its own (late by
 		// the store's delay), the others are dropped by take as late.
@@ -127,9 +148,36 @@ func (l *rateLine) add(g flow.Grant, at, now time.Time) (time.Time, bool) {
 }
 
 // crowded reports whether maxWaiting jobs of the type already wait here,
-// for their starts' time or for a batch.
+// for their starts' time or for a batch, while the rate holds jobs back.
 func (l *rateLine) crowded(maxWaiting int) bool {
-	return int(l.waiting.Load()+l.pending.Load()) >= maxWaiting
+	return l.holding.Load() && int(l.waiting.Load()+l.pending.Load()) >= maxWaiting
+}
+
+// requeue returns how long a job refused at now waits before it is offered
+// again: until its projected start, the first after the later of now+wait
+// and the one projected for the job refused before it.
+func (l *rateLine) requeue(now time.Time, wait time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at := now.Add(max(wait, demandWindow))
+	if next := l.project.Add(l.rate.Interval()); next.After(at) {
+		at = next
+	}
+	if limit := now.Add(maxProjection); at.After(limit) {
+		at = limit
+	}
+	l.project = at
+	return at.Sub(now)
+}
+
+// nextStart is how long until the start after the last one reserved here,
+// from now: the wait of a job refused while others wait for those. The
+// lock is held.
+func (l *rateLine) nextStart(now time.Time) time.Duration {
+	if l.left == 0 {
+		return 0
+	}
+	return l.next.Add(time.Duration(l.left) * l.rate.Interval()).Sub(now)
 }
 
 // roundTrip is the expected time of a Reserve: the longest of the last
@@ -145,14 +193,18 @@ func (l *rateLine) took(d time.Duration) {
 }
 
 // want is the size of the next batch: a start for each job waiting for
-// one, and as many more as were used here in the last demand window; at
-// most maxWaiting/2.
-func (l *rateLine) want(maxWaiting int) int {
+// one, and as many more as the jobs that came in the last demand window
+// would take within half the grace or a round trip (the longer, and at
+// most the grace: the starts of a batch not taken within the grace are
+// dropped); at most maxRateBatch.
+func (l *rateLine) want() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.roll(time.Now())
-	n := 1 + int(l.pending.Load()) + l.prev
-	return max(min(n, maxRateBatch, maxWaiting/2), 1)
+	span := min(l.grace, max(l.grace/2, l.roundTrip()))
+	more := (int64(l.prev)*int64(span) + int64(demandWindow) - 1) / int64(demandWindow)
+	n := 1 + int64(l.pending.Load()) + min(more, maxRateBatch)
+	return int(min(n, maxRateBatch))
 }
 
 // start finds a job a start under the rate and waits for its time: the
@@ -172,7 +224,7 @@ func (l *rateLine) start(ctx context.Context, timeout time.Duration, maxWaiting 
 	at, ok := l.take(time.Now())
 	if !ok {
 		if l.crowded(maxWaiting) { // enough wait for starts already
-			return demandWindow, nil
+			return l.refuse(), nil
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
@@ -187,29 +239,34 @@ func (l *rateLine) start(ctx context.Context, timeout time.Duration, maxWaiting 
 		at, ok = l.take(time.Now()) // a batch reserved while this one waited
 		if !ok && l.crowded(maxWaiting) {
 			<-l.reserving
-			return demandWindow, nil
+			return l.refuse(), nil
 		}
 		if !ok {
 			// The batch is timed from when it is expected back: the starts
 			// due at once are due then, not dropped as late on arrival.
 			start := time.Now()
-			expect := start.Add(l.roundTrip())
-			g, wait, err := l.rate.Reserve(rctx, expect, l.want(maxWaiting), rateWait)
+			expect := start.Add(min(l.roundTrip(), l.grace))
+			g, wait, err := l.rate.Reserve(rctx, expect, l.want(), rateWait)
 			l.took(time.Since(start))
-			if err != nil || g.Count == 0 {
+			if err != nil {
 				<-l.reserving
 				return max(wait, time.Millisecond), err
+			}
+			l.holding.Store(g.Count == 0 || g.At(g.Count-1).After(expect))
+			if g.Count == 0 {
+				<-l.reserving
+				return l.requeue(time.Now(), wait), nil
 			}
 			at, ok = l.add(g, expect, time.Now())
 		}
 		<-l.reserving
 		if !ok {
-			return demandWindow, nil
+			return l.refuse(), nil
 		}
 	}
 	d := time.Until(at)
 	if d > rateWait {
-		return d, nil
+		return l.requeue(time.Now(), d), nil
 	}
 	if d > 0 {
 		l.waiting.Add(1)
@@ -223,4 +280,14 @@ func (l *rateLine) start(ctx context.Context, timeout time.Duration, maxWaiting 
 		}
 	}
 	return 0, nil
+}
+
+// refuse returns how long a job that found no start for it here waits:
+// until its projected start, after the starts reserved here.
+func (l *rateLine) refuse() time.Duration {
+	now := time.Now()
+	l.mu.Lock()
+	wait := l.nextStart(now)
+	l.mu.Unlock()
+	return l.requeue(now, wait)
 }

@@ -125,3 +125,72 @@ func TestRateSlowStore(t *testing.T) {
 		}
 	}
 }
+
+// TestRateBacklogChurn: a backlog far beyond a rate (500 jobs at 10/s) is
+// requeued at its projected starts, so the jobs offered per second stay
+// near the rate whatever the backlog's size (issue 34, finding 7: each
+// job came back within a second, so the broker churned in proportion to
+// the backlog). The broker here is a list of jobs with the times they are
+// offered again; 10 workers take the due ones.
+func TestRateBacklogChurn(t *testing.T) {
+	r, err := flow.NewRate(memory.NewBroker().Connect(), flow.RateConfig{Key: "rate/t", Events: 10, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newRateLine(r)
+	const jobs, workers = 500, 10
+	var mu sync.Mutex
+	due := make([]time.Time, jobs) // zero: offered now; the far future: started
+	started := time.Unix(1<<40, 0)
+	var offers, starts atomic.Int64
+	t0 := time.Now()
+	settle, run := 1500*time.Millisecond, 4*time.Second
+	next := func() (int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		for i, d := range due {
+			if !d.After(now) {
+				due[i] = started // taken: offered to no other worker
+				return i, true
+			}
+		}
+		return 0, false
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for time.Since(t0) < run {
+				i, ok := next()
+				if !ok {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				if time.Since(t0) > settle {
+					offers.Add(1)
+				}
+				wait, err := l.start(t.Context(), time.Minute, workers/2)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if wait == 0 {
+					starts.Add(1)
+					continue
+				}
+				mu.Lock()
+				due[i] = time.Now().Add(wait)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	span := run - settle
+	perSecond := float64(offers.Load()) / span.Seconds()
+	t.Logf("%d starts; after the first %v, %.1f jobs offered per second at a rate of 10/s", starts.Load(), settle, perSecond)
+	// At most the rate, plus as many again for the jobs a projection
+	// brought back a little early: far below the backlog's 500 per second.
+	if perSecond > 30 {
+		t.Errorf("%.1f jobs offered per second with a backlog of %d at 10/s; want at most 30", perSecond, jobs)
+	}
+}

@@ -15,6 +15,11 @@
 // combine (a local limit in front of a cluster-wide one, a rate limit after
 // both), is the caller's business.
 //
+// The store's contents are untrusted: a rate state further ahead than any
+// Rate writes, and a slot key that keeps one revision for longer than any
+// lease (a key without expiry), are taken for corrupt and replaced, with a
+// warning to the Logger of their configuration.
+//
 // Every limit lives in a few keys of the KV, under a prefix or key the caller
 // chooses; nothing else in the store is touched. The package does not import
 // the platform: the root package's *Store satisfies KV, and so does a

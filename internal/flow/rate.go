@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"time"
@@ -13,6 +14,16 @@ import (
 
 // DefaultMaxAttempts is RateConfig.MaxAttempts when it is zero.
 const DefaultMaxAttempts = 16
+
+// MaxHorizon bounds the horizon of Rate.Reserve: no process reserves an
+// event due more than MaxHorizon after its now.
+const MaxHorizon = time.Minute
+
+// MaxClockSkew is how far apart the clocks of the processes sharing a Rate
+// may be for the Rate to tell a state written by one of them from a
+// corrupt one: a theoretical arrival time more than MaxHorizon, the burst's
+// span, an interval and MaxClockSkew after now was written by no Rate.
+const MaxClockSkew = time.Minute
 
 // ErrContention is matched by a *ContentionError.
 var ErrContention = errors.New("flow: rate limit contended")
@@ -57,6 +68,10 @@ type RateConfig struct {
 	// process's costs a read and another try, and a Take whose every write
 	// lost returns a *ContentionError. Defaults to DefaultMaxAttempts (16).
 	MaxAttempts int
+
+	// Logger receives the warning of a corrupt state found in the store
+	// (and replaced). Defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 func (c RateConfig) withDefaults() RateConfig {
@@ -68,6 +83,9 @@ func (c RateConfig) withDefaults() RateConfig {
 	}
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	return c
 }
@@ -141,6 +159,16 @@ func (c RateConfig) validate() error {
 //
 // Deleting the key resets the limit; a process that remembers a refusing
 // state sees the reset once that state's wait has run out.
+//
+// # Corrupt state
+//
+// The key's value is untrusted: a value that is no TAT is read as a TAT of
+// zero (an idle limit), and a TAT further ahead than any Rate writes (more
+// than MaxHorizon, the burst's span, one interval and MaxClockSkew after
+// now) as corrupt: it is logged (Logger) and replaced by this Take's own
+// write, as an idle limit's would be. So no wait Take or Reserve returns
+// is longer than MaxHorizon plus the burst's span, an interval and
+// MaxClockSkew.
 type Rate struct {
 	kv       KV
 	cfg      RateConfig
@@ -214,14 +242,15 @@ type Grant struct {
 // At returns the time of the grant's i-th event (from 0).
 func (g Grant) At(i int) time.Time { return g.First.Add(time.Duration(i) * g.Interval) }
 
-// Reserve asks for n events in one write, the first of them due within
-// horizon of now: the events are due one interval apart from the first
-// (Grant.At), some perhaps at once (what the burst has left), the rest
-// later. So a process that starts many events pays one store round trip
-// per batch, not per event, and processes asking at once do not contend
-// for every single event. It returns a Grant of n events, or, when the
-// first would be due after now+horizon, an empty Grant and how long until
-// it is due. Take is Reserve of one event with no horizon.
+// Reserve asks for up to n events in one write, each due within horizon
+// (at most MaxHorizon) of now: the events are due one interval apart from
+// the first (Grant.At), some perhaps at once (what the burst has left), the
+// rest later. So a process that starts many events pays one store round
+// trip per batch, not per event, and processes asking at once do not
+// contend for every single event. It returns a Grant of the n events, or
+// of as many as are due within the horizon, or, when the first would be
+// due after now+horizon, an empty Grant and how long until it is due. Take
+// is Reserve of one event with no horizon.
 //
 // Events reserved are the process's: those it does not use are lost to
 // every process (the limit then admits fewer than its rate), so ask for
@@ -231,7 +260,7 @@ func (r *Rate) Reserve(ctx context.Context, now time.Time, n int, horizon time.D
 		now = time.Now()
 	}
 	n = max(n, 1)
-	horizon = max(horizon, 0)
+	horizon = min(max(horizon, 0), MaxHorizon)
 	select {
 	case r.lock <- struct{}{}:
 	case <-ctx.Done():
@@ -248,12 +277,18 @@ func (r *Rate) Reserve(ctx context.Context, now time.Time, n int, horizon time.D
 		if present && st.tat > t {
 			tat = st.tat
 		}
+		if present && tat-t > r.reach() {
+			r.cfg.Logger.Warn("asyncplatform: a rate limit's state in the store is further ahead than any process writes it; it is corrupt and is replaced",
+				"key", r.cfg.Key, "tat", time.Unix(0, st.tat).UTC())
+			tat = t
+		}
 		first := tat - r.tau // the first event's time
 		if first > t+int64(horizon) {
 			r.state = st
 			return Grant{}, time.Duration(first - t), nil
 		}
-		k := int64(n)
+		// The events due within the horizon, n at most.
+		k := min(int64(n), (t+int64(horizon)-first)/r.interval+1)
 		newTAT := tat + k*r.interval
 		// The TTL runs from the write, so it is reckoned from the real
 		// clock when the caller's now is later (a batch timed from when it
@@ -286,6 +321,14 @@ func (r *Rate) Reserve(ctx context.Context, now time.Time, n int, horizon time.D
 	}
 	r.state = rateState{}
 	return Grant{}, 0, &ContentionError{Key: r.cfg.Key, Attempts: r.cfg.MaxAttempts}
+}
+
+// reach is how far after now a TAT may be and have been written by a Rate:
+// the last event of a grant is due within MaxHorizon of its writer's now,
+// and the TAT is the burst's span and an interval after it; another
+// process's clock may be MaxClockSkew ahead.
+func (r *Rate) reach() int64 {
+	return int64(MaxHorizon+MaxClockSkew) + r.tau + r.interval
 }
 
 // read returns the key's state in the store now: rev "" when it is absent.

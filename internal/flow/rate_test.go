@@ -3,7 +3,10 @@ package flow_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,11 +115,11 @@ func TestRateGCRA(t *testing.T) {
 	}
 }
 
-// TestRateReserve checks batches to the nanosecond on the fake store: n
-// events one interval apart from the first due, whether the burst has some
-// left (at once) or not (within the horizon); a refusal that says when the
-// next is due; and that a batch is the same limit as single Takes (another
-// process shares it).
+// TestRateReserve checks batches to the nanosecond on the fake store: up
+// to n events one interval apart from the first due, whether the burst has
+// some left (at once) or not, those due within the horizon only; a refusal
+// that says when the next is due; and that a batch is the same limit as
+// single Takes (another process shares it).
 func TestRateReserve(t *testing.T) {
 	t.Parallel()
 	kv := newFakeKV()
@@ -142,17 +145,22 @@ func TestRateReserve(t *testing.T) {
 		}
 	}
 	// Idle: the burst of 3 (due 200 ms and 100 ms ago and now: at once),
-	// then two more at +100 ms and +200 ms.
-	reserve(r, 5, 50*time.Millisecond, 5, -2*iv, 0)
+	// and no more within 50 ms; then two more at +100 ms and +200 ms.
+	reserve(r, 5, 50*time.Millisecond, 3, -2*iv, 0)
+	reserve(r, 5, 2*iv, 2, iv, 0)
 	// Everything to +200 ms is taken: the next is due at +300 ms, beyond
 	// either horizon.
 	reserve(other, 10, 250*time.Millisecond, 0, 0, 3*iv)
 	reserve(other, 1, 0, 0, 0, 3*iv)
-	// Within a horizon that reaches it: from +300 ms on.
-	reserve(other, 2, 3*iv, 2, 3*iv, 0)
+	// Within a horizon that reaches it: from +300 ms on, those due
+	// within it.
+	reserve(other, 2, 3*iv, 1, 3*iv, 0)
+	reserve(other, 2, 4*iv, 1, 4*iv, 0)
 	kv.Advance(5 * iv)
-	// Due now, the last of the batch at +200 ms.
-	reserve(r, 3, 0, 3, 0, 0)
+	// Due now, the last of the batch at +200 ms: within a horizon of 200
+	// ms, not of 0.
+	reserve(r, 3, 0, 1, 0, 0)
+	reserve(r, 3, 2*iv, 2, iv, 0)
 	// In 10 s of steady demand, batches admit what single Takes do, and the
 	// events they reserve are due no sooner.
 	kv.Advance(10 * iv)
@@ -389,4 +397,38 @@ func (b *blockingKV) Create(ctx context.Context, key string, value []byte, ttl t
 	close(b.entered)
 	<-b.release
 	return b.KV.Create(ctx, key, value, ttl)
+}
+
+// TestRateCorruptState: a TAT further ahead than any Rate writes (a writer
+// to the store set it to MaxInt64, year 2262) is replaced, with a warning,
+// instead of making every Take wait for centuries; a TAT within the reach
+// of a Rate's writes is a real one and is waited for.
+func TestRateCorruptState(t *testing.T) {
+	t.Parallel()
+	kv := newFakeKV()
+	ctx := t.Context()
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	_, err := kv.Create(ctx, "corrupt", []byte(strconv.FormatInt(math.MaxInt64, 10)), 0)
+	must(t, "Create", err)
+	r, err := flow.NewRate(kv, flow.RateConfig{Key: "corrupt", Events: 1, Logger: log})
+	must(t, "NewRate", err)
+	for i := range 2 { // the first Take learns of the key, the second reads it
+		if wait, err := r.Take(ctx, kv.Now()); err != nil || wait > time.Second {
+			t.Fatalf("Take %d over a TAT of MaxInt64 = %v, %v; want admitted or a wait of 1s at most", i, wait, err)
+		}
+	}
+	if !strings.Contains(logs.String(), "corrupt") {
+		t.Errorf("no warning of the corrupt state; logs: %q", logs.String())
+	}
+
+	// 30 s ahead: within a minute's horizon, so a real state.
+	ahead := kv.Now().Add(30 * time.Second).UnixNano()
+	_, err = kv.Create(ctx, "ahead", []byte(strconv.FormatInt(ahead, 10)), time.Minute)
+	must(t, "Create", err)
+	r, err = flow.NewRate(kv, flow.RateConfig{Key: "ahead", Events: 1, Logger: log})
+	must(t, "NewRate", err)
+	if wait, err := r.Take(ctx, kv.Now()); err != nil || wait != 30*time.Second {
+		t.Fatalf("Take over a TAT 30 s ahead = %v, %v; want a wait of 30s", wait, err)
+	}
 }

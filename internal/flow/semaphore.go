@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -41,11 +42,18 @@ type SemaphoreConfig struct {
 	// holder renews well within it (every Lease/3, say); a crashed holder's
 	// slot is free again once it lapses. Defaults to DefaultLease (30s).
 	Lease time.Duration
+
+	// Logger receives the warning of a slot key found without expiry
+	// (and taken over). Defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 func (c SemaphoreConfig) withDefaults() SemaphoreConfig {
 	if c.Lease == 0 {
 		c.Lease = DefaultLease
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	return c
 }
@@ -78,12 +86,39 @@ func (c SemaphoreConfig) validate() error {
 // slot to the next taker, and learns so from Renew (ErrSlotLost); until
 // then it may still be working, and the semaphore cannot stop that.
 //
-// A Semaphore is safe for concurrent use and keeps no state of its own
-// beyond its configuration; one per limit per process is enough.
+// # Slots without expiry
+//
+// The store is untrusted: a slot key written without a TTL (by a writer to
+// the store, not by a Semaphore) would hold its slot for ever. So a
+// TryAcquire that finds every slot held reads them all, at most once per
+// half lease, and remembers each one's revision and when it first saw
+// it: a slot still at a revision seen more than StaleAfter ago has not
+// been written for longer than any holder's lease, so its key has no
+// expiry. It is taken over (an Update at that revision), with a warning.
+// Processes sharing a limit must renew within StaleAfter: their leases
+// must be at most six times this one's.
+//
+// A Semaphore is safe for concurrent use; one per limit per process is
+// enough.
 type Semaphore struct {
 	kv  KV
 	cfg SemaphoreConfig
+
+	mu    sync.Mutex
+	swept time.Time        // the last read of every slot
+	seen  map[int]seenSlot // what that read found, by slot
 }
+
+// seenSlot is a held slot's revision and when it was first seen.
+type seenSlot struct {
+	rev   string
+	since time.Time
+}
+
+// StaleAfter is how long a slot key may keep one revision before a
+// Semaphore takes it for a key without expiry: two of its leases (its
+// holder renews every third of its own lease).
+func (s *Semaphore) StaleAfter() time.Duration { return 2 * s.cfg.Lease }
 
 // NewSemaphore returns the semaphore cfg describes over kv. It writes
 // nothing: the store holds only the keys of held slots.
@@ -96,7 +131,7 @@ func NewSemaphore(kv KV, cfg SemaphoreConfig) (*Semaphore, error) {
 		return nil, fmt.Errorf("flow: semaphore %q: the KV is nil", cfg.Prefix)
 	}
 	cfg.Lease = ceilMillis(cfg.Lease)
-	return &Semaphore{kv: kv, cfg: cfg}, nil
+	return &Semaphore{kv: kv, cfg: cfg, seen: map[int]seenSlot{}}, nil
 }
 
 // Slots returns how many holders the semaphore admits at once.
@@ -111,8 +146,10 @@ func (s *Semaphore) Lease() time.Duration { return s.cfg.Lease }
 //
 // It tries the slots one Create each, starting at a random one so that
 // concurrent callers spread over the slots: one store round trip when the
-// first slot tried is free, Slots round trips to learn that all are held.
-// An error other than a held slot ends the attempt and is returned.
+// first slot tried is free, Slots round trips to learn that all are held
+// (and, at most once per half lease, Slots more to read them: see Slots
+// without expiry). An error other than a held slot ends the attempt and is
+// returned.
 func (s *Semaphore) TryAcquire(ctx context.Context, holder string) (*Slot, bool, error) {
 	value := []byte(holder)
 	if err := driver.CheckValue(value); err != nil {
@@ -134,7 +171,70 @@ func (s *Semaphore) TryAcquire(ctx context.Context, holder string) (*Slot, bool,
 			return nil, false, fmt.Errorf("flow: semaphore %q: acquire slot %d: %w", s.cfg.Prefix, i, err)
 		}
 	}
+	return s.sweep(ctx, holder)
+}
+
+// sweep reads every slot, at most once per half lease, and takes over one
+// whose key has kept a revision for longer than StaleAfter (see Slots
+// without expiry). It returns that slot, or false.
+func (s *Semaphore) sweep(ctx context.Context, holder string) (*Slot, bool, error) {
+	now := time.Now()
+	s.mu.Lock()
+	due := now.Sub(s.swept) >= s.cfg.Lease/2
+	if due {
+		s.swept = now
+	}
+	s.mu.Unlock()
+	if !due {
+		return nil, false, nil
+	}
+	for i := range s.cfg.Slots {
+		key := slotKey(s.cfg.Prefix, i)
+		_, rev, err := s.kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, driver.ErrKeyNotFound):
+			s.forget(i)
+			continue
+		case err != nil:
+			return nil, false, fmt.Errorf("flow: semaphore %q: read slot %d: %w", s.cfg.Prefix, i, err)
+		}
+		if !s.stale(i, rev, now) {
+			continue
+		}
+		t0 := time.Now()
+		nrev, err := s.kv.Update(ctx, key, []byte(holder), rev, s.cfg.Lease)
+		switch {
+		case err == nil:
+			s.forget(i)
+			s.cfg.Logger.Warn("asyncplatform: a cluster concurrency slot kept one revision for longer than any lease (a key without expiry, written by no process); it is taken over",
+				"key", key, "unchanged_for", s.StaleAfter().String())
+			return &Slot{sem: s, index: i, key: key, holder: holder, rev: nrev, deadline: t0.Add(s.cfg.Lease)}, true, nil
+		case errors.Is(err, driver.ErrRevision):
+			s.forget(i) // written since: alive
+		default:
+			return nil, false, fmt.Errorf("flow: semaphore %q: take over slot %d: %w", s.cfg.Prefix, i, err)
+		}
+	}
 	return nil, false, nil
+}
+
+// stale records slot i's revision as read at now and reports whether the
+// slot has kept it for longer than StaleAfter.
+func (s *Semaphore) stale(i int, rev string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.seen[i]
+	if !ok || old.rev != rev {
+		s.seen[i] = seenSlot{rev: rev, since: now}
+		return false
+	}
+	return now.Sub(old.since) > s.StaleAfter()
+}
+
+func (s *Semaphore) forget(i int) {
+	s.mu.Lock()
+	delete(s.seen, i)
+	s.mu.Unlock()
 }
 
 // Held returns how many slots are held now, one store round trip per slot.

@@ -1,9 +1,14 @@
 package flow_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,3 +218,93 @@ func (f failingKV) Update(context.Context, string, []byte, string, time.Duration
 	return "", f.err
 }
 func (f failingKV) Delete(context.Context, string, string) error { return f.err }
+
+// TestSemaphoreNoExpiry: slot keys without a TTL (a writer to the store
+// set them; issue 34, finding 8: 0 of 5 jobs ran) are taken over once
+// they have kept their revision for StaleAfter, with a warning; a slot
+// whose holder renews it is never taken over (should a loaded machine
+// delay its renewals past the lease, it is free, and may be taken, but
+// not as a key without expiry). On each real store.
+func TestSemaphoreNoExpiry(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	for _, kind := range realKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			prefix := "sem/noexp"
+			c := newCluster(t, kind, slotKeys(prefix, 3)...)
+			kv := c.Connect(t)
+			ctx := t.Context()
+			var logs syncBuffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			s, err := flow.NewSemaphore(kv, flow.SemaphoreConfig{Prefix: prefix, Slots: 3, Lease: lease, Logger: log})
+			must(t, "NewSemaphore", err)
+			for i := 1; i <= 2; i++ { // slots 1 and 2: no expiry
+				_, err := kv.Create(ctx, prefix+"/"+strconv.Itoa(i), []byte("forged"), 0)
+				must(t, "Create", err)
+			}
+			// Slot 0 (read first by every sweep): a live holder renewing
+			// every third of its lease.
+			live, err := flow.NewSemaphore(kv, flow.SemaphoreConfig{Prefix: prefix, Slots: 3, Lease: lease, Logger: log})
+			must(t, "NewSemaphore", err)
+			held, ok, err := live.TryAcquire(ctx, "live")
+			if err != nil || !ok || held.Index() != 0 {
+				t.Fatalf("the live holder's TryAcquire = %v, %v; want slot 0", ok, err)
+			}
+			stop := make(chan struct{})
+			renewed := make(chan error, 1)
+			go func() {
+				for {
+					select {
+					case <-stop:
+						renewed <- nil
+						return
+					case <-time.After(lease / 3):
+					}
+					if err := held.Renew(ctx); err != nil {
+						renewed <- err
+						return
+					}
+				}
+			}()
+			var got []int
+			deadline := time.Now().Add(20 * lease)
+			for !(slices.Contains(got, 1) && slices.Contains(got, 2)) && time.Now().Before(deadline) {
+				sl, ok, err := s.TryAcquire(ctx, "me")
+				must(t, "TryAcquire", err)
+				if ok {
+					got = append(got, sl.Index())
+				}
+				time.Sleep(lease / 10)
+			}
+			close(stop)
+			if err := <-renewed; err != nil {
+				t.Logf("the live holder's slot lapsed (a loaded machine): %v", err)
+			}
+			if !slices.Contains(got, 1) || !slices.Contains(got, 2) {
+				t.Fatalf("slots taken in %v: %v; want the two without expiry, 1 and 2", 20*lease, got)
+			}
+			if l := logs.String(); strings.Count(l, "without expiry") != 2 || strings.Contains(l, prefix+"/0") {
+				t.Errorf("want a warning for each of slots 1 and 2, none for the live slot 0; logs: %q", l)
+			}
+		})
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}

@@ -100,6 +100,14 @@ const (
 // missed.
 const lateLimit = 10 * time.Second
 
+// maxAhead is how far after the local clock a schedule's last tick may be
+// and still be taken as written by a process: one fires a tick when its
+// clock reaches it, and the clocks of the processes sharing a schedule
+// agree to well within maxAhead. A later tick is corrupt (a writer to the
+// store set it): the next tick due repairs it, with a warning, instead of
+// waiting for it.
+const maxAhead = time.Minute
+
 // maxCatchUpScan bounds the ticks looked at to find the missed ones.
 const maxCatchUpScan = 1_000_000
 
@@ -343,8 +351,10 @@ func readTick(ctx context.Context, st *kv.Store, name string) (time.Time, error)
 
 // claim moves the schedule's record from an earlier tick to t, by
 // compare-and-swap, and reports whether this call's write landed: false
-// when the record holds t or a later tick (another process fired it).
-func claim(ctx context.Context, st *kv.Store, name string, t time.Time) (bool, error) {
+// when the record holds t or a later tick (another process fired it). A
+// record more than maxAhead after now is corrupt, and is replaced (the
+// warning goes to log): trusted, it would stop the schedule until then.
+func claim(ctx context.Context, st *kv.Store, name string, t, now time.Time, log *slog.Logger) (bool, error) {
 	val := []byte(strconv.FormatInt(t.UnixNano(), 10))
 	won := false
 	err := kv.Retry(ctx, func() error {
@@ -358,7 +368,11 @@ func claim(ctx context.Context, st *kv.Store, name string, t time.Time) (bool, e
 		case err == nil:
 			last, perr := strconv.ParseInt(string(v), 10, 64)
 			if perr == nil && last >= t.UnixNano() {
-				return nil // fired by another process
+				if last <= now.Add(maxAhead).UnixNano() {
+					return nil // fired by another process
+				}
+				log.Warn("asyncplatform: a schedule's last tick is far in the future; the store's record is corrupt and is replaced",
+					"schedule", name, "last_tick", time.Unix(0, last).UTC(), "tick", t)
 			}
 			_, err = st.Update(ctx, name, val, rev, 0)
 			if errors.Is(err, driver.ErrRevision) {
@@ -376,7 +390,7 @@ func claim(ctx context.Context, st *kv.Store, name string, t time.Time) (bool, e
 // Stop does not interrupt a tick claimed.
 func (s *Scheduler[J]) fire(ctx context.Context, e *entry[J], t time.Time) {
 	name := e.spec.Name
-	won, err := claim(ctx, s.cfg.Ticks, name, t)
+	won, err := claim(ctx, s.cfg.Ticks, name, t, time.Now(), s.cfg.Log)
 	if !won {
 		if err != nil && ctx.Err() == nil {
 			s.cfg.Log.Warn("asyncplatform: a schedule's tick was not fired", "schedule", name, "tick", t, "error", err)

@@ -1,10 +1,12 @@
 package schedule
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -219,7 +221,7 @@ func TestClaimOnce(t *testing.T) {
 		won := make(chan bool, 8)
 		for range 8 {
 			wins.Go(func() {
-				ok, err := claim(ctx, st, "race", tk)
+				ok, err := claim(ctx, st, "race", tk, time.Now(), quiet)
 				if err != nil {
 					t.Error(err)
 				}
@@ -248,10 +250,53 @@ func TestClaimOnce(t *testing.T) {
 		{tick.Add(10 * time.Second), true}, // one far ahead
 		{tick.Add(3 * time.Second), false}, // one it skipped
 	} {
-		if ok, err := claim(ctx, st, "race", c.tick); ok != c.want || err != nil {
+		if ok, err := claim(ctx, st, "race", c.tick, time.Now(), quiet); ok != c.want || err != nil {
 			t.Errorf("claim of %v = %v, %v; want %v", c.tick, ok, err, c.want)
 		}
 	}
+}
+
+// TestCorruptLastTick: a last tick far in the future (a writer to the store
+// set it to MaxInt64, year 2262) does not stop the schedule: its next tick
+// replaces the record, with a warning, and the ticks after it fire.
+func TestCorruptLastTick(t *testing.T) {
+	t.Parallel()
+	d := store(t)
+	setLast(t, d, "s", time.Unix(0, math.MaxInt64))
+	var logs syncBuffer
+	f := &fired{}
+	s := New(Config[job]{Ticks: kv.Of(d, kv.Schedules), Defs: kv.Of(d, kv.ScheduleDefs), Worker: "w", Fire: f.fire,
+		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err := s.Add(Spec[job]{Name: "s", Every: 20 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	s.Start(context.Background())
+	defer s.Stop()
+	waitFor(t, "two ticks fired", func() bool { return len(f.got()) >= 2 })
+	if !strings.Contains(logs.String(), "far in the future") {
+		t.Errorf("no warning of the corrupt record; logs:\n%s", logs.String())
+	}
+	if last, err := readTick(context.Background(), kv.Of(d, kv.Schedules), "s"); err != nil || last.After(time.Now().Add(time.Minute)) {
+		t.Errorf("last tick after the repair = %v, %v; want a tick of now", last, err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // TestCatchUp: a scheduler that starts 5 ticks after the last one fired

@@ -1,0 +1,263 @@
+package main
+
+// The features rows: what switching one feature on costs the processing
+// rate, each feature alone, on the same backend in the same run. Each run
+// is a child process of its own (so its allocations are its alone): N jobs
+// enqueued one at a time, then a platform at concurrency featureConc
+// works them with a no-op handler, timed from its Start to the N-th
+// handler call. The features are alternated, round after round, so that
+// the machine's load falls on all of them alike; the table gives each
+// one's median.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log"
+	"runtime"
+	"slices"
+	"strconv"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// featuresSystem names the features child in a childSpec.
+const featuresSystem = "features"
+
+const (
+	featureConc   = 20 // the workers' concurrency
+	featureRounds = 3  // rounds of every feature
+)
+
+// A feature is one configuration measured: its name in the table and what
+// it sets.
+type feature struct {
+	Name  string
+	Label string
+	set   func(c *ap.Config)
+	key   bool // every job gets a UniqueKey
+}
+
+// features are the configurations measured, "nothing" first: the others
+// are given as its ratio. The limits are far above what the run reaches,
+// so what is measured is their bookkeeping.
+var features = []feature{
+	{Name: "none", Label: "nothing"},
+	{Name: "status", Label: "TrackStatus", set: func(c *ap.Config) { c.TrackStatus = true }},
+	{Name: "unique", Label: "UniqueKey on every job", key: true},
+	{Name: "cluster", Label: "ClusterConcurrency 80", set: func(c *ap.Config) {
+		c.Limits = map[string]ap.TypeLimit{"bench": {ClusterConcurrency: 80}}
+	}},
+	{Name: "rate", Label: "Rate 1,000,000/s, burst 1,000", set: func(c *ap.Config) {
+		c.Limits = map[string]ap.TypeLimit{"bench": {Rate: 1e6, Burst: 1000}}
+	}},
+}
+
+// featureRun is what one features child reports.
+type featureRun struct {
+	Backend, Feature string
+	Process          float64 // jobs/s
+	AllocsPerJob     float64 // heap allocations per job while processing
+	Load             float64
+	Err              string
+}
+
+// featuresResult is one backend's table row: each feature's runs.
+type featuresResult struct {
+	Backend string
+	N       int
+	Runs    map[string][]featureRun
+}
+
+// median returns the median processing rate of a feature's runs, and the
+// median allocations per job, over the runs that finished.
+func (r featuresResult) median(name string) (rate, allocs float64, errs []string) {
+	var rates, as []float64
+	for _, run := range r.Runs[name] {
+		if run.Err != "" {
+			errs = append(errs, run.Err)
+			continue
+		}
+		rates, as = append(rates, run.Process), append(as, run.AllocsPerJob)
+	}
+	return medianOf(rates), medianOf(as), errs
+}
+
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+// measureFeatures measures every backend o names, the features alternated.
+func measureFeatures(o options) []featuresResult {
+	var out []featuresResult
+	for _, b := range storeBackends(o) {
+		n := o.N
+		if b == "azure" {
+			n = o.AzureN
+		}
+		r := featuresResult{Backend: b, N: n, Runs: map[string][]featureRun{}}
+		for round := range featureRounds {
+			for _, f := range features {
+				run := featureRun{Backend: b, Feature: f.Name}
+				spec := childSpec{Backend: b, System: featuresSystem, Feature: f.Name, Plan: plan{N: n}, Srv: o.Srv}
+				if err := runJSONChild(spec, 10*time.Minute, &run); err != nil {
+					run.Err = err.Error()
+				}
+				log.Printf("%s features round %d %s: %.0f jobs/s, %.1f allocs/job %s", b, round+1, f.Name, run.Process, run.AllocsPerJob, run.Err)
+				r.Runs[f.Name] = append(r.Runs[f.Name], run)
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// runFeaturesChild measures one feature on one backend and prints the
+// result as JSON.
+func runFeaturesChild(spec childSpec) {
+	r := featureRun{Backend: spec.Backend, Feature: spec.Feature, Load: loadAvg()}
+	if err := featureLoop(context.Background(), spec, &r); err != nil {
+		r.Err = err.Error()
+	}
+	out, _ := json.Marshal(r)
+	fmt.Println(string(out))
+}
+
+func featureLoop(ctx context.Context, spec childSpec, r *featureRun) (err error) {
+	i := slices.IndexFunc(features, func(f feature) bool { return f.Name == spec.Feature })
+	if i < 0 {
+		return fmt.Errorf("unknown feature %q", spec.Feature)
+	}
+	f := features[i]
+	tag := fmt.Sprintf("feat-%s-%d", f.Name, time.Now().UnixNano())
+	be, cleanup, err := openUniqueBackend(ctx, spec.Backend, tag, spec.Srv)
+	if err != nil {
+		return err
+	}
+	queue := "bench-" + tag
+	defer func() {
+		fc := &facade{be: be, queue: queue, cleanup: func() {}}
+		if cerr := fc.close(); cerr != nil && err == nil {
+			err = fmt.Errorf("cleanup: %w", cerr)
+		}
+		if cerr := cleanup(); cerr != nil && err == nil {
+			err = fmt.Errorf("cleanup: %w", cerr)
+		}
+	}()
+	config := func(c int) ap.Config {
+		cfg := ap.Config{Queues: map[string]ap.QueueConfig{queue: {Concurrency: c}}, Logger: quiet}
+		if f.set != nil {
+			f.set(&cfg)
+		}
+		return cfg
+	}
+	enq, err := ap.New(be, config(1))
+	if err != nil {
+		return err
+	}
+	payload := newPayload(time.Now())
+	for j := range spec.Plan.N {
+		job := &ap.Job{Type: "bench", Queue: queue, Payload: payload}
+		if f.key {
+			job.UniqueKey = tag + "-" + strconv.Itoa(j)
+		}
+		if err := enq.Enqueue(ctx, job); err != nil {
+			return fmt.Errorf("enqueue %d: %w", j, err)
+		}
+	}
+	p, err := ap.New(be, config(featureConc))
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	var count int64
+	target := int64(spec.Plan.N)
+	var mu = make(chan struct{}, 1)
+	if err := p.Handle("bench", func(context.Context, *ap.Job) error {
+		mu <- struct{}{}
+		count++
+		if count == target {
+			close(done)
+		}
+		<-mu
+		return nil
+	}); err != nil {
+		return err
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	if err := p.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		err = fmt.Errorf("%d of %d jobs handled in 5 min", count, target)
+	}
+	elapsed := time.Since(start)
+	runtime.ReadMemStats(&after)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_ = p.Stop(sctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	r.Process = float64(target) / elapsed.Seconds()
+	r.AllocsPerJob = float64(after.Mallocs-before.Mallocs) / float64(target)
+	return nil
+}
+
+// writeFeatures writes the features table.
+func (rep *report) writeFeatures(w func(string, ...any)) {
+	if len(rep.Features) == 0 {
+		return
+	}
+	w("## Features used: what each costs when switched on\n\n")
+	w("Each feature alone, through our facade in a process of its own: N jobs enqueued one at a time (with the feature's configuration), then a platform at concurrency %d works them with a no-op handler, timed from its `Start` to the N-th handler call. The features are alternated over %d rounds in the same run; each cell is the median processing rate, its ratio to *nothing* in the same backend, and the heap allocations per job while processing (the whole process: for memory the broker too). The limits are far above what the run reaches: what they cost is their bookkeeping (RabbitMQ's store: the PostgreSQL companion, `pgstore`).\n\n",
+		featureConc, featureRounds)
+	w("| backend | N |")
+	for _, f := range features {
+		w(" %s |", f.Label)
+	}
+	w("\n|---|--:|")
+	for range features {
+		w("--:|")
+	}
+	w("\n")
+	var notes []string
+	for _, r := range rep.Features {
+		base, _, _ := r.median("none")
+		w("| %s | %d |", r.Backend, r.N)
+		for _, f := range features {
+			rate, allocs, errs := r.median(f.Name)
+			cell := "–"
+			if rate > 0 {
+				cell = rateCell(rate)
+				if f.Name != "none" {
+					cell += " (" + ratioCell(rate, base) + ")"
+				}
+				cell += fmt.Sprintf(", %.0f allocs", allocs)
+			}
+			w(" %s |", cell)
+			for _, e := range errs {
+				notes = append(notes, fmt.Sprintf("%s %s: %s", r.Backend, f.Name, e))
+			}
+		}
+		w("\n")
+	}
+	w("\n")
+	for _, n := range notes {
+		w("- %s\n", n)
+	}
+	if len(notes) > 0 {
+		w("\n")
+	}
+}
