@@ -86,12 +86,12 @@ func (r *registry) Handler(typ string) executor.Handler[Job] {
 func (r *registry) Names() map[string]string { return r.names }
 
 // view is the handler's Job with room beside it for a small payload's copy:
-// one allocation where a Job and its payload would take two. 144 bytes
+// one allocation where a Job and its payload would take two. 128 bytes
 // keep a view within 512 bytes, the largest size the Go allocator serves
 // without a header of its own.
 type view struct {
 	Job
-	payload [144]byte
+	payload [128]byte
 }
 
 // Run implements executor.Handler: the handler gets a Job of its own, made
