@@ -277,10 +277,12 @@ func (p *Platform) RedriveWith(ctx context.Context, queue string, opt RedriveOpt
 			return done, err
 		}
 		refused = append(refused, ref...)
-		n, err := p.redriveChunk(ctx, queue, chunk)
-		done += n
-		if err != nil {
-			return done, err
+		if len(chunk) > 0 {
+			n, err := p.redriveChunk(ctx, queue, chunk)
+			done += n
+			if err != nil {
+				return done, err
+			}
 		}
 		if opt.Progress != nil {
 			if err := opt.Progress(done); err != nil {
