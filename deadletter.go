@@ -211,6 +211,34 @@ func (p *Platform) DeadLetters(ctx context.Context, queue, cursor string, limit 
 // read from (ErrInvalidJob: a copy moved there). A job goes back only to
 // the queue it was dead-lettered from.
 func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (int, error) {
+	return p.RedriveWith(ctx, queue, RedriveOptions{}, ids...)
+}
+
+// RedriveOptions tunes RedriveWith.
+type RedriveOptions struct {
+	// Chunk is how many records are enqueued, then deleted, together.
+	// Default (0): 500.
+	Chunk int
+	// Progress, if set, is called after each chunk, the last one included,
+	// with the number of jobs enqueued so far. An error it returns stops the
+	// redrive before the next chunk (whose records stay dead letters, their
+	// unique keys untaken), and RedriveWith returns it wrapped (errors.Is
+	// finds it) with the count so far.
+	Progress func(done int) error
+}
+
+// RedriveWith is Redrive in chunks with a progress callback. It lists the
+// dead-letter queue once, whatever the number of chunks, so redriving N
+// records costs O(N) on every backend; a caller that shows progress or
+// pauses between chunks uses it rather than one Redrive call per chunk
+// (each of which lists the whole queue).
+func (p *Platform) RedriveWith(ctx context.Context, queue string, opt RedriveOptions, ids ...string) (int, error) {
+	if opt.Chunk < 0 {
+		return 0, fmt.Errorf("asyncplatform: redriving dead letters of queue %q: RedriveOptions.Chunk %d is negative", queue, opt.Chunk)
+	}
+	if opt.Chunk == 0 {
+		opt.Chunk = 500
+	}
 	if p.backend == nil {
 		return 0, ErrNotNew
 	}
@@ -250,18 +278,30 @@ func (p *Platform) Redrive(ctx context.Context, queue string, ids ...string) (in
 			break
 		}
 	}
-	picked, refused, skipped, err := retakeKeys(ctx, p.claims, picked) // unique jobs take their keys again
-	if err != nil {
-		return 0, err
-	}
 	done := 0
+	var refused, skipped []error
 	for len(picked) > 0 {
-		chunk := picked[:min(len(picked), 500)]
+		chunk := picked[:min(len(picked), opt.Chunk)]
 		picked = picked[len(chunk):]
-		n, err := p.redriveChunk(ctx, queue, chunk)
-		done += n
+		// A chunk's unique jobs take their keys again just before it is
+		// redriven, so a stopped redrive leaves no key taken for a record
+		// that stays.
+		chunk, ref, skip, err := retakeKeys(ctx, p.claims, chunk)
 		if err != nil {
 			return done, err
+		}
+		refused, skipped = append(refused, ref...), append(skipped, skip...)
+		if len(chunk) > 0 {
+			n, err := p.redriveChunk(ctx, queue, chunk)
+			done += n
+			if err != nil {
+				return done, err
+			}
+		}
+		if opt.Progress != nil {
+			if err := opt.Progress(done); err != nil {
+				return done, fmt.Errorf("asyncplatform: redrive of queue %q stopped after %d jobs: %w", queue, done, err)
+			}
 		}
 	}
 	p.log.InfoContext(ctx, "asyncplatform: redrove dead letters", "queue", queue, "count", done)

@@ -7,6 +7,7 @@ import (
 	"log"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/backend/memory"
@@ -69,4 +70,52 @@ func ExamplePlatform_Redrive() {
 	// redriven: 1
 	// converted on try 1 (failures 0); error history kept: 1 line
 	// dead letters left: 0
+}
+
+// RedriveWith redrives a large dead-letter queue in chunks, reporting its
+// progress after each one; the queue is listed once for all of them.
+func ExamplePlatform_RedriveWith() {
+	ctx := context.Background()
+	backend, err := memory.New(ctx, memory.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer backend.Close()
+	var dead atomic.Int32
+	p, err := ap.New(backend, ap.Config{
+		Logger: slog.New(slog.DiscardHandler),
+		Hooks:  ap.Hooks{OnDeadLetter: func(context.Context, ap.DeadLetter) { dead.Add(1) }},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var fixed atomic.Bool
+	_ = p.Handle("report", func(context.Context, *ap.Job) error {
+		if !fixed.Load() {
+			return ap.Permanent(errors.New("the template is missing"))
+		}
+		return nil
+	})
+	if err := p.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	for i := range 5 {
+		_ = p.Enqueue(ctx, &ap.Job{ID: fmt.Sprintf("r%d", i), Type: "report"})
+	}
+	for dead.Load() < 5 {
+		time.Sleep(time.Millisecond)
+	}
+
+	fixed.Store(true)
+	n, err := p.RedriveWith(ctx, ap.DefaultQueue, ap.RedriveOptions{
+		Chunk:    2,
+		Progress: func(done int) error { fmt.Println("redriven so far:", done); return nil },
+	})
+	fmt.Println("redriven:", n, err)
+	// Output:
+	// redriven so far: 2
+	// redriven so far: 4
+	// redriven so far: 5
+	// redriven: 5 <nil>
 }

@@ -140,6 +140,7 @@ type Backend struct {
 	log    *slog.Logger
 	tokens string        // random per Backend; lease and hold tokens start with it
 	seq    atomic.Uint64 // makes tokens unique within this Backend
+	window int           // dead records per DeleteDead script call: deleteWindow, fewer in tests
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -181,6 +182,7 @@ func New(_ context.Context, cfg Config) (*Backend, error) {
 		rdb:     cfg.Client,
 		log:     cfg.Logger,
 		tokens:  hex.EncodeToString(rnd[:]),
+		window:  deleteWindow,
 		ctx:     ctx,
 		cancel:  cancel,
 		waiters: make(map[string]*waiter),
@@ -218,6 +220,7 @@ func (b *Backend) keys(queue string) []string {
 	k := []string{
 		tag + "ready", tag + "sched", tag + "inflight", tag + "jobs",
 		tag + "signal", tag + "seq", tag + "dead", tag + "held", tag + "heldrec",
+		tag + "deadrm",
 	}
 	b.keyset[queue] = k
 	return k

@@ -158,7 +158,13 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 	return recs, next, nil
 }
 
-// DeleteDead removes the unheld records whose ID is among ids.
+// deleteWindow is the most dead records one DeleteDead script call scans.
+const deleteWindow = 500
+
+// DeleteDead removes the unheld records whose ID is among ids, one script
+// call per window of deleteWindow records (see deleteDeadScript), so a delete
+// at any depth never holds Redis for long. It is not atomic: a reader may
+// see some of the records gone and others not yet.
 func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (int, error) {
 	if b.closed.Load() {
 		return 0, driver.ErrClosed
@@ -166,15 +172,29 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
+	args := make([]any, 4, 4+len(ids))
+	args[1] = b.window
+	args[3] = "\x00deleted:" + b.token()
+	for _, id := range ids {
+		args = append(args, id)
 	}
-	n, err := deleteDeadScript.Run(ctx, b.rdb, b.keys(queue), args...).Int()
-	if err != nil {
-		return 0, fmt.Errorf("redis: delete dead letters of %q: %w", queue, err)
+	keys := b.keys(queue)
+	skip, seen, total := int64(0), "", 0
+	for {
+		args[0], args[2] = skip, seen
+		v, err := deleteDeadScript.Run(ctx, b.rdb, keys, args...).Int64Slice()
+		if err == nil && len(v) != 4 {
+			err = fmt.Errorf("window script returned %d values, want 4", len(v))
+		}
+		if err != nil {
+			return total, fmt.Errorf("redis: delete dead letters of %q: %w", queue, err)
+		}
+		total += int(v[0])
+		skip, seen = v[1], strconv.FormatInt(v[2], 10)
+		if v[3] == 1 {
+			return total, nil
+		}
 	}
-	return n, nil
 }
 
 // PurgeDead removes every dead record of the queue, held ones included.

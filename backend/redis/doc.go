@@ -58,6 +58,7 @@
 //	{asyncplatform:mail}:dead      list    dead-letter records, oldest first (RPUSH in)
 //	{asyncplatform:mail}:held      zset    hold token -> hold deadline (ms), records out with NextDead
 //	{asyncplatform:mail}:heldrec   hash    hold token -> the held record
+//	{asyncplatform:mail}:deadrm    string  count of records DeleteDead and PurgeDead removed
 //	{asyncplatform}:queues         set     every declared queue's name (Queues), outside the queues' slots
 //
 // A copy is one stored version of a job's message: Enqueue writes one, and
@@ -125,8 +126,13 @@
 // next NextDead on the queue, or by the late holder's own SettleDead, which
 // then returns driver.ErrLeaseLost. ListDead pages with LRANGE, the
 // cursor being the index of the next record; held records are not listed.
-// DeleteDead scans the list in one script and leaves held records alone.
-// PurgeDead removes held records too and counts them. Nothing is ever trimmed.
+// DeleteDead scans the list from the tail in script calls of at most 500
+// records each (one LRANGE, an LSET per match, one LREM), so a delete at any
+// depth never holds Redis for long, and leaves held records alone; removals
+// are counted in deadrm so that a concurrent DeleteDead's removals make a
+// window step back rather than skip a record. It is not atomic: a reader may
+// see part of a delete. PurgeDead removes held records too, counts them and
+// frees the memory with UNLINK. Nothing is ever trimmed.
 //
 // # Limits
 //
@@ -148,8 +154,9 @@
 //     maxmemory-policy noeviction, or Redis may evict queue keys.
 //   - ListDead's index cursor shifts when records are popped or deleted
 //     between pages, so a page may then repeat or skip a record.
-//   - DeleteDead scans the whole dead list in one script, blocking Redis
-//     for as long as it runs.
+//   - DeleteDead's calls together scan the whole dead list: a delete of any
+//     number of IDs costs about depth/500 script calls, each of which
+//     compares at most the whole list in Redis's LREM (in C, no Lua).
 //   - Receive hands out at most 1000 messages per call, whatever its max.
 //   - Stats counts expired leases and due scheduled jobs as ready.
 //

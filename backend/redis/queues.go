@@ -22,7 +22,7 @@ func (b *Backend) registryKey() string { return "{" + b.cfg.Prefix + "}:queues" 
 // queueKeySuffixes are the key names after a queue's hash tag (see keys).
 var queueKeySuffixes = map[string]bool{
 	"ready": true, "sched": true, "inflight": true, "jobs": true, "signal": true,
-	"seq": true, "dead": true, "held": true, "heldrec": true,
+	"seq": true, "dead": true, "held": true, "heldrec": true, "deadrm": true,
 }
 
 // scanCount is the COUNT hint of each SCAN step.

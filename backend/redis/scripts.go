@@ -14,7 +14,7 @@ import goredis "github.com/redis/go-redis/v9"
 //
 //	KEYS[1] ready   KEYS[2] sched   KEYS[3] inflight  KEYS[4] jobs
 //	KEYS[5] signal  KEYS[6] seq     KEYS[7] dead      KEYS[8] held
-//	KEYS[9] heldrec
+//	KEYS[9] heldrec KEYS[10] deadrm
 //
 // The jobs hash holds, for copy id, the field id (the body) and the field
 // "m:"..id (the lease meta "<deliveries>:<deadline ms>:<token>", absent
@@ -291,31 +291,66 @@ redis.call('ZADD', KEYS[8], 'XX', ms(now + tonumber(ARGV[2])), ARGV[1])
 return 1
 `)
 
-// deleteDeadScript removes every unheld dead record whose job ID is among
-// ARGV and returns how many it removed.
+// deleteDeadScript scans one window of the dead list, at most ARGV[2]
+// records, counted from the tail: it skips the ARGV[1] records nearest the
+// tail that earlier windows of the same DeleteDead call kept, and removes
+// every record in the window whose job ID is among ARGV[5...]. The work of
+// one call is bounded by the window (one LRANGE, an LSET per match and one
+// LREM), never by the list, so no call holds Redis for long.
+//
+// A window counts from the tail because only the head moves under the
+// other dead-letter scripts (NextDead pops it, a hold returns to it) and
+// appends at the tail only make a window see a kept record again. Removals
+// by other DeleteDead and PurgeDead calls shift the records still to scan
+// towards the tail, so every removal adds to deadrm: ARGV[3] is the count
+// this call saw last ("" on its first window) and the window steps back by
+// whatever others removed since, seeing some records twice rather than
+// skipping one. Matches are overwritten with the tombstone ARGV[4], unique
+// to the call, then removed together.
+//
+// Returns {removed, records kept from the tail so far, deadrm, done (1 when
+// the window reached the head)}.
 var deleteDeadScript = goredis.NewScript(`
+local skip = tonumber(ARGV[1])
+local seen = tonumber(redis.call('GET', KEYS[10]) or '0')
+if ARGV[3] ~= '' then
+  local others = seen - tonumber(ARGV[3])
+  if others < 0 then skip = 0 else skip = math.max(skip - others, 0) end
+end
+local len = redis.call('LLEN', KEYS[7])
+if skip >= len then return {0, skip, seen, 1} end
+local w = tonumber(ARGV[2])
+local first = math.max(len - skip - w, 0)
+local recs = redis.call('LRANGE', KEYS[7], first, len - skip - 1)
 local want = {}
-for i = 1, #ARGV do want[ARGV[i]] = true end
-local done = {}
+for i = 5, #ARGV do want[ARGV[i]] = true end
 local removed = 0
-for _, rec in ipairs(redis.call('LRANGE', KEYS[7], 0, -1)) do
+for i, rec in ipairs(recs) do
   local c = string.find(rec, ':', 1, true)
   if c then
     local n = tonumber(string.sub(rec, 1, c - 1))
-    if n and want[string.sub(rec, c + 1, c + n)] and not done[rec] then
-      done[rec] = true
-      removed = removed + redis.call('LREM', KEYS[7], 0, rec)
+    if n and want[string.sub(rec, c + 1, c + n)] then
+      redis.call('LSET', KEYS[7], first + i - 1, ARGV[4])
+      removed = removed + 1
     end
   end
 end
-return removed
+if removed > 0 then
+  redis.call('LREM', KEYS[7], -removed, ARGV[4])
+  seen = redis.call('INCRBY', KEYS[10], removed)
+end
+local done = 0
+if first == 0 then done = 1 end
+return {removed, skip + #recs - removed, seen, done}
 `)
 
 // purgeDeadScript removes every dead record, held ones included, and returns
-// how many it removed.
+// how many it removed. UNLINK frees the records' memory off the server's
+// main thread, so a purge costs the same at any depth.
 var purgeDeadScript = goredis.NewScript(`
 local n = redis.call('LLEN', KEYS[7]) + redis.call('ZCARD', KEYS[8])
-redis.call('DEL', KEYS[7], KEYS[8], KEYS[9])
+redis.call('UNLINK', KEYS[7], KEYS[8], KEYS[9])
+if n > 0 then redis.call('INCRBY', KEYS[10], n) end
 return n
 `)
 

@@ -632,10 +632,11 @@ var errStopped = errors.New("stopped")
 // rate a second when rate > 0, and returns how many jobs it enqueued. It
 // returns errStopped when Ctrl-C stopped it between two chunks; a chunk
 // under way is finished first (its jobs are enqueued, then its records
-// deleted), so nothing is lost or redriven twice.
+// deleted), so nothing is lost or redriven twice. One RedriveWith call lists
+// the dead-letter queue once for all the chunks.
 func redrive(in *interruption, p *ap.Platform, queue string, ids []string, rate float64, prog *progress) (int, error) {
-	// Each Redrive call lists the dead-letter queue, so without a rate
-	// the chunks are few: about twenty, of 100 to 1,000 records.
+	// About twenty chunks of 100 to 1,000 records: few enough to cost little,
+	// enough for the progress display and Ctrl-C to act between them.
 	chunk := min(max(100, (len(ids)+19)/20), 1000)
 	var pause time.Duration
 	if rate > 0 {
@@ -644,21 +645,30 @@ func redrive(in *interruption, p *ap.Platform, queue string, ids []string, rate 
 		chunk = max(1, int(rate))
 		pause = time.Duration(float64(chunk) / rate * float64(time.Second))
 	}
-	done := 0
-	next := time.Now()
-	for i := 0; i < len(ids); i += chunk {
-		if !in.wait(time.Until(next)) {
-			return done, errStopped
-		}
-		next = next.Add(pause)
-		n, err := p.Redrive(in.work, queue, ids[i:min(i+chunk, len(ids))]...)
-		done += n
-		prog.add(n)
-		if err != nil {
-			return done, err
-		}
+	if !in.wait(0) {
+		return 0, errStopped
 	}
-	return done, nil
+	shown := 0
+	next := time.Now().Add(pause)
+	n, err := p.RedriveWith(in.work, queue, ap.RedriveOptions{
+		Chunk: chunk,
+		Progress: func(done int) error {
+			prog.add(done - shown)
+			shown = done
+			if done >= len(ids) {
+				return nil
+			}
+			if !in.wait(time.Until(next)) {
+				return errStopped
+			}
+			next = next.Add(pause)
+			return nil
+		},
+	}, ids...)
+	if errors.Is(err, errStopped) {
+		return n, errStopped
+	}
+	return n, err
 }
 
 func deadPurgeCmd() *command {
