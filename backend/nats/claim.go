@@ -45,11 +45,10 @@ import (
 // forgets the delete) is never used again: its subject names a stream
 // sequence and timestamp that no later message has.
 //
-// The claims live in memory (a claim matters for one lease), so a server
-// restart forgets them; a replicated claims stream keeps them on the
-// other nodes. They are no guard against a delivery that a SIGKILLed
-// server forgot and hands out again as a first one (see the package
-// documentation).
+// The claims also refuse a delivery that a SIGKILLed server forgot and
+// hands out again as a first one (see the package documentation), when the
+// claim outlived the kill (a stream append does; 2.9 can lose a recent
+// delete, which only leaves a claim behind). Not shown by a test.
 
 // claimsFixedIn is the first nats-server version without the bug.
 var claimsFixedIn = [3]int{2, 10, 14}
@@ -114,20 +113,16 @@ func (b *Backend) claimStream(ctx context.Context) (jetstream.Stream, error) {
 	if b.claims != nil {
 		return b.claims, nil
 	}
-	cfg := jetstream.StreamConfig{
+	s, err := b.ensureStream(ctx, jetstream.StreamConfig{
 		Name:        b.claimName(),
 		Description: "asyncplatform claims of first deliveries (nats-server before 2.10.14)",
 		Subjects:    []string{b.cfg.Stream + ".claim.>"},
 		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.MemoryStorage, // a claim lives for one lease: no disk write per job
+		Storage:     b.cfg.Storage,
 		Replicas:    b.replicas,
 		MaxMsgs:     -1,
 		MaxBytes:    -1,
-	}
-	if got, err := b.js.Stream(ctx, cfg.Name); err == nil {
-		cfg.Storage = got.CachedInfo().Config.Storage // one made on file before is kept as it is
-	}
-	s, err := b.ensureStream(ctx, cfg)
+	})
 	if err != nil {
 		return nil, err
 	}

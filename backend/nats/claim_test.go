@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"testing"
 	"time"
 
@@ -167,59 +166,5 @@ func TestCASUnsafe(t *testing.T) {
 		if got := casUnsafe(v); got != want {
 			t.Errorf("casUnsafe(%q) = %v, want %v", v, got, want)
 		}
-	}
-}
-
-// TestClaimStreamStorage: the claims stream is made in memory (a claim
-// matters for one lease, and a file append per job is the slower write),
-// and one that an earlier version made on file is used as it is.
-func TestClaimStreamStorage(t *testing.T) {
-	u := realURL(t)
-	for name, made := range map[string]jetstream.StorageType{"new": -1, "file": jetstream.FileStorage} {
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			cfg := testConfig(u)
-			cfg.Stream = "TCLAIMS_" + name + "_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-			b, err := New(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer b.Close()
-			defer func() {
-				for _, s := range []string{cfg.Stream, b.delayName(), b.deadName(), b.holdName(), b.claimName()} {
-					_ = b.js.DeleteStream(context.Background(), s)
-				}
-			}()
-			if !b.claiming() {
-				t.Skipf("nats-server %s needs no claims", b.nc.ConnectedServerVersion())
-			}
-			if made >= 0 {
-				if _, err := b.js.CreateStream(ctx, jetstream.StreamConfig{Name: b.claimName(), Subjects: []string{cfg.Stream + ".claim.>"}, Storage: made}); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := b.Enqueue(ctx, "q", []driver.Message{{ID: "a", Body: []byte("a")}}); err != nil {
-				t.Fatal(err)
-			}
-			ds, err := b.Receive(ctx, "q", 1, 5*time.Second)
-			if err != nil || len(ds) != 1 {
-				t.Fatalf("Receive: %d deliveries, %v", len(ds), err)
-			}
-			if err := b.Ack(ctx, ds[0]); err != nil {
-				t.Fatal(err)
-			}
-			s, err := b.js.Stream(ctx, b.claimName())
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := jetstream.MemoryStorage
-			if made >= 0 {
-				want = made
-			}
-			if got := s.CachedInfo().Config.Storage; got != want {
-				t.Errorf("the claims stream has storage %v, want %v", got, want)
-			}
-		})
 	}
 }

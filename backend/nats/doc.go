@@ -42,13 +42,12 @@
 //     S.hold.>: a marker per dead letter held by NextDead or being deleted
 //     by DeleteDead (see Dead letters), made on first use.
 //   - S_CLAIM, on nats-server before 2.10.14 only, limits retention,
-//     memory storage, subjects S.claim.>: one claim per first delivery in
-//     flight (see Counting), made on first use (one made on file storage
-//     by an earlier version is kept as it is).
+//     subjects S.claim.>: one claim per first delivery in flight (see
+//     Counting), made on first use.
 //
 // Storage (file by default), replicas and the MaxMsgs/MaxBytes limits apply to
-// the first three streams (S_HOLD takes the storage and replicas, S_CLAIM
-// the replicas, never a limit). Limits use the "new" discard policy: a full stream refuses
+// the first three streams (S_HOLD and S_CLAIM take the storage and
+// replicas, never a limit). Limits use the "new" discard policy: a full stream refuses
 // publishes with an error, and never drops a stored message.
 // Publishes carry Nats-Msg-Id = <q>/<Message.ID>, so a retried publish of
 // the same copy is stored once within Config.DuplicateWindow. Bodies are
@@ -244,7 +243,8 @@
 // at most every 100 ms): acked messages can come back, and a delivery be
 // forgotten and handed out again as a first delivery. Both are duplicates
 // under at-least-once; the forgotten delivery's attempt goes uncounted if
-// its worker died too. On 2.9 it also loses
+// its worker died too (before 2.10.14, the claims refuse such a delivery
+// when its claim outlived the kill: see Counting). On 2.9 it also loses
 // recent deletes, which leaves
 // acked messages in the stream below the consumer's ack floor, never
 // delivered again. The backend sweeps those: when it first pulls from a
