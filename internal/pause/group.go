@@ -85,15 +85,17 @@ func (e *Engine) ResumeGroup(ctx context.Context, queue, group string) (int, err
 	if err := s.Delete(ctx, groupKey(queue, group), ""); err != nil && !errors.Is(err, driver.ErrKeyNotFound) {
 		return 0, fmt.Errorf("asyncplatform: resuming group %q of queue %q: %w", group, queue, err)
 	}
-	levels, err := e.heldLevels(ctx, queue, group)
-	if err != nil {
-		return 0, fmt.Errorf("asyncplatform: resuming group %q of queue %q: %w", group, queue, err)
-	}
 	// Moved back sooner, a job could be set aside again.
 	select {
 	case <-time.After(2*e.cfg.Poll + resumeSlack):
 	case <-ctx.Done():
 		return 0, ctx.Err()
+	}
+	// The levels are listed after the wait: a worker that set a level's
+	// job aside during it made that level's held queue then.
+	levels, err := e.heldLevels(ctx, queue, group)
+	if err != nil {
+		return 0, fmt.Errorf("asyncplatform: resuming group %q of queue %q: %w", group, queue, err)
 	}
 	moved := 0
 	seen := map[string]bool{} // the held copies moved: a copy held twice moves once
