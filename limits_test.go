@@ -46,8 +46,8 @@ func TestEnqueueLimits(t *testing.T) {
 	if err := p.Enqueue(ctx, &Job{Type: "t", Payload: make([]byte, p.MaxPayload(Job{Type: "t"}))}); err != nil {
 		t.Errorf("a payload of MaxPayload bytes: %v", err)
 	}
-	if maxHeadersLimit != 10_000 { // the number Config.MaxHeaders and docs/security.md state
-		t.Errorf("maxHeadersLimit is %d; Config.MaxHeaders's doc and docs/security.md say 10,000", maxHeadersLimit)
+	if maxHeadersLimit != 9_996 { // the number Config.MaxHeaders and docs/security.md state
+		t.Errorf("maxHeadersLimit is %d; Config.MaxHeaders's doc and docs/security.md say 9,996", maxHeadersLimit)
 	}
 	if _, err := New(memory.NewBroker().Connect(), Config{MaxHeaders: maxHeadersLimit + 1}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("MaxHeaders over maxHeadersLimit: %v", err)

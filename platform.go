@@ -41,9 +41,12 @@ const (
 	DefaultMaxErrorText     = 64 << 10
 
 	// maxHeadersLimit is the highest Config.MaxHeaders: a worker refuses to
-	// decode a message with more headers (or error-history lines) as not a
-	// job.
-	maxHeadersLimit = wire.MaxHeaders
+	// decode a message with more headers (or error-history lines) than
+	// wire.MaxHeaders as not a job, and the platform adds up to
+	// platformHeaders of its own after Enqueue counted the job's (the
+	// unique claim, the status nonce, the queue binding and signing time).
+	maxHeadersLimit = wire.MaxHeaders - platformHeaders
+	platformHeaders = 4
 )
 
 // Config configures a Platform. The zero value is usable: every field has a
@@ -145,8 +148,9 @@ type Config struct {
 	MaxMessage int
 
 	// MaxHeaders bounds a job's header count; Enqueue refuses more with an
-	// error matching ErrInvalidJob (a *LimitError). At most 10,000 (New
-	// refuses more: a worker decodes no message with more headers).
+	// error matching ErrInvalidJob (a *LimitError). At most 9,996 (New
+	// refuses more: a worker decodes no message with more than 10,000
+	// headers, and the platform adds up to 4 of its own).
 	// Defaults to DefaultMaxHeaders.
 	MaxHeaders int
 
