@@ -720,15 +720,22 @@ func (c *Config) prepare(j *Job, now time.Time) error {
 	if err := setGroup(j); err != nil {
 		return err
 	}
-	if len(j.Headers) > c.MaxHeaders {
-		return &LimitError{Limit: "MaxHeaders", Type: j.Type, Got: len(j.Headers), Max: c.MaxHeaders}
-	}
-	size := 0
+	// The headers the platform writes itself at every enqueue (a delivered
+	// job enqueued again carries them) are not the caller's: they are
+	// replaced, and maxHeadersLimit leaves room for them.
+	n, size := len(j.Headers), 0
 	for k, v := range j.Headers {
 		if k == "" {
 			return fmt.Errorf("%w: job of type %q has a header with an empty key", ErrInvalidJob, j.Type)
 		}
+		if k == wire.StatusHeader || k == wire.QueueHeader || k == wire.SignedAtHeader {
+			n--
+			continue
+		}
 		size += len(k) + len(v)
+	}
+	if n > c.MaxHeaders {
+		return &LimitError{Limit: "MaxHeaders", Type: j.Type, Got: n, Max: c.MaxHeaders}
 	}
 	if size > c.MaxHeaderBytes {
 		return &LimitError{Limit: "MaxHeaderBytes", Type: j.Type, Got: size, Max: c.MaxHeaderBytes}
