@@ -263,5 +263,11 @@ func (x *Executor[V]) HeldCopy(d *driver.Delivery) (id string, msg driver.Messag
 		return "", driver.Message{}, err
 	}
 	id = wire.MessageID(j.ID, j.Copy)
-	return id, driver.Message{ID: id, Body: d.Body, NotBefore: j.NotBefore}, nil
+	body := d.Body
+	if q, bound := j.Headers[wire.QueueHeader]; bound && x.cfg.Codec.Keys != nil {
+		// Signed anew, for the queue it was bound to: held longer than a
+		// ReplayWindow, the held signing time would have it refused.
+		body = x.cfg.Codec.Encode(q, &j.Job)
+	}
+	return id, driver.Message{ID: id, Body: body, NotBefore: j.NotBefore}, nil
 }
