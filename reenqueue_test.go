@@ -6,12 +6,12 @@ import (
 	"testing"
 )
 
-// TestReviewReenqueueDeliveredAtMaxHeaders: a job enqueued with
+// TestReenqueueDeliveredAtMaxHeaders: a job enqueued with
 // MaxHeaders headers into a tracked queue, signed, is delivered carrying
 // the platform's 3 headers besides; enqueueing it again from its handler,
 // as delivered, is refused with a *LimitError (MaxHeaders), though the
 // caller added nothing.
-func TestReviewReenqueueDeliveredAtMaxHeaders(t *testing.T) {
+func TestReenqueueDeliveredAtMaxHeaders(t *testing.T) {
 	errc := make(chan error, 1)
 	var p *Platform
 	cfg := Config{

@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// TestReviewGroupHeldPastReplayWindow: a job of a paused group is held
+// TestGroupHeldPastReplayWindow: a job of a paused group is held
 // byte for byte (signed when it was set aside); resumed after more than
 // ReplayWindow, it is dead-lettered as "bad signature" (a replay) instead
 // of running.
-func TestReviewGroupHeldPastReplayWindow(t *testing.T) {
+func TestGroupHeldPastReplayWindow(t *testing.T) {
 	var ran atomic.Int32
 	cfg := Config{
 		Queues:       map[string]QueueConfig{"q": {}},

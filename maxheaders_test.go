@@ -8,13 +8,13 @@ import (
 	"time"
 )
 
-// TestReviewPlatformHeadersPastLimit: Enqueue counts a job's headers
+// TestPlatformHeadersPastLimit: Enqueue counts a job's headers
 // against MaxHeaders before the platform adds the status nonce (tracked
 // queue) and the queue binding and signing time (SigningKey). At
 // MaxHeaders = maxHeadersLimit (wire.MaxHeaders, which a worker decodes at
 // most) a job Enqueue accepted reaches the worker with 3 more headers and
 // is dead-lettered as not a job: it never runs.
-func TestReviewPlatformHeadersPastLimit(t *testing.T) {
+func TestPlatformHeadersPastLimit(t *testing.T) {
 	var ran atomic.Int32
 	cfg := Config{
 		Queues:     map[string]QueueConfig{"q": {TrackStatus: true}},
