@@ -306,8 +306,14 @@ func TestUniqueForgedReleaseRefused(t *testing.T) {
 // it (ErrInvalidJob), and redrives the others.
 func TestUniqueRedriveSkipsBadClaim(t *testing.T) {
 	t.Parallel()
+	var seen sync.Map
 	p := startPlatform(t, Config{}, map[string]Handler{
-		"t": func(ctx context.Context, j *Job) error { return Permanent(errors.New("no")) },
+		"t": func(ctx context.Context, j *Job) error { // dead-lettered once; a redriven copy succeeds
+			if _, again := seen.LoadOrStore(j.ID, true); again {
+				return nil
+			}
+			return Permanent(errors.New("no"))
+		},
 	})
 	ctx := context.Background()
 	for i, w := range []string{"9223372036854776", "315360000001"} {
@@ -320,9 +326,6 @@ func TestUniqueRedriveSkipsBadClaim(t *testing.T) {
 		page, _ := p.DeadLetters(ctx, DefaultQueue, "", 10)
 		return len(page.Letters) == 3
 	})
-	if err := p.Pause(ctx, DefaultQueue); err != nil { // the redriven job stays put
-		t.Fatal(err)
-	}
 	n, err := p.Redrive(ctx, DefaultQueue)
 	if n != 1 || !errors.Is(err, ErrInvalidJob) || !strings.Contains(err.Error(), "2 dead letters") {
 		t.Fatalf("Redrive = %d, %v; want 1 and ErrInvalidJob naming the 2 bad records", n, err)
