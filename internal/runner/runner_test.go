@@ -451,6 +451,45 @@ func TestQueue(t *testing.T) {
 		b.stop(t)
 	})
 
+	// SlowExtendHoldsNoOther: a renewal that does not answer holds up no
+	// other delivery's: the keeper renews the others while it waits (the
+	// lease of every delivery after a slow one lapsed when the renewals of
+	// a sweep went out one after another: TestFaults/PoisonIsolation and
+	// SigtermMidJob on a loaded machine).
+	t.Run("SlowExtendHoldsNoOther", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testOpts{concurrency: 2, lease: 60 * time.Millisecond})
+		stuck := make(chan struct{})
+		var stuckOnce sync.Once
+		var q1Waiting atomic.Bool
+		var othersMeanwhile atomic.Int32
+		b.backend.extendErr = func(d *driver.Delivery) error {
+			if string(d.Body) == "q-1" {
+				q1Waiting.Store(true)
+				b.block(stuck) // a broker that does not answer, whatever the ctx says
+				q1Waiting.Store(false)
+				return nil
+			}
+			if q1Waiting.Load() {
+				othersMeanwhile.Add(1)
+			}
+			return nil
+		}
+		t.Cleanup(func() { stuckOnce.Do(func() { close(stuck) }) })
+		release := make(chan struct{})
+		b.handler = func(ctx context.Context, f *Delivery[string]) error {
+			b.block(release)
+			return nil
+		}
+		b.backend.push(testQueue, 2)
+		b.start()
+		waitFor(t, "q-2 renewed twice while q-1's renewal waits", func() bool { return othersMeanwhile.Load() >= 2 })
+		stuckOnce.Do(func() { close(stuck) })
+		close(release)
+		waitFor(t, "both jobs acked", func() bool { return b.acked() == 2 })
+		b.stop(t)
+	})
+
 	// LostBeforeStart: a delivery claimed ahead whose lease is lost while it
 	// waits for a worker is not run (Start reports it lost).
 	t.Run("LostBeforeStart", func(t *testing.T) {
