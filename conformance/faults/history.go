@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
 )
 
 // Kind is the kind of an Event.
@@ -34,6 +36,11 @@ const (
 	// KindRestart: the broker was down from From to At (a restart or an
 	// outage); ID is empty.
 	KindRestart Kind = "restart"
+	// KindLost: a live worker's platform warned that a lease was lost (a
+	// renewal refused or too late, a settle or hand-back refused); ID is
+	// empty, as the warning names no job. An attempt whose lease was lost
+	// is also a KindAck with OutcomeLeaseLost.
+	KindLost Kind = "lost"
 )
 
 // The results of a KindEnd event. A handler writes the event just before it
@@ -145,6 +152,25 @@ func (h History) count(k Kind, r string) map[string]int {
 		}
 	}
 	return n
+}
+
+// lostLeases returns the leases live workers reported lost: per job, those
+// an attempt reported (OutcomeLeaseLost), and how many more were only
+// warned of (a delivery that lost its lease while it waited for a worker
+// or for a suspect's isolation, a hand-back refused), which name no job.
+func (h History) lostLeases() (byJob map[string]int, unnamed int) {
+	byJob = h.count(KindAck, string(ap.OutcomeLeaseLost))
+	warned := 0
+	for _, e := range h {
+		if e.Kind == KindLost {
+			warned++
+		}
+	}
+	unnamed = warned
+	for _, n := range byJob {
+		unnamed -= n
+	}
+	return byJob, max(unnamed, 0)
 }
 
 // restarts returns the broker's restarts and outages, as KindRestart events.

@@ -123,33 +123,82 @@ func poisonIsolation(t *testing.T, r *run) *Report {
 	return r.judgePoison(1) // an innocent job may have been present at one crash
 }
 
-// judgePoison checks a poison scenario: the job "poison" attempted exactly
-// PoisonLimit+1 times and dead-lettered poisoned, no other job dead-lettered,
-// and none seen with more than innocentCrashes crashes.
+// judgePoison checks a poison scenario: the job "poison" dead-lettered
+// poisoned after exactly PoisonLimit+1 attempts, no other job
+// dead-lettered, and none seen with more than innocentCrashes crashes. A
+// lease a live worker reported lost is a crash of the job's own (on a
+// loaded machine a renewal can come too late): an attempt's loss excuses a
+// crash of its job, and a loss only warned of (see excess) one crash of any
+// job, or one attempt the poison job did not get. A duplicate is allowed
+// only for a job whose lease an attempt reported lost.
 func (r *run) judgePoison(innocentCrashes int) *Report {
 	rep := r.finish(nil, false)
 	h := r.history()
-	if n := h.count(KindStart, "")["poison"]; n != r.lim.PoisonLimit+1 {
-		rep.Wrong("poison", "attempted %d times, want exactly PoisonLimit+1 = %d", n, r.lim.PoisonLimit+1)
+	lost, unnamed := h.lostLeases()
+	var ex excess
+	want := r.lim.PoisonLimit + 1
+	switch n := h.count(KindStart, "")["poison"]; {
+	case n > want:
+		rep.Wrong("poison", "attempted %d times, want exactly PoisonLimit+1 = %d", n, want)
+	case n < want:
+		ex.add("poison", want-n, "attempted %d times, want exactly PoisonLimit+1 = %d", n, want)
 	}
+	worst := map[string]int{} // crashes each innocent job was seen with
 	for _, dl := range r.dead {
-		if dl.Job.ID == "poison" && dl.Reason != ap.ReasonPoisoned {
+		switch {
+		case dl.Job.ID == "poison" && dl.Reason != ap.ReasonPoisoned:
 			rep.Wrong("poison", "dead-lettered %s, want poisoned", dl.Reason)
-		}
-		if dl.Job.ID != "poison" {
+		case dl.Job.ID != "poison" && dl.Reason != ap.ReasonPoisoned:
 			rep.Wrong(dl.Job.ID, "an innocent job was dead-lettered %s", dl.Reason)
+		case dl.Job.ID != "poison":
+			worst[dl.Job.ID] = max(worst[dl.Job.ID], dl.Job.Crashes)
 		}
 	}
-	// A lease the platform reported lost is a crash of the job's own (on a
-	// loaded machine a renewal can come too late): counted, not charged.
-	lost := h.count(KindAck, string(ap.OutcomeLeaseLost))
 	for _, e := range h {
-		if e.Kind == KindStart && e.ID != "poison" && e.Crashes > innocentCrashes+lost[e.ID] {
-			rep.Wrong(e.ID, "an innocent job saw %d crashes (%d leases reported lost): a crash it did not cause was charged to it", e.Crashes, lost[e.ID])
+		if e.Kind == KindStart && e.ID != "poison" {
+			worst[e.ID] = max(worst[e.ID], e.Crashes)
 		}
 	}
-	r.judge(rep, false)
+	for _, id := range sortedKeys(worst) {
+		if n := worst[id] - innocentCrashes - lost[id]; n > 0 {
+			ex.add(id, n, "an innocent job saw %d crashes (%d leases reported lost): a crash it did not cause was charged to it", worst[id], lost[id])
+		}
+	}
+	ex.judge(r.t, rep, unnamed)
+	r.judge(rep, rep.dupsExplained(lost))
 	return rep
+}
+
+// excess gathers the crashes a scenario cannot explain job by job. A live
+// worker can lose a lease without naming the job (a delivery that waited
+// for a worker, or for a suspect's isolation, while the broker or the
+// machine stalled; a hand-back refused): its platform only warns (KindLost).
+// Each such loss explains one crash of some job, so the excess is wrong
+// only when it outnumbers them.
+type excess struct {
+	n     int
+	notes []struct {
+		id, text string
+	}
+}
+
+// add records n crashes of job id that nothing of its own explains.
+func (x *excess) add(id string, n int, format string, args ...any) {
+	x.n += n
+	x.notes = append(x.notes, struct{ id, text string }{id, fmt.Sprintf(format, args...)})
+}
+
+// judge marks every recorded job wrong when the excess outnumbers the
+// unnamed lost leases, and logs them otherwise.
+func (x *excess) judge(t *testing.T, rep *Report, unnamed int) {
+	t.Helper()
+	for _, n := range x.notes {
+		if x.n > unnamed {
+			rep.Wrong(n.id, "%s (%d such crashes, %d leases lost before a handler reported them)", n.text, x.n, unnamed)
+		} else {
+			t.Logf("job %s: %s; within the %d leases live workers reported lost naming no job", n.id, n.text, unnamed)
+		}
+	}
 }
 
 // PoisonJob: one job kills its worker on every attempt. It is attempted
@@ -725,15 +774,29 @@ func sigtermMidJob(t *testing.T, r *run) *Report {
 	rep := r.finish(nil, true)
 	cancels := 0
 	h := r.history()
-	lost := h.count(KindAck, string(ap.OutcomeLeaseLost))
+	lost, unnamed := h.lostLeases()
+	worst := map[string]Event{} // each job's attempt with the most crashes beyond its lost leases
 	for _, e := range h {
 		if e.Kind == KindEnd && e.Result == ResultCancel {
 			cancels++
 		}
-		if e.Kind == KindStart && (e.Failures > 0 || e.Crashes > lost[e.ID]) {
-			rep.Wrong(e.ID, "an attempt after the shutdown saw TryCount %d (failures %d, crashes %d, leases reported lost %d), want no failure and no crash but lost leases: the shutdown spent a try", e.Try, e.Failures, e.Crashes, lost[e.ID])
+		if e.Kind != KindStart {
+			continue
+		}
+		if e.Failures > 0 {
+			rep.Wrong(e.ID, "an attempt after the shutdown saw TryCount %d (failures %d, crashes %d): the shutdown spent a try", e.Try, e.Failures, e.Crashes)
+		}
+		if w, seen := worst[e.ID]; !seen || e.Crashes > w.Crashes {
+			worst[e.ID] = e
 		}
 	}
+	var ex excess
+	for _, id := range sortedKeys(worst) {
+		if e := worst[id]; e.Crashes > lost[id] {
+			ex.add(id, e.Crashes-lost[id], "an attempt after the shutdown saw TryCount %d (failures %d, crashes %d, leases reported lost %d), want no crash but lost leases: the shutdown spent a try", e.Try, e.Failures, e.Crashes, lost[id])
+		}
+	}
+	ex.judge(t, rep, unnamed)
 	t.Logf("%d running handlers cancelled by the shutdown", cancels)
 	r.judge(rep, rep.dupsExplained(lost))
 	return rep

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -102,6 +103,36 @@ func quiet() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
+// lostLeases is a platform's log handler: it passes every record on to next
+// and writes a KindLost event for each warning that a lease was lost.
+type lostLeases struct {
+	next   slog.Handler
+	log    *Log
+	worker string
+}
+
+func (l *lostLeases) Enabled(ctx context.Context, lv slog.Level) bool {
+	return lv >= slog.LevelWarn || l.next.Enabled(ctx, lv)
+}
+
+func (l *lostLeases) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn && (strings.Contains(r.Message, "lease lost") || strings.Contains(r.Message, "could not extend a lease")) {
+		l.log.Add(Event{Kind: KindLost, Worker: l.worker})
+	}
+	if !l.next.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return l.next.Handle(ctx, r)
+}
+
+func (l *lostLeases) WithAttrs(as []slog.Attr) slog.Handler {
+	return &lostLeases{next: l.next.WithAttrs(as), log: l.log, worker: l.worker}
+}
+
+func (l *lostLeases) WithGroup(name string) slog.Handler {
+	return &lostLeases{next: l.next.WithGroup(name), log: l.log, worker: l.worker}
+}
+
 // startPlatform starts a platform working spec's queue over b, recording
 // into log. crash kills the worker; running counts the handlers running.
 func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *Log, crash func(), running *sync.WaitGroup) (*ap.Platform, error) {
@@ -122,7 +153,7 @@ func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *
 		UnhandledRetries: ap.Limit(0),
 		HealthInterval:   100 * time.Millisecond,
 		WorkerName:       spec.Name,
-		Logger:           quiet(),
+		Logger:           slog.New(&lostLeases{next: quiet().Handler(), log: log, worker: spec.Name}),
 		Hooks: ap.Hooks{
 			OnDeadLetter: func(_ context.Context, dl ap.DeadLetter) {
 				log.Add(Event{Kind: KindDead, ID: dl.Job.ID, Worker: spec.Name, Result: string(dl.Reason), Copy: dl.Job.CopyNumber()})
