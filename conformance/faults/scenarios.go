@@ -751,8 +751,9 @@ func (r *run) deadList() []ap.DeadLetter {
 // which hands their jobs back uncounted. Another worker completes them:
 // nothing lost, and no try spent: no attempt sees a failure, nor a crash
 // but for leases the platform reported lost (OutcomeLeaseLost: on a loaded
-// machine an extension can come too late; the SPEC counts that as a crash),
-// and no job completes twice unless its lease was reported lost.
+// machine an extension can come too late; the SPEC counts that as a crash;
+// a loss only warned of excuses one crash of any job, see excess), and no
+// job completes twice unless its lease was reported lost.
 func sigtermMidJob(t *testing.T, r *run) *Report {
 	n := scale(8)
 	r.mustEnqueue(jobs("st", n, Plan{SleepMin: 1500, SleepMax: 2000})...)
@@ -775,7 +776,7 @@ func sigtermMidJob(t *testing.T, r *run) *Report {
 	cancels := 0
 	h := r.history()
 	lost, unnamed := h.lostLeases()
-	worst := map[string]Event{} // each job's attempt with the most crashes beyond its lost leases
+	worst := map[string]Event{} // each job's attempt (or dead letter) with the most crashes
 	for _, e := range h {
 		if e.Kind == KindEnd && e.Result == ResultCancel {
 			cancels++
@@ -788,6 +789,11 @@ func sigtermMidJob(t *testing.T, r *run) *Report {
 		}
 		if w, seen := worst[e.ID]; !seen || e.Crashes > w.Crashes {
 			worst[e.ID] = e
+		}
+	}
+	for _, dl := range r.dead { // a job may end with crashes no attempt saw
+		if w, seen := worst[dl.Job.ID]; !seen || dl.Job.Crashes > w.Crashes {
+			worst[dl.Job.ID] = Event{ID: dl.Job.ID, Try: dl.Job.TryCount, Failures: dl.Job.Failures, Crashes: dl.Job.Crashes}
 		}
 	}
 	var ex excess
