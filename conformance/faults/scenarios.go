@@ -161,7 +161,7 @@ func (r *run) judgePoison(innocentCrashes int) *Report {
 	}
 	for _, id := range sortedKeys(worst) {
 		if n := worst[id] - innocentCrashes - lost[id]; n > 0 {
-			ex.add(id, n, "an innocent job saw %d crashes (%d leases reported lost): a crash it did not cause was charged to it", worst[id], lost[id])
+			ex.add(id, n, "an innocent job saw %d crashes (%d leases reported lost)", worst[id], lost[id])
 		}
 	}
 	ex.judge(r.t, rep, unnamed)
@@ -194,9 +194,9 @@ func (x *excess) judge(t *testing.T, rep *Report, unnamed int) {
 	t.Helper()
 	for _, n := range x.notes {
 		if x.n > unnamed {
-			rep.Wrong(n.id, "%s (%d such crashes, %d leases lost before a handler reported them)", n.text, x.n, unnamed)
+			rep.Wrong(n.id, "%s: a crash nothing explains was charged to it (%d such crashes in all, %d leases live workers reported lost naming no job)", n.text, x.n, unnamed)
 		} else {
-			t.Logf("job %s: %s; within the %d leases live workers reported lost naming no job", n.id, n.text, unnamed)
+			t.Logf("job %s: %s: within the %d leases live workers reported lost naming no job (%d such crashes in all)", n.id, n.text, unnamed, x.n)
 		}
 	}
 }
@@ -799,7 +799,7 @@ func sigtermMidJob(t *testing.T, r *run) *Report {
 	var ex excess
 	for _, id := range sortedKeys(worst) {
 		if e := worst[id]; e.Crashes > lost[id] {
-			ex.add(id, e.Crashes-lost[id], "an attempt after the shutdown saw TryCount %d (failures %d, crashes %d, leases reported lost %d), want no crash but lost leases: the shutdown spent a try", e.Try, e.Failures, e.Crashes, lost[id])
+			ex.add(id, e.Crashes-lost[id], "an attempt after the shutdown saw TryCount %d (failures %d, crashes %d, leases reported lost %d)", e.Try, e.Failures, e.Crashes, lost[id])
 		}
 	}
 	ex.judge(t, rep, unnamed)
