@@ -44,6 +44,14 @@ func newPauses(p *Platform) *pause.Engine {
 				q.Wake()
 			}
 		},
+		Receiving: func(queue string) bool {
+			for _, q := range p.queues {
+				if q.Receiving(queue) {
+					return true
+				}
+			}
+			return false
+		},
 		LevelQueues: func(queue string) []string {
 			qs := make([]string, 0, MaxPriority+1)
 			for l := range MaxPriority + 1 {

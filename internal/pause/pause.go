@@ -77,8 +77,16 @@ type Config struct {
 	// held and the backend has released what it buffered: it hands back
 	// what the platform claimed ahead of the queue.
 	Hold func(queue string)
-	// Wake is called when a worked queue is resumed: it wakes the fetchers.
+	// Wake is called when a worked queue is paused or resumed: it wakes
+	// the fetchers, which read the pause gates again (a pool cancels the
+	// Receive it keeps waiting on a paused queue).
 	Wake func()
+	// Receiving reports whether a Receive of a worked queue may still run
+	// in this process (or pass on what it got); it is counted before the
+	// queue's gate is read. A pause calls the backend's Release only once
+	// it is false: RabbitMQ's Release does nothing while a Receive reads
+	// the queue. Nil: no Receive is waited for.
+	Receiving func(queue string) bool
 	// MoveBack returns the message that moves a held delivery back to its
 	// queue, and the identity of the job it carries (a job held twice is
 	// moved back once); an empty identity says it is no job, and the
@@ -272,8 +280,16 @@ func (e *Engine) poll(ctx context.Context) error {
 // buffered, then the platform's own (Hold). In that order a hand-back's
 // copy cannot reach the consumer being released (RabbitMQ delivered it
 // there, and one arriving after the consumer's cancel came back counted:
-// Flow/Pause).
+// Flow/Pause). The backend's Release waits for the queue's Receive to
+// return (the held gate has cancelled it, or keeps a new one from
+// starting): a Release beside a running Receive is no release
+// (TestPauseReleasesAfterReceive). When ctx ends first, Release is called
+// all the same.
 func (e *Engine) release(ctx context.Context, queue string) {
+	if e.cfg.Wake != nil {
+		e.cfg.Wake()
+	}
+	e.waitReceive(ctx, queue)
 	if r, ok := e.cfg.Backend.(driver.Releaser); ok {
 		if err := r.Release(ctx, queue); err != nil {
 			e.cfg.Log.Warn("asyncplatform: releasing a paused queue's buffered messages failed; they come back after their lease", "queue", queue, "error", err)
@@ -281,5 +297,26 @@ func (e *Engine) release(ctx context.Context, queue string) {
 	}
 	if e.cfg.Hold != nil {
 		e.cfg.Hold(queue)
+	}
+}
+
+// receivePoll is how often a pause looks whether the queue's Receive has
+// returned.
+const receivePoll = 2 * time.Millisecond
+
+// waitReceive waits until no Receive of queue runs here, or ctx ends.
+func (e *Engine) waitReceive(ctx context.Context, queue string) {
+	if e.cfg.Receiving == nil || !e.cfg.Receiving(queue) {
+		return
+	}
+	tick := time.NewTicker(receivePoll)
+	defer tick.Stop()
+	for e.cfg.Receiving(queue) {
+		select {
+		case <-ctx.Done():
+			e.cfg.Log.Warn("asyncplatform: a paused queue's Receive still runs; releasing the backend's buffered messages beside it", "queue", queue, "error", ctx.Err())
+			return
+		case <-tick.C:
+		}
 	}
 }

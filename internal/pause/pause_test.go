@@ -227,8 +227,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 // TestPollHoldsGates: a worker's gates follow the paused queues, a
-// priority level with its queue; a queue just paused is handed back (Hold,
-// then the backend's Release), one just resumed wakes the fetchers.
+// priority level with its queue; a queue just paused wakes the fetchers
+// and is handed back (the backend's Release, then Hold), one just resumed
+// wakes the fetchers.
 func TestPollHoldsGates(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -260,12 +261,16 @@ func TestPollHoldsGates(t *testing.T) {
 		slices.Sort(rel)
 		return slices.Equal(h, []string{"a", "a.prio1"}) && slices.Equal(rel, h)
 	})
+	_, before := r.get()
+	if before != 2 {
+		t.Errorf("Wake called %d times on pausing a queue and its level; want 2 (a pool cancels its Receive of a paused queue)", before)
+	}
 	if err := admin.Resume(ctx, "a"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "every gate open again", func() bool { return slices.Equal(open(), []bool{true, true, true}) })
-	if _, wakes := r.get(); wakes != 2 {
-		t.Errorf("Wake called %d times after resuming a queue and its level; want 2", wakes)
+	if _, wakes := r.get(); wakes-before != 2 {
+		t.Errorf("Wake called %d times after resuming a queue and its level; want 2", wakes-before)
 	}
 
 	// A worker started while its queue is paused claims nothing.
@@ -286,6 +291,59 @@ func TestPollHoldsGates(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Error("Run did not return when its context ended")
 	}
+}
+
+// TestReleaseWaitsForReceive: a queue just paused is released by the
+// backend only once no Receive of it runs (a RabbitMQ Release beside a
+// running Receive does nothing), then handed back.
+func TestReleaseWaitsForReceive(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := newBackend(t)
+	admin := pause.New(config(t, b))
+	var r recorder
+	var receiving atomic.Bool
+	receiving.Store(true)
+	asked := make(chan struct{}, 1)
+	cfg := config(t, b)
+	cfg.Queues = []string{"a"}
+	cfg.Hold, cfg.Wake = r.hold, r.wake
+	cfg.Receiving = func(queue string) bool {
+		if queue != "a" {
+			t.Errorf("Receiving asked of %q, want a", queue)
+		}
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		return receiving.Load()
+	}
+	w := pause.New(cfg)
+	if err := w.Start(ctx, ctx); err != nil {
+		t.Fatal(err)
+	}
+	go w.Run(ctx)
+	if err := admin.Pause(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // asked again: still waiting
+		select {
+		case <-asked:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the pause never asked whether the queue's Receive runs")
+		}
+	}
+	if rel := b.Released(); len(rel) != 0 {
+		t.Fatalf("Release of %v called while the queue's Receive ran", rel)
+	}
+	if h, _ := r.get(); len(h) != 0 {
+		t.Fatalf("Hold of %v called while the queue's Receive ran", h)
+	}
+	receiving.Store(false)
+	eventually(t, "a released, then handed back", func() bool {
+		h, _ := r.get()
+		return slices.Equal(b.Released(), []string{"a"}) && slices.Equal(h, []string{"a"})
+	})
 }
 
 // TestGroupState: the gate's view of a job's group is the last poll's,

@@ -147,7 +147,12 @@ func (q *Queue[J]) fetchPool(ctx context.Context) {
 		got, failed := 0, false
 		if rctx.Err() == nil && q.cfg.Gate.OK() {
 			for _, i := range pc.order(order) {
-				if standing[i] != nil || !pc.open(i) {
+				if standing[i] != nil {
+					continue
+				}
+				q.poolRecv[i].Add(1) // before the gate is read: see Receiving
+				if !pc.open(i) {
+					q.poolRecv[i].Add(-1)
 					continue
 				}
 				wait := firstProbe // a first Receive may set up a consumer
@@ -173,7 +178,9 @@ func (q *Queue[J]) fetchPool(ctx context.Context) {
 				if got > 0 || lat[i] == 0 {
 					lat[i] = max(time.Since(began), time.Millisecond)
 				}
-				if !q.passOn(ctx, ds, n) {
+				passed := q.passOn(ctx, ds, n)
+				q.poolRecv[i].Add(-1)
+				if !passed {
 					q.receiving.Add(-1)
 					return
 				}
@@ -212,7 +219,12 @@ func (q *Queue[J]) fetchPool(ctx context.Context) {
 		}
 		// Every open queue is empty: a sentinel waits on each.
 		for i := range k {
-			if standing[i] != nil || !pc.open(i) {
+			if standing[i] != nil {
+				continue
+			}
+			q.poolRecv[i].Add(1) // before the gate is read: see Receiving
+			if !pc.open(i) {
+				q.poolRecv[i].Add(-1)
 				continue
 			}
 			sctx, cancel := context.WithCancel(rctx)
@@ -221,6 +233,7 @@ func (q *Queue[J]) fetchPool(ctx context.Context) {
 			waiting++
 			go func(gen int) {
 				defer func() { over <- ended{i: i, gen: gen} }()
+				defer q.poolRecv[i].Add(-1)
 				ds, _ := q.cfg.Backend.Receive(sctx, pc.Names[i], 1, q.cfg.Lease)
 				if len(ds) == 0 {
 					return

@@ -80,9 +80,18 @@ func TestPool(t *testing.T) {
 			return n
 		}
 		waitFor(t, "a Receive waiting on each queue", func() bool { return blocked("a") > 0 && blocked("b") > 0 })
+		// A waiting Receive is counted (a pause waits for it before the
+		// backend's Release).
+		if !b.queue.Receiving("a") || !b.queue.Receiving("b") || b.queue.Receiving("c") {
+			t.Errorf("Receiving: a %v, b %v, c %v; want a and b", b.queue.Receiving("a"), b.queue.Receiving("b"), b.queue.Receiving("c"))
+		}
 		b.pauses[0].Hold()
 		b.queue.Wake()
 		waitFor(t, "the paused queue's Receive to end", func() bool { return blocked("a") == 0 })
+		waitFor(t, "the paused queue's Receive uncounted", func() bool { return !b.queue.Receiving("a") })
+		if !b.queue.Receiving("b") {
+			t.Error("Receiving(b) false while b's Receive waits")
+		}
 		if !b.queue.Paused("a") || b.queue.Paused("b") {
 			t.Errorf("Paused: a %v, b %v; want a alone", b.queue.Paused("a"), b.queue.Paused("b"))
 		}

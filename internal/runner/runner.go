@@ -127,7 +127,8 @@ type Queue[J any] struct {
 	jobs  chan *Delivery[J] // claimed, waiting for a worker
 	wake  chan struct{}     // a pool's pause gates changed
 
-	receiving atomic.Int32 // the fetcher is in Receive or adding what it got to held
+	receiving atomic.Int32   // the fetcher is in Receive or adding what it got to held
+	poolRecv  []atomic.Int32 // per pool queue: a Receive of it runs, or passes on what it got
 
 	mu   sync.Mutex
 	held map[*Delivery[J]]struct{} // claimed and not yet released
@@ -142,6 +143,9 @@ func New[J any](cfg Config[J]) *Queue[J] {
 	}
 	q.jobs = make(chan *Delivery[J], q.max)
 	q.wake = make(chan struct{}, 1)
+	if cfg.Pool != nil {
+		q.poolRecv = make([]atomic.Int32, len(cfg.Pool.Names))
+	}
 	return q
 }
 
@@ -373,6 +377,22 @@ func (q *Queue[J]) Quiet() (held int, receiving bool) {
 	held = len(q.held)
 	q.mu.Unlock()
 	return held, q.receiving.Load() > 0
+}
+
+// Receiving reports whether a Receive of the named queue may be running, or
+// passing on what it got. Counted before the queue's pause gate is read, so
+// a caller that held the gate and then sees false knows that no Receive of
+// the queue runs until the gate opens again.
+func (q *Queue[J]) Receiving(name string) bool {
+	if pc := q.cfg.Pool; pc != nil {
+		for i, n := range pc.Names {
+			if n == name {
+				return q.poolRecv[i].Load() > 0
+			}
+		}
+		return false
+	}
+	return name == q.cfg.Name && q.receiving.Load() > 0
 }
 
 // Held returns the deliveries claimed and not yet released.

@@ -676,10 +676,14 @@ func TestQueue(t *testing.T) {
 		if b.queue.Paused(testQueue) {
 			t.Error("Paused before the pause")
 		}
+		if !b.queue.Receiving(testQueue) || b.queue.Receiving("other") {
+			t.Errorf("Receiving: %v, of another queue %v; want true, false", b.queue.Receiving(testQueue), b.queue.Receiving("other"))
+		}
 		b.pause.Hold()
 		if err := recv(t, "the waiting Receive to end", b.backend.receiveEnded); !errors.Is(err, context.Canceled) {
 			t.Errorf("the waiting Receive ended with %v, want context.Canceled", err)
 		}
+		waitFor(t, "the ended Receive uncounted", func() bool { return !b.queue.Receiving(testQueue) })
 		if !b.queue.Paused(testQueue) {
 			t.Error("not Paused while the pause gate is held")
 		}
