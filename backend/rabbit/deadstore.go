@@ -40,7 +40,9 @@ import (
 // A DeadLetter writes the chunks, then the index, then the head, and only
 // then acks the delivery: a crash in between leaves keys no head names
 // (never read, removed with the queue) or a duplicate, never a loss. A pop
-// removes the head first, so a record is gone as soon as its head is.
+// removes the head first, so a record is gone as soon as its head is;
+// DeleteDead and PurgeDead do the same for many records at once
+// (takeDeadEach).
 
 const (
 	// deadChunk is how many body bytes a head or a chunk key holds, below
