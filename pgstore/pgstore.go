@@ -142,11 +142,16 @@ type Store struct {
 	once   sync.Once
 }
 
-var _ driver.Store = (*Store)(nil)
+var (
+	_ driver.Store        = (*Store)(nil)
+	_ driver.StoreBatcher = (*Store)(nil)
+	_ driver.StoreCounter = (*Store)(nil)
+)
 
 // queries are the statements, with the table's name in them.
 type queries struct {
 	get, create, update, del, delAt, list, sweep string
+	getEach, createEach, deleteEach, count       string
 }
 
 func makeQueries(t string) queries {
@@ -166,7 +171,18 @@ func makeQueries(t string) queries {
 		delAt: `DELETE FROM ` + t + ` WHERE key = $1 AND rev = $2 AND ` + live,
 		list: `SELECT key FROM ` + t + ` WHERE key >= $1 COLLATE "C" AND ($2 = '' OR key < $2 COLLATE "C") AND key > $3 COLLATE "C" AND ` + live + `
 			ORDER BY key LIMIT $4`,
-		sweep: `DELETE FROM ` + t + ` WHERE key IN (SELECT key FROM ` + t + ` WHERE expires_at <= now() LIMIT ` + strconv.Itoa(sweepBatch) + `)`,
+		sweep:   `DELETE FROM ` + t + ` WHERE key IN (SELECT key FROM ` + t + ` WHERE expires_at <= now() LIMIT ` + strconv.Itoa(sweepBatch) + `)`,
+		getEach: `SELECT key, value, rev FROM ` + t + ` WHERE key = ANY($1::text[]) AND ` + live,
+		createEach: `INSERT INTO ` + t + ` AS t (key, value, rev, expires_at)
+			SELECT u.k, u.v, nextval('` + t + `_rev'), ` + exp("u.ttl") + ` FROM unnest($1::text[], $2::bytea[], $3::bigint[]) AS u(k, v, ttl)
+			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at
+			WHERE t.expires_at IS NOT NULL AND t.expires_at <= now()
+			RETURNING key, rev`,
+		// A rev of 0 deletes whatever is there; another, the row at that
+		// rev while it is live.
+		deleteEach: `DELETE FROM ` + t + ` AS t USING unnest($1::text[], $2::bigint[]) AS u(k, r)
+			WHERE t.key = u.k AND (u.r = 0 OR t.rev = u.r AND ` + live + `) RETURNING t.key`,
+		count: `SELECT count(*) FROM ` + t + ` WHERE key >= $1 COLLATE "C" AND ($2 = '' OR key < $2 COLLATE "C") AND ` + live,
 	}
 }
 
@@ -386,13 +402,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	// Keys are ASCII: those with the prefix sort below the prefix with its
-	// last byte raised by one.
-	upper := ""
-	if prefix != "" {
-		upper = prefix[:len(prefix)-1] + string(prefix[len(prefix)-1]+1)
-	}
-	rows, err := s.pool.Query(ctx, s.q.list, prefix, upper, after, limit)
+	rows, err := s.pool.Query(ctx, s.q.list, prefix, upperBound(prefix), after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list: %w", err)
 	}
@@ -401,6 +411,147 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 		return nil, fmt.Errorf("pgstore: list: %w", err)
 	}
 	return keys, nil
+}
+
+// upperBound returns the key every key with prefix sorts below (empty:
+// none). Keys are ASCII: it is the prefix with its last byte raised by one.
+func upperBound(prefix string) string {
+	if prefix == "" {
+		return ""
+	}
+	return prefix[:len(prefix)-1] + string(prefix[len(prefix)-1]+1)
+}
+
+// GetEach implements driver.StoreBatcher: one statement.
+func (s *Store) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.q.getEach, keys)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: get each: %w", err)
+	}
+	type row struct {
+		value []byte
+		rev   int64
+	}
+	found := make(map[string]row, len(keys))
+	var (
+		k string
+		r row
+	)
+	_, err = pgx.ForEachRow(rows, []any{&k, &r.value, &r.rev}, func() error {
+		found[k] = r
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: get each: %w", err)
+	}
+	out := make([]driver.BatchResult, len(keys))
+	for i, k := range keys {
+		r, ok := found[k]
+		if !ok {
+			out[i].Err = driver.ErrKeyNotFound
+			continue
+		}
+		out[i] = driver.BatchResult{Value: nonNil(r.value), Rev: strconv.FormatInt(r.rev, 10)}
+	}
+	return out, nil
+}
+
+// CreateEach implements driver.StoreBatcher: one statement, one commit.
+func (s *Store) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(items))
+	values := make([][]byte, len(items))
+	ttls := make([]int64, len(items))
+	for i, it := range items {
+		keys[i], values[i], ttls[i] = it.Key, nonNil(it.Value), it.TTL.Milliseconds()
+	}
+	rows, err := s.pool.Query(ctx, s.q.createEach, keys, values, ttls)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: create each: %w", err)
+	}
+	made := make(map[string]int64, len(items))
+	var (
+		k   string
+		rev int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&k, &rev}, func() error {
+		made[k] = rev
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: create each: %w", err)
+	}
+	out := make([]driver.BatchResult, len(items))
+	for i, k := range keys {
+		rev, ok := made[k]
+		if !ok {
+			out[i].Err = driver.ErrKeyExists
+			continue
+		}
+		out[i].Rev = strconv.FormatInt(rev, 10)
+	}
+	return out, nil
+}
+
+// DeleteEach implements driver.StoreBatcher: one statement, one commit.
+func (s *Store) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := make([]driver.BatchResult, len(items))
+	var (
+		keys []string
+		revs []int64
+	)
+	for i, it := range items {
+		var rev int64
+		if it.Rev != "" {
+			var ok bool
+			if rev, ok = parseRev(it.Rev); !ok {
+				out[i].Err = driver.ErrRevision
+				continue
+			}
+		}
+		keys, revs = append(keys, it.Key), append(revs, rev)
+	}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, s.q.deleteEach, keys, revs)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: delete each: %w", err)
+	}
+	gone, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: delete each: %w", err)
+	}
+	deleted := make(map[string]bool, len(gone))
+	for _, k := range gone {
+		deleted[k] = true
+	}
+	for i, it := range items {
+		if it.Rev != "" && !deleted[it.Key] {
+			out[i].Err = driver.ErrRevision
+		}
+	}
+	return out, nil
+}
+
+// Count implements driver.StoreCounter: one statement.
+func (s *Store) Count(ctx context.Context, prefix string) (int64, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := s.pool.QueryRow(ctx, s.q.count, prefix, upperBound(prefix)).Scan(&n); err != nil {
+		return 0, fmt.Errorf("pgstore: count: %w", err)
+	}
+	return n, nil
 }
 
 // nonNil keeps an empty value from being written as NULL.

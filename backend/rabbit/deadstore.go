@@ -40,7 +40,9 @@ import (
 // A DeadLetter writes the chunks, then the index, then the head, and only
 // then acks the delivery: a crash in between leaves keys no head names
 // (never read, removed with the queue) or a duplicate, never a loss. A pop
-// removes the head first, so a record is gone as soon as its head is.
+// removes the head first, so a record is gone as soon as its head is;
+// DeleteDead and PurgeDead do the same for many records at once
+// (takeDeadEach).
 
 const (
 	// deadChunk is how many body bytes a head or a chunk key holds, below
@@ -52,8 +54,9 @@ const (
 	// go through them.
 	deadListPage = 1000
 
-	// deadWorkers bounds the records DeleteDead and PurgeDead remove at
-	// once.
+	// deadWorkers bounds the store calls ListDead (reading the chunks of
+	// large records) and DeleteDead (looking IDs up in the index) make at
+	// once, and the keys a queue's removal deletes at once.
 	deadWorkers = 32
 
 	// deadHeadVersion is the first byte of every head.
@@ -229,6 +232,12 @@ func (b *Backend) readDead(ctx context.Context, queue, seq string) (driver.DeadM
 	if err != nil {
 		return driver.DeadMessage{}, 0, fmt.Errorf("rabbit: read dead letter %s of %q: %w", seq, queue, err)
 	}
+	return b.recordOf(ctx, queue, seq, v)
+}
+
+// recordOf returns the record whose head, under seq, is v, reading the
+// rest of its body; a head of another writer is read as readDead says.
+func (b *Backend) recordOf(ctx context.Context, queue, seq string, v []byte) (driver.DeadMessage, int, error) {
 	rec, chunks, err := b.readParts(ctx, queue, seq, v)
 	if errors.Is(err, errBadHead) {
 		b.log.Warn("a dead letter in the companion store is not one this backend wrote; it is handed out as undecodable", "queue", queue, "seq", seq, "err", err)
@@ -458,12 +467,23 @@ func (b *Backend) listStoreDead(ctx context.Context, queue, cursor string, limit
 		}
 		more := len(recs)+len(seqs) > limit // a record follows the page
 		seqs = seqs[:min(len(seqs), limit-len(recs))]
+		heads := make([]string, len(seqs))
+		for i, seq := range seqs {
+			heads[i] = b.headKey(queue, seq)
+		}
+		hs, err := driver.GetEach(ctx, b.cfg.Store, heads)
+		if err != nil {
+			return nil, "", fmt.Errorf("rabbit: read dead letters of %q: %w", queue, err)
+		}
 		got := make([]*driver.DeadMessage, len(seqs))
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(deadWorkers)
 		for i, seq := range seqs {
+			if hs[i].Err != nil {
+				continue // popped meanwhile
+			}
 			g.Go(func() error {
-				rec, _, err := b.readDead(gctx, queue, seq)
+				rec, _, err := b.recordOf(gctx, queue, seq, hs[i].Value)
 				if errors.Is(err, driver.ErrKeyNotFound) {
 					return nil // popped meanwhile
 				}
@@ -489,144 +509,215 @@ func (b *Backend) listStoreDead(ctx context.Context, queue, cursor string, limit
 	}
 }
 
-// takeDead removes the record under seq unless a NextDead caller holds
-// it, holding it meanwhile; id, when set, must be the record's. It reports
-// whether it removed it.
-func (b *Backend) takeDead(ctx context.Context, queue, seq, id string) (bool, error) {
-	s := b.cfg.Store
-	rev, err := s.Create(ctx, b.holdKey(queue, seq), b.holdToken(), b.cfg.DeadHold)
-	if errors.Is(err, driver.ErrKeyExists) {
-		return false, nil // held: left alone
-	}
-	if err != nil {
-		return false, fmt.Errorf("rabbit: hold dead letter %s of %q: %w", seq, queue, err)
-	}
-	hold := storeKey{key: b.holdKey(queue, seq), rev: rev}
-	letGo := func() { _ = s.Delete(ctx, hold.key, hold.rev) }
-	v, _, err := s.Get(ctx, b.headKey(queue, seq))
-	if errors.Is(err, driver.ErrKeyNotFound) {
-		letGo()
-		if id != "" {
-			_ = s.Delete(ctx, b.idKey(queue, id, seq), "") // an index key whose record is gone
+// deadCand is a record DeleteDead or PurgeDead means to remove: its seq,
+// and the ID it must have (empty: any).
+type deadCand struct{ seq, id string }
+
+// deadBatch is how many records one round of takeDeadEach holds, reads
+// and removes together: on a store with batches (driver.StoreBatcher),
+// four calls a round whatever its size.
+const deadBatch = 500
+
+// takeDeadEach removes the records of cands that no NextDead caller holds,
+// deadBatch at a time, and returns how many it removed. Each round keeps
+// the order of a pop, on many records at once: it holds them (a record a
+// caller holds already is left alone), reads their heads, removes the
+// heads (each record is gone from then on), and only then the rest of
+// their keys and the holds. A crash in between leaves a held record that
+// reappears when its hold lapses, or keys no head names, never half a
+// record. Cands have distinct seqs.
+func (b *Backend) takeDeadEach(ctx context.Context, queue string, cands []deadCand) (int, error) {
+	removed := 0
+	for len(cands) > 0 {
+		round := cands[:min(len(cands), deadBatch)]
+		cands = cands[len(round):]
+		n, err := b.takeDeadRound(ctx, queue, round)
+		removed += n
+		if err != nil {
+			return removed, err
 		}
-		return false, nil
 	}
+	return removed, nil
+}
+
+// takeDeadRound is one round of takeDeadEach.
+func (b *Backend) takeDeadRound(ctx context.Context, queue string, round []deadCand) (int, error) {
+	s := b.cfg.Store
+	holds := make([]driver.BatchItem, len(round))
+	for i, c := range round {
+		holds[i] = driver.BatchItem{Key: b.holdKey(queue, c.seq), Value: b.holdToken(), TTL: b.cfg.DeadHold}
+	}
+	made, err := driver.CreateEach(ctx, s, holds)
 	if err != nil {
-		letGo()
-		return false, fmt.Errorf("rabbit: read dead letter %s of %q: %w", seq, queue, err)
+		return 0, fmt.Errorf("rabbit: hold dead letters of %q: %w", queue, err)
 	}
-	got, _, chunks, _, err := decodeHead(v, b.maxDeadBody())
-	if err != nil { // a head of another writer: its ID is its seq (see readDead)
-		got, chunks = seq, 0
+	var (
+		held  []int    // the indexes in round of the records held
+		heads []string // their heads
+		ours  []driver.BatchItem
+	)
+	for i, r := range made {
+		if r.Err != nil {
+			continue // another caller holds it: left alone
+		}
+		held = append(held, i)
+		heads = append(heads, b.headKey(queue, round[i].seq))
+		ours = append(ours, driver.BatchItem{Key: holds[i].Key, Rev: r.Rev})
 	}
-	if id != "" && got != id {
-		letGo()
-		return false, nil // another ID with the same hash
+	if len(held) == 0 {
+		return 0, nil
 	}
-	if err := b.removeDead(ctx, queue, seq, got, chunks, hold); err != nil {
-		letGo()
-		return false, err
+	got, err := driver.GetEach(ctx, s, heads)
+	if err != nil {
+		b.dropKeys(ctx, queue, ours)
+		return 0, fmt.Errorf("rabbit: read dead letters of %q: %w", queue, err)
 	}
-	return true, nil
+	var (
+		gone  []driver.BatchItem   // heads to remove, at the revision read
+		after [][]driver.BatchItem // the rest of each one's keys, its hold last
+		rest  []driver.BatchItem   // holds let go and stale index keys
+	)
+	for j, i := range held {
+		c := round[i]
+		if got[j].Err != nil { // popped between the listing and the hold
+			rest = append(rest, ours[j])
+			if c.id != "" {
+				rest = append(rest, driver.BatchItem{Key: b.idKey(queue, c.id, c.seq)}) // an index key whose record is gone
+			}
+			continue
+		}
+		id, _, chunks, _, err := decodeHead(got[j].Value, b.maxDeadBody())
+		if err != nil { // a head of another writer: its ID is its seq (see readDead)
+			id, chunks = c.seq, 0
+		}
+		if c.id != "" && id != c.id {
+			rest = append(rest, ours[j]) // another ID with the same hash
+			continue
+		}
+		gone = append(gone, driver.BatchItem{Key: heads[j], Rev: got[j].Rev})
+		keys := []driver.BatchItem{{Key: b.idKey(queue, id, c.seq)}}
+		for k := 1; k <= chunks; k++ {
+			keys = append(keys, driver.BatchItem{Key: b.chunkKey(queue, c.seq, k)})
+		}
+		after = append(after, append(keys, ours[j]))
+	}
+	removed := 0
+	if len(gone) > 0 {
+		res, err := driver.DeleteEach(ctx, s, gone)
+		if err != nil {
+			b.dropKeys(ctx, queue, ours)
+			return 0, fmt.Errorf("rabbit: remove dead letters of %q: %w", queue, err)
+		}
+		for k, r := range res {
+			if r.Err == nil {
+				removed++
+				rest = append(rest, after[k]...)
+			} else { // removed meanwhile, by whoever removes the rest
+				rest = append(rest, after[k][len(after[k])-1])
+			}
+		}
+	}
+	b.dropKeys(ctx, queue, rest)
+	return removed, nil
+}
+
+// dropKeys deletes keys (at their revisions, when set), driver.MaxBatch a
+// call; a key that stays is logged: a hold lapses, and a key no head names
+// is never read and goes with the queue.
+func (b *Backend) dropKeys(ctx context.Context, queue string, keys []driver.BatchItem) {
+	for len(keys) > 0 {
+		part := keys[:min(len(keys), driver.MaxBatch)]
+		keys = keys[len(part):]
+		if _, err := driver.DeleteEach(ctx, b.cfg.Store, part); err != nil {
+			b.log.Warn("keys of removed or let-go dead letters stay in the companion store", "queue", queue, "keys", len(part), "first", part[0].Key, "err", err)
+		}
+	}
 }
 
 // deleteStoreDead is DeleteDead on the store: each ID's records through
-// the index, deadWorkers at once.
+// the index (deadWorkers look-ups at once), then removed deadBatch at a
+// time (takeDeadEach).
 func (b *Backend) deleteStoreDead(ctx context.Context, queue string, ids []string) (int, error) {
-	var removed atomic.Int64
+	var (
+		mu    sync.Mutex
+		cands []deadCand
+		seen  = make(map[string]bool)
+	)
+	add := func(c deadCand) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !seen[c.seq] {
+			seen[c.seq] = true
+			cands = append(cands, c)
+		}
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(deadWorkers)
-	seen := make(map[string]bool, len(ids))
+	asked := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		if seen[id] {
+		if asked[id] {
 			continue
 		}
-		seen[id] = true
+		asked[id] = true
+		if validSeq(id) { // a head of another writer, handed out under its seq (see readDead)
+			add(deadCand{seq: id, id: id})
+		}
 		g.Go(func() error {
-			if validSeq(id) { // a head of another writer, handed out under its seq (see readDead)
-				ok, err := b.takeDead(gctx, queue, id, id)
-				if ok {
-					removed.Add(1)
-				}
-				if ok || err != nil {
-					return err
-				}
-			}
 			prefix := b.idPrefix(queue, id)
 			keys, err := b.cfg.Store.List(gctx, prefix, "", deadListPage)
 			if err != nil {
 				return fmt.Errorf("rabbit: look up dead letter %q of %q: %w", id, queue, err)
 			}
 			for _, k := range keys {
-				seq := k[len(prefix):]
-				if !validSeq(seq) {
-					continue
-				}
-				ok, err := b.takeDead(gctx, queue, seq, id)
-				if err != nil {
-					return err
-				}
-				if ok {
-					removed.Add(1)
+				if seq := k[len(prefix):]; validSeq(seq) {
+					add(deadCand{seq: seq, id: id})
 				}
 			}
 			return nil
 		})
 	}
-	err := g.Wait()
-	return int(removed.Load()), err
+	if err := g.Wait(); err != nil {
+		return 0, err
+	}
+	return b.takeDeadEach(ctx, queue, cands)
 }
 
 // purgeStoreDead is PurgeDead on the store: every record not held, a page
-// of keys at a time, deadWorkers at once.
+// of keys at a time (takeDeadEach).
 func (b *Backend) purgeStoreDead(ctx context.Context, queue string) (int, error) {
 	prefix := b.deadScope(queue) + "r/"
-	var removed atomic.Int64
+	removed := 0
 	for after := ""; ; {
 		keys, err := b.cfg.Store.List(ctx, prefix, after, deadListPage)
 		if err != nil {
-			return int(removed.Load()), fmt.Errorf("rabbit: list dead letters of %q: %w", queue, err)
+			return removed, fmt.Errorf("rabbit: list dead letters of %q: %w", queue, err)
 		}
 		if len(keys) == 0 {
-			return int(removed.Load()), nil
+			return removed, nil
 		}
 		after = keys[len(keys)-1]
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(deadWorkers)
+		var cands []deadCand
 		for _, k := range keys {
-			seq := k[len(prefix):]
-			if !validSeq(seq) {
-				continue
+			if seq := k[len(prefix):]; validSeq(seq) {
+				cands = append(cands, deadCand{seq: seq})
 			}
-			g.Go(func() error {
-				ok, err := b.takeDead(gctx, queue, seq, "")
-				if ok {
-					removed.Add(1)
-				}
-				return err
-			})
 		}
-		if err := g.Wait(); err != nil {
-			return int(removed.Load()), err
+		n, err := b.takeDeadEach(ctx, queue, cands)
+		removed += n
+		if err != nil {
+			return removed, err
 		}
 	}
 }
 
-// countStoreDead returns how many records queue has in the store.
+// countStoreDead returns how many records queue has in the store: one
+// count query on a store with driver.StoreCounter.
 func (b *Backend) countStoreDead(ctx context.Context, queue string) (int64, error) {
-	prefix := b.deadScope(queue) + "r/"
-	var n int64
-	for after := ""; ; {
-		keys, err := b.cfg.Store.List(ctx, prefix, after, 10*deadListPage)
-		if err != nil {
-			return n, fmt.Errorf("rabbit: count dead letters of %q: %w", queue, err)
-		}
-		n += int64(len(keys))
-		if len(keys) < 10*deadListPage {
-			return n, nil
-		}
-		after = keys[len(keys)-1]
+	n, err := driver.CountKeys(ctx, b.cfg.Store, b.deadScope(queue)+"r/")
+	if err != nil {
+		return 0, fmt.Errorf("rabbit: count dead letters of %q: %w", queue, err)
 	}
+	return n, nil
 }
 
 // dropStoreDead removes every key of queue's dead letters, held or not.

@@ -352,3 +352,121 @@ func TestDeadStoreForeignHead(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// batchingStore counts the writes made to the store it wraps, a batch
+// call as one (one commit on PostgreSQL), and the counts; it forwards the
+// batch calls of a store that has them.
+type batchingStore struct {
+	driver.Store
+	writes, counts atomic.Int64
+}
+
+func (s *batchingStore) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
+	s.writes.Add(1)
+	return s.Store.Create(ctx, key, value, ttl)
+}
+
+func (s *batchingStore) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (string, error) {
+	s.writes.Add(1)
+	return s.Store.Update(ctx, key, value, rev, ttl)
+}
+
+func (s *batchingStore) Delete(ctx context.Context, key, rev string) error {
+	s.writes.Add(1)
+	return s.Store.Delete(ctx, key, rev)
+}
+
+func (s *batchingStore) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
+	return s.Store.(driver.StoreBatcher).GetEach(ctx, keys)
+}
+
+func (s *batchingStore) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	s.writes.Add(1)
+	return s.Store.(driver.StoreBatcher).CreateEach(ctx, items)
+}
+
+func (s *batchingStore) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	s.writes.Add(1)
+	return s.Store.(driver.StoreBatcher).DeleteEach(ctx, items)
+}
+
+func (s *batchingStore) Count(ctx context.Context, prefix string) (int64, error) {
+	s.counts.Add(1)
+	return s.Store.(driver.StoreCounter).Count(ctx, prefix)
+}
+
+// TestDeadStoreBatchedDelete: on a store with batches, a DeleteDead of
+// many IDs (what a redrive does, 500 at a time) makes three writes a round
+// of deadBatch records, whatever their number (before: four a record);
+// it leaves a held record alone, and removes every key of the others.
+// Stats counts the records with one count query.
+func TestDeadStoreBatchedDelete(t *testing.T) {
+	t.Parallel()
+	bs := &batchingStore{Store: pgCompanion(t)}
+	b := newBackend(t, Config{Store: bs})
+	ctx := longCtx(t)
+	q := queueName(t, b)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := b.dropStoreDead(ctx, q); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := b.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	const n = deadBatch + 100 // two rounds
+	base := time.Now()
+	var g errgroup.Group
+	g.SetLimit(16)
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("r%05d", i)
+		g.Go(func() error {
+			body := []byte("record")
+			if i == 7 {
+				body = bytes.Repeat([]byte("b"), 2*deadChunk+1) // two chunk keys
+			}
+			return b.writeDead(ctx, q, newSeq(base.Add(time.Duration(i))), driver.DeadMessage{ID: ids[i], Body: body})
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.Stats(ctx, q)
+	if err != nil || st.Dead != n || bs.counts.Load() != 1 {
+		t.Fatalf("Stats: Dead %d (%v) with %d count queries; want %d with 1", st.Dead, err, bs.counts.Load(), n)
+	}
+	held, err := b.NextDead(ctx, q)
+	if err != nil || held.ID != ids[0] {
+		t.Fatalf("NextDead: %v %v", held, err)
+	}
+	before := bs.writes.Load()
+	got, err := b.DeleteDead(ctx, q, ids)
+	writes := bs.writes.Load() - before
+	if err != nil || got != n-1 {
+		t.Fatalf("DeleteDead of %d IDs, one held: removed %d (%v), want %d", n, got, err, n-1)
+	}
+	if writes > 3*2 {
+		t.Errorf("DeleteDead of %d records made %d writes, want at most 3 a round of %d (6)", n-1, writes, deadBatch)
+	}
+	keys, err := bs.List(ctx, b.deadScope(q), "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, k := range keys {
+		left = append(left, k[len(b.deadScope(q)):len(b.deadScope(q))+2])
+	}
+	if !slices.Equal(left, []string{"h/", "i/", "r/"}) { // the held record's hold, index key and head
+		t.Errorf("%d keys left after the delete, the first %q; want the held record's hold, index key and head", len(keys), keys[:min(len(keys), 5)])
+	}
+	if err := b.SettleDead(ctx, held, false); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := b.ListDead(ctx, q, "", 10)
+	if err != nil || len(recs) != 1 || recs[0].ID != ids[0] {
+		t.Fatalf("ListDead after the keep: %v %v; want the held record alone", recs, err)
+	}
+}

@@ -237,13 +237,22 @@
 // platform renews it every DeadHold/3, so two thirds of it are left),
 // removes the head, then the parts, the index key and the hold at once.
 // ListDead lists the heads after its cursor (the seq of the last record of
-// the page before) and reads them 32 at once. DeleteDead looks each ID up
-// in the index and removes each record whose hold it can take (held
-// records stay), 32 at once; PurgeDead does the same for every head, 1,000
-// keys a page. These calls use as many store connections as they can: give
-// pgstore a pool of 32 (pool_max_conns=32 in its URL; pgx's default is
-// 4). Stats.Dead lists the heads' keys (10,000 a call): held records
-// count. DeleteQueue removes every key. Records are as durable and as
+// the page before), reads them in one batch, and the parts of large
+// records 32 at once. DeleteDead looks each ID up in the index (32 at
+// once), then removes the records in rounds of 500, in the order of a pop:
+// it takes the holds of the round (held records stay), reads the heads,
+// removes the heads, then the parts, the index keys and the holds; a crash
+// in between leaves a held record that is visible again after DeadHold, or
+// keys no head names, never half a record. PurgeDead does the same for
+// every head, 1,000 keys a page. On a store with batches
+// (driver.StoreBatcher, which pgstore implements) a round is four store
+// calls, three of them writes (one PostgreSQL commit each); on another
+// store each key is a call of its own, 32 at once. These calls use as
+// many store connections as they can: give pgstore a pool of 32
+// (pool_max_conns=32 in its URL; pgx's default is 4). Stats.Dead counts
+// the heads' keys: one count query on a store with driver.StoreCounter
+// (pgstore), else a listing of them, 10,000 a call; held records count.
+// DeleteQueue removes every key. Records are as durable and as
 // replicated as the store: on a RabbitMQ cluster, run the store replicated
 // too.
 //

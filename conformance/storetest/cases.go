@@ -851,3 +851,86 @@ func testCompareAndSwap(t *testing.T, e *env) {
 		}
 	}
 }
+
+// testBatch drives the batch helpers of the driver package (GetEach,
+// CreateEach, DeleteEach, CountKeys) on the raw store: through its
+// StoreBatcher and StoreCounter when it has them, else through their
+// fallback. Each item must behave as its single call: a Create of a
+// present key refused and the others made, a Delete at a stale revision
+// refused and the others done, a Get of an absent key not found; and a
+// count must be the number of keys a listing finds.
+func testBatch(t *testing.T, e *env) {
+	s, ctx := e.raw, e.ctx()
+	key := func(i int) string { return e.ns + "/b/" + strconv.Itoa(i) }
+	must(t, "Create", func() error { _, err := s.Create(ctx, key(0), []byte("old"), 0); return err }())
+	items := make([]driver.BatchItem, 5)
+	for i := range items {
+		items[i] = driver.BatchItem{Key: key(i), Value: []byte("v" + strconv.Itoa(i))}
+	}
+	items[4].TTL = e.scaled(time.Hour)
+	made, err := driver.CreateEach(ctx, s, items)
+	must(t, "CreateEach", err)
+	if len(made) != len(items) {
+		t.Fatalf("CreateEach gave %d results for %d items", len(made), len(items))
+	}
+	if !errors.Is(made[0].Err, driver.ErrKeyExists) {
+		t.Errorf("CreateEach of a present key: got %v, want ErrKeyExists", made[0].Err)
+	}
+	for i, r := range made[1:] {
+		if r.Err != nil || r.Rev == "" {
+			t.Errorf("CreateEach item %d: rev %q, error %v; want a revision", i+1, r.Rev, r.Err)
+		}
+	}
+	keys := []string{key(0), key(1), key(4), key(9)}
+	got, err := driver.GetEach(ctx, s, keys)
+	must(t, "GetEach", err)
+	want := []string{"old", "v1", "v4", ""}
+	for i, r := range got {
+		if i == 3 {
+			if !errors.Is(r.Err, driver.ErrKeyNotFound) {
+				t.Errorf("GetEach of an absent key: got %v, want ErrKeyNotFound", r.Err)
+			}
+			continue
+		}
+		v, rev, gerr := s.Get(ctx, keys[i])
+		if r.Err != nil || string(r.Value) != want[i] || gerr != nil || r.Rev != rev || string(v) != want[i] {
+			t.Errorf("GetEach of %s = %q at %q (%v); Get = %q at %q (%v); want %q", keys[i], r.Value, r.Rev, r.Err, v, rev, gerr, want[i])
+		}
+	}
+	n, err := driver.CountKeys(ctx, s, e.ns+"/b/")
+	must(t, "CountKeys", err)
+	if n != 5 {
+		t.Errorf("CountKeys = %d, want 5", n)
+	}
+	r1, err := s.Update(ctx, key(1), []byte("new"), made[1].Rev, 0)
+	must(t, "Update", err)
+	dels := []driver.BatchItem{
+		{Key: key(1), Rev: made[1].Rev}, // stale
+		{Key: key(2), Rev: made[2].Rev},
+		{Key: key(3)},
+		{Key: key(8)},                   // absent, no revision
+		{Key: key(9), Rev: neverIssued}, // absent, at a revision
+	}
+	res, err := driver.DeleteEach(ctx, s, dels)
+	must(t, "DeleteEach", err)
+	for i, r := range res {
+		stale := i == 0 || i == 4
+		if stale != errors.Is(r.Err, driver.ErrRevision) || !stale && r.Err != nil {
+			t.Errorf("DeleteEach of %s at %q: got %v, want ErrRevision: %v", dels[i].Key, dels[i].Rev, r.Err, stale)
+		}
+	}
+	for i, k := range []string{key(1), key(2), key(3)} {
+		_, rev, err := s.Get(ctx, k)
+		if i == 0 && (err != nil || rev != r1) || i > 0 && !errors.Is(err, driver.ErrKeyNotFound) {
+			t.Errorf("Get of %s after DeleteEach: rev %q, error %v", k, rev, err)
+		}
+	}
+	n, err = driver.CountKeys(ctx, s, e.ns+"/b/")
+	must(t, "CountKeys", err)
+	if n != 3 {
+		t.Errorf("CountKeys after DeleteEach = %d, want 3", n)
+	}
+	if _, err := driver.CreateEach(ctx, s, []driver.BatchItem{{Key: key(5)}, {Key: key(5)}}); err == nil {
+		t.Errorf("CreateEach with a key twice: no error")
+	}
+}

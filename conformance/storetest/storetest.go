@@ -109,6 +109,7 @@ func cases() []testCase {
 		{"Limits/RefusedBeforeStore", testLimitsRefused},
 		{"Limits/LongestKey", testLongestKey},
 		{"Namespace/Separate", testNamespaces},
+		{"Batch/EachAsSingle", testBatch},
 		{"Durability/Restart", testRestart},
 	}
 }

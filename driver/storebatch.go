@@ -1,0 +1,205 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// StoreBatcher is an optional interface of a Store: Get, Create and Delete
+// of many keys in one round trip, and one commit where the store has
+// commits (PostgreSQL). Callers reach it through GetEach, CreateEach and
+// DeleteEach, which fall back to one call per key on a Store without it.
+//
+// Each item behaves as its single call would, on its own: the batch is not
+// a transaction across items (a reader may see some of its writes before
+// the others), and each item's result is the one its single call would
+// have given at some moment during the batch. Keys of one batch are
+// distinct and at most MaxBatch; the helpers check both, so a StoreBatcher
+// may assume them.
+//
+// A batch that returns an error (the broker's, wrapped with %w; ErrClosed)
+// may have applied any subset of its items; its results are then nil.
+type StoreBatcher interface {
+	// GetEach is Get of each key: Value and Rev, or Err ErrKeyNotFound.
+	GetEach(ctx context.Context, keys []string) ([]BatchResult, error)
+
+	// CreateEach is Create of each item's Key, Value and TTL: Rev, or Err
+	// ErrKeyExists.
+	CreateEach(ctx context.Context, items []BatchItem) ([]BatchResult, error)
+
+	// DeleteEach is Delete of each item's Key at its Rev (empty: whatever
+	// is there): Err nil, or ErrRevision for an item with a Rev.
+	DeleteEach(ctx context.Context, items []BatchItem) ([]BatchResult, error)
+}
+
+// StoreCounter is an optional interface of a Store: Count returns how many
+// present keys start with prefix (empty: every key), as a List of them all
+// would, without sending them. Callers reach it through CountKeys, which
+// falls back to listing the keys on a Store without it.
+type StoreCounter interface {
+	Count(ctx context.Context, prefix string) (int64, error)
+}
+
+// BatchItem is one key of a batch call.
+type BatchItem struct {
+	Key   string
+	Value []byte        // CreateEach
+	TTL   time.Duration // CreateEach: zero, none
+	Rev   string        // DeleteEach: empty, whatever is there
+}
+
+// BatchResult is the result of one item of a batch call, in the order of
+// the call's items.
+type BatchResult struct {
+	Value []byte // GetEach: the caller's to keep
+	Rev   string // GetEach, CreateEach
+	Err   error  // nil, or the item's sentinel: ErrKeyNotFound, ErrKeyExists, ErrRevision
+}
+
+// MaxBatch is the most items of one batch call.
+const MaxBatch = 1000
+
+// eachWorkers bounds the single calls the helpers' fallback makes at once.
+const eachWorkers = 32
+
+// GetEach gets each key through s's StoreBatcher, or with one Get a key
+// (eachWorkers at once) on a Store without it. A result's Err is nil or
+// ErrKeyNotFound; any other error of a key fails the call.
+func GetEach(ctx context.Context, s Store, keys []string) ([]BatchResult, error) {
+	if err := checkBatch(len(keys), func(i int) string { return keys[i] }); err != nil {
+		return nil, err
+	}
+	if b, ok := s.(StoreBatcher); ok {
+		rs, err := b.GetEach(ctx, keys)
+		return checkResults(rs, err, len(keys), ErrKeyNotFound)
+	}
+	return each(ctx, len(keys), ErrKeyNotFound, func(ctx context.Context, i int) (BatchResult, error) {
+		v, rev, err := s.Get(ctx, keys[i])
+		return BatchResult{Value: v, Rev: rev}, err
+	})
+}
+
+// CreateEach creates each item through s's StoreBatcher, or with one Create
+// an item (eachWorkers at once) on a Store without it. A result's Err is
+// nil or ErrKeyExists; any other error of an item fails the call.
+func CreateEach(ctx context.Context, s Store, items []BatchItem) ([]BatchResult, error) {
+	if err := checkBatch(len(items), func(i int) string { return items[i].Key }); err != nil {
+		return nil, err
+	}
+	if b, ok := s.(StoreBatcher); ok {
+		rs, err := b.CreateEach(ctx, items)
+		return checkResults(rs, err, len(items), ErrKeyExists)
+	}
+	return each(ctx, len(items), ErrKeyExists, func(ctx context.Context, i int) (BatchResult, error) {
+		rev, err := s.Create(ctx, items[i].Key, items[i].Value, items[i].TTL)
+		return BatchResult{Rev: rev}, err
+	})
+}
+
+// DeleteEach deletes each item through s's StoreBatcher, or with one Delete
+// an item (eachWorkers at once) on a Store without it. A result's Err is
+// nil or ErrRevision; any other error of an item fails the call.
+func DeleteEach(ctx context.Context, s Store, items []BatchItem) ([]BatchResult, error) {
+	if err := checkBatch(len(items), func(i int) string { return items[i].Key }); err != nil {
+		return nil, err
+	}
+	if b, ok := s.(StoreBatcher); ok {
+		rs, err := b.DeleteEach(ctx, items)
+		return checkResults(rs, err, len(items), ErrRevision)
+	}
+	return each(ctx, len(items), ErrRevision, func(ctx context.Context, i int) (BatchResult, error) {
+		return BatchResult{}, s.Delete(ctx, items[i].Key, items[i].Rev)
+	})
+}
+
+// CountKeys counts the present keys under prefix through s's StoreCounter,
+// or by listing them, MaxBatch*10 a call, on a Store without it.
+func CountKeys(ctx context.Context, s Store, prefix string) (int64, error) {
+	if c, ok := s.(StoreCounter); ok {
+		return c.Count(ctx, prefix)
+	}
+	const page = 10 * MaxBatch
+	var n int64
+	for after := ""; ; {
+		keys, err := s.List(ctx, prefix, after, page)
+		if err != nil {
+			return n, err
+		}
+		n += int64(len(keys))
+		if len(keys) < page {
+			return n, nil
+		}
+		after = keys[len(keys)-1]
+	}
+}
+
+// checkBatch refuses a batch over MaxBatch items or with a key twice.
+func checkBatch(n int, key func(int) string) error {
+	if n > MaxBatch {
+		return fmt.Errorf("store batch of %d items, the limit is %d", n, MaxBatch)
+	}
+	seen := make(map[string]bool, n)
+	for i := range n {
+		if seen[key(i)] {
+			return fmt.Errorf("store batch has the key %q twice", key(i))
+		}
+		seen[key(i)] = true
+	}
+	return nil
+}
+
+// checkResults holds a StoreBatcher's answer to the contract: one result
+// an item, each Err nil or the call's sentinel.
+func checkResults(rs []BatchResult, err error, n int, sentinel error) ([]BatchResult, error) {
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) != n {
+		return nil, fmt.Errorf("store batch of %d items answered %d results", n, len(rs))
+	}
+	for i, r := range rs {
+		if r.Err != nil && !errors.Is(r.Err, sentinel) {
+			return nil, fmt.Errorf("store batch item %d: %w", i, r.Err)
+		}
+	}
+	return rs, nil
+}
+
+// each runs one call an item, eachWorkers at once, and stops at the first
+// error other than sentinel.
+func each(ctx context.Context, n int, sentinel error, call func(context.Context, int) (BatchResult, error)) ([]BatchResult, error) {
+	out := make([]BatchResult, n)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, eachWorkers)
+	var wg sync.WaitGroup
+	for i := range n {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r, err := call(ctx, i)
+			switch {
+			case err == nil:
+			case errors.Is(err, sentinel):
+				r = BatchResult{Err: sentinel}
+			default:
+				cancel(err)
+			}
+			out[i] = r
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
