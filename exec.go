@@ -259,15 +259,19 @@ func (p *Platform) report(j *executor.Job, d decide.Decision, text string, resul
 }
 
 // publishReport enqueues r on the output queue as a ReportType job whose ID
-// is r.Key (a backend that deduplicates message IDs then drops a second
-// publish of the same end). A result too large for the backend is left
+// is r.Key, with the input's enqueue nonce (a backend that deduplicates
+// publishes then drops a second publish of the same end). A result too large for the backend is left
 // out, the report saying so, and a long error text cut.
 func (p *Platform) publishReport(ctx context.Context, out string, r *OutcomeReport) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("asyncplatform: encoding an outcome report: %w", err)
 	}
-	job := &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b}
+	// The report's enqueue nonce is the input's: every worker that reports
+	// this end derives the same deduplication key, and a writer who has not
+	// read the input cannot.
+	nonce := r.Headers[wire.StatusHeader]
+	job := &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b, statusNonce: nonce}
 	err = p.enqueue(ctx, []*Job{job})
 	if !errors.Is(err, ErrPayloadTooLarge) {
 		return err
@@ -279,7 +283,7 @@ func (p *Platform) publishReport(ctx context.Context, out string, r *OutcomeRepo
 		r.Error = wire.CutUTF8(r.Error, 1024) + " …(cut to fit)"
 	}
 	b, _ = json.Marshal(r)
-	job = &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b}
+	job = &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b, statusNonce: nonce}
 	return p.enqueue(ctx, []*Job{job})
 }
 
@@ -290,7 +294,7 @@ func encodeMessage(c wire.Codec, j *Job) driver.Message {
 	w := toWire(j)
 	body := c.Encode(j.Queue, &w)
 	j.Errors = w.Errors
-	return driver.Message{ID: messageID(j), Body: body, NotBefore: j.NotBefore}
+	return driver.Message{ID: messageID(j), Dedupe: c.DedupeKey(&w), Body: body, NotBefore: j.NotBefore}
 }
 
 // messageID names the current copy of j: its ID, then ID.N for the N-th copy.

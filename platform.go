@@ -429,6 +429,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 		}
 	}
 	p.codec.RequireBound, p.codec.ReplayWindow = cfg.RequireBoundSignatures, cfg.ReplayWindow
+	p.codec.Dedupe = p.caps.Deduplicates
 	if p.caps.MinLease > 0 && cfg.Lease < p.caps.MinLease {
 		return nil, fmt.Errorf("%w: Lease %v is shorter than the backend's shortest lease %v", ErrInvalidConfig, cfg.Lease, p.caps.MinLease)
 	}
@@ -763,7 +764,7 @@ func (c *Config) prepare(j *Job, now time.Time) error {
 	j.payloadRef, j.unhandled = "", 0
 	if j.copyNo > 0 || j.delivered {
 		j.copyNo++
-		j.statusNonce = "" // a new enqueue: a new status record
+		j.statusNonce = "" // a new enqueue: a new status record and deduplication keys
 	}
 	return nil
 }
@@ -778,7 +779,7 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 	msgs := make([]driver.Message, len(jobs))
 	tracked := p.status.Tracks(queue)
 	for i, j := range jobs {
-		if tracked {
+		if tracked || p.codec.Dedupe {
 			j = withStatusNonce(j)
 		}
 		if check && p.payloads != nil {

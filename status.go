@@ -150,9 +150,11 @@ func statusJobs(jobs []*Job) []status.Job {
 }
 
 // withStatusNonce returns j carrying its enqueue's nonce in
-// wire.StatusHeader (a copy: the caller's headers are not written to). The
-// nonce is made on the first call for j and kept in j, so that Enqueue
-// retried with the same Job writes the same message.
+// wire.StatusHeader (a copy: the caller's headers are not written to), for
+// its status record and, on a deduplicating backend, its copies'
+// deduplication keys. The nonce is made on the first call for j and kept
+// in j, so that Enqueue retried with the same Job writes the same message
+// under the same key.
 func withStatusNonce(j *Job) *Job {
 	if j.statusNonce == "" {
 		j.statusNonce = wire.NewNonce()

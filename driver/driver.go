@@ -80,10 +80,21 @@ type Message struct {
 	// ID identifies this copy of the message: the job's ID on its first
 	// enqueue, and a new value (the job ID with a copy number) for every
 	// copy written by Requeue or a redrive. A retried publish of the same
-	// copy keeps the same ID, so a backend that deduplicates publishes
-	// (JetStream Nats-Msg-Id, for example) uses it as the key. Others may
+	// copy keeps the same ID. A backend that deduplicates publishes keys
+	// them by Dedupe, and by ID only when Dedupe is empty. Others may
 	// ignore it.
 	ID string
+
+	// Dedupe, set by the platform when the backend reports
+	// Capabilities.Deduplicates, is the key a deduplicating backend stores
+	// this copy under (JetStream Nats-Msg-Id, for example): the same for
+	// every publish of the same copy, by any worker, and one that a writer
+	// to the broker cannot compute without reading the message that led to
+	// it (the job's copy before, or the Enqueue that made it), so it cannot
+	// publish ahead of a copy and have the real one dropped. Empty for a
+	// message whose job carries no enqueue nonce (written by an earlier
+	// version): the backend then keys it by ID.
+	Dedupe string
 
 	// Body is the opaque message, encoded by the platform.
 	Body []byte
@@ -166,6 +177,12 @@ type Capabilities struct {
 	// Zero means a hold lasts until SettleDead or until the holder's
 	// connection ends, and the platform never calls ExtendDead.
 	DeadHold time.Duration
+
+	// Deduplicates is true when the backend drops a publish whose key
+	// (Message.Dedupe, or Message.ID without one) it stored within a
+	// window. The platform then carries a random nonce in every job it
+	// enqueues and sets Message.Dedupe from it.
+	Deduplicates bool
 }
 
 // Backend stores and delivers messages for a set of named queues, and keeps one

@@ -505,6 +505,7 @@ func (b *Backend) Capabilities() driver.Capabilities {
 		MinLease:          100 * time.Millisecond,
 		RedeliversOnClose: false,
 		DeadHold:          b.cfg.DeadHold,
+		Deduplicates:      true,
 	}
 }
 
@@ -589,8 +590,16 @@ func (b *Backend) newMsg(queue string, msg *driver.Message) (*gonats.Msg, error)
 		return nil, fmt.Errorf("nats: message ID of %d bytes, limit %d", len(msg.ID), MaxIDLen)
 	}
 	m := &gonats.Msg{Subject: b.workSubject(queue), Data: msg.Body, Header: gonats.Header{}}
-	if msg.ID != "" {
-		// Deduplication is stream-wide: scope the key to the queue.
+	// Deduplication is stream-wide: scope the key to the queue. A Dedupe key
+	// is unguessable; an ID is a name anyone can predict, used only for a
+	// message the platform gave no Dedupe (its job carries no nonce).
+	switch {
+	case msg.Dedupe != "":
+		if len(msg.Dedupe) > MaxIDLen {
+			return nil, fmt.Errorf("nats: message dedupe key of %d bytes, limit %d", len(msg.Dedupe), MaxIDLen)
+		}
+		m.Header.Set(hdrMsgID, token(queue)+"/#"+msg.Dedupe)
+	case msg.ID != "":
 		m.Header.Set(hdrMsgID, token(queue)+"/"+msg.ID)
 	}
 	if !msg.NotBefore.IsZero() && time.Until(msg.NotBefore) > 0 {

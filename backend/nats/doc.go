@@ -49,8 +49,13 @@
 // the first three streams (S_HOLD and S_CLAIM take the storage and
 // replicas, never a limit). Limits use the "new" discard policy: a full stream refuses
 // publishes with an error, and never drops a stored message.
-// Publishes carry Nats-Msg-Id = <q>/<Message.ID>, so a retried publish of
-// the same copy is stored once within Config.DuplicateWindow. Bodies are
+// Publishes carry Nats-Msg-Id = <q>/#<Message.Dedupe>, so a retried
+// publish of the same copy, by this worker or another, is stored once
+// within Config.DuplicateWindow; the platform makes Dedupe unguessable
+// (Capabilities.Deduplicates), so no writer to the broker can publish
+// ahead of a copy and have the real one dropped. A message without a
+// Dedupe (a job written by an earlier version) carries <q>/<Message.ID>,
+// a name anyone can predict. Bodies are
 // stored untouched; everything of the backend's own is in headers.
 //
 // Delays. nats-server 2.9 has no delayed publish, and NakWithDelay cannot

@@ -66,7 +66,7 @@ func TestServerRestartUnderLoad(t *testing.T) {
 	producer, pb := newPlatform()
 
 	// The producer enqueues one job at a time and retries each with the
-	// same ID until the server acks it (JetStream deduplicates the retries).
+	// same Job until the server acks it (JetStream deduplicates the retries).
 	acked := make(map[string]bool, total)
 	var failedTries int
 	// The server goes down once a third of the jobs are in, while the
@@ -97,9 +97,12 @@ func TestServerRestartUnderLoad(t *testing.T) {
 					closeThird.Do(func() { close(third) })
 				}
 				id := fmt.Sprintf("%s-%05d", q, i)
+				// The same Job each time: its enqueue nonce, and so its
+				// deduplication key, is kept across the retries.
+				job := &ap.Job{ID: id, Type: "load", Queue: q, Payload: []byte(id)}
 				for {
 					ectx, ecancel := context.WithTimeout(ctx, 2*time.Second)
-					err := producer.Enqueue(ectx, &ap.Job{ID: id, Type: "load", Queue: q, Payload: []byte(id)})
+					err := producer.Enqueue(ectx, job)
 					ecancel()
 					mu.Lock()
 					if err == nil {

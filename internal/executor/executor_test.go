@@ -382,3 +382,53 @@ func TestDeadRaw(t *testing.T) {
 		t.Errorf("a raw message released a unique key: %v", h.calls.released)
 	}
 }
+
+// requeues records the messages Requeue is given.
+type requeues struct {
+	driver.Backend
+	mu   sync.Mutex
+	msgs []driver.Message
+}
+
+func (r *requeues) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Message) error {
+	r.mu.Lock()
+	r.msgs = append(r.msgs, msg)
+	r.mu.Unlock()
+	return r.Backend.Requeue(ctx, d, msg)
+}
+
+// TestDedupeKeySameForEveryWorker: on a deduplicating backend, two workers
+// that settle the same delivered copy (a lost ack, a SIGTERM mid-job) write
+// its next copy under the same key, derived from the job's enqueue nonce,
+// so the broker stores it once; another enqueue's job (another nonce) gets
+// another key, and a job without a nonce none (the backend keys it by ID).
+func TestDedupeKeySameForEveryWorker(t *testing.T) {
+	t.Parallel()
+	retry := func(nonce string) driver.Message {
+		h := newHarness(t, 1<<20)
+		rec := &requeues{Backend: h.b}
+		h.x.cfg.Backend, h.x.cfg.Codec.Dedupe = rec, true
+		j := &wire.Job{ID: "job", Type: "t", Copy: 3, EnqueuedAt: time.Now(), Headers: map[string]string{}}
+		if nonce != "" {
+			j.Headers[wire.StatusHeader] = nonce
+		}
+		f := h.deliver(t, j)
+		if err := h.x.settle(f, &f.Job.Job, decide.Decision{Outcome: decide.Retried, Failures: 1}, "", nil); err != nil {
+			t.Fatal(err)
+		}
+		if len(rec.msgs) != 1 {
+			t.Fatalf("requeued %d messages, want 1", len(rec.msgs))
+		}
+		return rec.msgs[0]
+	}
+	first, second := retry("nonce-a"), retry("nonce-a")
+	if first.Dedupe == "" || first.Dedupe != second.Dedupe {
+		t.Errorf("two workers wrote copy 4 of the same job under keys %q and %q; want one key", first.Dedupe, second.Dedupe)
+	}
+	if other := retry("nonce-b"); other.Dedupe == first.Dedupe {
+		t.Errorf("another enqueue's copy 4 got the same key %q", other.Dedupe)
+	}
+	if old := retry(""); old.Dedupe != "" || old.ID != "job.4" {
+		t.Errorf("a job without a nonce: ID %q, key %q; want job.4 and no key", old.ID, old.Dedupe)
+	}
+}

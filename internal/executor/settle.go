@@ -124,7 +124,7 @@ func (x *Executor[V]) settle(f *Delivery[V], j *Job, d decide.Decision, text str
 		return err
 	case decide.Parked:
 		j.Copy++ // the held copy is the job's next copy, bound to the queue it goes back to
-		msg := driver.Message{ID: wire.MessageID(j.ID, j.Copy), Body: x.cfg.Codec.Encode(j.Queue, &j.Job), NotBefore: j.NotBefore}
+		msg := driver.Message{ID: wire.MessageID(j.ID, j.Copy), Dedupe: x.cfg.Codec.DedupeKey(&j.Job), Body: x.cfg.Codec.Encode(j.Queue, &j.Job), NotBefore: j.NotBefore}
 		err := x.cfg.Groups.Park(context.Background(), j.Queue, j.Group, j.ID, msg, func() error { return f.Settle(x.cfg.Backend, x.cfg.Log, true, nil, nil) })
 		if errors.Is(err, pause.ErrNotParked) { // it comes again, and the pause is read again
 			j.Copy--
@@ -172,7 +172,7 @@ func (x *Executor[V]) requeue(f *Delivery[V], j *Job, at time.Time) error {
 	if at.After(time.Now()) {
 		j.NotBefore = at
 	}
-	msg := driver.Message{ID: wire.MessageID(j.ID, j.Copy), Body: x.cfg.Codec.Encode(f.D.Queue, &j.Job), NotBefore: j.NotBefore}
+	msg := driver.Message{ID: wire.MessageID(j.ID, j.Copy), Dedupe: x.cfg.Codec.DedupeKey(&j.Job), Body: x.cfg.Codec.Encode(f.D.Queue, &j.Job), NotBefore: j.NotBefore}
 	return f.Settle(x.cfg.Backend, x.cfg.Log, false, &msg, nil)
 }
 
@@ -269,5 +269,5 @@ func (x *Executor[V]) HeldCopy(d *driver.Delivery) (id string, msg driver.Messag
 		// ReplayWindow, the held signing time would have it refused.
 		body = x.cfg.Codec.Encode(q, &j.Job)
 	}
-	return id, driver.Message{ID: id, Body: body, NotBefore: j.NotBefore}, nil
+	return id, driver.Message{ID: id, Dedupe: x.cfg.Codec.DedupeKey(&j.Job), Body: body, NotBefore: j.NotBefore}, nil
 }

@@ -1,8 +1,11 @@
 package wire
 
 import (
+	"crypto/hmac"
 	crand "crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -33,6 +36,9 @@ type Codec struct {
 	// signing time, or its NotBefore when later) more than ReplayWindow
 	// ago.
 	ReplayWindow time.Duration
+	// Dedupe makes DedupeKey compute keys: the backend deduplicates
+	// publishes (driver.Capabilities.Deduplicates).
+	Dedupe bool
 }
 
 // The headers a signed job carries its binding in.
@@ -203,10 +209,48 @@ func FirstLine(s string) string {
 	return s
 }
 
-// StatusHeader is the header a job of a status-tracked queue carries its
-// enqueue's nonce in (internal/status): the job's status record holds the
-// same nonce, and a copy with another one does not write the record.
+// StatusHeader is the header a job carries its enqueue's nonce in (see
+// NewNonce), on a status-tracked queue and on a backend that deduplicates
+// publishes. Every copy of the job carries it unchanged. The job's status
+// record holds the same nonce, and a copy with another one does not write
+// the record (internal/status); DedupeKey derives each copy's
+// deduplication key from it.
 const StatusHeader = "asyncplatform-status"
+
+// DedupeKey returns the driver.Message.Dedupe of j's current copy: a hash
+// of j's enqueue nonce (StatusHeader), ID and copy number, keyed with the
+// signing key when the Codec has one. Every worker that writes the same
+// copy of the same job computes the same key; a writer to the broker who
+// has not read the job's nonce cannot, nor, with a signing key, one who
+// has. The ID and nonce are length-prefixed, so job x's copy 1 and job
+// x.1's copy 0 get different keys. It returns "" when the Codec does not
+// dedupe or j carries no nonce (a job written by an earlier version).
+func (c Codec) DedupeKey(j *Job) string {
+	nonce := j.Headers[StatusHeader]
+	if !c.Dedupe || nonce == "" {
+		return ""
+	}
+	in := make([]byte, 0, len(dedupeDomain)+len(nonce)+len(j.ID)+3*binary.MaxVarintLen64)
+	in = append(in, dedupeDomain...)
+	in = appendString(in, nonce)
+	in = appendString(in, j.ID)
+	in = binary.AppendUvarint(in, j.Copy)
+	var sum []byte
+	if len(c.Keys) > 0 {
+		mac := hmac.New(sha256.New, c.Keys[0])
+		mac.Write(in)
+		sum = mac.Sum(nil)
+	} else {
+		s := sha256.Sum256(in)
+		sum = s[:]
+	}
+	return base64.RawURLEncoding.EncodeToString(sum[:dedupeBytes])
+}
+
+const (
+	dedupeDomain = "asyncplatform dedupe v1\x00"
+	dedupeBytes  = 18 // 144 bits: 24 characters
+)
 
 // NewNonce returns 16 random bytes from crypto/rand, unpadded base64url:
 // a value no writer to the broker can guess.
