@@ -291,22 +291,43 @@ type Job struct {
 	TryCount, Failures, Crashes int
 }
 
+// EnqueueWriters is how many records Enqueued writes at once for a batch.
+const EnqueueWriters = 16
+
 // Enqueued writes the waiting (or scheduled) record of each newly stored job
-// of a tracked queue. The jobs are stored already: a failed write is logged,
-// not returned (the worker writes the record when it takes the job).
+// of a tracked queue, up to EnqueueWriters at once, and returns when all are
+// written. The jobs are stored already: a failed write is logged, not
+// returned (the worker writes the record when it takes the job).
 func (t *Tracker) Enqueued(ctx context.Context, jobs []Job) {
 	now := t.cfg.Now()
-	for _, j := range jobs {
-		if !t.Tracks(j.Queue) {
-			continue
-		}
-		r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, State: Waiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now, Copy: j.Copy, Nonce: j.Nonce}
-		if j.NotBefore.After(now) {
-			r.State, r.RetryAt = Scheduled, j.NotBefore
-		}
-		if err := t.create(ctx, &r); err != nil {
-			t.cfg.Logger.Warn("asyncplatform: writing a job's status failed", "queue", j.Queue, "id", j.ID, "error", err)
-		}
+	if len(jobs) == 1 {
+		t.enqueued(ctx, &jobs[0], now)
+		return
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, EnqueueWriters)
+	for i := range jobs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			t.enqueued(ctx, &jobs[i], now)
+		}()
+	}
+	wg.Wait()
+}
+
+// enqueued writes the record of j, stored at now, when its queue is tracked.
+func (t *Tracker) enqueued(ctx context.Context, j *Job, now time.Time) {
+	if !t.Tracks(j.Queue) {
+		return
+	}
+	r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, State: Waiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now, Copy: j.Copy, Nonce: j.Nonce}
+	if j.NotBefore.After(now) {
+		r.State, r.RetryAt = Scheduled, j.NotBefore
+	}
+	if err := t.create(ctx, &r); err != nil {
+		t.cfg.Logger.Warn("asyncplatform: writing a job's status failed", "queue", j.Queue, "id", j.ID, "error", err)
 	}
 }
 

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -561,5 +563,55 @@ func TestForgedCopyIgnored(t *testing.T) {
 	tk.Enqueued(ctx, []Job{{ID: "j2", Queue: "q", Type: "t", Nonce: "real"}})
 	if r := get(t, tk, "j2"); r.State != Waiting || r.Nonce != "real" || r.Copy != 0 {
 		t.Fatalf("the enqueue after a forged record: %+v; want its waiting record", r)
+	}
+}
+
+// overlap holds each Create until another is under way, so that creates
+// made one after another never end (the test's deadline fails them).
+type overlap struct {
+	driver.Store
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	more     chan struct{} // closed when two are under way
+}
+
+func (o *overlap) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
+	o.mu.Lock()
+	o.inFlight++
+	o.most = max(o.most, o.inFlight)
+	if o.inFlight == 2 {
+		close(o.more)
+	}
+	o.mu.Unlock()
+	defer func() { o.mu.Lock(); o.inFlight--; o.mu.Unlock() }()
+	select {
+	case <-o.more:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	return o.Store.Create(ctx, key, value, ttl)
+}
+
+// The records of a batch are written at once, up to EnqueueWriters, and
+// Enqueued returns when all are.
+func TestEnqueuedBatchAtOnce(t *testing.T) {
+	t.Parallel()
+	o := &overlap{Store: newStore(t), more: make(chan struct{})}
+	tk := newTracker(o, "w1")
+	jobs := make([]Job, 3*EnqueueWriters)
+	for i := range jobs {
+		jobs[i] = Job{ID: fmt.Sprintf("j%d", i), Queue: "q", Type: "t"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a safety net: creates one at a time never end
+	defer cancel()
+	tk.Enqueued(ctx, jobs)
+	for _, j := range jobs {
+		if r := get(t, tk, j.ID); r.State != Waiting {
+			t.Fatalf("record of %s: %+v; want waiting", j.ID, r)
+		}
+	}
+	if o.most < 2 || o.most > EnqueueWriters {
+		t.Errorf("at most %d creates under way at once, want 2 to %d", o.most, EnqueueWriters)
 	}
 }
