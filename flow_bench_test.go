@@ -23,7 +23,8 @@ import (
 // queue empty); with a per-process limit, a cluster-wide concurrency limit
 // and a cluster-wide rate on the job type, each high enough never to hold
 // a job back, so what is measured is the bookkeeping (store round trips
-// for the cluster-wide ones). On the in-process broker and the machine's
+// for the cluster-wide ones); and with TrackStatus (a record written at
+// the enqueue and at each state change). On the in-process broker and the machine's
 // Redis (skipped when it does not answer):
 //
 //	go test -run '^$' -bench Flow -benchtime 20000x -count 5 .
@@ -57,6 +58,7 @@ func BenchmarkFlow(b *testing.B) {
 		{"local-limit", func(c *ap.Config) { c.Limits = map[string]ap.TypeLimit{"noop": {Concurrency: 1000}} }},
 		{"cluster-limit", func(c *ap.Config) { c.Limits = map[string]ap.TypeLimit{"noop": {ClusterConcurrency: 1000}} }},
 		{"rate", func(c *ap.Config) { c.Limits = map[string]ap.TypeLimit{"noop": {Rate: 1e6, Burst: 1000}} }},
+		{"status", func(c *ap.Config) { c.TrackStatus = true }},
 	}
 	for _, bk := range []string{"memory", "redis"} {
 		for _, m := range modes {

@@ -111,7 +111,7 @@ func (c *cli) jobCancel(ctx context.Context, id string) error {
 	if c.json {
 		return json1(c.stdout, st)
 	}
-	what := "it will not run"
+	what := "it will not run (or, taken by a worker since its status was written, its handler's context ends within about a second)"
 	if st.State == ap.StateRunning {
 		what = "its handler's context ends within about a second"
 	}

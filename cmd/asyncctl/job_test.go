@@ -139,7 +139,18 @@ func TestJobCancel(t *testing.T) {
 		}
 	}
 	<-started
-	waitState(t, p, running.ID, ap.StateRunning)
+	// The worker shows the job running at once; other processes once its
+	// poll has written the running state (a handler running a poll interval).
+	b, err := ap.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	reader, err := ap.New(b, ap.Config{TrackStatus: true}) // not started: it reads only
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, reader, running.ID, ap.StateRunning)
 
 	out := mustCtl(t, exitOK, "", "job", "cancel", "--url", url, running.ID)
 	if !strings.Contains(out, "cancel requested for job "+running.ID+" (running)") {

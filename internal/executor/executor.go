@@ -351,6 +351,7 @@ func (x *Executor[V]) run(t *jobctx.Timer, f *Delivery[V], h Handler[V], timeout
 	ctx := &f.Ctx
 	w.Track.Started(ctx)
 	if f.Start() { // its lease lapsed while it waited: another worker has it now
+		w.Track.Ended(context.Background(), false) // not running here: its status is the other worker's
 		return r, false
 	}
 	if x.workCtx.Err() != nil { // Stop gave up waiting before it was started

@@ -82,6 +82,8 @@ func (x *Executor[V]) settle(f *Delivery[V], j *Job, d decide.Decision, text str
 	defer func() {
 		if err == nil {
 			f.Job.Track.Settled(context.Background(), d, f.Job.Job.TryCount, result, wire.FirstLine(text))
+		} else {
+			f.Job.Track.Unsettled(context.Background())
 		}
 	}()
 	switch d.Outcome {

@@ -201,13 +201,39 @@ func (t *Tracker) bound(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // Get returns the record of the job with the given ID; ErrNotFound when
-// there is none.
+// there is none. A job running in this process whose running state is not
+// written yet (see Track) is shown running.
 func (t *Tracker) Get(ctx context.Context, id string) (Record, error) {
 	if _, err := t.store(); err != nil {
 		return Record{}, err
 	}
-	r, _, err := t.read(ctx, key(id))
+	k := key(id)
+	r, _, err := t.read(ctx, k)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return r, err
+	}
+	if t.local(k, &r, err == nil) {
+		return r, nil
+	}
 	return r, err
+}
+
+// local replaces *r, the record of key k as read (found: there is one), by
+// the running state of the job's delivery running here when that state is
+// not written yet and is not older than *r. It keeps r's CancelRequested,
+// and reports whether it replaced it.
+func (t *Tracker) local(k string, r *Record, found bool) bool {
+	v, ok := t.running.Load(k)
+	if !ok {
+		return false
+	}
+	run, ok := v.(*Track).view()
+	if !ok || found && newer(r, &run) {
+		return false
+	}
+	run.CancelRequested = r.CancelRequested
+	*r = run
+	return true
 }
 
 // Cancel marks the record of the job with the given ID as cancelled and
@@ -265,22 +291,43 @@ type Job struct {
 	TryCount, Failures, Crashes int
 }
 
+// EnqueueWriters is how many records Enqueued writes at once for a batch.
+const EnqueueWriters = 16
+
 // Enqueued writes the waiting (or scheduled) record of each newly stored job
-// of a tracked queue. The jobs are stored already: a failed write is logged,
-// not returned (the worker writes the record when it takes the job).
+// of a tracked queue, up to EnqueueWriters at once, and returns when all are
+// written. The jobs are stored already: a failed write is logged, not
+// returned (the worker writes the record when it takes the job).
 func (t *Tracker) Enqueued(ctx context.Context, jobs []Job) {
 	now := t.cfg.Now()
-	for _, j := range jobs {
-		if !t.Tracks(j.Queue) {
-			continue
-		}
-		r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, State: Waiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now, Copy: j.Copy, Nonce: j.Nonce}
-		if j.NotBefore.After(now) {
-			r.State, r.RetryAt = Scheduled, j.NotBefore
-		}
-		if err := t.create(ctx, &r); err != nil {
-			t.cfg.Logger.Warn("asyncplatform: writing a job's status failed", "queue", j.Queue, "id", j.ID, "error", err)
-		}
+	if len(jobs) == 1 {
+		t.enqueued(ctx, &jobs[0], now)
+		return
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, EnqueueWriters)
+	for i := range jobs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			t.enqueued(ctx, &jobs[i], now)
+		}()
+	}
+	wg.Wait()
+}
+
+// enqueued writes the record of j, stored at now, when its queue is tracked.
+func (t *Tracker) enqueued(ctx context.Context, j *Job, now time.Time) {
+	if !t.Tracks(j.Queue) {
+		return
+	}
+	r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, State: Waiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now, Copy: j.Copy, Nonce: j.Nonce}
+	if j.NotBefore.After(now) {
+		r.State, r.RetryAt = Scheduled, j.NotBefore
+	}
+	if err := t.create(ctx, &r); err != nil {
+		t.cfg.Logger.Warn("asyncplatform: writing a job's status failed", "queue", j.Queue, "id", j.ID, "error", err)
 	}
 }
 
@@ -378,7 +425,8 @@ func (t *Tracker) create(ctx context.Context, r *Record) error {
 }
 
 // Poll cancels, every Config.Poll until ctx ends, the jobs running here that
-// Cancel marked. It returns at once when there is no store.
+// Cancel marked, and writes the running state of the jobs whose handler has
+// run here for a poll interval. It returns at once when there is no store.
 func (t *Tracker) Poll(ctx context.Context) {
 	if t.cfg.Store == nil {
 		return
@@ -393,6 +441,7 @@ func (t *Tracker) Poll(ctx context.Context) {
 		}
 		if t.n.Load() > 0 {
 			t.pollOnce(ctx)
+			t.flushRunning(ctx)
 		}
 	}
 }
@@ -411,4 +460,14 @@ func (t *Tracker) pollOnce(ctx context.Context) {
 	if err != nil {
 		t.cfg.Logger.Warn("asyncplatform: reading cancellations failed", "error", err)
 	}
+}
+
+// flushRunning writes the running state of the jobs running here since a
+// poll interval or more that have none written yet.
+func (t *Tracker) flushRunning(ctx context.Context) {
+	cutoff := time.Now().Add(-t.cfg.Poll)
+	t.running.Range(func(_, v any) bool {
+		v.(*Track).flushRunning(ctx, cutoff)
+		return ctx.Err() == nil
+	})
 }

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -314,9 +316,9 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-// A Cancel between Begin's read and Running's write makes Running's write
-// meet a conflict: it reads again, keeps the mark, and says cancelled.
-func TestRunningAfterConcurrentCancel(t *testing.T) {
+// A Cancel after Begin's read does not stop Running: the job is running
+// from Begin on, and the poll ends its handler. Get keeps the mark.
+func TestCancelAfterBegin(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	tk := newTracker(newStore(t), "w1")
@@ -329,11 +331,94 @@ func TestRunningAfterConcurrentCancel(t *testing.T) {
 	if err := tk.Cancel(ctx, "j1"); err != nil {
 		t.Fatal(err)
 	}
-	if !tr.Running(ctx) {
-		t.Error("Running after a concurrent Cancel did not say cancelled")
+	if tr.Running(ctx) {
+		t.Error("Running after Begin's read said cancelled: the poll carries a later Cancel")
 	}
 	if r := get(t, tk, "j1"); r.State != Running || !r.CancelRequested {
 		t.Errorf("record %+v; want running with the cancel mark kept", r)
+	}
+	hctx := &jobctx.Context{Parent: ctx}
+	tr.Started(hctx)
+	tk.pollOnce(ctx)
+	if !errors.Is(context.Cause(hctx), ErrCancelled) {
+		t.Errorf("after a poll the handler's context is %v, want ErrCancelled", context.Cause(hctx))
+	}
+}
+
+// The running state costs no write while the handler is quick: a delivery
+// settled before a poll interval writes once, its end. This process shows
+// it running meanwhile; another sees the enqueue's state until the poll
+// writes running (a handler running a poll interval), and a duplicate
+// delivery here sees it running.
+func TestRunningWrittenLate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newStore(t)
+	tk, other := newTracker(d, "w1"), newTracker(d, "w2")
+	j := Job{ID: "j1", Queue: "q", Type: "t", TryCount: 1}
+	tk.Enqueued(ctx, []Job{j})
+
+	before := d.n.Load()
+	tr := deliver(t, tk, j)
+	if r := get(t, tk, "j1"); r.State != Running || r.Tries != 2 || r.Worker != "w1" {
+		t.Errorf("here, while it runs: %+v; want running, try 2, worker w1", r)
+	}
+	if r := get(t, other, "j1"); r.State != Waiting {
+		t.Errorf("elsewhere, before the poll: %+v; want waiting", r)
+	}
+	if n := d.n.Load() - before; n != 0 {
+		t.Errorf("Begin and Running wrote %d times, want 0", n)
+	}
+	tk.flushRunning(ctx) // a poll before the interval has passed: nothing
+	if n := d.n.Load() - before; n != 0 {
+		t.Errorf("a poll within the interval wrote %d times, want 0", n)
+	}
+	tr.Started(&jobctx.Context{Parent: ctx})
+	tr.Ended(ctx, false)
+	tr.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 2, nil, "")
+	if n := d.n.Load() - before; n != 1 {
+		t.Errorf("a quick delivery wrote %d times, want 1 (its end)", n)
+	}
+	if r := get(t, other, "j1"); r.State != Succeeded || r.Tries != 2 || !r.StartedAt.Equal(clock) {
+		t.Errorf("after the settle: %+v; want succeeded, try 2, started at the clock", r)
+	}
+
+	j2 := Job{ID: "j2", Queue: "q", Type: "t"}
+	tk.Enqueued(ctx, []Job{j2})
+	long := deliver(t, tk, j2)
+	dup, _ := tk.Begin(ctx, j2)
+	if dup == nil || dup.rec.State != Running {
+		t.Errorf("a duplicate delivery here read %+v, want the running state", dup)
+	}
+	long.wmu.Lock()
+	long.since = time.Now().Add(-time.Hour) // it has run for an interval
+	long.wmu.Unlock()
+	before = d.n.Load()
+	tk.flushRunning(ctx)
+	tk.flushRunning(ctx)
+	if r := get(t, other, "j2"); r.State != Running || r.Worker != "w1" {
+		t.Errorf("elsewhere, after the poll: %+v; want running on w1", r)
+	}
+	long.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 1, nil, "")
+	if n := d.n.Load() - before; n != 2 {
+		t.Errorf("a long delivery wrote %d times, want 2 (running once, its end)", n)
+	}
+}
+
+// A delivery that ends without a settle (its lease lost) leaves the running
+// state its try would have left, for the next attempt to write over.
+func TestUnsettledWritesRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tk := newTracker(newStore(t), "w1")
+	j := Job{ID: "j1", Queue: "q", Type: "t", TryCount: 2}
+	tk.Enqueued(ctx, []Job{j})
+	tr := deliver(t, tk, j)
+	tr.Ended(ctx, false)
+	tr.Unsettled(ctx)
+	tr.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 3, nil, "") // dropped: no write
+	if r := get(t, tk, "j1"); r.State != Running || r.Tries != 3 {
+		t.Errorf("after a delivery unsettled: %+v; want running, try 3", r)
 	}
 }
 
@@ -357,6 +442,7 @@ func TestCancelRunning(t *testing.T) {
 	}()
 
 	id := strings.Repeat("long/id ", 40) // not a key segment: hashed
+	worker.Enqueued(ctx, []Job{{ID: id, Queue: "q", Type: "t"}})
 	tr := deliver(t, worker, Job{ID: id, Queue: "q", Type: "t"})
 	hctx := &jobctx.Context{Parent: ctx}
 	tr.Started(hctx)
@@ -385,6 +471,7 @@ func TestEndedLooksForTheMark(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	tk := newTracker(newStore(t), "w1") // never polls
+	tk.Enqueued(ctx, []Job{{ID: "j1", Queue: "q", Type: "t"}})
 	for i, failed := range []bool{true, false} {
 		tr := deliver(t, tk, Job{ID: "j1", Queue: "q", Type: "t", Copy: uint64(i)})
 		tr.Started(&jobctx.Context{Parent: ctx})
@@ -476,5 +563,55 @@ func TestForgedCopyIgnored(t *testing.T) {
 	tk.Enqueued(ctx, []Job{{ID: "j2", Queue: "q", Type: "t", Nonce: "real"}})
 	if r := get(t, tk, "j2"); r.State != Waiting || r.Nonce != "real" || r.Copy != 0 {
 		t.Fatalf("the enqueue after a forged record: %+v; want its waiting record", r)
+	}
+}
+
+// overlap holds each Create until EnqueueWriters are under way, so that
+// creates made fewer at a time never end (the test's deadline fails them).
+type overlap struct {
+	driver.Store
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	more     chan struct{} // closed when EnqueueWriters are under way
+}
+
+func (o *overlap) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
+	o.mu.Lock()
+	o.inFlight++
+	o.most = max(o.most, o.inFlight)
+	if o.inFlight == EnqueueWriters {
+		close(o.more)
+	}
+	o.mu.Unlock()
+	defer func() { o.mu.Lock(); o.inFlight--; o.mu.Unlock() }()
+	select {
+	case <-o.more:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	return o.Store.Create(ctx, key, value, ttl)
+}
+
+// The records of a batch are written at once, up to EnqueueWriters, and
+// Enqueued returns when all are.
+func TestEnqueuedBatchAtOnce(t *testing.T) {
+	t.Parallel()
+	o := &overlap{Store: newStore(t), more: make(chan struct{})}
+	tk := newTracker(o, "w1")
+	jobs := make([]Job, 3*EnqueueWriters)
+	for i := range jobs {
+		jobs[i] = Job{ID: fmt.Sprintf("j%d", i), Queue: "q", Type: "t"}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a safety net: creates one at a time never end
+	defer cancel()
+	tk.Enqueued(ctx, jobs)
+	for _, j := range jobs {
+		if r := get(t, tk, j.ID); r.State != Waiting {
+			t.Fatalf("record of %s: %+v; want waiting", j.ID, r)
+		}
+	}
+	if o.most != EnqueueWriters {
+		t.Errorf("at most %d creates under way at once, want %d", o.most, EnqueueWriters)
 	}
 }

@@ -13,18 +13,29 @@ import (
 
 // Track is one delivery of a tracked job held by this worker: its record as
 // last read or written, and its handler's context while it runs. Its hooks
-// are called in the delivery's order (Begin, Running, Started, Ended,
-// Settled) by the one goroutine that processes it; each does nothing on a
-// nil Track, and nothing after Running or Settled dropped it (the delivery
-// then runs untracked).
+// are called in the delivery's order (Begin, Running, Started, Ended, then
+// Settled or Unsettled) by the one goroutine that processes it; each does
+// nothing on a nil Track, and nothing after Settled or Unsettled dropped it
+// (a delivery that Begin did not bind runs untracked).
+//
+// The running state is not written by Running: the store holds it only
+// once the handler has run for a poll interval (Tracker.Poll writes it), or
+// when the delivery ends without a settle (Unsettled). A handler that ends
+// sooner costs one write, its end's; while it runs, Tracker.Get in this
+// process shows it running.
 type Track struct {
-	t       *Tracker
-	key     string
-	rec     Record
-	rev     string // the record's revision; empty: none read or written
-	dropped bool
+	t   *Tracker
+	key string
 
 	tries, failures, crashes int // the counters of the try Begin was given
+
+	wmu     sync.Mutex // orders the record's writes: the poll's and the delivery's
+	rec     Record     // as last read or written
+	rev     string     // the record's revision; empty: none read or written
+	run     Record     // the running state not written yet (pending)
+	pending bool
+	since   time.Time // when Running was called
+	dropped bool      // settled, or given up: nothing more is written
 
 	mu        sync.Mutex
 	ctx       *jobctx.Context // the running handler's; nil before and after
@@ -48,10 +59,14 @@ func (t *Tracker) Begin(ctx context.Context, j Job) (tr *Track, cancelled bool) 
 	r, rev, err := t.read(ctx, k)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		r = Record{ID: j.ID, EnqueuedAt: j.EnqueuedAt, Copy: j.Copy}
+		if !t.local(k, &r, false) {
+			r = Record{ID: j.ID, EnqueuedAt: j.EnqueuedAt, Copy: j.Copy}
+		}
 	case err != nil:
 		t.cfg.Logger.Warn("asyncplatform: reading a job's status failed; it runs untracked this time", "queue", j.Queue, "id", j.ID, "error", err)
 		return nil, false
+	default:
+		t.local(k, &r, true) // another delivery of the job runs here
 	}
 	if r.Nonce != "" && r.Nonce != j.Nonce || j.Copy > r.Copy && j.Copy-r.Copy > MaxCopyLead {
 		t.cfg.Logger.Warn("asyncplatform: a delivered job is not the one its status record was enqueued for (forged, or a copy from before a redrive); it runs untracked",
@@ -66,19 +81,55 @@ func (t *Tracker) Begin(ctx context.Context, j Job) (tr *Track, cancelled bool) 
 	return tr, r.CancelRequested
 }
 
-// Running writes the running state of the try Begin was given, before the
-// handler runs, and makes the job cancellable here. It reports whether
-// Cancel came first: the caller then ends the job as cancelled instead of
-// running it. A failed write is logged and drops the Track.
-func (tr *Track) Running(ctx context.Context) (cancelled bool) {
-	if tr == nil || tr.dropped {
+// Running makes the job cancellable here before the handler runs, and
+// keeps the running state of the try Begin was given, to be written later
+// (see Track). It reports whether Cancel came first (Begin read the mark):
+// the caller then ends the job as cancelled instead of running it. A
+// Cancel after Begin's read reaches the handler through the poll.
+func (tr *Track) Running(context.Context) (cancelled bool) {
+	if tr == nil {
 		return false
 	}
+	if tr.rec.CancelRequested {
+		return true
+	}
 	t := tr.t
-	r := tr.rec
 	now := t.cfg.Now()
+	r := tr.rec
 	r.State, r.Tries, r.Failures, r.Crashes = Running, tr.tries, tr.failures, tr.crashes
 	r.StartedAt, r.UpdatedAt, r.Worker, r.RetryAt, r.Reason = now, now, t.cfg.Worker, time.Time{}, ""
+	tr.wmu.Lock()
+	tr.run, tr.pending, tr.since = r, true, time.Now()
+	tr.wmu.Unlock()
+	t.running.Store(tr.key, tr)
+	t.n.Add(1)
+	return false
+}
+
+// view returns the running state not written yet, if any.
+func (tr *Track) view() (Record, bool) {
+	tr.wmu.Lock()
+	defer tr.wmu.Unlock()
+	return tr.run, tr.pending && !tr.dropped
+}
+
+// flushRunning writes the running state not written yet when Running was
+// called at or before cutoff. A failed write is logged and drops the Track
+// (the job ends untracked); a stale one drops it too (the record follows a
+// newer copy).
+func (tr *Track) flushRunning(ctx context.Context, cutoff time.Time) {
+	tr.wmu.Lock()
+	defer tr.wmu.Unlock()
+	if !tr.pending || tr.dropped || tr.since.After(cutoff) {
+		return
+	}
+	tr.writeRunning(ctx)
+}
+
+// writeRunning writes the pending running state; tr.wmu is held.
+func (tr *Track) writeRunning(ctx context.Context) {
+	t, r := tr.t, tr.run
+	tr.pending = false
 	ctx, cancel := t.bound(ctx)
 	defer cancel()
 	rev, err := t.write(ctx, &r, tr.rev)
@@ -87,21 +138,15 @@ func (tr *Track) Running(ctx context.Context) (cancelled bool) {
 			t.cfg.Logger.Warn("asyncplatform: writing a job's status failed; it runs untracked this time", "queue", r.Queue, "id", r.ID, "error", err)
 		}
 		tr.dropped = true
-		return false
+		return
 	}
 	tr.rec, tr.rev = r, rev
-	if r.CancelRequested {
-		return true
-	}
-	t.running.Store(tr.key, tr)
-	t.n.Add(1)
-	return false
 }
 
 // Started is called with the handler's context before the handler runs:
 // a cancellation seen before or after ends it with ErrCancelled.
 func (tr *Track) Started(ctx *jobctx.Context) {
-	if tr == nil || tr.dropped {
+	if tr == nil {
 		return
 	}
 	tr.mu.Lock()
@@ -138,7 +183,7 @@ func (tr *Track) unhold() {
 // attempt the poll has not marked looks for the cancel mark itself (one
 // store read), so that the failure is not taken for one to retry.
 func (tr *Track) Ended(ctx context.Context, failed bool) (cancelled bool) {
-	if tr == nil || tr.dropped {
+	if tr == nil {
 		return false
 	}
 	tr.unhold()
@@ -173,13 +218,21 @@ func (tr *Track) Ended(ctx context.Context, failed bool) (cancelled bool) {
 // refusing costs one write, not one per refusal, and its RetryAt stays the
 // one recorded (the first refusal's).
 func (tr *Track) Settled(ctx context.Context, d decide.Decision, tries int, result []byte, errLine string) {
-	if tr == nil || tr.dropped {
+	if tr == nil {
+		return
+	}
+	tr.unhold()
+	tr.wmu.Lock()
+	defer tr.wmu.Unlock()
+	if tr.dropped {
 		return
 	}
 	tr.dropped = true
-	tr.unhold()
 	t := tr.t
 	r := tr.rec
+	if tr.pending {
+		r = tr.run
+	}
 	r.Tries, r.Failures, r.Crashes = tries, d.Failures, d.Crashes
 	if d.Outcome == decide.Deferred && (tr.rec.State == Running || tr.rec.State == Scheduled && sameCounts(&r, &tr.rec)) {
 		return
@@ -221,6 +274,26 @@ func (tr *Track) Settled(ctx context.Context, d decide.Decision, tries int, resu
 	if r.CancelRequested && r.State.Terminal() {
 		_ = t.cfg.Store.Delete(ctx, "cancel/"+tr.key, "")
 	}
+}
+
+// Unsettled is called when the delivery ends without a settle (the settle
+// failed: its lease was lost, say): the running state not written yet is
+// written, as a worker that died would have left it, and the Track is
+// dropped.
+func (tr *Track) Unsettled(ctx context.Context) {
+	if tr == nil {
+		return
+	}
+	tr.unhold()
+	tr.wmu.Lock()
+	defer tr.wmu.Unlock()
+	if tr.dropped {
+		return
+	}
+	if tr.pending {
+		tr.writeRunning(ctx)
+	}
+	tr.dropped = true
 }
 
 // sameCounts reports whether a and b hold the same counters.
