@@ -22,8 +22,9 @@ const (
 	DefaultPrefix    = "asyncplatform"
 	DefaultDeadHold  = 30 * time.Second
 	DefaultIdleWait  = time.Second
-	DefaultMaxBody   = 16 << 20
+	DefaultMaxBody   = 1 << 20
 	DefaultQueryWait = 30 * time.Second
+	DefaultMaxConns  = 20
 )
 
 // URLEnv names the environment variable that an empty Config.URL falls
@@ -57,6 +58,12 @@ type Config struct {
 	// variables (read by pgx).
 	URL string
 
+	// MaxConns bounds the pool New opens when Pool is nil (pgx's own
+	// default, four on a small machine, starves a worker whose handlers
+	// renew their leases while others claim); a pool_max_conns parameter
+	// in URL wins. Defaults to DefaultMaxConns (20).
+	MaxConns int32
+
 	// ListenURL is where the wake-ups' session connection goes (LISTEN
 	// needs one: behind PgBouncer in transaction mode, point it at the
 	// server itself or at a session-mode pool). Defaults to the pool's own
@@ -84,7 +91,7 @@ type Config struct {
 	IdleWait time.Duration
 
 	// MaxBody is the largest message body, in bytes (Capabilities.MaxBody).
-	// Defaults to DefaultMaxBody (16 MiB).
+	// Defaults to DefaultMaxBody (1 MiB).
 	MaxBody int
 
 	// Logger receives the wake-up connection's errors. Defaults to
@@ -108,6 +115,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxBody == 0 {
 		c.MaxBody = DefaultMaxBody
 	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -122,6 +132,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("postgres: Config.DeadHold %v: want at least %v", c.DeadHold, 3*MinLease)
 	case c.IdleWait < 10*time.Millisecond || c.IdleWait > time.Second:
 		return fmt.Errorf("postgres: Config.IdleWait %v: want 10ms to 1s", c.IdleWait)
+	case c.MaxConns < 1:
+		return fmt.Errorf("postgres: Config.MaxConns %d: want at least 1", c.MaxConns)
 	case c.MaxBody < 0 || c.MaxBody > 1<<30-1:
 		return fmt.Errorf("postgres: Config.MaxBody %d: want 0 to %d", c.MaxBody, 1<<30-1)
 	}
@@ -161,6 +173,9 @@ func New(ctx context.Context, cfg Config) (*Backend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("postgres: Config.URL: %w", err)
 		}
+		if !strings.Contains(cfg.URL, "pool_max_conns") {
+			pc.MaxConns = cfg.MaxConns
+		}
 		if pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 			return nil, fmt.Errorf("postgres: connecting: %w", err)
 		}
@@ -192,7 +207,7 @@ func open(ctx context.Context, cfg Config, pool *pgxpool.Pool, own bool) (*Backe
 		return nil, fmt.Errorf("postgres: the store: %w", err)
 	}
 	b := &Backend{cfg: cfg, pool: pool, ownPool: own, store: st, q: makeQueries(cfg.Prefix), channel: cfg.Prefix + "_wake"}
-	b.wake.chans = map[string]chan struct{}{}
+	b.wake.queue = map[string][]chan struct{}{}
 	conn, err := b.listenConn(ctx, listenCfg)
 	if err != nil {
 		st.Close()
@@ -317,8 +332,8 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 
 // queries are the statements, with the prefix in them.
 type queries struct {
-	declare, delJobs, delDead, delQueue, queues, stats string
-	enqueue, claim, nextDue, unclaim, ack, extend, requeue, deadLetter string
+	declare, delJobs, delDead, delQueue, queues, stats                             string
+	enqueue, claim, nextDue, unclaim, ack, extend, requeue, deadLetter             string
 	nextDead, extendDead, removeDead, releaseDead, listDead, deleteDead, purgeDead string
 }
 
@@ -342,24 +357,28 @@ func makeQueries(p string) queries {
 			(SELECT count(*) FROM {{p}}_dead WHERE queue = $1)
 			FROM {{p}}_jobs WHERE queue = $1`),
 		enqueue: q(`WITH ins AS (
-				INSERT INTO {{p}}_jobs (queue, msg_id, body, run_at)
-				SELECT $1, u.m, u.b, greatest(u.t, now()) FROM unnest($2::text[], $3::bytea[], $4::timestamptz[]) AS u(m, b, t)
-				RETURNING 1)
-			SELECT pg_notify($5, $1) FROM (SELECT count(*) AS n FROM ins) c WHERE c.n > 0`),
-		claim: q(`UPDATE {{p}}_jobs SET token = nextval('{{p}}_token'), deliveries = deliveries + 1, run_at = now() + $3 * interval '1 microsecond'
-			WHERE id IN (SELECT id FROM {{p}}_jobs WHERE queue = $1 AND run_at <= now() ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED)
-			RETURNING id, token, body, deliveries`),
+				INSERT INTO {{p}}_jobs (queue, body, run_at)
+				SELECT $1, u.b, greatest(u.t, now()) FROM unnest($2::bytea[], $3::timestamptz[]) WITH ORDINALITY AS u(b, t, n) ORDER BY u.n
+				RETURNING run_at)
+			SELECT pg_notify($4, c.n || ' ' || $1) FROM (SELECT count(*) AS n FROM ins WHERE run_at <= now()) c WHERE c.n > 0`),
+		claim: q(`WITH picked AS (
+				SELECT id, run_at FROM {{p}}_jobs WHERE queue = $1 AND run_at <= now() ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED),
+			claimed AS (
+				UPDATE {{p}}_jobs j SET token = nextval('{{p}}_token'), deliveries = j.deliveries + 1, run_at = now() + $3 * interval '1 microsecond'
+				FROM picked WHERE j.id = picked.id
+				RETURNING j.id, j.token, j.body, j.deliveries, picked.run_at AS due)
+			SELECT id, token, body, deliveries FROM claimed ORDER BY due, id`),
 		nextDue: q(`SELECT extract(epoch FROM min(run_at) - now()) FROM {{p}}_jobs WHERE queue = $1 AND run_at > now()`),
 		unclaim: q(`WITH u AS (
 				UPDATE {{p}}_jobs SET token = 0, deliveries = deliveries - 1, run_at = now()
 				WHERE id = ANY($1::bigint[]) AND token = ANY($2::bigint[]) RETURNING queue)
-			SELECT pg_notify($3, queue) FROM (SELECT DISTINCT queue FROM u) x`),
-		ack:     q(`DELETE FROM {{p}}_jobs WHERE id = $1 AND token = $2 AND ` + held),
-		extend:  q(`UPDATE {{p}}_jobs SET run_at = now() + $3 * interval '1 microsecond' WHERE id = $1 AND token = $2 AND ` + held),
+			SELECT pg_notify($3, count(*) || ' ' || queue) FROM u GROUP BY queue`),
+		ack:    q(`DELETE FROM {{p}}_jobs WHERE id = $1 AND token = $2 AND ` + held),
+		extend: q(`UPDATE {{p}}_jobs SET run_at = now() + $3 * interval '1 microsecond' WHERE id = $1 AND token = $2 AND ` + held),
 		requeue: q(`WITH u AS (
-				UPDATE {{p}}_jobs SET msg_id = $3, body = $4, run_at = greatest($5, now()), deliveries = 0, token = 0
-				WHERE id = $1 AND token = $2 AND ` + held + ` RETURNING queue)
-			SELECT pg_notify($6, queue) FROM u`),
+				UPDATE {{p}}_jobs SET body = $3, run_at = greatest($4, now()), deliveries = 0, token = 0
+				WHERE id = $1 AND token = $2 AND ` + held + ` RETURNING queue, run_at)
+			SELECT CASE WHEN run_at <= now() THEN pg_notify($5, '1 ' || queue) END FROM u`),
 		deadLetter: q(`WITH d AS (DELETE FROM {{p}}_jobs WHERE id = $1 AND token = $2 AND ` + held + ` RETURNING queue)
 			INSERT INTO {{p}}_dead (queue, rec_id, body) SELECT queue, $3, $4 FROM d`),
 		nextDead: q(`UPDATE {{p}}_dead SET token = nextval('{{p}}_token'), held_until = now() + $2 * interval '1 microsecond'
@@ -369,7 +388,7 @@ func makeQueries(p string) queries {
 		removeDead:  q(`DELETE FROM {{p}}_dead WHERE id = $1 AND token = $2 AND held_until > now()`),
 		releaseDead: q(`UPDATE {{p}}_dead SET held_until = NULL, token = 0 WHERE id = $1 AND token = $2 AND held_until > now()`),
 		listDead:    q(`SELECT id, rec_id, body FROM {{p}}_dead WHERE queue = $1 AND id > $2 ORDER BY id LIMIT $3`),
-		deleteDead:  q(`DELETE FROM {{p}}_dead WHERE queue = $1 AND rec_id = ANY($2::text[]) AND (held_until IS NULL OR held_until <= now())`),
+		deleteDead:  q(`DELETE FROM {{p}}_dead WHERE queue = $1 AND rec_id = ANY($2::bytea[]) AND (held_until IS NULL OR held_until <= now())`),
 		purgeDead:   q(`DELETE FROM {{p}}_dead WHERE queue = $1`),
 	}
 }

@@ -20,8 +20,10 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 	var (
 		h   handle
 		rec driver.DeadMessage
+		id  []byte
 	)
-	err := b.pool.QueryRow(ctx, b.q.nextDead, queue, b.cfg.DeadHold.Microseconds()).Scan(&h.id, &h.token, &rec.ID, &rec.Body)
+	err := b.pool.QueryRow(ctx, b.q.nextDead, queue, b.cfg.DeadHold.Microseconds()).Scan(&h.id, &h.token, &id, &rec.Body)
+	rec.ID = string(id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, driver.ErrNoDeadLetters
 	}
@@ -86,14 +88,14 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 		return nil, "", b.wrap("list dead letters of "+queue, err)
 	}
 	var (
-		recs []driver.DeadMessage
-		ids  []int64
-		id   int64
-		rec  driver.DeadMessage
+		recs        []driver.DeadMessage
+		ids         []int64
+		id          int64
+		recID, body []byte
 	)
-	_, err = pgx.ForEachRow(rows, []any{&id, &rec.ID, &rec.Body}, func() error {
-		recs, ids = append(recs, rec), append(ids, id)
-		rec = driver.DeadMessage{}
+	_, err = pgx.ForEachRow(rows, []any{&id, &recID, &body}, func() error {
+		recs, ids = append(recs, driver.DeadMessage{ID: string(recID), Body: body}), append(ids, id)
+		recID, body = nil, nil
 		return nil
 	})
 	if err != nil {
@@ -113,7 +115,11 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	tag, err := b.pool.Exec(ctx, b.q.deleteDead, queue, ids)
+	raw := make([][]byte, len(ids))
+	for i, id := range ids {
+		raw[i] = []byte(id)
+	}
+	tag, err := b.pool.Exec(ctx, b.q.deleteDead, queue, raw)
 	if err != nil {
 		return 0, b.wrap("delete dead letters of "+queue, err)
 	}

@@ -3,50 +3,99 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// waker hands each waiting Receive a channel that the next notification
-// for its queue closes.
+// waker wakes waiting receivers, as many per notification as it
+// announces jobs.
 type waker struct {
 	mu    sync.Mutex
-	chans map[string]chan struct{}
+	queue map[string][]chan struct{}
 }
 
-// wait returns the channel the queue's next wake-up closes.
-func (w *waker) wait(queue string) <-chan struct{} {
+// wait registers a waiter of the queue: its channel receives at most one
+// wake-up. done unregisters it; a wake-up it got but did not use (used
+// false) goes on to another waiter.
+func (w *waker) wait(queue string) (c <-chan struct{}, done func(used bool)) {
+	ch := make(chan struct{}, 1)
+	w.mu.Lock()
+	w.queue[queue] = append(w.queue[queue], ch)
+	w.mu.Unlock()
+	return ch, func(used bool) {
+		w.mu.Lock()
+		ws := w.queue[queue]
+		for i, x := range ws {
+			if x == ch {
+				ws = append(ws[:i], ws[i+1:]...)
+				break
+			}
+		}
+		if len(ws) == 0 {
+			delete(w.queue, queue)
+		} else {
+			w.queue[queue] = ws
+		}
+		w.mu.Unlock()
+		if !used && len(ch) == 1 {
+			w.wake(queue, 1)
+		}
+	}
+}
+
+// wake wakes up to n of the queue's waiters, oldest first.
+func (w *waker) wake(queue string, n int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	c := w.chans[queue]
-	if c == nil {
-		c = make(chan struct{})
-		w.chans[queue] = c
+	ws := w.queue[queue]
+	for len(ws) > 0 && n > 0 {
+		ch := ws[0]
+		ws = ws[1:]
+		select {
+		case ch <- struct{}{}:
+			n--
+		default: // woken already
+		}
 	}
-	return c
+	if len(ws) == 0 {
+		delete(w.queue, queue)
+	} else {
+		w.queue[queue] = ws
+	}
 }
 
-// wake wakes the queue's waiting receivers.
-func (w *waker) wake(queue string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if c := w.chans[queue]; c != nil {
-		close(c)
-		delete(w.chans, queue)
-	}
-}
-
-// wakeAll wakes every waiting receiver: notifications may have been
-// missed.
+// wakeAll wakes every waiter: notifications may have been missed.
 func (w *waker) wakeAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for q, c := range w.chans {
-		close(c)
-		delete(w.chans, q)
+	for q, ws := range w.queue {
+		for _, ch := range ws {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+		delete(w.queue, q)
 	}
+}
+
+// parseWake reads a notification's payload, "<jobs> <queue>". A payload
+// of another shape (someone else's NOTIFY on the channel) wakes one
+// waiter of the queue it names, if any.
+func parseWake(payload string) (queue string, n int) {
+	num, q, ok := strings.Cut(payload, " ")
+	if !ok {
+		return payload, 1
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 1 {
+		return q, 1
+	}
+	return q, n
 }
 
 // listenConn opens the session connection and listens on the channel.
@@ -76,7 +125,7 @@ func (b *Backend) listen(conn *pgx.Conn, cfg *pgx.ConnConfig) {
 					}
 					break
 				}
-				b.wake.wake(n.Payload)
+				b.wake.wake(parseWake(n.Payload))
 			}
 			conn.Close(context.Background())
 			conn = nil

@@ -24,16 +24,15 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 	if len(msgs) == 0 {
 		return nil
 	}
-	ids := make([]string, len(msgs))
 	bodies := make([][]byte, len(msgs))
 	due := make([]time.Time, len(msgs))
 	for i, m := range msgs {
 		if len(m.Body) > b.cfg.MaxBody {
 			return fmt.Errorf("postgres: enqueue %s: a body of %d bytes: %w (at most %d)", queue, len(m.Body), driver.ErrTooLarge, b.cfg.MaxBody)
 		}
-		ids[i], bodies[i], due[i] = m.ID, nonNil(m.Body), m.NotBefore
+		bodies[i], due[i] = nonNil(m.Body), m.NotBefore
 	}
-	if _, err := b.db(ctx).exec(ctx, b.q.enqueue, queue, ids, bodies, due, b.channel); err != nil {
+	if _, err := b.db(ctx).exec(ctx, b.q.enqueue, queue, bodies, due, b.channel); err != nil {
 		return b.wrap("enqueue "+queue, err)
 	}
 	return nil
@@ -55,29 +54,45 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 	}
 	max = min(max, maxClaim)
 	for {
-		woken := b.wake.wait(queue)
-		ds, err := b.claim(ctx, queue, max, lease)
+		ds, err := b.receiveOnce(ctx, queue, max, lease)
 		if err != nil || len(ds) > 0 {
 			return ds, err
 		}
-		wait := b.cfg.IdleWait
-		if next, err := b.nextDue(ctx, queue); err != nil {
-			return nil, err
-		} else if next >= 0 && next < wait {
-			wait = next
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-woken:
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-b.ctx.Done():
-			t.Stop()
-			return nil, driver.ErrClosed
-		}
-		t.Stop()
+	}
+}
+
+// receiveOnce claims, or else waits once: for a wake-up, the queue's
+// next due time or IdleWait. It is registered as a waiter before it
+// claims, so a notification sent meanwhile is not missed.
+func (b *Backend) receiveOnce(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
+	woken, done := b.wake.wait(queue)
+	ds, err := b.claim(ctx, queue, max, lease)
+	if err != nil || len(ds) > 0 {
+		done(false)
+		return ds, err
+	}
+	wait := b.cfg.IdleWait
+	if next, err := b.nextDue(ctx, queue); err != nil {
+		done(false)
+		return nil, err
+	} else if next >= 0 && next < wait {
+		wait = next
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-woken:
+		done(true)
+		return nil, nil
+	case <-t.C:
+		done(false)
+		return nil, nil
+	case <-ctx.Done():
+		done(false)
+		return nil, ctx.Err()
+	case <-b.ctx.Done():
+		done(false)
+		return nil, driver.ErrClosed
 	}
 }
 
@@ -172,13 +187,13 @@ func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Me
 	if len(msg.Body) > b.cfg.MaxBody {
 		return fmt.Errorf("postgres: requeue: a body of %d bytes: %w (at most %d)", len(msg.Body), driver.ErrTooLarge, b.cfg.MaxBody)
 	}
-	return b.settle(ctx, "requeue", d, b.q.requeue, msg.ID, nonNil(msg.Body), msg.NotBefore, b.channel)
+	return b.settle(ctx, "requeue", d, b.q.requeue, nonNil(msg.Body), msg.NotBefore, b.channel)
 }
 
 // DeadLetter implements driver.Backend: the row moves to the dead table
 // in one statement.
 func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
-	return b.settle(ctx, "dead-letter", d, b.q.deadLetter, rec.ID, nonNil(rec.Body))
+	return b.settle(ctx, "dead-letter", d, b.q.deadLetter, []byte(rec.ID), nonNil(rec.Body))
 }
 
 // nonNil keeps an empty body from being written as NULL.

@@ -1,7 +1,6 @@
 CREATE TABLE {{p}}_jobs (
     id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue      text COLLATE "C" NOT NULL,
-    msg_id     text NOT NULL,
     body       bytea NOT NULL,
     run_at     timestamptz NOT NULL,
     deliveries integer NOT NULL DEFAULT 0,
@@ -11,7 +10,7 @@ CREATE INDEX {{p}}_jobs_due ON {{p}}_jobs (queue, run_at, id);
 CREATE TABLE {{p}}_dead (
     id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     queue      text COLLATE "C" NOT NULL,
-    rec_id     text NOT NULL,
+    rec_id     bytea NOT NULL,
     body       bytea NOT NULL,
     held_until timestamptz,
     token      bigint NOT NULL DEFAULT 0
