@@ -262,12 +262,13 @@ func (b *Backend) Ping(ctx context.Context) error {
 }
 
 // Declare implements driver.Backend: it records the queue's name for
-// Queues.
+// Queues, on a connection of its own even within WithTx (two open
+// transactions inserting the same name would wait for each other).
 func (b *Backend) Declare(ctx context.Context, queue string) error {
 	if err := b.check(); err != nil {
 		return err
 	}
-	if _, err := b.db(ctx).exec(ctx, b.q.declare, queue); err != nil {
+	if _, err := b.pool.Exec(ctx, b.q.declare, queue); err != nil {
 		return fmt.Errorf("postgres: declare %s: %w", queue, err)
 	}
 	return nil

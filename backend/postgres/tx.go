@@ -40,8 +40,8 @@ func (e sqlExecer) exec(ctx context.Context, sql string, args ...any) (int64, er
 // txKey is the context key of a caller's transaction.
 type txKey struct{}
 
-// WithTx returns a context under which the Backend's Enqueue and Declare
-// write with tx, the caller's transaction, instead of a connection of
+// WithTx returns a context under which the Backend's Enqueue writes with
+// tx, the caller's transaction, instead of a connection of
 // their own: the jobs exist when tx commits (their receivers are woken
 // then) and never when it rolls back. Enqueue through the platform with
 // it:
