@@ -33,7 +33,7 @@ func setupTx(t *testing.T, role, queue string) *txBundle {
 	t.Helper()
 	reachable(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testURL())
+	pool, err := pgxpool.New(ctx, testURL()+"&pool_max_conns=20") // room for the 8 open transactions and the workers
 	if err != nil {
 		t.Fatal(err)
 	}
