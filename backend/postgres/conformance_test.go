@@ -92,7 +92,7 @@ func (h harness) Close() {}
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	reachable(t)
-	cfg := Config{URL: testURL(), Prefix: testPrefix(t, "conf"), DeadHold: time.Second, IdleWait: 500 * time.Millisecond}
+	cfg := Config{URL: testURL(), Prefix: testPrefix(t, "conf"), DeadHold: time.Second} // IdleWait at its default (1s): wake-ups, not the safety net, must meet Delivery/WakesOnEnqueue
 	conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
 		return harness{cfg}, nil
 	}, conformance.Options{Lease: time.Second})
