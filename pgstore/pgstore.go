@@ -20,7 +20,8 @@
 //
 // Every operation is one statement in a transaction of its own: Create is
 // an INSERT ... ON CONFLICT DO UPDATE that only takes the place of an
-// expired row, Update and Delete at a revision are conditional on the row's
+// expired row (and writes nothing, so waits for no WAL flush, when it
+// finds a live one: a semaphore's failed tries are reads), Update and Delete at a revision are conditional on the row's
 // rev. Revisions come from the sequence, so no revision is ever given
 // twice. Several platforms can share the table: their keys are namespaced
 // (asyncplatform.Store, and the RabbitMQ backend's prefix).
@@ -161,7 +162,8 @@ func makeQueries(t string) queries {
 	}
 	return queries{
 		get: `SELECT value, rev FROM ` + t + ` WHERE key = $1 AND ` + live,
-		create: `INSERT INTO ` + t + ` AS t (key, value, rev, expires_at) VALUES ($1, $2, nextval('` + t + `_rev'), ` + exp("$3") + `)
+		create: `INSERT INTO ` + t + ` AS t (key, value, rev, expires_at)
+			SELECT $1, $2, nextval('` + t + `_rev'), ` + exp("$3") + ` WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1 AND ` + live + `)
 			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at
 			WHERE t.expires_at IS NOT NULL AND t.expires_at <= now()
 			RETURNING rev`,

@@ -1,0 +1,126 @@
+// Package postgres is an asyncplatform backend in PostgreSQL tables, built
+// on pgx v5:
+//
+//	pool, err := pgxpool.New(ctx, "postgres://app@db/app")
+//	b, err := postgres.New(ctx, postgres.Config{Pool: pool})
+//	p, err := asyncplatform.New(b, asyncplatform.Config{})
+//
+// The backend never closes a pool it is given. Its store (unique jobs,
+// schedules, status, flow control) is a pgstore table on the same
+// database. Jobs can be enqueued inside the caller's own transaction (a
+// pgx.Tx or a *sql.Tx): see WithTx.
+//
+// # URLs
+//
+// Importing the package registers the schemes postgres and postgresql for
+// asyncplatform.Open (and so for asyncctl and the dashboard):
+//
+//	postgres://app:secret@db:5432/app?sslmode=require&prefix=jobs
+//	postgresql://app@db/app?pool_max_conns=50&dead_hold=1m
+//
+// The parameters prefix (Config.Prefix), listen_url (Config.ListenURL),
+// dead_hold and idle_wait (durations: Config.DeadHold, Config.IdleWait),
+// max_body (bytes: Config.MaxBody) and skip_migrate (true or false:
+// Config.SkipMigrate) are ours; every other parameter goes to pgx
+// (pgxpool.ParseConfig: sslmode, pool_max_conns, ...), which refuses one
+// it does not know. Errors never show the password. The Backend opened
+// from a URL owns the pool it made and closes it on Close.
+//
+// # Layout
+//
+// New applies the embedded migrations (migrations/*.sql, versioned) under
+// an advisory lock, each in a transaction of its own, and records them in
+// <prefix>_migrations; Config.SkipMigrate leaves that to Migrate (or
+// asyncctl migrate). With the default prefix "asyncplatform":
+//
+//	asyncplatform_jobs        id, queue, body, run_at, deliveries, token: one row per stored copy
+//	asyncplatform_dead        id, queue, rec_id, body, held_until, token: one row per dead letter
+//	asyncplatform_queues      name: every declared queue (Queues)
+//	asyncplatform_token       sequence: the lease and hold tokens
+//	asyncplatform_store       the pgstore table (and its sequence asyncplatform_store_rev)
+//	asyncplatform_migrations  version, applied_at
+//
+// A job row's run_at is when it is next claimable: its NotBefore while it
+// waits (token 0), its lease's end while it is out (token set). Queue names
+// are stored as they are (every valid name is a valid text value). One
+// index, (queue, run_at, id), serves the claim, the next due time and the
+// queue listing (a skip scan).
+//
+// Idle receivers are woken by LISTEN/NOTIFY on the channel
+// <prefix>_wake: Enqueue, a Requeue due now and a cancelled Receive's put
+// back notify "<jobs> <queue>" in the statement that writes the rows, so
+// the notification is delivered when it commits (never for a rolled back
+// transaction). Each Backend holds one session connection for LISTEN (not
+// from the pool; Config.ListenURL points it elsewhere, as behind PgBouncer
+// in transaction mode, which cannot LISTEN) and wakes as many of its idle
+// Receives as the notification announces jobs. An idle Receive waits for
+// the first of: a wake-up, the queue's next due time (a NotBefore or a
+// lease's end, read after an empty claim), Config.IdleWait (a second at
+// most: the safety net while the LISTEN connection is being reopened), or
+// its context.
+//
+// # Counting
+//
+// Counted at claim time, atomically with the claim: one UPDATE takes up to
+// max rows of the queue whose run_at has passed (in run_at, id order,
+// picked FOR UPDATE SKIP LOCKED, so concurrent claims never wait for each
+// other), increments their deliveries, writes a new token from the
+// sequence and sets run_at to the lease's end, by the server's clock. A
+// lease that runs out needs no reaper: the row is claimable again, and its
+// next claim counts one more. A claim whose Receive context ended while
+// the statement ran is put back with the count decremented (the statement
+// itself is never cancelled halfway: it runs under a context of its own).
+//
+// Ack (DELETE), Extend (UPDATE run_at), Requeue (an UPDATE in place: the
+// new body, run_at at its NotBefore, deliveries 0, token 0) and DeadLetter
+// (a DELETE ... RETURNING feeding an INSERT into the dead table, one
+// statement) each match the row's id, its token and a run_at not yet
+// passed; no row matched is driver.ErrLeaseLost, so a lapsed or stale
+// receipt never acts on a newer delivery.
+//
+// # Dead letters
+//
+// NextDead takes the oldest record of the queue not held (held_until NULL
+// or passed), FOR UPDATE SKIP LOCKED, and writes a new token and
+// held_until = now() + Config.DeadHold; ExtendDead renews it, SettleDead
+// deletes the row or clears the hold (the record keeps its place, its id),
+// each matching the token and a hold not yet passed. A holder that
+// vanished leaves a hold that simply runs out. ListDead pages by id (the
+// cursor is the last id of the page) and includes held records. DeleteDead
+// is one DELETE of the queue's unheld records with those IDs, PurgeDead one
+// DELETE of them all, held or not: both cost an index scan of the queue's
+// records.
+//
+// # Limits
+//
+//   - Capabilities.MaxBody is Config.MaxBody (1 MiB by default, up to
+//     1 GiB - 1, bytea's limit); a large body costs its transfer inside the
+//     lease, which runs from the claim.
+//   - Capabilities.MinLease is 50ms; leases are kept in microseconds.
+//   - Message.NotBefore is the enqueuing process's clock, every other time
+//     the server's: keep the clocks in step.
+//   - Receive hands out at most 1000 jobs per call, whatever its max.
+//   - Stats counts jobs whose lease ran out as ready; it counts rows, so it
+//     costs a scan of the queue's index entries.
+//   - Close abandons unsettled deliveries; they come back when their lease
+//     runs out (Capabilities.RedeliversOnClose is false).
+//   - Every write is a committed transaction: a job costs three (enqueue,
+//     claim, ack), each waiting for PostgreSQL's WAL flush unless the
+//     server runs with synchronous_commit off (a crash of the server then
+//     loses the last moments of writes).
+//   - Rows are deleted as they settle: run autovacuum (the default), as a
+//     busy jobs table is a high-churn one.
+//
+// # Clusters
+//
+// Durability and replication are PostgreSQL's: a committed write survives
+// a server crash (the WAL), and with synchronous replication a failover
+// loses nothing committed; with asynchronous replication a failover can
+// lose the last committed transactions, so an enqueue (a lost job) or a
+// claim, Ack, Requeue or settle (the job comes back: a duplicate). The
+// pool reconnects on its own after a restart or failover (a statement in
+// flight fails, and the platform retries); the LISTEN connection is
+// reopened every second until it succeeds, and every idle Receive is woken
+// then, as notifications sent meanwhile are lost. Several workers, and
+// several platforms with distinct prefixes, share one database.
+package postgres
