@@ -332,3 +332,39 @@ func TestCheckEnqueueAcrossRestart(t *testing.T) {
 		})
 	}
 }
+
+// The lost leases of a history: an attempt's loss names its job, and each
+// warning beyond the attempts' losses is one that names none.
+func TestLostLeases(t *testing.T) {
+	b := new(hist).enqueue().
+		start("w1", 0, 0, 0).end("w1", 0, 0, 0, ResultOK, ap.OutcomeLeaseLost)
+	for range 3 {
+		b.h = append(b.h, Event{Kind: KindLost, Worker: "w1", At: b.at})
+	}
+	byJob, unnamed := b.h.lostLeases()
+	if byJob["j"] != 1 || unnamed != 2 {
+		t.Errorf("lost leases: %v and %d naming no job; want j: 1 and 2", byJob, unnamed)
+	}
+}
+
+// A job whose attempt ended well with no outcome reported after it (its
+// worker died between the commit and the ack) rightly ran again; one whose
+// success was reported did not.
+func TestDiedAfterCommit(t *testing.T) {
+	for name, c := range map[string]struct {
+		outcome ap.Outcome
+		want    bool
+	}{
+		"no outcome": {"", true},
+		"succeeded":  {ap.OutcomeSucceeded, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := new(hist).enqueue().
+				start("w1", 0, 0, 0).end("w1", 0, 0, 0, ResultOK, c.outcome).
+				start("w2", 0, 0, 1).end("w2", 0, 0, 1, ResultOK, ap.OutcomeSucceeded)
+			if got := b.h.diedAfterCommit("j"); got != c.want {
+				t.Errorf("diedAfterCommit = %v, want %v", got, c.want)
+			}
+		})
+	}
+}

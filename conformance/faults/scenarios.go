@@ -130,7 +130,9 @@ func poisonIsolation(t *testing.T, r *run) *Report {
 // loaded machine a renewal can come too late): an attempt's loss excuses a
 // crash of its job, and a loss only warned of (see excess) one crash of any
 // job, or one attempt the poison job did not get. A duplicate is allowed
-// only for a job whose lease an attempt reported lost.
+// only for a job whose lease an attempt reported lost (its ack was
+// refused), or whose worker died between an attempt's commit and its
+// outcome (the poison job killed it).
 func (r *run) judgePoison(innocentCrashes int) *Report {
 	rep := r.finish(nil, false)
 	h := r.history()
@@ -165,8 +167,34 @@ func (r *run) judgePoison(innocentCrashes int) *Report {
 		}
 	}
 	ex.judge(r.t, rep, unnamed)
-	r.judge(rep, rep.dupsExplained(lost))
+	dupsOK := true
+	for _, id := range rep.dups {
+		dupsOK = dupsOK && (lost[id] > 0 || h.diedAfterCommit(id))
+	}
+	r.judge(rep, dupsOK)
 	return rep
+}
+
+// diedAfterCommit reports whether an attempt of job id ended well (its work
+// committed) and its worker reported no outcome after it: the worker died
+// (the poison job killed it) between the commit and the ack, so the job
+// rightly ran again.
+func (h History) diedAfterCommit(id string) bool {
+	unreported := map[string]int{} // per worker: attempts that ended well, no outcome yet
+	for _, e := range h.of(id) {
+		switch {
+		case e.Kind == KindEnd && e.Result == ResultOK:
+			unreported[e.Worker]++
+		case e.Kind == KindAck && unreported[e.Worker] > 0:
+			unreported[e.Worker]--
+		}
+	}
+	for _, n := range unreported {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // excess gathers the crashes a scenario cannot explain job by job. A live
