@@ -144,11 +144,7 @@
 // x-asyncplatform-base, when Receive is cancelled, when no Receive comes for
 // a lease, and on Close. A release collects the consumer's deliveries,
 // handing each back as it comes, until its window is full or the broker is
-// quiet, then, while the window still has room, publishes a marker on the
-// consumer's channel and waits for its confirm (the channel passes the
-// confirm on after every delivery the queue sent before the marker, so
-// none of those can arrive after cancel-ok, which the client would drop),
-// then cancels it; the originals are acked together, in one
+// quiet, then cancels it; the originals are acked together, in one
 // multiple ack when nothing below them is held. (Its copies go to the queue
 // it still consumes, and come back to it while the window has room, to be
 // copied again: a long drain, which catches deliveries still on their way
@@ -335,10 +331,9 @@
 //     delivered to it after basic.cancel-ok (quorum queues do that, and the
 //     client drops the delivery); it then comes back with one more delivery
 //     counted when the channel closes. Release waits for the prefetch
-//     window to fill or the broker to go quiet, and for its marker's
-//     confirm, before it cancels, which catches what the queue sent before
-//     the marker but not a publish landing between the marker and the
-//     cancel.
+//     window to fill or the broker to go quiet before it cancels, which
+//     closes the window for settles but not for a publish landing at that
+//     instant.
 //
 // # Clusters
 //

@@ -162,10 +162,6 @@ func isMarker(d amqp.Delivery) bool {
 // settle barrier.
 var settleBarriers = true
 
-// cancelBarriers is for tests: without it, a release cancels its consumer
-// with no delivery barrier before (see release).
-var cancelBarriers = true
-
 // consumer is one basic.consume on a work queue.
 type consumer struct {
 	*qchan
@@ -381,21 +377,6 @@ collect:
 		case <-t.C:
 			quiet++
 			t.Reset(quietRound)
-		}
-	}
-	// The queue may have given this consumer deliveries that are still on
-	// their way (a delivery leaves the queue's leader when its checkout is
-	// applied): the channel forwards what comes while it waits for the
-	// cancel's reply only after cancel-ok, and the client drops those.
-	// A marker's confirm passes the channel after every delivery the queue
-	// sent before applying the marker, so those are in the client's buffer
-	// before the cancel goes, and the drain below takes them. With the
-	// window full nothing is on its way, and no marker is sent: one would
-	// wait behind the queue's ready messages, counted in its depth, until
-	// it reached the head.
-	if cancelBarriers && int(c.held.Load())+len(tags) < c.prefetch {
-		if err := b.publishMarker(ctx, c.qchan); err != nil {
-			b.log.Debug("delivery barrier before a consumer's cancel failed; a delivery on its way may come back counted", "queue", c.queue, "err", err)
 		}
 	}
 	if err := c.ch.Cancel(c.tag, false); err == nil {
