@@ -179,12 +179,17 @@ func testCancelledReceive(t *testing.T, e *env) {
 	const n, batch = 36, 3
 	e.put(b, time.Time{}, bodies("c", n)...)
 	seen := map[string]int{}
+	lapsed := map[string]bool{} // messages whose Ack came after their lease
 	var after time.Time // when the last phase began
 	take := func(b driver.Backend, ds []*driver.Delivery) {
 		t.Helper()
 		for _, d := range ds {
 			seen[string(d.Body)]++
 			if d.Deliveries == 1 {
+				continue
+			}
+			if lapsed[string(d.Body)] {
+				t.Logf("message %q came again counting Deliveries %d: its lease ran out before its Ack (a stall)", d.Body, d.Deliveries)
 				continue
 			}
 			how := "was put back, counted"
@@ -194,7 +199,17 @@ func testCancelledReceive(t *testing.T, e *env) {
 			t.Errorf("message %q was handed out counting Deliveries %d after Receives whose ctx ended while they claimed: it %s; "+
 				"messages a Receive took but did not hand out must be put back at once, without counting a delivery", d.Body, d.Deliveries, how)
 		}
-		e.ack(b, ds...)
+		ctx := ctxT(t, e.opts.Wait)
+		for _, d := range ds {
+			switch err := b.Ack(ctx, d); {
+			case errors.Is(err, driver.ErrLeaseLost):
+				// A machine too loaded to ack within a lease: the message
+				// comes again, counted, by the rules.
+				lapsed[string(d.Body)] = true
+			case err != nil:
+				t.Errorf("Ack of a live delivery: %v", err)
+			}
+		}
 	}
 	// One Receive that is not cancelled times a round trip.
 	start := time.Now()
@@ -233,7 +248,7 @@ func testCancelledReceive(t *testing.T, e *env) {
 		}
 	}
 	for body, c := range seen {
-		if c > 1 {
+		if c > 1 && !lapsed[body] {
 			t.Errorf("message %q was handed out %d times, acknowledged each time", body, c)
 		}
 	}
