@@ -180,7 +180,7 @@ func testCancelledReceive(t *testing.T, e *env) {
 	e.put(b, time.Time{}, bodies("c", n)...)
 	seen := map[string]int{}
 	lapsed := map[string]bool{} // messages whose Ack came after their lease
-	var after time.Time // when the last phase began
+	var after time.Time         // when the last phase began
 	take := func(b driver.Backend, ds []*driver.Delivery) {
 		t.Helper()
 		for _, d := range ds {
