@@ -152,8 +152,9 @@
 // for). Its backends are then closed, and a case still running 10s later
 // is left behind, so that the test ends and the rest of the report prints
 // instead of go test's -timeout killing the binary with nothing printed.
-// The fault suite's scenarios (faults.Target.Deadline) and the store
-// suite's cases run under deadlines too.
+// The fault suite's scenarios (faults.Target.Deadline, and Target.Idle for
+// a scenario that stops making progress) and the store suite's cases run
+// under deadlines too.
 //
 // # The suite's own test
 //
