@@ -104,7 +104,8 @@
 // for a lease to lapse takes about a lease, and
 // Lease/ExtendedForSlowHandler runs a handler for ten;
 // DeadLetter/HeldForSlowCallback holds a dead letter for one and a half
-// Capabilities.DeadHold (a lease when it is zero). The bounds a backend
+// Capabilities.DeadHold (a lease when it is zero), and
+// DeadLetter/HeldForDeadHold for nine tenths of it. The bounds a backend
 // must meet, each a rule of the contract:
 //
 //   - a body of MaxBody bytes comes back from Receive within half of the
@@ -112,8 +113,9 @@
 //   - a due NotBefore, a lapsed lease or a closed connection hands the
 //     message to a waiting Receive within a second plus MinLease
 //     (Delivery/NotBeforeOnTime, Lease/LapsesOnTime, Close/AbandonsDeliveries);
-//   - an idle Receive hands out a new message within 250ms, the median of
-//     three (Delivery/WakesOnEnqueue);
+//   - an idle Receive hands out a new message within 250ms however long it
+//     has waited, the second slowest of five after idles of 50ms to 2s
+//     (Delivery/WakesOnEnqueue);
 //   - Stats shows the queue's depths within five seconds (Stats/Depths);
 //   - a dead letter held by a backend that closed is visible again within
 //     Wait (Close/ReleasesDeadLetterHolds).
@@ -150,8 +152,9 @@
 // for). Its backends are then closed, and a case still running 10s later
 // is left behind, so that the test ends and the rest of the report prints
 // instead of go test's -timeout killing the binary with nothing printed.
-// The fault suite's scenarios (faults.Target.Deadline) and the store
-// suite's cases run under deadlines too.
+// The fault suite's scenarios (faults.Target.Deadline, and Target.Idle for
+// a scenario that stops making progress) and the store suite's cases run
+// under deadlines too.
 //
 // # The suite's own test
 //

@@ -44,6 +44,8 @@ func ExampleCases() {
 	// Lease/LapsedReceiptRefused
 	// Lease/LapsesOnTime
 	// Lease/ExtendLate
+	// Lease/HeldWholeBatch
+	// Lease/SettlesRedelivered
 	// DeadLetter/Empty
 	// DeadLetter/PopKeepError
 	// DeadLetter/ConcurrentCallers
@@ -53,6 +55,8 @@ func ExampleCases() {
 	// DeadLetter/DeleteLeavesHeld
 	// DeadLetter/HeldForSlowCallback
 	// DeadLetter/ExtendDeadLate
+	// DeadLetter/OldestFreeFirst
+	// DeadLetter/HeldForDeadHold
 	// Stop/HandsBackUncounted
 	// Stop/FinishesRunning
 	// Delivery/ExactlyOnceWithoutFaults

@@ -382,3 +382,66 @@ func extendLateRound(t *testing.T, e *env, b1, b2 driver.Backend, lease time.Dur
 	}
 	return true, ""
 }
+
+// testHeldWholeBatch: every delivery of a batch is held for the lease
+// Receive was given, not only the first. One Receive takes three messages;
+// another backend's Receive, ending at eight tenths of the lease, must get
+// none of them. A Receive that returned a message after the lease could
+// have run out (a stall) is not judged.
+func testHeldWholeBatch(t *testing.T, e *env) {
+	b1 := e.declared()
+	b2 := e.backend()
+	e.put(b1, time.Time{}, bodies("batch", 3)...)
+	start := time.Now()
+	ds := e.receiveN(b1, 3, e.lease)
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(e.lease*8/10))
+	defer cancel()
+	stolen, err := b2.Receive(ctx, e.queue, 3, e.lease)
+	at := time.Now()
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive of another backend: %v", err)
+	}
+	e.ack(b2, stolen...)
+	if len(stolen) > 0 && at.Before(start.Add(e.lease)) {
+		var got []string
+		for _, d := range stolen {
+			got = append(got, string(d.Body))
+		}
+		t.Errorf("another backend received %q %v after a Receive of three under a lease of %v began: every delivery of a batch is held for the lease Receive was given",
+			got, at.Sub(start).Round(time.Millisecond), e.lease)
+	}
+	for _, d := range ds {
+		_ = b1.Ack(ctx, d) // a lapsed one (a stall) is refused; that is not this case's rule
+	}
+}
+
+// testSettlesRedelivered: a delivery that came again (its backend closed
+// without settling it) is settled by DeadLetter like a first one: the
+// message does not come back, and the record is written once.
+func testSettlesRedelivered(t *testing.T, e *env) {
+	b1 := e.declared()
+	b2 := e.backend()
+	e.put(b1, time.Time{}, "again")
+	e.receiveN(b1, 1, e.lease)
+	if err := b1.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	d := e.receiveWithin(b2, 1, e.lease, e.opts.Wait+e.lease+e.onTime())
+	if len(d) != 1 {
+		t.Fatalf("a delivery abandoned by Close did not come again within %v", e.opts.Wait+e.lease+e.onTime())
+	}
+	if d[0].Deliveries < 2 {
+		t.Errorf("a delivery abandoned by Close came again counting Deliveries %d, want 2", d[0].Deliveries)
+	}
+	ctx := ctxT(t, e.opts.Wait)
+	if err := b2.DeadLetter(ctx, d[0], driver.DeadMessage{ID: e.queue + "-rec", Body: []byte("a record")}); err != nil {
+		t.Fatalf("DeadLetter of a redelivered message: %v", err)
+	}
+	if back := e.receiveWithin(b2, 1, e.lease, e.lease+e.onTime()); len(back) > 0 {
+		e.ack(b2, back...)
+		t.Errorf("a redelivered message dead-lettered with DeadLetter came back %d deliveries on (body %q): DeadLetter settles the delivery, a redelivered one too", back[0].Deliveries, back[0].Body)
+	}
+	if dead := e.listDead(b2); len(dead) != 1 {
+		t.Errorf("the dead-letter queue lists %q, want the one record", dead)
+	}
+}

@@ -67,14 +67,15 @@ func testReceiveBatch(t *testing.T, e *env) {
 }
 
 // testWakesOnEnqueue: a Receive waiting on an empty queue hands out a
-// message enqueued meanwhile at once. It measures three times, after idle
-// waits of different lengths (a poller's phase then differs), and judges
-// the median.
+// message enqueued meanwhile at once, however long it has waited. It
+// measures five times, after idle waits from 50 ms to 2 s (a poller's
+// phase then differs, and a Receive that stops being woken after a while
+// shows), and judges the second slowest: one measurement may be a stall.
 func testWakesOnEnqueue(t *testing.T, e *env) {
 	send := e.declared()
 	recv := e.backend()
 	var lat []time.Duration
-	for i, idle := range []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 450 * time.Millisecond} {
+	for i, idle := range []time.Duration{50 * time.Millisecond, 200 * time.Millisecond, 450 * time.Millisecond, time.Second, 2 * time.Second} {
 		ctx, cancel := context.WithTimeout(context.Background(), e.opts.Wait)
 		res := receiveAsync(ctx, recv, e.queue, e.lease)
 		time.Sleep(e.scaled(idle))
@@ -90,14 +91,14 @@ func testWakesOnEnqueue(t *testing.T, e *env) {
 	}
 	sorted := slices.Clone(lat)
 	slices.Sort(sorted)
-	if bound := e.bound(250 * time.Millisecond); sorted[1] > bound {
+	if bound, judged := e.bound(250*time.Millisecond), sorted[len(sorted)-2]; judged > bound {
 		var s []string
 		for _, l := range lat {
 			s = append(s, l.Round(time.Millisecond).String())
 		}
-		t.Errorf("a Receive waiting on an empty queue took %s to hand out a message enqueued meanwhile (median %v, bound %v): "+
-			"Receive must not sleep on a fixed interval when the broker can signal new work, and where it must poll, it polls every few tens of milliseconds%s",
-			strings.Join(s, ", "), sorted[1].Round(time.Millisecond), bound, e.stallNote())
+		t.Errorf("a Receive waiting on an empty queue took %s to hand out a message enqueued meanwhile (second slowest %v, bound %v): "+
+			"Receive must not sleep on a fixed interval when the broker can signal new work, however long it has waited, and where it must poll, it polls every few tens of milliseconds%s",
+			strings.Join(s, ", "), judged.Round(time.Millisecond), bound, e.stallNote())
 	}
 }
 
@@ -168,21 +169,27 @@ func (e *env) dueOnTime(recv driver.Backend, what string, schedule func() time.T
 	}
 }
 
-// testCancelledReceive: Receives whose ctx ends while they are claiming
-// (cancelled at random moments of a round trip) either hand their messages
-// out or put them back uncounted. Every message then comes, once, with
-// Deliveries 1, and none waits for a lease to lapse.
+// testCancelledReceive: Receives of up to three messages whose ctx ends
+// while they are claiming (cancelled at random moments of a round trip)
+// either hand their messages out or put every one of them back uncounted.
+// Every message then comes, once, with Deliveries 1, and none waits for a
+// lease to lapse.
 func testCancelledReceive(t *testing.T, e *env) {
 	b := e.declared()
-	const n = 12
+	const n, batch = 36, 3
 	e.put(b, time.Time{}, bodies("c", n)...)
 	seen := map[string]int{}
-	var after time.Time // when the last phase began
+	lapsed := map[string]bool{} // messages whose Ack came after their lease
+	var after time.Time         // when the last phase began
 	take := func(b driver.Backend, ds []*driver.Delivery) {
 		t.Helper()
 		for _, d := range ds {
 			seen[string(d.Body)]++
 			if d.Deliveries == 1 {
+				continue
+			}
+			if lapsed[string(d.Body)] {
+				t.Logf("message %q came again counting Deliveries %d: its lease ran out before its Ack (a stall)", d.Body, d.Deliveries)
 				continue
 			}
 			how := "was put back, counted"
@@ -192,16 +199,30 @@ func testCancelledReceive(t *testing.T, e *env) {
 			t.Errorf("message %q was handed out counting Deliveries %d after Receives whose ctx ended while they claimed: it %s; "+
 				"messages a Receive took but did not hand out must be put back at once, without counting a delivery", d.Body, d.Deliveries, how)
 		}
-		e.ack(b, ds...)
+		ctx := ctxT(t, e.opts.Wait)
+		for _, d := range ds {
+			switch err := b.Ack(ctx, d); {
+			case errors.Is(err, driver.ErrLeaseLost):
+				// A machine too loaded to ack within a lease: the message
+				// comes again, counted, by the rules.
+				lapsed[string(d.Body)] = true
+			case err != nil:
+				t.Errorf("Ack of a live delivery: %v", err)
+			}
+		}
 	}
 	// One Receive that is not cancelled times a round trip.
 	start := time.Now()
 	take(b, e.receiveN(b, 1, e.lease))
 	rtt := time.Since(start)
 	cancels := 0
-	for i := 0; i < 40 && len(seen) < n-2; i++ {
+	for i := 0; i < 40 && len(seen) < n-2*batch; i++ {
 		ctx, cancel := context.WithCancel(context.Background())
-		res := receiveAsync(ctx, b, e.queue, e.lease)
+		res := make(chan received, 1)
+		go func() {
+			ds, err := b.Receive(ctx, e.queue, batch, e.lease)
+			res <- received{ds, err, time.Now()}
+		}()
 		// A timer this short fires late (a millisecond or so): spin.
 		for at, d := time.Now(), rand.N(3*rtt/2); time.Since(at) < d; {
 			runtime.Gosched()
@@ -227,11 +248,11 @@ func testCancelledReceive(t *testing.T, e *env) {
 		}
 	}
 	for body, c := range seen {
-		if c > 1 {
+		if c > 1 && !lapsed[body] {
 			t.Errorf("message %q was handed out %d times, acknowledged each time", body, c)
 		}
 	}
-	t.Logf("%d Receives cancelled before they handed out anything, at random within one and a half round trips of %v", cancels, rtt.Round(time.Microsecond))
+	t.Logf("%d Receives of up to %d cancelled before they handed out anything, at random within one and a half round trips of %v", cancels, batch, rtt.Round(time.Microsecond))
 }
 
 // testNotBeforeRace: a Receive that lands just before a message's

@@ -179,8 +179,21 @@ func bodyWithinLease(t *testing.T, e *env, maxBody int) time.Duration {
 		if !errors.Is(err, driver.ErrTooLarge) {
 			t.Errorf("Enqueue of a body of MaxBody+1 = %d bytes: got %v, want driver.ErrTooLarge", len(over), err)
 		}
+		// The same body second in a batch, on a queue of its own: the small
+		// first message may be stored before the refusal.
+		side := e.queue + "-batch"
+		e.alsoDelete(side)
+		sctx := ctxT(t, e.opts.Wait)
+		if err := b.Declare(sctx, side); err != nil {
+			t.Fatalf("Declare(%q): %v", side, err)
+		}
+		err = b.Enqueue(sctx, side, []driver.Message{{ID: side + "-small", Body: []byte("small")}, {ID: side + "-over", Body: over}})
+		if !errors.Is(err, driver.ErrTooLarge) {
+			t.Errorf("Enqueue of a batch whose second body is MaxBody+1 = %d bytes: got %v, want driver.ErrTooLarge: every message of a batch is checked", len(over), err)
+		}
 	}
 	body := randomPayload(maxBody)
+	ctx = ctxT(t, e.opts.Wait) // the checks above may have spent some of the first
 	if err := b.Enqueue(ctx, e.queue, []driver.Message{{ID: e.queue + "-max", Body: body}}); err != nil {
 		t.Fatalf("Enqueue of a body of %d bytes (the limit): %v", maxBody, err)
 	}

@@ -66,6 +66,8 @@ func cases() []testCase {
 		{"Lease/LapsedReceiptRefused", testLapsedReceipt},
 		{"Lease/LapsesOnTime", testLapsesOnTime},
 		{"Lease/ExtendLate", testExtendLate},
+		{"Lease/HeldWholeBatch", testHeldWholeBatch},
+		{"Lease/SettlesRedelivered", testSettlesRedelivered},
 		// deadletter.go
 		{"DeadLetter/Empty", testDeadEmpty},
 		{"DeadLetter/PopKeepError", testDeadPopKeepError},
@@ -76,6 +78,8 @@ func cases() []testCase {
 		{"DeadLetter/DeleteLeavesHeld", testDeleteLeavesHeld},
 		{"DeadLetter/HeldForSlowCallback", testHeldForSlowCallback},
 		{"DeadLetter/ExtendDeadLate", testExtendDeadLate},
+		{"DeadLetter/OldestFreeFirst", testOldestFreeFirst},
+		{"DeadLetter/HeldForDeadHold", testHeldForDeadHold},
 		// stop.go
 		{"Stop/HandsBackUncounted", testStopHandsBack},
 		{"Stop/FinishesRunning", testStopFinishes},

@@ -16,7 +16,7 @@ import (
 // driver.ErrLeaseLost. Without it, a hold lasts until SettleDead.
 func TestDeadHold(t *testing.T) {
 	t.Parallel()
-	const hold = 100 * time.Millisecond
+	const hold = time.Second // a renewal every half hold fails only after a stall of half a second
 	ctx := context.Background()
 	br := memory.NewBroker()
 	open := func(hold time.Duration) *memory.Backend {

@@ -73,6 +73,13 @@ type Target struct {
 	// the rest of the report prints. Defaults to two patiences and a minute
 	// (4 minutes; 11 in the soak mode).
 	Deadline time.Duration
+
+	// Idle bounds how long a scenario may go without progress (no event
+	// logged by its workers or by the scenario itself) before it has
+	// stalled, with the same report as Deadline. Defaults to a patience
+	// and ten seconds (100 s: a stall fails within two minutes, and a wait
+	// bounded by patience ends before it; 5m10s in the soak mode).
+	Idle time.Duration
 }
 
 // Broker is a broker instance of a test's own.
@@ -147,14 +154,18 @@ func Run(t *testing.T, tg Target) {
 	if tg.Deadline <= 0 {
 		tg.Deadline = 2*patience + time.Minute
 	}
+	if tg.Idle <= 0 {
+		tg.Idle = patience + 10*time.Second
+	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			if why := tg.KnownDefects[sc.name]; why != "" {
 				t.Skipf("known defect: %s", why)
 			}
-			casewatch.Run(t, tg.Deadline, 10*time.Second, nil, func() {
+			dir := t.TempDir()
+			casewatch.RunIdle(t, tg.Deadline, tg.Idle, func() int64 { return logged(dir) }, 10*time.Second, nil, func() {
 				start := time.Now()
-				r := newRun(t, tg, sc.name)
+				r := newRun(t, tg, sc.name, dir)
 				if rep := sc.run(t, r); rep != nil {
 					r.record(rep, time.Since(start))
 				}
@@ -189,7 +200,20 @@ type run struct {
 	dead    []ap.DeadLetter // every dead letter found, once finish has run
 }
 
-func newRun(t *testing.T, tg Target, name string) *run {
+// logged is how many bytes the scenario's logs in dir hold: it grows while
+// the scenario makes progress.
+func logged(dir string) int64 {
+	var n int64
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if fi, err := e.Info(); err == nil && !fi.IsDir() {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+func newRun(t *testing.T, tg Target, name, dir string) *run {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	r := &run{
@@ -200,7 +224,7 @@ func newRun(t *testing.T, tg Target, name string) *run {
 		addr:  tg.Addr,
 		home:  tg.Addr,
 		queue: "f-" + strings.ToLower(name) + "-" + hex.EncodeToString(rnd[:]),
-		dir:   t.TempDir(),
+		dir:   dir,
 		lim:   Limits{RetryLimit: 2, PoisonLimit: 3},
 	}
 	var err error

@@ -47,6 +47,15 @@ var _ T = (*testing.T)(nil)
 // which ends the wait.
 func Run(t T, limit, grace time.Duration, abort func(), body func()) {
 	t.Helper()
+	RunIdle(t, limit, 0, nil, grace, abort, body)
+}
+
+// RunIdle is Run with a second deadline: when progress (a figure that
+// grows while the case works, such as the bytes its workers have logged)
+// has not changed for idle, the case has stalled, however long it may run
+// in all. Progress is read every idle/100 (at least every 10ms).
+func RunIdle(t T, limit, idle time.Duration, progress func() int64, grace time.Duration, abort func(), body func()) {
+	t.Helper()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -54,13 +63,36 @@ func Run(t T, limit, grace time.Duration, abort func(), body func()) {
 	}()
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
-	select {
-	case <-done:
-		return
-	case <-timer.C:
+	var tick <-chan time.Time
+	if idle > 0 && progress != nil {
+		tk := time.NewTicker(max(idle/100, 10*time.Millisecond))
+		defer tk.Stop()
+		tick = tk.C
 	}
-	t.Errorf("STALLED: case %s had not finished %v after it began (its deadline): it fails. "+
-		"Its goroutines, and what each was waiting for:\n%s", t.Name(), limit, Stacks(t.Name()))
+	var seen int64
+	if progress != nil {
+		seen = progress()
+	}
+	moved := time.Now()
+	why := fmt.Sprintf("had not finished %v after it began (its deadline)", limit)
+wait:
+	for {
+		select {
+		case <-done:
+			return
+		case <-timer.C:
+			break wait
+		case now := <-tick:
+			if p := progress(); p != seen {
+				seen, moved = p, now
+			} else if now.Sub(moved) >= idle {
+				why = fmt.Sprintf("had made no progress for %v (its idle deadline; its progress figure stayed at %d)", now.Sub(moved).Round(time.Second), seen)
+				break wait
+			}
+		}
+	}
+	t.Errorf("STALLED: case %s %s: it fails. "+
+		"Its goroutines, and what each was waiting for:\n%s", t.Name(), why, Stacks(t.Name()))
 	if abort != nil {
 		abort()
 	}

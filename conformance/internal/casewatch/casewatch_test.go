@@ -87,3 +87,45 @@ func TestFinishedCaseSaysNothing(t *testing.T) {
 		t.Errorf("ran %v, errors %q, logs %q", ran, r.errors, r.logs)
 	}
 }
+
+func TestIdleCaseNamed(t *testing.T) {
+	r := &recorder{name: "TestFaults/KillMidJob"}
+	release := make(chan struct{})
+	start := time.Now()
+	RunIdle(r, time.Minute, 200*time.Millisecond, func() int64 { return 7 }, 5*time.Second, func() { close(release) }, func() {
+		waitHere(release)
+	})
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("RunIdle returned %v after a case that made no progress, with an idle deadline of 200ms and a deadline of a minute", took)
+	}
+	if len(r.errors) != 1 {
+		t.Fatalf("errors %q, want one", r.errors)
+	}
+	for _, want := range []string{"STALLED", "TestFaults/KillMidJob", "no progress", "stayed at 7", "casewatch.waitHere"} {
+		if !strings.Contains(r.errors[0], want) {
+			t.Errorf("the failure does not say %q:\n%s", want, r.errors[0])
+		}
+	}
+}
+
+func TestProgressKeepsCaseAlive(t *testing.T) {
+	r := &recorder{name: "TestFaults/PoisonIsolation"}
+	var (
+		mu sync.Mutex
+		n  int64
+	)
+	progress := func() int64 { mu.Lock(); defer mu.Unlock(); return n }
+	RunIdle(r, time.Hour, 2*time.Second, progress, 5*time.Second, nil, func() {
+		// Works for one and a half idle deadlines, moving every hundredth
+		// of one.
+		for range 150 {
+			time.Sleep(20 * time.Millisecond)
+			mu.Lock()
+			n++
+			mu.Unlock()
+		}
+	})
+	if len(r.errors) != 0 {
+		t.Errorf("a case that kept making progress failed: %q", r.errors)
+	}
+}

@@ -74,6 +74,38 @@ const (
 	ListOverLimitByOne     Mutation = "ListOverLimitByOne"     // twin of ListOverLimit: ListDead returns limit+1
 	StatsLapseStale        Mutation = "StatsLapseStale"        // twin of StatsZero: a lapsed lease counts as InFlight until a Receive takes it back
 	StatsDueStale          Mutation = "StatsDueStale"          // twin of StatsZero: a due message counts as Scheduled until a Receive looks
+
+	ShortLeaseInBatch             Mutation = "ShortLeaseInBatch"             // twin of ShortLease: every delivery of a batch but the first is leased for a quarter
+	NoLapseTimer                  Mutation = "NoLapseTimer"                  // twin of NoTimers: an idle Receive wakes for a due NotBefore, but for a lapsed lease only by chance
+	AckKeepsRedelivered           Mutation = "AckKeepsRedelivered"           // twin of AckKeeps: an Ack of a delivery counted more than once leaves the message
+	SlowLargeBodies               Mutation = "SlowLargeBodies"               // twin of SlowBodies: only bodies of half MaxBody or more travel at 1 MiB/s
+	BodyAlteredBinary             Mutation = "BodyAlteredBinary"             // twin of BodyAltered: bytes that are not UTF-8 come back replaced, as through a text field
+	NoTooLargeInBatch             Mutation = "NoTooLargeInBatch"             // twin of NoTooLarge: only the first message of a batch is checked against MaxBody
+	EmptyAfterWake                Mutation = "EmptyAfterWake"                // twin of EmptyAtOnce: a Receive woken to find nothing (a rival took the message) returns nothing at once
+	PollingAfterIdle              Mutation = "PollingAfterIdle"              // twin of Polling: a Receive idle for longer than IdleAfter stops being woken and looks again every second
+	SharedDeadLetters             Mutation = "SharedDeadLetters"             // twin of SharedQueues: the queues keep their messages apart, but share one dead-letter queue
+	DeclareNonEmptyFails          Mutation = "DeclareNonEmptyFails"          // twin of DeclareOnce: Declare of a queue that holds messages fails
+	NoCountOnLapse                Mutation = "NoCountOnLapse"                // twin of NoCount: a delivery whose lease lapsed comes back uncounted
+	RequeueCountsFromZero         Mutation = "RequeueCountsFromZero"         // twin of CountFromZero: a Requeue's copy counts 0 on its first delivery
+	CancelledClaimsLostInBatch    Mutation = "CancelledClaimsLostInBatch"    // twin of CancelledClaimsLost: of a cancelled batch, only the first claim is put back
+	CancelledClaimsCountedInBatch Mutation = "CancelledClaimsCountedInBatch" // twin of CancelledClaimsCounted: of a cancelled batch, the claims after the first are put back counted
+	BatchCapped                   Mutation = "BatchCapped"                   // twin of BatchKeepsFirst: Enqueue stores the first BatchCap messages of a batch only
+	RequeueNowKeepsCount          Mutation = "RequeueNowKeepsCount"          // twin of RequeueKeepsCount: a Requeue with no NotBefore keeps the old copy's count (a nack)
+	RequeueShortNow               Mutation = "RequeueShortNow"               // twin of RequeueNow: a Requeue's NotBefore under a second away is rounded down to now
+	RequeueDropsDelayed           Mutation = "RequeueDropsDelayed"           // twin of RequeueDrops: a Requeue's copy with a NotBefore ahead is dropped
+	DeadLetterKeepsRedelivered    Mutation = "DeadLetterKeepsRedelivered"    // twin of DeadLetterKeeps: a DeadLetter of a delivery counted more than once leaves the message leased
+	CloseTwiceErrClosed           Mutation = "CloseTwiceErrClosed"           // twin of CloseTwiceFails: a second Close returns driver.ErrClosed
+	CloseKeepsLaterLeases         Mutation = "CloseKeepsLaterLeases"         // twin of CloseKeepsLeases: Close hands back its first delivery at once and leaves the others leased
+	NextDeadSharesSameConn        Mutation = "NextDeadSharesSameConn"        // twin of NextDeadShares: a connection's NextDead hands out records that connection holds
+	DeadHoldEarly                 Mutation = "DeadHoldEarly"                 // twin of DeadHoldShort: a hold lasts three quarters of DeadHold
+	NextDeadSkipsToNewest         Mutation = "NextDeadSkipsToNewest"         // twin of NextDeadNewest: when the oldest record is held, NextDead hands out the newest free one
+	KeepDeletesExtended           Mutation = "KeepDeletesExtended"           // twin of KeepDeletes: SettleDead(keep) of a record whose hold was renewed deletes it
+	KeepMovesBackOne              Mutation = "KeepMovesBackOne"              // twin of KeepMovesToBack: SettleDead(keep) swaps the record with the one after it
+	ListCursorSkips               Mutation = "ListCursorSkips"               // twin of ListNoCursor: a page from a cursor skips one record
+	ListReordersWhole             Mutation = "ListReordersWhole"             // twin of ListReorders: a listing whose page is the whole queue moves the oldest record to the back
+	DeleteHeldCounted             Mutation = "DeleteHeldCounted"             // twin of DeleteHeld: DeleteDead leaves held records alone but counts them
+	DeleteCountsAbsent            Mutation = "DeleteCountsAbsent"            // twin of DeleteMiscounts: DeleteDead counts the IDs it was given that are not there
+	PurgeCountsLastPage           Mutation = "PurgeCountsLastPage"           // twin of PurgeMiscounts: PurgeDead removes in pages of two and returns the last page's count
 )
 
 // Entry is one mutation with the rule it breaks and the cases that must
@@ -201,4 +233,66 @@ var Mutations = []Entry{
 		[]string{"Stats/LapsedAndDue"}},
 	{StatsDueStale, "Stats counts a message whose NotBefore has passed as Ready (deliverable now), with no Receive needed",
 		[]string{"Stats/LapsedAndDue"}},
+	{ShortLeaseInBatch, "a delivery is held for the lease Receive was given, every delivery of a batch",
+		[]string{"Lease/HeldWholeBatch"}},
+	{NoLapseTimer, "a lapsed lease makes the message deliverable on time, with no other traffic on the queue",
+		[]string{"Lease/LapsesOnTime"}},
+	{AckKeepsRedelivered, "Ack removes the message for good, a redelivered one too",
+		[]string{"Crash/Redelivered"}},
+	{SlowLargeBodies, "a body of MaxBody bytes reaches the platform well within the lease, which runs from the claim",
+		[]string{"RoundTrip/PayloadLimit"}},
+	{BodyAlteredBinary, "Receive hands back exactly the bytes Enqueue was given, bytes that are not text included",
+		[]string{"Delivery/ReceiveBatch", "RoundTrip/Payloads"}},
+	{NoTooLargeInBatch, "Enqueue refuses a body over Capabilities.MaxBody with ErrTooLarge, wherever it is in the batch",
+		[]string{"RoundTrip/PayloadLimit"}},
+	{EmptyAfterWake, "Receive blocks until a message is available or its ctx ends, even when a rival takes the message it woke for",
+		[]string{"Delivery/NotBeforeOnTime"}},
+	{PollingAfterIdle, "an idle Receive takes new work at once however long it has waited",
+		[]string{"Delivery/WakesOnEnqueue"}},
+	{SharedDeadLetters, "queues are separate: each has its own dead letters",
+		[]string{"Retry/Precedence"}},
+	{DeclareNonEmptyFails, "Declare is idempotent, on a queue that holds messages too",
+		[]string{"Crash/Redelivered"}},
+	{NoCountOnLapse, "Deliveries counts every hand-out of a copy, the one after a lapsed lease too",
+		[]string{"Lease/LapsesOnTime", "Lease/LapsedReceiptRefused"}},
+	{RequeueCountsFromZero, "Deliveries is 1 on the first delivery of a Requeue's copy",
+		[]string{"Delivery/NotBeforeOnTime"}},
+	{CancelledClaimsLostInBatch, "every message of a batch Receive took but did not hand out is put back at once",
+		[]string{"Delivery/CancelledReceiveUncounted"}},
+	{CancelledClaimsCountedInBatch, "every message of a batch Receive took but did not hand out is put back without counting a delivery",
+		[]string{"Delivery/CancelledReceiveUncounted"}},
+	{BatchCapped, "Enqueue stores every message it is given, however many",
+		[]string{"Delivery/ReceiveBatch", "Delivery/ExactlyOnceWithoutFaults"}},
+	{RequeueNowKeepsCount, "a Requeue's copy starts its delivery count again, one deliverable at once too",
+		[]string{"Stop/HandsBackUncounted", "Outcome/Reject"}},
+	{RequeueShortNow, "a Requeue's copy is not delivered before its NotBefore, one under a second away too",
+		[]string{"Delivery/NotBeforeOnTime", "Retry/BackoffRespected"}},
+	{RequeueDropsDelayed, "Requeue stores the new copy, a delayed one too",
+		[]string{"Delivery/NotBeforeOnTime", "Retry/BackoffRespected"}},
+	{DeadLetterKeepsRedelivered, "DeadLetter settles the delivery, a redelivered one too",
+		[]string{"Lease/SettlesRedelivered"}},
+	{CloseTwiceErrClosed, "Close is idempotent: a second Close returns nil",
+		[]string{"Close/ErrClosed"}},
+	{CloseKeepsLaterLeases, "with Capabilities.RedeliversOnClose, Close hands every unsettled delivery back at once",
+		[]string{"Close/AbandonsDeliveries"}},
+	{NextDeadSharesSameConn, "NextDead hides the record it hands out until SettleDead, from other callers of the same connection too",
+		[]string{"DeadLetter/ConcurrentCallers"}},
+	{DeadHoldEarly, "a dead letter handed out by NextDead stays held for the whole of Capabilities.DeadHold",
+		[]string{"DeadLetter/HeldForDeadHold"}},
+	{NextDeadSkipsToNewest, "NextDead hands out the oldest record no other caller holds",
+		[]string{"DeadLetter/OldestFreeFirst"}},
+	{KeepDeletesExtended, "SettleDead(keep) leaves the record, after an ExtendDead too",
+		[]string{"DeadLetter/ExtendDeadLate"}},
+	{KeepMovesBackOne, "SettleDead(keep) puts the record back exactly where it was",
+		[]string{"DeadLetter/PopKeepError"}},
+	{ListCursorSkips, "ListDead pages from its cursor, the record after it first",
+		[]string{"DeadLetter/ListingLeavesQueue"}},
+	{ListReordersWhole, "ListDead changes nothing, a listing of the whole queue in one page too",
+		[]string{"DeadLetter/ListingLeavesQueue"}},
+	{DeleteHeldCounted, "DeleteDead does not count the held records it leaves alone",
+		[]string{"DeadLetter/DeleteLeavesHeld"}},
+	{DeleteCountsAbsent, "DeleteDead returns how many records it removed, not how many IDs it was given",
+		[]string{"DeadLetter/DeleteLeavesHeld"}},
+	{PurgeCountsLastPage, "PurgeDead returns how many records it removed, all of them",
+		[]string{"DeadLetter/Purge"}},
 }

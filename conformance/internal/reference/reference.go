@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,16 @@ const EarlyWindow = 30 * time.Millisecond
 
 // pollEvery is the interval of the Polling mutation.
 const pollEvery = time.Second
+
+// IdleAfter is how long a Receive waits before the PollingAfterIdle
+// mutation stops waking it.
+const IdleAfter = 500 * time.Millisecond
+
+// BatchCap is how many messages of a batch the BatchCapped mutation stores.
+const BatchCap = 4
+
+// purgePage is the page of the PurgeCountsLastPage mutation.
+const purgePage = 2
 
 // safetyNet is how often an idle Receive looks again under NoTimers, as a
 // backend might that relies on a slow fallback poll instead of timers.
@@ -98,9 +109,10 @@ type message struct {
 
 type deadRecord struct {
 	driver.DeadMessage
-	token uint64    // non-zero while held by a NextDead caller
-	until time.Time // when the hold lapses; zero: never (CloseKeepsHolds)
-	owner *Backend
+	token    uint64    // non-zero while held by a NextDead caller
+	until    time.Time // when the hold lapses; zero: never (CloseKeepsHolds)
+	owner    *Backend
+	extended bool // ExtendDead renewed the present hold (KeepDeletesExtended)
 }
 
 // held reports whether a NextDead caller holds the record at now.
@@ -110,8 +122,11 @@ func (r *deadRecord) held(now time.Time) bool {
 
 // holdUntil is when a hold taken or renewed at now lapses.
 func (br *Broker) holdUntil(now time.Time) time.Time {
-	if br.is(DeadHoldShort) {
+	switch {
+	case br.is(DeadHoldShort):
 		return now.Add(DeadHold / 4)
+	case br.is(DeadHoldEarly):
+		return now.Add(DeadHold * 3 / 4)
 	}
 	return now.Add(DeadHold)
 }
@@ -148,6 +163,14 @@ func (br *Broker) queue(name string) *queue {
 	return q
 }
 
+// deadOf returns the queue that keeps the dead letters of the queue name.
+func (br *Broker) deadOf(name string) *queue {
+	if br.is(SharedDeadLetters) {
+		return br.queue("\x00dead")
+	}
+	return br.queue(name)
+}
+
 // signal wakes the receivers waiting on q.
 func (q *queue) signal() {
 	close(q.wake)
@@ -175,7 +198,7 @@ func (b *Backend) Declare(_ context.Context, name string) error {
 		return err
 	}
 	defer b.br.mu.Unlock()
-	if _, ok := b.br.queues[name]; ok && b.br.is(DeclareOnce) {
+	if q, ok := b.br.queues[name]; ok && (b.br.is(DeclareOnce) || b.br.is(DeclareNonEmptyFails) && len(q.msgs) > 0) {
 		return fmt.Errorf("reference: queue %q exists", name)
 	}
 	b.br.queue(name)
@@ -184,8 +207,8 @@ func (b *Backend) Declare(_ context.Context, name string) error {
 
 // Enqueue implements driver.Backend.
 func (b *Backend) Enqueue(_ context.Context, name string, msgs []driver.Message) error {
-	for _, m := range msgs {
-		if len(m.Body) > MaxBody && !b.br.is(NoTooLarge) {
+	for i, m := range msgs {
+		if len(m.Body) > MaxBody && !b.br.is(NoTooLarge) && !(b.br.is(NoTooLargeInBatch) && i > 0) {
 			return fmt.Errorf("reference: message %q is %d bytes, over %d: %w", m.ID, len(m.Body), MaxBody, driver.ErrTooLarge)
 		}
 	}
@@ -195,7 +218,7 @@ func (b *Backend) Enqueue(_ context.Context, name string, msgs []driver.Message)
 	defer b.br.mu.Unlock()
 	q := b.br.queue(name)
 	for i, m := range msgs {
-		if i > 0 && b.br.is(BatchKeepsFirst) {
+		if i > 0 && b.br.is(BatchKeepsFirst) || i >= BatchCap && b.br.is(BatchCapped) {
 			break
 		}
 		nb := m.NotBefore
@@ -213,6 +236,9 @@ func (br *Broker) tidy(q *queue, now time.Time) {
 	for _, m := range q.msgs {
 		if m.token != 0 && !now.Before(m.until) {
 			m.token, m.owner = 0, nil
+			if br.is(NoCountOnLapse) {
+				m.deliveries--
+			}
 		}
 	}
 }
@@ -222,6 +248,7 @@ func (b *Backend) Receive(ctx context.Context, name string, max int, lease time.
 	if max <= 0 {
 		return nil, fmt.Errorf("reference: Receive max is %d, it must be positive", max)
 	}
+	start, woken := time.Now(), false
 	for {
 		if err := b.lock(); err != nil {
 			return nil, err
@@ -235,6 +262,8 @@ func (b *Backend) Receive(ctx context.Context, name string, max int, lease time.
 		var next time.Time // when something may become ready
 		for _, m := range q.msgs {
 			switch {
+			case m.token != 0 && b.br.is(NoLapseTimer):
+				next = earliest(next, now.Add(safetyNet)) // wakes for a lapse only by chance
 			case m.token != 0:
 				next = earliest(next, m.until)
 			case m.notBefore.After(now) && !(b.br.is(NotBeforeWindow) && m.notBefore.Sub(now) < EarlyWindow):
@@ -243,7 +272,7 @@ func (b *Backend) Receive(ctx context.Context, name string, max int, lease time.
 				b.br.token++
 				m.token, m.owner = b.br.token, b
 				m.until, m.lease = now.Add(lease), lease
-				if b.br.is(ShortLease) {
+				if b.br.is(ShortLease) || b.br.is(ShortLeaseInBatch) && len(out) > 0 {
 					m.until = now.Add(lease / 4)
 				}
 				m.deliveries++
@@ -255,8 +284,11 @@ func (b *Backend) Receive(ctx context.Context, name string, max int, lease time.
 					n--
 				}
 				body := m.body
-				if b.br.is(BodyAltered) && len(body) > 0 {
+				switch {
+				case b.br.is(BodyAltered) && len(body) > 0:
 					body = body[:len(body)-1]
+				case b.br.is(BodyAlteredBinary):
+					body = []byte(strings.ToValidUTF8(string(body), "\uFFFD"))
 				}
 				h := handle{m: m, token: m.token}
 				claimed = append(claimed, h)
@@ -267,7 +299,7 @@ func (b *Backend) Receive(ctx context.Context, name string, max int, lease time.
 			b.br.mu.Unlock()
 			return b.travel(ctx, claimed, out)
 		}
-		if b.br.is(EmptyAtOnce) {
+		if b.br.is(EmptyAtOnce) || b.br.is(EmptyAfterWake) && woken {
 			b.br.mu.Unlock()
 			return nil, nil
 		}
@@ -281,6 +313,15 @@ func (b *Backend) Receive(ctx context.Context, name string, max int, lease time.
 			t = time.NewTimer(pollEvery)
 		case b.br.is(NoTimers):
 			t = time.NewTimer(safetyNet) // wakes for work that became due only by chance
+		case b.br.is(PollingAfterIdle):
+			d := IdleAfter - time.Since(start) // woken until then
+			if d <= 0 {
+				wake, d = nil, pollEvery
+			}
+			if !next.IsZero() {
+				d = min(d, time.Until(next))
+			}
+			t = time.NewTimer(d)
 		case !next.IsZero():
 			t = time.NewTimer(time.Until(next))
 		}
@@ -294,6 +335,7 @@ func (b *Backend) Receive(ctx context.Context, name string, max int, lease time.
 		var err error
 		select {
 		case <-wake:
+			woken = true
 		case <-due:
 		case <-done:
 			err = driver.ErrClosed
@@ -321,8 +363,8 @@ func earliest(a, b time.Time) time.Time {
 // sees the deliveries: they are put back uncounted.
 func (b *Backend) travel(ctx context.Context, claimed []handle, out []*driver.Delivery) ([]*driver.Delivery, error) {
 	d := Wire
-	if b.br.is(SlowBodies) {
-		for _, o := range out {
+	for _, o := range out {
+		if b.br.is(SlowBodies) || b.br.is(SlowLargeBodies) && len(o.Body) >= MaxBody/2 {
 			d += time.Duration(len(o.Body)) * time.Second / (1 << 20)
 		}
 	}
@@ -338,10 +380,13 @@ func (b *Backend) travel(ctx context.Context, claimed []handle, out []*driver.De
 	}
 	b.br.mu.Lock()
 	defer b.br.mu.Unlock()
-	for _, h := range claimed {
+	for i, h := range claimed {
+		if i > 0 && b.br.is(CancelledClaimsLostInBatch) {
+			break // left leased
+		}
 		if h.m.token == h.token {
 			h.m.token, h.m.owner = 0, nil
-			if !b.br.is(CancelledClaimsCounted) {
+			if !b.br.is(CancelledClaimsCounted) && !(b.br.is(CancelledClaimsCountedInBatch) && i > 0) {
 				h.m.deliveries--
 			}
 		}
@@ -392,7 +437,7 @@ func (b *Backend) Ack(_ context.Context, d *driver.Delivery) error {
 		return err
 	}
 	defer b.br.mu.Unlock()
-	if !b.br.is(AckKeeps) {
+	if !b.br.is(AckKeeps) && !(b.br.is(AckKeepsRedelivered) && m.deliveries > 1) {
 		q.remove(m)
 	}
 	return nil
@@ -424,14 +469,18 @@ func (b *Backend) Requeue(_ context.Context, d *driver.Delivery, msg driver.Mess
 	}
 	defer b.br.mu.Unlock()
 	q.remove(m)
-	if b.br.is(RequeueDrops) {
+	now := time.Now()
+	if b.br.is(RequeueDrops) || b.br.is(RequeueDropsDelayed) && msg.NotBefore.After(now) {
 		return nil
 	}
 	nm := &message{id: msg.ID, body: msg.Body, notBefore: msg.NotBefore}
-	if b.br.is(RequeueKeepsCount) {
+	switch {
+	case b.br.is(RequeueKeepsCount), b.br.is(RequeueNowKeepsCount) && !msg.NotBefore.After(now):
 		nm.deliveries = m.deliveries
+	case b.br.is(RequeueCountsFromZero):
+		nm.deliveries = -1
 	}
-	if b.br.is(RequeueNow) || b.br.is(NotBeforeIgnored) {
+	if b.br.is(RequeueNow) || b.br.is(NotBeforeIgnored) || b.br.is(RequeueShortNow) && msg.NotBefore.Sub(now) < time.Second {
 		nm.notBefore = time.Time{}
 	}
 	q.msgs = append(q.msgs, nm)
@@ -446,10 +495,11 @@ func (b *Backend) DeadLetter(_ context.Context, d *driver.Delivery, rec driver.D
 		return err
 	}
 	defer b.br.mu.Unlock()
-	if !b.br.is(DeadLetterKeeps) {
+	if !b.br.is(DeadLetterKeeps) && !(b.br.is(DeadLetterKeepsRedelivered) && m.deliveries > 1) {
 		q.remove(m)
 	}
-	q.dead = append(q.dead, &deadRecord{DeadMessage: rec})
+	dq := b.br.deadOf(d.Queue)
+	dq.dead = append(dq.dead, &deadRecord{DeadMessage: rec})
 	return nil
 }
 
@@ -460,15 +510,16 @@ func (b *Backend) NextDead(_ context.Context, name string) (*driver.DeadDelivery
 	}
 	defer b.br.mu.Unlock()
 	now := time.Now()
-	dead := b.br.queue(name).dead
+	dead := b.br.deadOf(name).dead
+	newest := b.br.is(NextDeadNewest) || b.br.is(NextDeadSkipsToNewest) && len(dead) > 0 && dead[0].held(now)
 	for i := range dead {
 		r := dead[i]
-		if b.br.is(NextDeadNewest) {
+		if newest {
 			r = dead[len(dead)-1-i]
 		}
-		if !r.held(now) || b.br.is(NextDeadShares) {
+		if !r.held(now) || b.br.is(NextDeadShares) || b.br.is(NextDeadSharesSameConn) && r.owner == b {
 			b.br.token++
-			r.token, r.owner, r.until = b.br.token, b, b.br.holdUntil(now)
+			r.token, r.owner, r.until, r.extended = b.br.token, b, b.br.holdUntil(now), false
 			if b.br.holder == nil {
 				b.br.holder = b
 			}
@@ -496,6 +547,7 @@ func (b *Backend) ExtendDead(_ context.Context, d *driver.DeadDelivery) error {
 	if !b.br.is(ExtendDeadNoop) && !(b.br.is(ExtendDeadLateNoop) && late) {
 		h.r.until = b.br.holdUntil(now)
 	}
+	h.r.extended = true
 	return nil
 }
 
@@ -512,8 +564,8 @@ func (b *Backend) SettleDead(_ context.Context, d *driver.DeadDelivery, remove b
 	if h.r.token != h.token {
 		return driver.ErrLeaseLost
 	}
-	lapsed := !h.r.held(time.Now())
-	h.r.token, h.r.owner = 0, nil
+	lapsed, extended := !h.r.held(time.Now()), h.r.extended
+	h.r.token, h.r.owner, h.r.extended = 0, nil, false
 	if lapsed {
 		return driver.ErrLeaseLost
 	}
@@ -523,10 +575,12 @@ func (b *Backend) SettleDead(_ context.Context, d *driver.DeadDelivery, remove b
 			continue
 		}
 		switch {
-		case remove || b.br.is(KeepDeletes):
+		case remove || b.br.is(KeepDeletes) || b.br.is(KeepDeletesExtended) && extended:
 			q.dead = slices.Delete(q.dead, i, i+1)
 		case b.br.is(KeepMovesToBack):
 			q.dead = append(slices.Delete(q.dead, i, i+1), h.r)
+		case b.br.is(KeepMovesBackOne) && i+1 < len(q.dead):
+			q.dead[i], q.dead[i+1] = q.dead[i+1], q.dead[i]
 		}
 		return nil
 	}
@@ -542,6 +596,9 @@ func (b *Backend) ListDead(_ context.Context, name, cursor string, limit int) ([
 			return nil, "", fmt.Errorf("reference: bad dead-letter cursor %q", cursor)
 		}
 		start = n
+		if b.br.is(ListCursorSkips) {
+			start++
+		}
 	}
 	switch {
 	case b.br.is(ListOverLimit):
@@ -553,7 +610,7 @@ func (b *Backend) ListDead(_ context.Context, name, cursor string, limit int) ([
 		return nil, "", err
 	}
 	defer b.br.mu.Unlock()
-	q := b.br.queue(name)
+	q := b.br.deadOf(name)
 	if start >= len(q.dead) {
 		return nil, "", nil
 	}
@@ -566,6 +623,9 @@ func (b *Backend) ListDead(_ context.Context, name, cursor string, limit int) ([
 		// a listing that "touches" what it lists: the page goes to the back
 		page := slices.Clone(q.dead[start:end])
 		q.dead = append(slices.Delete(q.dead, start, end), page...)
+	}
+	if b.br.is(ListReordersWhole) && start == 0 && end == len(q.dead) && end > 1 {
+		q.dead = append(q.dead[1:], q.dead[0])
 	}
 	next := ""
 	if end < len(q.dead) {
@@ -580,11 +640,19 @@ func (b *Backend) DeleteDead(_ context.Context, name string, ids []string) (int,
 		return 0, err
 	}
 	defer b.br.mu.Unlock()
-	q := b.br.queue(name)
+	q := b.br.deadOf(name)
 	n, now := 0, time.Now()
+	if b.br.is(DeleteCountsAbsent) {
+		for _, id := range ids {
+			if !slices.ContainsFunc(q.dead, func(r *deadRecord) bool { return r.ID == id }) {
+				n++
+			}
+		}
+	}
 	q.dead = slices.DeleteFunc(q.dead, func(r *deadRecord) bool {
-		del := slices.Contains(ids, r.ID) && (!r.held(now) || b.br.is(DeleteHeld))
-		if del {
+		named := slices.Contains(ids, r.ID)
+		del := named && (!r.held(now) || b.br.is(DeleteHeld))
+		if del || named && b.br.is(DeleteHeldCounted) {
 			n++
 		}
 		return del
@@ -601,14 +669,17 @@ func (b *Backend) PurgeDead(_ context.Context, name string) (int, error) {
 		return 0, err
 	}
 	defer b.br.mu.Unlock()
-	q := b.br.queue(name)
+	q := b.br.deadOf(name)
 	n := len(q.dead)
 	for _, r := range q.dead {
 		r.token = 0 // a holder's SettleDead now fails
 	}
 	q.dead = nil
-	if b.br.is(PurgeMiscounts) {
+	switch {
+	case b.br.is(PurgeMiscounts):
 		n = 0
+	case b.br.is(PurgeCountsLastPage) && n > 0:
+		n -= (n - 1) / purgePage * purgePage
 	}
 	return n, nil
 }
@@ -633,7 +704,7 @@ func (b *Backend) Stats(_ context.Context, name string) (driver.Stats, error) {
 	if b.br.is(StatsDueStale) {
 		scheduledFrom = q.received // a message is due only once a Receive saw it so
 	}
-	st := driver.Stats{Dead: int64(len(q.dead))}
+	st := driver.Stats{Dead: int64(len(b.br.deadOf(name).dead))}
 	for _, m := range q.msgs {
 		switch {
 		case m.token != 0:
@@ -667,8 +738,11 @@ func (b *Backend) Close() error {
 	b.br.mu.Lock()
 	defer b.br.mu.Unlock()
 	if b.closed {
-		if b.br.is(CloseTwiceFails) {
+		switch {
+		case b.br.is(CloseTwiceFails):
 			return fmt.Errorf("reference: closed already")
+		case b.br.is(CloseTwiceErrClosed):
+			return driver.ErrClosed
 		}
 		return nil
 	}
@@ -682,6 +756,8 @@ func (b *Backend) Close() error {
 				switch {
 				case b.br.is(CloseLosesDeliveries), b.br.is(CloseLosesLater) && abandoned > 1:
 					q.remove(m)
+				case b.br.is(CloseKeepsLaterLeases) && abandoned > 1:
+					// left leased until its lease runs out
 				case !b.br.is(CloseKeepsLeases):
 					m.token, m.owner = 0, nil
 				}
