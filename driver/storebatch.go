@@ -9,16 +9,17 @@ import (
 )
 
 // StoreBatcher is an optional interface of a Store: Get, Create and Delete
-// of many keys in one round trip, and one commit where the store has
-// commits (PostgreSQL). Callers reach it through GetEach, CreateEach and
-// DeleteEach, which fall back to one call per key on a Store without it.
+// of many keys, and List of many prefixes, in one round trip, and one
+// commit where the store has commits (PostgreSQL). Callers reach it
+// through GetEach, CreateEach, DeleteEach and ListEach, which fall back to
+// one call per key on a Store without it.
 //
 // Each item behaves as its single call would, on its own: the batch is not
 // a transaction across items (a reader may see some of its writes before
 // the others), and each item's result is the one its single call would
-// have given at some moment during the batch. Keys of one batch are
-// distinct and at most MaxBatch; the helpers check both, so a StoreBatcher
-// may assume them.
+// have given at some moment during the batch. Keys (prefixes) of one batch
+// are distinct and at most MaxBatch; the helpers check both, so a
+// StoreBatcher may assume them.
 //
 // A batch that returns an error (the broker's, wrapped with %w; ErrClosed)
 // may have applied any subset of its items; its results are then nil.
@@ -33,6 +34,10 @@ type StoreBatcher interface {
 	// DeleteEach is Delete of each item's Key at its Rev (empty: whatever
 	// is there): Err nil, or ErrRevision for an item with a Rev.
 	DeleteEach(ctx context.Context, items []BatchItem) ([]BatchResult, error)
+
+	// ListEach is List of each prefix from its first key, up to limit
+	// keys each: keys[i] are those of prefixes[i], in byte order.
+	ListEach(ctx context.Context, prefixes []string, limit int) (keys [][]string, err error)
 }
 
 // StoreCounter is an optional interface of a Store: Count returns how many
@@ -114,6 +119,41 @@ func DeleteEach(ctx context.Context, s Store, items []BatchItem) ([]BatchResult,
 		return BatchResult{}, s.Delete(ctx, items[i].Key, items[i].Rev)
 	})
 }
+
+// ListEach lists up to limit keys under each prefix, from the first,
+// through s's StoreBatcher, or with one List a prefix (eachWorkers at
+// once) on a Store without it.
+func ListEach(ctx context.Context, s Store, prefixes []string, limit int) ([][]string, error) {
+	if err := checkBatch(len(prefixes), func(i int) string { return prefixes[i] }); err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("store batch list limit %d: want at least 1", limit)
+	}
+	if b, ok := s.(StoreBatcher); ok {
+		keys, err := b.ListEach(ctx, prefixes, limit)
+		if err == nil && len(keys) != len(prefixes) {
+			err = fmt.Errorf("store batch of %d prefixes answered %d lists", len(prefixes), len(keys))
+		}
+		if err != nil {
+			return nil, err
+		}
+		return keys, nil
+	}
+	out := make([][]string, len(prefixes))
+	_, err := each(ctx, len(prefixes), errNever, func(ctx context.Context, i int) (BatchResult, error) {
+		keys, err := s.List(ctx, prefixes[i], "", limit)
+		out[i] = keys
+		return BatchResult{}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// errNever is the sentinel of a call that has none.
+var errNever = errors.New("never returned")
 
 // CountKeys counts the present keys under prefix through s's StoreCounter,
 // or by listing them, MaxBatch*10 a call, on a Store without it.

@@ -82,6 +82,9 @@ func TestEachFallback(t *testing.T) {
 	if _, err := driver.CreateEach(ctx, s, make([]driver.BatchItem, driver.MaxBatch+1)); err == nil {
 		t.Error("CreateEach over MaxBatch: no error")
 	}
+	if _, err := driver.ListEach(ctx, s, []string{"a/", "b/"}, 10); !errors.Is(err, boom) {
+		t.Errorf("ListEach with a failing List: %v, want boom", err)
+	}
 	if _, err := driver.CountKeys(ctx, s, "p/"); !errors.Is(err, boom) {
 		t.Errorf("CountKeys with a failing List: %v, want boom", err)
 	}

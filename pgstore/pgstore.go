@@ -151,8 +151,8 @@ var (
 
 // queries are the statements, with the table's name in them.
 type queries struct {
-	get, create, update, del, delAt, list, sweep string
-	getEach, createEach, deleteEach, count       string
+	get, create, update, del, delAt, list, sweep     string
+	getEach, createEach, deleteEach, listEach, count string
 }
 
 func makeQueries(t string) queries {
@@ -184,6 +184,10 @@ func makeQueries(t string) queries {
 		// rev while it is live.
 		deleteEach: `DELETE FROM ` + t + ` AS t USING unnest($1::text[], $2::bigint[]) AS u(k, r)
 			WHERE t.key = u.k AND (u.r = 0 OR t.rev = u.r AND ` + live + `) RETURNING t.key`,
+		listEach: `SELECT u.i, l.key FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(p, hi, i)
+			CROSS JOIN LATERAL (SELECT key FROM ` + t + ` WHERE key >= u.p COLLATE "C" AND key < u.hi COLLATE "C" AND ` + live + `
+				ORDER BY key LIMIT $3) AS l
+			ORDER BY u.i, l.key`,
 		count: `SELECT count(*) FROM ` + t + ` WHERE key >= $1 COLLATE "C" AND ($2 = '' OR key < $2 COLLATE "C") AND ` + live,
 	}
 }
@@ -540,6 +544,41 @@ func (s *Store) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]dri
 		if it.Rev != "" && !deleted[it.Key] {
 			out[i].Err = driver.ErrRevision
 		}
+	}
+	return out, nil
+}
+
+// ListEach implements driver.StoreBatcher: one statement.
+func (s *Store) ListEach(ctx context.Context, prefixes []string, limit int) ([][]string, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	// Both bounds in every row, so that each look-up is an index range
+	// scan: keys are of the key grammar, every byte below 0x7f.
+	uppers := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		if uppers[i] = upperBound(p); uppers[i] == "" {
+			uppers[i] = "\x7f"
+		}
+	}
+	rows, err := s.pool.Query(ctx, s.q.listEach, prefixes, uppers, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list each: %w", err)
+	}
+	out := make([][]string, len(prefixes))
+	var (
+		i int64
+		k string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&i, &k}, func() error {
+		if i < 1 || int(i) > len(prefixes) {
+			return fmt.Errorf("row of prefix %d of %d", i, len(prefixes))
+		}
+		out[i-1] = append(out[i-1], k)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list each: %w", err)
 	}
 	return out, nil
 }

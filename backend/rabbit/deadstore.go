@@ -635,49 +635,49 @@ func (b *Backend) dropKeys(ctx context.Context, queue string, keys []driver.Batc
 }
 
 // deleteStoreDead is DeleteDead on the store: each ID's records through
-// the index (deadWorkers look-ups at once), then removed deadBatch at a
+// the index (driver.MaxBatch look-ups a call), then removed deadBatch at a
 // time (takeDeadEach).
 func (b *Backend) deleteStoreDead(ctx context.Context, queue string, ids []string) (int, error) {
 	var (
-		mu    sync.Mutex
 		cands []deadCand
 		seen  = make(map[string]bool)
 	)
 	add := func(c deadCand) {
-		mu.Lock()
-		defer mu.Unlock()
 		if !seen[c.seq] {
 			seen[c.seq] = true
 			cands = append(cands, c)
 		}
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(deadWorkers)
-	asked := make(map[string]bool, len(ids))
+	var asked []string
+	seenID := make(map[string]bool, len(ids))
 	for _, id := range ids {
-		if asked[id] {
+		if seenID[id] {
 			continue
 		}
-		asked[id] = true
+		seenID[id] = true
+		asked = append(asked, id)
 		if validSeq(id) { // a head of another writer, handed out under its seq (see readDead)
 			add(deadCand{seq: id, id: id})
 		}
-		g.Go(func() error {
-			prefix := b.idPrefix(queue, id)
-			keys, err := b.cfg.Store.List(gctx, prefix, "", deadListPage)
-			if err != nil {
-				return fmt.Errorf("rabbit: look up dead letter %q of %q: %w", id, queue, err)
-			}
+	}
+	for len(asked) > 0 {
+		part := asked[:min(len(asked), driver.MaxBatch)]
+		asked = asked[len(part):]
+		prefixes := make([]string, len(part))
+		for i, id := range part {
+			prefixes[i] = b.idPrefix(queue, id)
+		}
+		lists, err := driver.ListEach(ctx, b.cfg.Store, prefixes, deadListPage)
+		if err != nil {
+			return 0, fmt.Errorf("rabbit: look up dead letters of %q: %w", queue, err)
+		}
+		for i, keys := range lists {
 			for _, k := range keys {
-				if seq := k[len(prefix):]; validSeq(seq) {
-					add(deadCand{seq: seq, id: id})
+				if seq := k[len(prefixes[i]):]; validSeq(seq) {
+					add(deadCand{seq: seq, id: part[i]})
 				}
 			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return 0, err
+		}
 	}
 	return b.takeDeadEach(ctx, queue, cands)
 }

@@ -390,6 +390,10 @@ func (s *batchingStore) DeleteEach(ctx context.Context, items []driver.BatchItem
 	return s.Store.(driver.StoreBatcher).DeleteEach(ctx, items)
 }
 
+func (s *batchingStore) ListEach(ctx context.Context, prefixes []string, limit int) ([][]string, error) {
+	return s.Store.(driver.StoreBatcher).ListEach(ctx, prefixes, limit)
+}
+
 func (s *batchingStore) Count(ctx context.Context, prefix string) (int64, error) {
 	s.counts.Add(1)
 	return s.Store.(driver.StoreCounter).Count(ctx, prefix)

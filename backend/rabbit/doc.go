@@ -234,8 +234,8 @@
 // removes the head, then the parts, the index key and the hold at once.
 // ListDead lists the heads after its cursor (the seq of the last record of
 // the page before), reads them in one batch, and the parts of large
-// records 32 at once. DeleteDead looks each ID up in the index (32 at
-// once), then removes the records in rounds of 500, in the order of a pop:
+// records 32 at once. DeleteDead looks its IDs up in the index (1,000 a
+// store call), then removes the records in rounds of 500, in the order of a pop:
 // it takes the holds of the round (held records stay), reads the heads,
 // removes the heads, then the parts, the index keys and the holds; a crash
 // in between leaves a held record that is visible again after DeadHold, or

@@ -853,7 +853,7 @@ func testCompareAndSwap(t *testing.T, e *env) {
 }
 
 // testBatch drives the batch helpers of the driver package (GetEach,
-// CreateEach, DeleteEach, CountKeys) on the raw store: through its
+// CreateEach, DeleteEach, ListEach, CountKeys) on the raw store: through its
 // StoreBatcher and StoreCounter when it has them, else through their
 // fallback. Each item must behave as its single call: a Create of a
 // present key refused and the others made, a Delete at a stale revision
@@ -896,6 +896,11 @@ func testBatch(t *testing.T, e *env) {
 		if r.Err != nil || string(r.Value) != want[i] || gerr != nil || r.Rev != rev || string(v) != want[i] {
 			t.Errorf("GetEach of %s = %q at %q (%v); Get = %q at %q (%v); want %q", keys[i], r.Value, r.Rev, r.Err, v, rev, gerr, want[i])
 		}
+	}
+	lists, err := driver.ListEach(ctx, s, []string{e.ns + "/b/", e.ns + "/none/", e.ns + "/b/4"}, 3)
+	must(t, "ListEach", err)
+	if len(lists) != 3 || !slices.Equal(lists[0], []string{key(0), key(1), key(2)}) || len(lists[1]) != 0 || !slices.Equal(lists[2], []string{key(4)}) {
+		t.Errorf("ListEach of three prefixes, 3 keys each = %q; want the first 3 keys, none, and %s", lists, key(4))
 	}
 	n, err := driver.CountKeys(ctx, s, e.ns+"/b/")
 	must(t, "CountKeys", err)
