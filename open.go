@@ -75,8 +75,9 @@ func describeURL(u *url.URL) string {
 }
 
 // secretName matches the names of URL query or connection-string parameters
-// whose values are secrets.
-var secretName = regexp.MustCompile(`(?i)pass|pwd|secret|token|key|sig|credential|auth`)
+// whose values are secrets, or may hold one (a nested URL or DSN, as
+// postgres's listen_url).
+var secretName = regexp.MustCompile(`(?i)pass|pwd|secret|token|key|sig|credential|auth|url|dsn`)
 
 // secretParam finds parameters named like secrets and their values in a URL
 // or connection string (name=value, separated by & or ;).
