@@ -471,9 +471,13 @@ func (b *Backend) listStoreDead(ctx context.Context, queue, cursor string, limit
 		for i, seq := range seqs {
 			heads[i] = b.headKey(queue, seq)
 		}
-		hs, err := driver.GetEach(ctx, b.cfg.Store, heads)
-		if err != nil {
-			return nil, "", fmt.Errorf("rabbit: read dead letters of %q: %w", queue, err)
+		hs := make([]driver.BatchResult, 0, len(heads))
+		for part := heads; len(part) > 0; part = part[min(len(part), driver.MaxBatch):] { // a batch holds driver.MaxBatch keys at most
+			r, err := driver.GetEach(ctx, b.cfg.Store, part[:min(len(part), driver.MaxBatch)])
+			if err != nil {
+				return nil, "", fmt.Errorf("rabbit: read dead letters of %q: %w", queue, err)
+			}
+			hs = append(hs, r...)
 		}
 		got := make([]*driver.DeadMessage, len(seqs))
 		g, gctx := errgroup.WithContext(ctx)
