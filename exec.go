@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime/debug"
 	"time"
 
@@ -101,6 +102,12 @@ func (e *handlerEntry) Run(ctx context.Context, w *executor.Work[Job]) ([]byte, 
 	j := &v.Job
 	w.View = j
 	fromWire(&w.Job.Job, j)
+	if _, ok := j.Headers[wire.StatusHeader]; ok {
+		// The enqueue nonce is the platform's (status, deduplication keys),
+		// not the handler's.
+		j.Headers = maps.Clone(j.Headers)
+		delete(j.Headers, wire.StatusHeader)
+	}
 	j.Queue, j.Group, j.Priority, j.TryCount, j.Payload = w.Job.Queue, w.Job.Group, w.Job.Priority, w.Job.TryCount, w.Payload
 	if n := len(w.Payload); n > 0 && !w.Fetched { // the handler's own copy
 		if n <= len(v.payload) {

@@ -845,6 +845,9 @@ func (p *Platform) MaxPayload(j Job) int {
 		j.Queue = DefaultQueue
 	}
 	j.Payload = nil
+	if p.codec.Dedupe || p.status.Tracks(j.Queue) {
+		j = *withStatusNonce(&j) // the enqueue nonce put adds
+	}
 	fixed := len(encodeJob(&j)) - 1 + p.codec.Overhead() // less the payload's one-byte length
 	n := p.codec.MaxBody - envelopeHeadroom - fixed
 	for n > 0 && n+uvarintLen(n)+fixed > p.codec.MaxBody-envelopeHeadroom {

@@ -84,7 +84,9 @@ func openBackend(ctx context.Context, name, tag string, owner bool, srv servers)
 		if !owner {
 			return b, cleanup, nil
 		}
-		return b, func() { deleteStreams(srv.NATS, stream, stream+"_DELAY", stream+"_DEAD") }, nil
+		return b, func() {
+			deleteStreams(srv.NATS, stream, stream+"_DELAY", stream+"_DEAD", stream+"_CLAIM", stream+"_HOLD", "KV_"+stream+"_STORE")
+		}, nil
 	case "azure":
 		if srv.Azure == "" {
 			return nil, nil, fmt.Errorf("%w: no Azurite connection string", errUnavailable)

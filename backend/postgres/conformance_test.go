@@ -164,7 +164,7 @@ func TestFaults(t *testing.T) {
 			}
 			defer b.Close()
 			// A foreign producer's row, in the layout of migrations/0001.
-			_, err = b.pool.Exec(ctx, `INSERT INTO `+b.cfg.Prefix+`_jobs (queue, msg_id, body, run_at) VALUES ($1, 'garbage', $2, now())`, queue, raw)
+			_, err = b.pool.Exec(ctx, `INSERT INTO `+b.cfg.Prefix+`_jobs (queue, body, run_at) VALUES ($1, $2, now())`, queue, raw)
 			return err
 		},
 	})

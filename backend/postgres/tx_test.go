@@ -229,4 +229,3 @@ func TestEnqueueTxOpen(t *testing.T) {
 		t.Fatal("the committed job did not run")
 	}
 }
-
