@@ -270,14 +270,19 @@ func (p *Platform) report(j *executor.Job, d decide.Decision, text string, resul
 // publishes then drops a second publish of the same end). A result too large for the backend is left
 // out, the report saying so, and a long error text cut.
 func (p *Platform) publishReport(ctx context.Context, out string, r *OutcomeReport) error {
+	// The report's enqueue nonce is the input's: every worker that reports
+	// this end derives the same deduplication key, and a writer who has not
+	// read the input cannot. It is the platform's, not a header the
+	// report's readers get (as the handler's Job.Headers leave it out).
+	nonce := r.Headers[wire.StatusHeader]
+	if _, ok := r.Headers[wire.StatusHeader]; ok {
+		r.Headers = maps.Clone(r.Headers)
+		delete(r.Headers, wire.StatusHeader)
+	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("asyncplatform: encoding an outcome report: %w", err)
 	}
-	// The report's enqueue nonce is the input's: every worker that reports
-	// this end derives the same deduplication key, and a writer who has not
-	// read the input cannot.
-	nonce := r.Headers[wire.StatusHeader]
 	job := &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b, statusNonce: nonce}
 	err = p.enqueue(ctx, []*Job{job})
 	if !errors.Is(err, ErrPayloadTooLarge) {
