@@ -1,3 +1,5 @@
+//go:build postgres_wip
+
 package postgres_test
 
 import (
