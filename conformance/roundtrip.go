@@ -192,30 +192,41 @@ func bodyWithinLease(t *testing.T, e *env, maxBody int) time.Duration {
 			t.Errorf("Enqueue of a batch whose second body is MaxBody+1 = %d bytes: got %v, want driver.ErrTooLarge: every message of a batch is checked", len(over), err)
 		}
 	}
-	body := randomPayload(maxBody)
-	ctx = ctxT(t, e.opts.Wait) // the checks above may have spent some of the first
-	if err := b.Enqueue(ctx, e.queue, []driver.Message{{ID: e.queue + "-max", Body: body}}); err != nil {
-		t.Fatalf("Enqueue of a body of %d bytes (the limit): %v", maxBody, err)
-	}
-	start := time.Now()
-	ds, err := b.Receive(ctx, e.queue, 1, e.lease)
-	took := time.Since(start)
-	if err != nil || len(ds) != 1 {
-		t.Fatalf("Receive of a body of %d bytes: %d deliveries, %v", maxBody, len(ds), err)
-	}
-	if !bytes.Equal(ds[0].Body, body) {
-		t.Errorf("a body of %d bytes came back as %d different bytes", maxBody, len(ds[0].Body))
-	}
-	e.ack(b, ds...)
-	// Half a lease, stretched by the load factor (a loaded broker is slow
-	// to send a megabyte) but never past nine tenths of the lease, where
-	// the platform would get the delivery with its lease all but spent.
-	if _, cut := e.h.(Disconnecter); !cut && took > min(e.bound(e.lease/2), e.lease*9/10) {
+	// A Receive is timed twice at most: one slow round on a loaded machine
+	// (another process's burst, a GC of the race detector) is not the
+	// backend's; two in a row are.
+	var took time.Duration
+	for round := range 2 {
+		body := randomPayload(maxBody)
+		ctx = ctxT(t, e.opts.Wait) // the checks above may have spent some of the first
+		id := fmt.Sprintf("%s-max-%d", e.queue, round)
+		if err := b.Enqueue(ctx, e.queue, []driver.Message{{ID: id, Body: body}}); err != nil {
+			t.Fatalf("Enqueue of a body of %d bytes (the limit): %v", maxBody, err)
+		}
+		start := time.Now()
+		ds, err := b.Receive(ctx, e.queue, 1, e.lease)
+		took = time.Since(start)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("Receive of a body of %d bytes: %d deliveries, %v", maxBody, len(ds), err)
+		}
+		if !bytes.Equal(ds[0].Body, body) {
+			t.Errorf("a body of %d bytes came back as %d different bytes", maxBody, len(ds[0].Body))
+		}
+		e.ack(b, ds...)
+		// Half a lease, stretched by the load factor (a loaded broker is slow
+		// to send a megabyte) but never past nine tenths of the lease, where
+		// the platform would get the delivery with its lease all but spent.
 		// A Disconnecter's leases last as long as the connection.
-		t.Errorf("a body of %d bytes took %v to Receive, with a lease of %v: the lease runs from the claim and the platform "+
-			"renews it first up to half a lease after Receive returns, so a body of MaxBody bytes must be deliverable within half of "+
-			"Options.Lease (raise Options.Lease, or lower MaxBody)%s", maxBody, took.Round(time.Millisecond), e.lease, e.stallNote())
+		if _, cut := e.h.(Disconnecter); cut || took <= min(e.bound(e.lease/2), e.lease*9/10) {
+			return took
+		}
+		if round == 0 {
+			t.Logf("a body of %d bytes took %v to Receive, with a lease of %v; timing it once more", maxBody, took.Round(time.Millisecond), e.lease)
+		}
 	}
+	t.Errorf("a body of %d bytes took %v to Receive twice in a row, with a lease of %v: the lease runs from the claim and the platform "+
+		"renews it first up to half a lease after Receive returns, so a body of MaxBody bytes must be deliverable within half of "+
+		"Options.Lease (raise Options.Lease, or lower MaxBody)%s", maxBody, took.Round(time.Millisecond), e.lease, e.stallNote())
 	return took
 }
 

@@ -46,7 +46,7 @@ func eachServer(t *testing.T, fn func(t *testing.T, b *Backend, queue string)) {
 
 func run(t *testing.T, addr string, fn func(t *testing.T, b *Backend, queue string)) {
 	c := goredis.NewClient(&goredis.Options{Addr: addr})
-	b, err := New(context.Background(), Config{Client: c, Prefix: "apt", DeadHold: 300 * time.Millisecond, IdleWait: 200 * time.Millisecond})
+	b, err := New(context.Background(), Config{Client: c, Prefix: "apt", DeadHold: 2 * time.Second, IdleWait: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestDriver(t *testing.T) {
 func TestExtendDead(t *testing.T) {
 	t.Parallel()
 	eachServer(t, func(t *testing.T, b *Backend, q string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 		defer cancel()
 		if got := b.Capabilities().DeadHold; got != b.cfg.DeadHold {
 			t.Fatalf("Capabilities().DeadHold = %v, want Config.DeadHold %v", got, b.cfg.DeadHold)
