@@ -407,18 +407,21 @@ func (q *Queue[J]) Held() []*Delivery[J] {
 }
 
 // KeepLeases extends the lease of every held delivery whose lease is more
-// than a third spent, until ctx ends. Each renewal runs on its own
-// goroutine, so that a sweep costs one broker round trip, not one per held
-// delivery (in turn, 20 deliveries under a 1 s lease lapse once a round
-// trip takes 30 ms); a delivery whose renewal is still under way is left to
-// it. KeepLeases returns once the renewals it started have ended (each is
-// bounded by a third of the lease).
+// than a third spent, until ctx ends. Renewals run side by side, at most
+// MaxRenewals at once, so that a sweep costs a few broker round trips, not
+// one per held delivery (in turn, 20 deliveries under a 1 s lease lapse once
+// a round trip takes 30 ms), and a slow one holds up no other; the bound
+// keeps a sweep of many deliveries from reaching the broker as one burst.
+// A delivery whose renewal is still under way is left to it. KeepLeases
+// returns once the renewals it started have ended (each is bounded by a
+// third of the lease).
 func KeepLeases[J any](ctx context.Context, b driver.Backend, lease time.Duration, log *slog.Logger, queues []*Queue[J]) {
 	every := lease / 3
 	t := time.NewTicker(max(every/2, time.Millisecond))
 	defer t.Stop()
 	var renewing sync.WaitGroup
 	defer renewing.Wait()
+	slots := make(chan struct{}, MaxRenewals)
 	for {
 		select {
 		case <-ctx.Done():
@@ -426,14 +429,27 @@ func KeepLeases[J any](ctx context.Context, b driver.Backend, lease time.Duratio
 		case now := <-t.C:
 			for _, q := range queues {
 				for _, f := range q.Held() {
-					if f.due(now, every) {
-						renewing.Go(func() { f.extend(b, lease, log, now, every) })
+					if !f.due(now, every) {
+						continue
 					}
+					select {
+					case slots <- struct{}{}:
+					case <-ctx.Done():
+						f.mu.Unlock() // due left it locked for extend
+						return
+					}
+					renewing.Go(func() {
+						defer func() { <-slots }()
+						f.extend(b, lease, log, now, every)
+					})
 				}
 			}
 		}
 	}
 }
+
+// MaxRenewals is how many lease renewals KeepLeases has under way at once.
+const MaxRenewals = 8
 
 // due reports whether f's lease needs renewing at now. When it does, f.mu
 // is left locked for extend, which unlocks it; a delivery being settled or

@@ -490,6 +490,38 @@ func TestQueue(t *testing.T) {
 		b.stop(t)
 	})
 
+	// RenewalsBounded: a sweep of many held deliveries has at most
+	// MaxRenewals renewals under way at once, and renews them all.
+	t.Run("RenewalsBounded", func(t *testing.T) {
+		t.Parallel()
+		const n = 3 * MaxRenewals
+		b := setup(t, testOpts{concurrency: n, lease: 90 * time.Millisecond})
+		var now, peak, renewed atomic.Int32
+		b.backend.extendErr = func(d *driver.Delivery) error {
+			c := now.Add(1)
+			for p := peak.Load(); c > p && !peak.CompareAndSwap(p, c); p = peak.Load() {
+			}
+			time.Sleep(5 * time.Millisecond) // a round trip
+			now.Add(-1)
+			renewed.Add(1)
+			return nil
+		}
+		release := make(chan struct{})
+		b.handler = func(ctx context.Context, f *Delivery[string]) error {
+			b.block(release)
+			return nil
+		}
+		b.backend.push(testQueue, n)
+		b.start()
+		waitFor(t, "every delivery renewed twice", func() bool { return renewed.Load() >= 2*n })
+		close(release)
+		waitFor(t, "every job acked", func() bool { return b.acked() == n })
+		b.stop(t)
+		if p := peak.Load(); p > MaxRenewals {
+			t.Errorf("%d renewals under way at once; at most MaxRenewals (%d)", p, MaxRenewals)
+		}
+	})
+
 	// LostBeforeStart: a delivery claimed ahead whose lease is lost while it
 	// waits for a worker is not run (Start reports it lost).
 	t.Run("LostBeforeStart", func(t *testing.T) {
