@@ -135,7 +135,7 @@ func testNotBeforeOnTime(t *testing.T, e *env) {
 		t.Errorf("the copy written by Requeue came with body %q and Deliveries %d, want %q and 1: a Requeue's copy counts its deliveries from the start again",
 			copyOf.Body, copyOf.Deliveries, "later again")
 	}
-	e.ack(recv, copyOf)
+	e.ackFresh(recv, copyOf) // just received: a stalled Receive may have spent its lease
 }
 
 // dueOnTime starts a Receive, calls schedule (which makes a message due at
