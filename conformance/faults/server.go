@@ -97,8 +97,12 @@ func (s *Server) start() error {
 	for {
 		c, err := net.DialTimeout("tcp", s.cfg.HostPort, time.Second)
 		if err == nil {
+			self := selfConnected(c)
 			c.Close()
-			return nil
+			if !self {
+				return nil
+			}
+			err = fmt.Errorf("dial to %s connected to itself", s.cfg.HostPort)
 		}
 		select {
 		case <-done:
@@ -173,3 +177,10 @@ func SharedPrivate(owner *testing.T, start func(t, owner *testing.T) *Broker) fu
 // platforms: warnings and errors go to stderr only when
 // ASYNCPLATFORM_FAULTS_VERBOSE is set, and nowhere otherwise.
 func Logger() *slog.Logger { return quiet() }
+
+// selfConnected reports whether c is connected to itself: a dial to a free
+// loopback port of the ephemeral range can pick that port as its own and
+// connect by TCP simultaneous open, with no server there.
+func selfConnected(c net.Conn) bool {
+	return c.LocalAddr().String() == c.RemoteAddr().String()
+}
