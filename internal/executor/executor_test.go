@@ -432,3 +432,22 @@ func TestDedupeKeySameForEveryWorker(t *testing.T) {
 		t.Errorf("a job without a nonce: ID %q, key %q; want job.4 and no key", old.ID, old.Dedupe)
 	}
 }
+
+// A copy handed back (a stop, a pause, an unhealthy broker) keeps the
+// job's NotBefore: the handler of the next copy sees the job as enqueued.
+func TestHandBackKeepsNotBefore(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, 1<<20)
+	nb := time.Now().Add(-time.Second).Truncate(time.Microsecond)
+	f := h.deliver(t, &wire.Job{ID: "job", Type: "t", EnqueuedAt: time.Now(), NotBefore: nb})
+	if err := h.x.HandBack(f); err != nil {
+		t.Fatal(err)
+	}
+	j, ok := h.next(t)
+	if !ok {
+		t.Fatal("the handed-back copy is not ready")
+	}
+	if j.Copy != 1 || !j.NotBefore.Equal(nb) {
+		t.Errorf("handed back: copy %d NotBefore %v; want copy 1 NotBefore %v", j.Copy, j.NotBefore, nb)
+	}
+}

@@ -167,10 +167,11 @@ func (x *Executor[V]) report(f *Delivery[V], j *Job, d decide.Decision, text str
 	return &next, back
 }
 
-// requeue replaces the delivery with the next copy of j, due at at.
+// requeue replaces the delivery with the next copy of j, due at at when
+// at is ahead; otherwise the copy keeps the job's NotBefore, which has
+// passed.
 func (x *Executor[V]) requeue(f *Delivery[V], j *Job, at time.Time) error {
 	j.Copy++
-	j.NotBefore = time.Time{}
 	if at.After(time.Now()) {
 		j.NotBefore = at
 	}
