@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -166,5 +167,113 @@ func TestCASUnsafe(t *testing.T) {
 		if got := casUnsafe(v); got != want {
 			t.Errorf("casUnsafe(%q) = %v, want %v", v, got, want)
 		}
+	}
+}
+
+// TestUnclaimInBulk settles deliveries on a server that needs claims and
+// counts the messages the backend sends: a claim and an ack a job, not a
+// delete of the claim too (see unclaim). Every claim is gone soon after.
+func TestUnclaimInBulk(t *testing.T) {
+	t.Parallel()
+	u := realURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	q := queueName(t)
+	b := newBackend(t, u, q)
+	if !b.claiming() {
+		t.Skipf("nats-server %s needs no claims", b.nc.ConnectedServerVersion())
+	}
+	const jobs, batch = 300, 50
+	msgs := make([]driver.Message, jobs)
+	for i := range msgs {
+		msgs[i] = driver.Message{ID: fmt.Sprintf("j%d", i), Body: []byte("x")}
+	}
+	if err := b.Enqueue(ctx, q, msgs); err != nil {
+		t.Fatal(err)
+	}
+	first, err := b.Receive(ctx, q, 1, 30*time.Second) // the consumer and the claims stream made
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ack(ctx, first[0]); err != nil {
+		t.Fatal(err)
+	}
+	before := b.nc.Stats().OutMsgs
+	for done := 1; done < jobs; {
+		ds, err := b.Receive(ctx, q, batch, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if err := b.Ack(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done += len(ds)
+	}
+	sent := b.nc.Stats().OutMsgs - before
+	// A claim and an ack a job; a pull a batch; a consumer info and a purge
+	// or two every claimFlushEvery.
+	limit := uint64(2*jobs + 100)
+	t.Logf("%d messages sent to receive and ack %d jobs (limit %d)", sent, jobs, limit)
+	if sent > limit {
+		t.Fatalf("%d messages sent to receive and ack %d jobs, want at most %d", sent, jobs, limit)
+	}
+	left := int64(-1)
+	for end := time.Now().Add(claimKeepMax / 2); left != 0 && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		left = claimsOf(t, b, q)
+	}
+	if left != 0 {
+		t.Fatalf("%d claims left after every message was settled", left)
+	}
+}
+
+// TestUnclaimBucketBelowFloor holds one message and settles the others:
+// the claims of every bucket below the consumer's ack floor are purged
+// while the held message keeps the queue busy (see unclaim).
+func TestUnclaimBucketBelowFloor(t *testing.T) {
+	t.Parallel()
+	u := realURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	q := queueName(t)
+	b := newBackend(t, u, q)
+	if !b.claiming() {
+		t.Skipf("nats-server %s needs no claims", b.nc.ConnectedServerVersion())
+	}
+	const jobs = 1100 // more than a bucket
+	msgs := make([]driver.Message, jobs)
+	for i := range msgs {
+		msgs[i] = driver.Message{ID: fmt.Sprintf("j%d", i), Body: []byte("x")}
+	}
+	if err := b.Enqueue(ctx, q, msgs); err != nil {
+		t.Fatal(err)
+	}
+	var held *driver.Delivery
+	for done := 0; done < jobs; {
+		ds, err := b.Receive(ctx, q, 100, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			done++
+			if done == jobs {
+				held = d // the newest: the floor stays below it
+				continue
+			}
+			if err := b.Ack(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	left := int64(-1)
+	for end := time.Now().Add(claimKeepMax / 2); left >= 1<<claimBucketBits && time.Now().Before(end) || left < 0; time.Sleep(50 * time.Millisecond) {
+		left = claimsOf(t, b, q)
+	}
+	if left >= 1<<claimBucketBits {
+		t.Fatalf("%d claims left with one message held, want those of its bucket only (fewer than %d)", left, 1<<claimBucketBits)
+	}
+	if err := b.Ack(ctx, held); err != nil {
+		t.Fatal(err)
 	}
 }
