@@ -31,7 +31,8 @@ import (
 //
 // On such a server every first delivery (NumDelivered 1) is claimed before
 // it is handed out: a message on the claims stream (S_CLAIM) with subject
-// S.claim.<queue token>.<stream sequence>.<timestamp>, published with
+// S.claim.<queue token>.<bucket>.<stream sequence>.<timestamp> (the
+// bucket is the stream sequence / 1024), published with
 // Nats-Expected-Last-Subject-Sequence 0, so only the first publish of a
 // subject is stored. A delivery whose claim is refused was handed out
 // before: it is dropped, neither acked nor naked, so its lease runs out
@@ -40,7 +41,8 @@ import (
 // same way. The claims of a Receive are published together and waited for
 // together: one round trip per Receive. Once a delivery is settled (its ack
 // confirmed, so the message has left the stream and cannot be delivered
-// again), its claim is deleted without waiting for the answer. A claim left
+// again), its claim is deleted, later and mostly in bulk (see unclaim),
+// without waiting for the answer. A claim left
 // behind (a worker killed between the two, or a server SIGKILL that
 // forgets the delete) is never used again: its subject names a stream
 // sequence and timestamp that no later message has.
