@@ -287,3 +287,51 @@ func TestUnclaimBucketBelowFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPurgeBelowFact checks what the idle purge of unclaim relies on: a
+// purge with a filter and a sequence removes the filter's messages below
+// that sequence only, leaving later ones and other subjects.
+func TestPurgeBelowFact(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := gonats.Connect(realURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("APPURGE_%d", time.Now().UnixNano())
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	var seqs []uint64
+	for _, subj := range []string{"a.1", "b.1", "a.2", "a.3", "b.2"} {
+		pa, err := js.Publish(ctx, name+"."+subj, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, pa.Sequence)
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject(name+".a.>"), jetstream.WithPurgeSequence(seqs[2]+1)); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(name+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{name + ".a.3": 1, name + ".b.1": 1, name + ".b.2": 1}
+	if len(info.State.Subjects) != len(want) {
+		t.Fatalf("%s: left %v, want %v", nc.ConnectedServerVersion(), info.State.Subjects, want)
+	}
+	for subj, n := range want {
+		if info.State.Subjects[subj] != n {
+			t.Fatalf("%s: left %v, want %v", nc.ConnectedServerVersion(), info.State.Subjects, want)
+		}
+	}
+}
