@@ -48,6 +48,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 )
@@ -75,7 +76,14 @@ type options struct {
 	LatencyDur time.Duration
 	Profile    string
 	Srv        servers
+	// NATSCurrent is a second nats-server's URL (a current one, from
+	// scripts/nats-current.sh): the NATS throughput systems run against it
+	// too, reported as natsCurrentLabel.
+	NATSCurrent string
 }
+
+// natsCurrentLabel names the NATS results measured against -nats-current.
+const natsCurrentLabel = "nats-current"
 
 func main() {
 	log.SetFlags(log.Ltime)
@@ -113,6 +121,7 @@ func main() {
 	flag.StringVar(&o.Srv.Redis, "redis", "127.0.0.1:6379", "Redis address")
 	flag.StringVar(&o.Srv.AMQP, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	flag.StringVar(&o.Srv.NATS, "nats", "nats://127.0.0.1:4222", "NATS URL")
+	flag.StringVar(&o.NATSCurrent, "nats-current", "", "URL of a current nats-server (scripts/nats-current.sh): NATS throughput is measured against it too")
 	flag.StringVar(&child, "child", "", "internal: run one system (JSON spec) and print its result")
 	flag.StringVar(&worker, "worker", "", "internal: run as a worker process (JSON spec)")
 	flag.Parse()
@@ -213,6 +222,24 @@ func run(o options) error {
 			log.Printf("%s/%s: %s", b, s, r.summary())
 			rep.Results = append(rep.Results, r)
 		}
+		if b != "nats" || o.NATSCurrent == "" {
+			continue
+		}
+		// The same systems against the current server, reported apart.
+		srv := o.Srv
+		srv.NATS = o.NATSCurrent
+		for _, s := range systems {
+			spec := childSpec{Backend: b, System: s, Plan: p, Srv: srv}
+			if o.Profile != "" && s == "ours" {
+				spec.Profile, _ = filepath.Abs(filepath.Join(o.Profile, "ours-"+natsCurrentLabel+".pprof"))
+			}
+			r := runSystem(spec, 4*p.PhaseLimit+time.Minute)
+			r.Backend = natsCurrentLabel
+			log.Printf("%s/%s: %s", natsCurrentLabel, s, r.summary())
+			rep.Results = append(rep.Results, r)
+		}
+		i := slices.Index(rep.Options.Backends, "nats")
+		rep.Options.Backends = slices.Insert(slices.Clone(rep.Options.Backends), i+1, natsCurrentLabel)
 	}
 	if o.Scale {
 		for _, b := range o.Backends {

@@ -235,6 +235,16 @@ func (rep *report) writeGoals(w func(string, ...any)) {
 	peerRatio("rabbit", "machinery", 1.5)
 	peerRatio("rabbit", "watermill", 1.5)
 	peerRatio("nats", "watermill", 1)
+	peerRatio(natsCurrentLabel, "watermill", 1)
+	if ours, ok := rep.find(natsCurrentLabel, "ours"); ok {
+		if raw, ok := rep.find(natsCurrentLabel, "rawbatch"); ok {
+			for _, c := range []int{10, 50} {
+				a, b := ours.Process[c], raw.Process[c]
+				check(fmt.Sprintf("%s: ≥ 0.9× the batched raw loop at c=%d", natsCurrentLabel, c),
+					fmt.Sprintf("%.0f vs %.0f jobs/s = %s", a, b, ratioCell(a, b)), a >= 0.9*b, a > 0 && b > 0)
+			}
+		}
+	}
 	for _, be := range rep.Options.Backends {
 		ours, ok1 := rep.find(be, "ours")
 		raw, ok2 := rep.find(be, "raw1")

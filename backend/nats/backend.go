@@ -214,6 +214,10 @@ type Backend struct {
 	claims     jetstream.Stream // the claims stream, once made
 	claimInbox string           // where the answers to claim and marker deletes go
 
+	unclaimMu  sync.Mutex                // guards unclaimed and unclaiming
+	unclaimed  map[string][]settledClaim // claims to delete, by queue token (see unclaim)
+	unclaiming bool                      // unclaimLoop runs
+
 	holdMu sync.Mutex       // guards holds (see hold.go)
 	holds  jetstream.Stream // the holds stream, once made
 

@@ -31,7 +31,8 @@ import (
 //
 // On such a server every first delivery (NumDelivered 1) is claimed before
 // it is handed out: a message on the claims stream (S_CLAIM) with subject
-// S.claim.<queue token>.<stream sequence>.<timestamp>, published with
+// S.claim.<queue token>.<bucket>.<stream sequence>.<timestamp> (the
+// bucket is the stream sequence / 1024), published with
 // Nats-Expected-Last-Subject-Sequence 0, so only the first publish of a
 // subject is stored. A delivery whose claim is refused was handed out
 // before: it is dropped, neither acked nor naked, so its lease runs out
@@ -40,7 +41,8 @@ import (
 // same way. The claims of a Receive are published together and waited for
 // together: one round trip per Receive. Once a delivery is settled (its ack
 // confirmed, so the message has left the stream and cannot be delivered
-// again), its claim is deleted without waiting for the answer. A claim left
+// again), its claim is deleted, later and mostly in bulk (see unclaim),
+// without waiting for the answer. A claim left
 // behind (a worker killed between the two, or a server SIGKILL that
 // forgets the delete) is never used again: its subject names a stream
 // sequence and timestamp that no later message has.
@@ -101,9 +103,29 @@ func olderThan(version string, fixed [3]int) bool {
 func (b *Backend) claimName() string { return b.cfg.Stream + "_CLAIM" }
 
 // claimSubject names the claim of the message at stream sequence seq, with
-// timestamp ts, on the queue whose subject token is tok.
+// timestamp ts, on the queue whose subject token is tok. The token after
+// the queue's is the sequence's bucket (see unclaim).
 func (b *Backend) claimSubject(tok string, seq uint64, ts string) string {
-	return b.cfg.Stream + ".claim." + tok + "." + strconv.FormatUint(seq, 10) + "." + ts
+	return b.cfg.Stream + ".claim." + tok + "." + strconv.FormatUint(seq>>claimBucketBits, 10) + "." +
+		strconv.FormatUint(seq, 10) + "." + ts
+}
+
+// claimBucketBits sets the size of a claims bucket: 1<<claimBucketBits
+// stream sequences.
+const claimBucketBits = 10
+
+// parseClaim returns the queue token and bucket of a claim's subject.
+func (b *Backend) parseClaim(subj string) (tok string, bucket uint64, ok bool) {
+	rest, ok := strings.CutPrefix(subj, b.cfg.Stream+".claim.")
+	if !ok {
+		return "", 0, false
+	}
+	t := strings.Split(rest, ".")
+	if len(t) != 4 {
+		return "", 0, false
+	}
+	bucket, err := strconv.ParseUint(t[1], 10, 64)
+	return t[0], bucket, err == nil
 }
 
 // claimStream returns the claims stream, made on first use.
@@ -231,12 +253,182 @@ func (b *Backend) claimOne(m *gonats.Msg, wait time.Duration) (string, uint64, b
 	return subjs[0], seqs[0], true
 }
 
-// unclaim deletes the claim of a settled delivery, if claims were made:
-// by its sequence when this delivery made it, else by subject (an earlier
-// delivery made it). It does not wait: the answer goes to a subscription
-// that logs failures. A claim left behind is never used again.
+// unclaim deletes the claim of a settled delivery, if claims were made,
+// later and mostly in bulk: it queues the claim, and a loop (unclaimLoop)
+// deletes the queued claims every claimFlushEvery, none of them waited
+// for (the answers go to a subscription that logs failures). A claim left
+// behind is never used again.
+//
+// A claim is useless once its message has left the work stream: a message
+// at or below the ack floor of its queue's consumer was acked, and so is
+// gone. The loop reads the floor (one consumer info a queue) and deletes
+// with one filtered purge each bucket of the queue (claims of 1024 stream
+// sequences, the bucket token of claimSubject) whose sequences all lie at
+// or below it. When the consumer has nothing pending at all, every claim
+// written before the newest one queued belongs to a settled delivery, so
+// one purge of the queue's claims up to that one deletes them all. A
+// claim still queued after claimKeepMax (a long-held message keeps the
+// floor down), or when the Backend closes, is deleted on its own: by its
+// sequence when this delivery made it, else by subject (an earlier
+// delivery made it).
 func (b *Backend) unclaim(subj string, seq uint64) {
 	if subj == "" {
+		return
+	}
+	tok, bucket, ok := b.parseClaim(subj)
+	if !ok {
+		b.deleteClaim(subj, seq)
+		return
+	}
+	b.unclaimMu.Lock()
+	if b.unclaimed == nil {
+		b.unclaimed = map[string][]settledClaim{}
+	}
+	b.unclaimed[tok] = append(b.unclaimed[tok], settledClaim{subj: subj, seq: seq, bucket: bucket, at: time.Now()})
+	start := !b.unclaiming
+	b.unclaiming = true
+	b.unclaimMu.Unlock()
+	if start && !b.spawn(b.unclaimLoop) {
+		b.unclaimMu.Lock()
+		left := b.unclaimed
+		b.unclaimed, b.unclaiming = nil, false
+		b.unclaimMu.Unlock()
+		for _, cs := range left {
+			for _, c := range cs {
+				b.deleteClaim(c.subj, c.seq)
+			}
+		}
+	}
+}
+
+// settledClaim is a claim queued for deletion (see unclaim).
+type settledClaim struct {
+	subj   string
+	seq    uint64 // its sequence in the claims stream; 0: made by an earlier delivery
+	bucket uint64
+	at     time.Time // when it was queued
+}
+
+const (
+	// claimFlushEvery is how often queued claims are deleted.
+	claimFlushEvery = 100 * time.Millisecond
+	// claimKeepMax is how long a claim waits for its bucket's purge.
+	claimKeepMax = 5 * time.Second
+)
+
+// unclaimLoop deletes the queued claims every claimFlushEvery until there
+// are none, and all of them when the Backend closes (see unclaim).
+func (b *Backend) unclaimLoop() {
+	t := time.NewTicker(claimFlushEvery)
+	defer t.Stop()
+	for {
+		closing := false
+		select {
+		case <-t.C:
+		case <-b.ctx.Done():
+			closing = true
+		}
+		b.unclaimMu.Lock()
+		queued := b.unclaimed
+		b.unclaimed = nil
+		b.unclaimMu.Unlock()
+		kept := map[string][]settledClaim{}
+		for tok, cs := range queued {
+			if cs = b.flushClaims(tok, cs, closing); len(cs) > 0 {
+				kept[tok] = cs
+			}
+		}
+		b.unclaimMu.Lock()
+		for tok, cs := range b.unclaimed {
+			kept[tok] = append(kept[tok], cs...)
+		}
+		b.unclaimed = kept
+		if len(kept) == 0 || closing {
+			b.unclaiming = false
+			b.unclaimMu.Unlock()
+			return
+		}
+		b.unclaimMu.Unlock()
+	}
+}
+
+// flushClaims deletes the queued claims of the queue whose token is tok
+// that it can (see unclaim), and returns the others. closing deletes them
+// all, one by one.
+func (b *Backend) flushClaims(tok string, cs []settledClaim, closing bool) []settledClaim {
+	var floor uint64
+	idle := false
+	if !closing {
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		c, err := b.work.Consumer(ctx, "w_"+tok)
+		cancel()
+		if err == nil {
+			info := c.CachedInfo()
+			floor, idle = info.AckFloor.Stream, info.NumAckPending == 0
+		} else {
+			b.log.Debug("nats: read a consumer's ack floor to delete claims", "consumer", "w_"+tok, "err", err)
+		}
+	}
+	if idle {
+		// Every claim made up to the newest one queued here was made for a
+		// delivery that is settled now.
+		var last uint64
+		for _, c := range cs {
+			last = max(last, c.seq)
+		}
+		if last > 0 {
+			b.purgeClaims(b.cfg.Stream+".claim."+tok+".>", last+1)
+			var rest []settledClaim
+			for _, c := range cs {
+				if c.seq == 0 {
+					rest = append(rest, c)
+				}
+			}
+			cs = rest
+		}
+	}
+	purged := map[uint64]bool{}
+	var kept []settledClaim
+	for _, c := range cs {
+		switch {
+		case (c.bucket+1)<<claimBucketBits-1 <= floor:
+			if !purged[c.bucket] {
+				purged[c.bucket] = true
+				b.purgeClaims(b.cfg.Stream+".claim."+tok+"."+strconv.FormatUint(c.bucket, 10)+".>", 0)
+			}
+		case closing || time.Since(c.at) > claimKeepMax:
+			b.deleteClaim(c.subj, c.seq)
+		default:
+			kept = append(kept, c)
+		}
+	}
+	return kept
+}
+
+// purgeClaims purges the claims on filter, below the claims stream's
+// sequence below when it is not 0, without waiting for the answer. On
+// 2.9.10 a filtered purge moves the stream's consumers past every message
+// (TestFilteredPurgeFact), but the claims stream has none.
+func (b *Backend) purgeClaims(filter string, below uint64) {
+	inbox, err := b.claimReplies()
+	if err != nil {
+		b.log.Debug("nats: purge claims", "filter", filter, "err", err)
+		return
+	}
+	req, _ := json.Marshal(struct {
+		Filter string `json:"filter"`
+		Seq    uint64 `json:"seq,omitempty"`
+	}{filter, below})
+	if err := b.nc.PublishRequest("$JS.API.STREAM.PURGE."+b.claimName(), inbox, req); err != nil {
+		b.log.Debug("nats: purge claims", "filter", filter, "err", err)
+	}
+}
+
+// deleteClaim deletes one claim without waiting: by its sequence when the
+// delivery made it, else by subject (an earlier delivery made it).
+func (b *Backend) deleteClaim(subj string, seq uint64) {
+	if seq == 0 {
+		b.purgeClaims(subj, 0)
 		return
 	}
 	inbox, err := b.claimReplies()
@@ -244,24 +436,11 @@ func (b *Backend) unclaim(subj string, seq uint64) {
 		b.log.Debug("nats: delete a claim", "subject", subj, "err", err)
 		return
 	}
-	var api string
-	var req []byte
-	if seq > 0 {
-		api = "$JS.API.STREAM.MSG.DELETE." + b.claimName()
-		req, _ = json.Marshal(struct {
-			Seq     uint64 `json:"seq"`
-			NoErase bool   `json:"no_erase"`
-		}{seq, true})
-	} else {
-		// A purge of one subject: on 2.9.10 a filtered purge moves the
-		// stream's consumers past every message (TestFilteredPurgeFact),
-		// but the claims stream has none.
-		api = "$JS.API.STREAM.PURGE." + b.claimName()
-		req, _ = json.Marshal(struct {
-			Filter string `json:"filter"`
-		}{subj})
-	}
-	if err := b.nc.PublishRequest(api, inbox, req); err != nil {
+	req, _ := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NoErase bool   `json:"no_erase"`
+	}{seq, true})
+	if err := b.nc.PublishRequest("$JS.API.STREAM.MSG.DELETE."+b.claimName(), inbox, req); err != nil {
 		b.log.Debug("nats: delete a claim", "subject", subj, "err", err)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -165,6 +167,171 @@ func TestCASUnsafe(t *testing.T) {
 	} {
 		if got := casUnsafe(v); got != want {
 			t.Errorf("casUnsafe(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+// TestUnclaimInBulk settles deliveries on a server that needs claims and
+// counts the deletes and purges of claims the backend sends (seen by a
+// subscriber of their API subjects): a few purges, not a delete a job
+// (see unclaim). Every claim is gone soon after.
+func TestUnclaimInBulk(t *testing.T) {
+	t.Parallel()
+	u := realURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	q := queueName(t)
+	b := newBackend(t, u, q)
+	if !b.claiming() {
+		t.Skipf("nats-server %s needs no claims", b.nc.ConnectedServerVersion())
+	}
+	const jobs, batch = 300, 50
+	msgs := make([]driver.Message, jobs)
+	for i := range msgs {
+		msgs[i] = driver.Message{ID: fmt.Sprintf("j%d", i), Body: []byte("x")}
+	}
+	if err := b.Enqueue(ctx, q, msgs); err != nil {
+		t.Fatal(err)
+	}
+	spy, err := gonats.Connect(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Close()
+	var deletes atomic.Int64
+	for _, api := range []string{"$JS.API.STREAM.MSG.DELETE.", "$JS.API.STREAM.PURGE."} {
+		if _, err := spy.Subscribe(api+b.claimName(), func(*gonats.Msg) { deletes.Add(1) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for done := 0; done < jobs; {
+		ds, err := b.Receive(ctx, q, batch, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			if err := b.Ack(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done += len(ds)
+	}
+	left := int64(-1)
+	for end := time.Now().Add(claimKeepMax / 2); left != 0 && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		left = claimsOf(t, b, q)
+	}
+	if left != 0 {
+		t.Fatalf("%d claims left after every message was settled", left)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// A purge or two every claimFlushEvery while claims are queued; a
+	// delete a job would make jobs.
+	n := deletes.Load()
+	t.Logf("%d claim deletes and purges for %d jobs", n, jobs)
+	if n > jobs/5 {
+		t.Fatalf("%d claim deletes and purges for %d jobs, want at most %d", n, jobs, jobs/5)
+	}
+}
+
+// TestUnclaimBucketBelowFloor holds one message and settles the others:
+// the claims of every bucket below the consumer's ack floor are purged
+// while the held message keeps the queue busy (see unclaim).
+func TestUnclaimBucketBelowFloor(t *testing.T) {
+	t.Parallel()
+	u := realURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	q := queueName(t)
+	b := newBackend(t, u, q)
+	if !b.claiming() {
+		t.Skipf("nats-server %s needs no claims", b.nc.ConnectedServerVersion())
+	}
+	const jobs = 1100 // more than a bucket
+	msgs := make([]driver.Message, jobs)
+	for i := range msgs {
+		msgs[i] = driver.Message{ID: fmt.Sprintf("j%d", i), Body: []byte("x")}
+	}
+	if err := b.Enqueue(ctx, q, msgs); err != nil {
+		t.Fatal(err)
+	}
+	var held *driver.Delivery
+	for done := 0; done < jobs; {
+		ds, err := b.Receive(ctx, q, 100, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range ds {
+			done++
+			if done == jobs {
+				held = d // the newest: the floor stays below it
+				continue
+			}
+			if err := b.Ack(ctx, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	left := int64(-1)
+	for end := time.Now().Add(claimKeepMax / 2); left >= 1<<claimBucketBits && time.Now().Before(end) || left < 0; time.Sleep(50 * time.Millisecond) {
+		left = claimsOf(t, b, q)
+	}
+	if left >= 1<<claimBucketBits {
+		t.Fatalf("%d claims left with one message held, want those of its bucket only (fewer than %d)", left, 1<<claimBucketBits)
+	}
+	if err := b.Ack(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPurgeBelowFact checks what the idle purge of unclaim relies on: a
+// purge with a filter and a sequence removes the filter's messages below
+// that sequence only, leaving later ones and other subjects.
+func TestPurgeBelowFact(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := gonats.Connect(realURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("APPURGE_%d", time.Now().UnixNano())
+	s, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	var seqs []uint64
+	for _, subj := range []string{"a.1", "b.1", "a.2", "a.3", "b.2"} {
+		pa, err := js.Publish(ctx, name+"."+subj, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, pa.Sequence)
+	}
+	if err := s.Purge(ctx, jetstream.WithPurgeSubject(name+".a.>"), jetstream.WithPurgeSequence(seqs[2]+1)); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(name+".>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]uint64{name + ".a.3": 1, name + ".b.1": 1, name + ".b.2": 1}
+	if len(info.State.Subjects) != len(want) {
+		t.Fatalf("%s: left %v, want %v", nc.ConnectedServerVersion(), info.State.Subjects, want)
+	}
+	for subj, n := range want {
+		if info.State.Subjects[subj] != n {
+			t.Fatalf("%s: left %v, want %v", nc.ConnectedServerVersion(), info.State.Subjects, want)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	gonats "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/asyncplatform/asyncplatform/driver"
 )
@@ -569,7 +570,7 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	}
 	for round := 0; round < 3; round++ {
 		seqs, seen = seqs[:0], 0
-		err := b.walkDead(ctx, queue, 1, collect)
+		err := b.streamDead(ctx, queue, collect)
 		if err != nil {
 			return n, err
 		}
@@ -602,6 +603,83 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	return n, nil
 }
 
+// streamDead calls fn with each record of the queue that walkDead finds,
+// in the same order, but read through an ephemeral consumer filtered on
+// the queue's subject: the server streams the records in pulls of
+// deadStreamBatch, a handful of API calls for the whole walk where
+// walkDead makes one a record. fn cannot stop the walk.
+func (b *Backend) streamDead(ctx context.Context, queue string, fn func(*jetstream.RawStreamMsg) bool) error {
+	subj := b.deadSubject(queue)
+	c, err := b.dead.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		Description:       "asyncplatform DeleteDead walk of queue " + queue,
+		FilterSubject:     subj,
+		AckPolicy:         jetstream.AckNonePolicy,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: time.Minute,
+		MemoryStorage:     true,
+	})
+	if err != nil {
+		return fmt.Errorf("nats: walk dead letters of %s: %w", queue, err)
+	}
+	name := c.CachedInfo().Name
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := b.dead.DeleteConsumer(dctx, name); err != nil {
+			b.log.Debug("nats: delete a walk's consumer (it lapses after a minute)", "consumer", name, "err", err)
+		}
+	}()
+	left := c.CachedInfo().NumPending
+	for left > 0 {
+		got, pending, err := fetchDead(ctx, c, int(min(left, deadStreamBatch)), fn)
+		if err != nil {
+			return fmt.Errorf("nats: walk dead letters of %s: %w", queue, err)
+		}
+		if got > 0 {
+			left = pending
+			continue
+		}
+		// Nothing came: the rest may have been deleted meanwhile.
+		info, err := c.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("nats: walk dead letters of %s: %w", queue, err)
+		}
+		if info.NumPending == left {
+			return fmt.Errorf("nats: walk dead letters of %s: %d records left, none delivered", queue, left)
+		}
+		left = info.NumPending
+	}
+	return nil
+}
+
+// fetchDead pulls up to n records from a walk's consumer, calls fn with
+// each, and returns how many came and how many the consumer had left
+// after the last.
+func fetchDead(ctx context.Context, c jetstream.Consumer, n int, fn func(*jetstream.RawStreamMsg) bool) (got int, left uint64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	batch, err := c.Fetch(n, jetstream.FetchContext(ctx))
+	if err != nil {
+		return 0, 0, err
+	}
+	for m := range batch.Messages() {
+		md, err := m.Metadata()
+		if err != nil {
+			return got, 0, err
+		}
+		got++
+		left = md.NumPending
+		fn(&jetstream.RawStreamMsg{Subject: m.Subject(), Sequence: md.Sequence.Stream, Header: m.Headers(), Data: m.Data(), Time: md.Timestamp})
+	}
+	if err := batch.Error(); err != nil && got == 0 && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+		return 0, 0, err
+	}
+	return got, left, nil
+}
+
+// deadStreamBatch is the pull size of streamDead.
+const deadStreamBatch = 1000
+
 // deleteUnheld deletes the dead letters at seqs of queue that no NextDead
 // caller holds (see hold.go): it marks them as being deleted, deletes
 // those it could mark, and removes the markers. It returns how many it
@@ -627,20 +705,40 @@ func (b *Backend) deleteUnheld(ctx context.Context, queue string, seqs []uint64)
 
 // deleteDeadSeqs deletes the dead stream's messages at seqs; it returns how
 // many it deleted, and how many were gone already.
+//
+// The deletes are sent deleteInFlight at a time, so that a batch costs
+// about len(seqs)/deleteInFlight round trips.
 func (b *Backend) deleteDeadSeqs(ctx context.Context, queue string, seqs []uint64) (deleted, already int, err error) {
-	for _, seq := range seqs {
-		err := b.dead.DeleteMsg(ctx, seq)
+	errs := make([]error, len(seqs))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(deleteInFlight)
+	for i, seq := range seqs {
+		g.Go(func() error {
+			errs[i] = b.dead.DeleteMsg(gctx, seq)
+			if errs[i] != nil && !gone(errs[i]) {
+				return errs[i]
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	for i, err := range errs {
 		switch {
 		case err == nil:
 			deleted++
 		case gone(err):
 			already++ // deleted meanwhile by someone else, or moved
+		case errors.Is(err, context.Canceled) && ctx.Err() == nil:
+			// Not sent: an earlier delete of this batch failed.
 		default:
-			return deleted, already, fmt.Errorf("nats: delete dead letter of %s at seq %d: %w", queue, seq, err)
+			return deleted, already, fmt.Errorf("nats: delete dead letter of %s at seq %d: %w", queue, seqs[i], err)
 		}
 	}
 	return deleted, already, nil
 }
+
+// deleteInFlight is how many dead letters deleteDeadSeqs deletes at once.
+const deleteInFlight = 32
 
 // gone reports whether a DeleteMsg failed because the message was not
 // there: ErrMsgNotFound from one server; a replicated stream's leader

@@ -42,7 +42,8 @@
 //     S.hold.>: a marker per dead letter held by NextDead or being deleted
 //     by DeleteDead (see Dead letters), made on first use.
 //   - S_CLAIM, on nats-server before 2.10.14 only, limits retention,
-//     subjects S.claim.>: one claim per first delivery in flight (see
+//     subjects S.claim.>: one claim per first delivery in flight, kept
+//     until it is deleted in bulk, at most about 5 s after its settle (see
 //     Counting), made on first use.
 //
 // Storage (file by default), replicas and the MaxMsgs/MaxBytes limits apply to
@@ -99,9 +100,13 @@
 // refused was handed out before: it is not handed out, and nothing is sent
 // for it, so the earlier holder keeps it or it comes back with its crash
 // counted (TestNoSecondHolderAfterStaleRequest). Once a delivery is
-// settled its claim is deleted, without waiting for the answer; a claim
-// left behind (a worker killed in between) names a message that never
-// comes again. See claim.go.
+// settled its claim is deleted later and in bulk, without waiting for the
+// answer: a purge a bucket of 1024 stream sequences once the consumer's
+// ack floor passes it, one purge of the queue's claims when nothing is
+// pending, a delete of its own after 5 s or at Close
+// (TestUnclaimInBulk, TestUnclaimBucketBelowFloor); a claim left behind (a
+// worker killed in between) names a message that never comes again. See
+// claim.go.
 //
 // Leases and stale receipts. The server does not check which delivery an ack
 // belongs to: an ack, a progress update or a term names only the stream
@@ -182,8 +187,12 @@
 // caller that dies without settling releases it after DeadHold; a Backend
 // that closes naks its held records at once. ListDead walks the stream by subject with the
 // STREAM.MSG.GET next_by_subj request (the cursor is the next sequence to
-// read and how many records were listed before it); DeleteDead and
-// PurgeDead walk and delete by sequence.
+// read and how many records were listed before it); PurgeDead walks and
+// deletes by sequence. DeleteDead reads the queue's records through an
+// ephemeral consumer filtered on its subject (streamed, a few requests a
+// call where a walk by lookups makes one a record) and deletes 32 at a
+// time, so a redrive in chunks costs O(records) requests
+// (TestDeleteDeadLinear).
 // Dead letters are kept until deleted; nothing expires them.
 //
 // Holds. The server tells no one which records are pending on a consumer,
