@@ -20,7 +20,8 @@
 //	-churn     measure a rate-limited backlog's Redis commands (off by default: give -redis a server of its own)
 //	-only      run only the parts named, e.g. -only limits
 //	-max-dead  the depth phase's points up to this many dead letters only
-//	-cpuprofile DIR  write a CPU profile of each facade run (see go tool pprof)
+//	-scale-rounds  rounds of each process count in the scaling phase, ours and the raw loop alternating (medians)
+//	-cpuprofile DIR  write a CPU profile of each facade run, and of each worker of the 4-process scaling runs (see go tool pprof)
 //
 // The brokers are the machine's: Redis 127.0.0.1:6379, RabbitMQ
 // 127.0.0.1:5672 (guest/guest), NATS 127.0.0.1:4222 with JetStream. For
@@ -80,6 +81,9 @@ type options struct {
 	// scripts/nats-current.sh): the NATS throughput systems run against it
 	// too, reported as natsCurrentLabel.
 	NATSCurrent string
+	// ScaleRounds is how many times each process count is measured, ours
+	// and the raw loop alternating; the report gives medians.
+	ScaleRounds int
 }
 
 // natsCurrentLabel names the NATS results measured against -nats-current.
@@ -102,7 +106,8 @@ func main() {
 	flag.StringVar(&o.Out, "out", "../docs", "directory for benchmarks.md and benchmarks.png")
 	flag.BoolVar(&o.Throughput, "throughput", true, "measure throughput and latency (the main tables)")
 	flag.BoolVar(&o.Peers, "peers", true, "measure the peer libraries")
-	flag.BoolVar(&o.Scale, "scale", true, "measure 1, 2 and 4 worker processes")
+	flag.BoolVar(&o.Scale, "scale", true, "measure 1, 2 and 4 worker processes, ours and the raw loop")
+	flag.IntVar(&o.ScaleRounds, "scale-rounds", 3, "rounds of each process count in the scaling phase (medians)")
 	flag.BoolVar(&o.Depth, "depth", true, "measure costs at small and large queue depth")
 	flag.BoolVar(&o.Store, "store", true, "measure each backend's store (Get, Create, CAS)")
 	flag.BoolVar(&o.Unique, "unique", true, "measure what a unique key costs an enqueue")
@@ -250,7 +255,7 @@ func run(o options) error {
 			if b == "azure" {
 				n = o.AzureN
 			}
-			s := measureScale(b, n, o.Srv)
+			s := measureScale(b, n, o.ScaleRounds, o.Profile, o.Srv)
 			log.Printf("%s scaling: %s", b, s.summary())
 			rep.Scale = append(rep.Scale, s)
 		}

@@ -453,3 +453,16 @@ func (r *rawAzure) close() error {
 	_, err := r.q.Delete(context.Background(), nil)
 	return err
 }
+
+// releaseRaw closes a raw system's connections and leaves what it made on
+// the broker, for a worker process working its parent's queue.
+func releaseRaw(s system) {
+	switch r := s.(type) {
+	case *rawRedis:
+		r.rdb.Close()
+	case *rawRabbit:
+		r.conn.Close()
+	case *rawNATS:
+		r.nc.Close()
+	}
+}

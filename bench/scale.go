@@ -10,6 +10,8 @@ import (
 	"log"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -19,12 +21,16 @@ import (
 )
 
 // scaleResult is the processing rate of one queue worked by 1, 2 and 4
-// worker processes of our facade.
+// worker processes of our facade, and by as many processes of the raw
+// one-per-round-trip loop, in the same run: the raw loop's drop is what
+// the machine's cores and the broker cost, ours beyond it is the platform's.
 type scaleResult struct {
 	Backend string
 	Conc    int             // handlers per process
 	N       int             // jobs drained in each round
-	Rate    map[int]float64 // by process count
+	Rounds  int             // rounds; each figure is the median
+	Rate    map[int]float64 // ours, by process count
+	Raw     map[int]float64 // the raw loop, by process count
 	Err     string
 }
 
@@ -32,40 +38,91 @@ func (s scaleResult) summary() string {
 	if s.Err != "" {
 		return "error: " + s.Err
 	}
-	return fmt.Sprintf("1: %.0f/s, 2: %.0f/s, 4: %.0f/s", s.Rate[1], s.Rate[2], s.Rate[4])
+	return fmt.Sprintf("ours 1: %.0f/s, 2: %.0f/s, 4: %.0f/s; raw 1: %.0f/s, 2: %.0f/s, 4: %.0f/s",
+		s.Rate[1], s.Rate[2], s.Rate[4], s.Raw[1], s.Raw[2], s.Raw[4])
 }
+
+// scaleProcs are the process counts of the scaling phase.
+var scaleProcs = []int{1, 2, 4}
+
+// scaleSystems are the systems the scaling phase runs: our facade and the
+// raw one-per-round-trip loop of the throughput phase.
+var scaleSystems = []string{"ours", "raw1"}
 
 // workerSpec tells a worker process what to work.
 type workerSpec struct {
 	Backend, Queue, Tag string
+	System              string // "ours" or "raw1"
 	Conc                int
 	Srv                 servers
+	Profile             string // a CPU profile's path, from "go" to the stop, or ""
+}
+
+// scaleQueue is where one system's jobs wait in the scaling phase: the
+// parent process owns it, fills it before each drain, and removes it.
+type scaleQueue struct {
+	system string
+	tag    string // the workers open the same tag
+	queue  string // the facade's queue name ("" for the raw loop)
+	sys    system // a batcher
 }
 
 // measureScale preloads n jobs, then drains them with k worker processes
-// for k = 1, 2, 4, timing from the moment all are told to start.
-func measureScale(backend string, n int, srv servers) scaleResult {
-	res := scaleResult{Backend: backend, Conc: 10, N: n, Rate: map[int]float64{}}
+// for k = 1, 2, 4, timing from the moment all are told to start; for each
+// k our facade and the raw loop alternate, rounds times, and each figure is
+// the median. When profDir is set, every worker of the 4-process runs
+// writes a CPU profile there.
+func measureScale(backend string, n, rounds int, profDir string, srv servers) scaleResult {
+	res := scaleResult{Backend: backend, Conc: 10, N: n, Rounds: rounds, Rate: map[int]float64{}, Raw: map[int]float64{}}
 	ctx := context.Background()
-	tag := fmt.Sprintf("scale-%d", os.Getpid())
-	f, err := newFacade(ctx, backend, tag, srv)
-	if err != nil {
-		res.Err = err.Error()
-		return res
-	}
-	defer f.close()
-	for _, k := range []int{1, 2, 4} {
-		var r result
-		if err := preload(ctx, f, n, 10, &r); err != nil {
-			res.Err = fmt.Sprintf("preload: %v", err)
-			return res
+	var qs []scaleQueue
+	defer func() {
+		for _, q := range qs {
+			q.sys.close()
 		}
-		d, err := drainWithWorkers(workerSpec{Backend: backend, Queue: f.queue, Tag: tag, Conc: res.Conc, Srv: srv}, k, n)
+	}()
+	for _, sys := range scaleSystems {
+		tag := fmt.Sprintf("scale-%s-%d", sys, os.Getpid())
+		q := scaleQueue{system: sys, tag: tag}
+		var err error
+		if sys == "ours" {
+			var f *facade
+			f, err = newFacade(ctx, backend, tag, srv)
+			if err == nil {
+				q.sys, q.queue = f, f.queue
+			}
+		} else {
+			q.sys, err = newRaw(ctx, backend, tag, 1, srv)
+		}
 		if err != nil {
-			res.Err = fmt.Sprintf("%d processes: %v", k, err)
+			res.Err = fmt.Sprintf("%s: %v", sys, err)
 			return res
 		}
-		res.Rate[k] = rate(n, d)
+		qs = append(qs, q)
+	}
+	for _, k := range scaleProcs {
+		rates := map[string][]float64{}
+		for round := range rounds {
+			for _, q := range qs {
+				var r result
+				if err := preload(ctx, q.sys, n, 10, &r); err != nil {
+					res.Err = fmt.Sprintf("%s preload: %v", q.system, err)
+					return res
+				}
+				spec := workerSpec{Backend: backend, Queue: q.queue, Tag: q.tag, System: q.system, Conc: res.Conc, Srv: srv}
+				if profDir != "" && k == scaleProcs[len(scaleProcs)-1] {
+					spec.Profile = filepath.Join(profDir, fmt.Sprintf("scale-%s-%s-k%d-r%d", backend, q.system, k, round))
+				}
+				d, err := drainWithWorkers(spec, k, n)
+				if err != nil {
+					res.Err = fmt.Sprintf("%s, %d processes: %v", q.system, k, err)
+					return res
+				}
+				rates[q.system] = append(rates[q.system], rate(n, d))
+			}
+		}
+		res.Rate[k] = medianOf(rates["ours"])
+		res.Raw[k] = medianOf(rates["raw1"])
 	}
 	return res
 }
@@ -73,12 +130,12 @@ func measureScale(backend string, n int, srv servers) scaleResult {
 // drainWithWorkers starts k worker processes, waits until each is ready,
 // tells them all to go, and returns the time until they handled n jobs in
 // all. Each worker prints its running count; closing its stdin stops it.
+// A spec with a Profile gives worker i the profile Profile-w<i>.pprof.
 func drainWithWorkers(spec workerSpec, k, n int) (time.Duration, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return 0, err
 	}
-	js, _ := json.Marshal(spec)
 	type proc struct {
 		cmd   *exec.Cmd
 		in    io.WriteCloser
@@ -98,7 +155,12 @@ func drainWithWorkers(spec workerSpec, k, n int) (time.Duration, error) {
 			}
 		}
 	}()
-	for range k {
+	for i := range k {
+		ws := spec
+		if spec.Profile != "" {
+			ws.Profile = fmt.Sprintf("%s-w%d.pprof", spec.Profile, i)
+		}
+		js, _ := json.Marshal(ws)
 		cmd := exec.Command(self, "-worker", string(js))
 		in, err := cmd.StdinPipe()
 		if err != nil {
@@ -158,35 +220,72 @@ func drainWithWorkers(spec workerSpec, k, n int) (time.Duration, error) {
 	}
 }
 
-// runWorker is a worker process: it opens the backend, says "ready", starts
-// on "go", prints its handled count every 5ms, and stops when stdin closes.
+// runWorker is a worker process: it opens the system the spec names on
+// the parent's queue, says "ready", starts on "go", prints its handled
+// count every 5ms, and stops when stdin closes. It leaves the queue to the
+// parent.
 func runWorker(js string) {
 	var spec workerSpec
 	if err := json.Unmarshal([]byte(js), &spec); err != nil {
 		log.Fatal(err)
 	}
 	ctx := context.Background()
-	be, cleanup, err := openBackend(ctx, spec.Backend, spec.Tag, false, spec.Srv)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer cleanup()
-	defer be.Close()
-	p, err := ap.New(be, ap.Config{Queues: map[string]ap.QueueConfig{spec.Queue: {Concurrency: spec.Conc}}, Logger: quiet})
-	if err != nil {
-		log.Fatal(err)
-	}
 	var count atomic.Int64
-	p.Handle("bench", func(context.Context, *ap.Job) error {
-		count.Add(1)
-		return nil
-	})
+	handle := func() { count.Add(1) }
+	var start func() (stop func(), err error)
+	switch spec.System {
+	case "ours", "":
+		be, cleanup, err := openBackend(ctx, spec.Backend, spec.Tag, false, spec.Srv)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer cleanup()
+		defer be.Close()
+		p, err := ap.New(be, ap.Config{Queues: map[string]ap.QueueConfig{spec.Queue: {Concurrency: spec.Conc}}, Logger: quiet})
+		if err != nil {
+			log.Fatal(err)
+		}
+		p.Handle("bench", func(context.Context, *ap.Job) error {
+			handle()
+			return nil
+		})
+		start = func() (func(), error) {
+			return func() {
+				sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+				defer cancel()
+				p.Stop(sctx)
+			}, p.Start(ctx)
+		}
+	case "raw1":
+		s, err := newRaw(ctx, spec.Backend, spec.Tag, 1, spec.Srv)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer releaseRaw(s)
+		start = func() (func(), error) {
+			return s.consume(ctx, spec.Conc, func([]byte) { handle() })
+		}
+	default:
+		log.Fatalf("worker: unknown system %q", spec.System)
+	}
 	in := bufio.NewScanner(os.Stdin)
 	fmt.Println("ready")
 	if !in.Scan() {
 		return
 	}
-	if err := p.Start(ctx); err != nil {
+	if spec.Profile != "" {
+		f, err := os.Create(spec.Profile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	stopSystem, err := start()
+	if err != nil {
 		log.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -199,9 +298,7 @@ func runWorker(js string) {
 	for {
 		select {
 		case <-stop:
-			sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			p.Stop(sctx)
-			cancel()
+			stopSystem()
 			return
 		case <-time.After(5 * time.Millisecond):
 		}
