@@ -14,7 +14,9 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
@@ -31,7 +33,11 @@ type scaleResult struct {
 	Rounds  int             // rounds; each figure is the median
 	Rate    map[int]float64 // ours, by process count
 	Raw     map[int]float64 // the raw loop, by process count
-	Err     string
+	// CPU and RawCPU are the workers' CPU per job in µs, all processes
+	// together, from "go" to the stop: what the process count costs the
+	// workers themselves, apart from the broker and the machine's load.
+	CPU, RawCPU map[int]float64
+	Err         string
 }
 
 func (s scaleResult) summary() string {
@@ -73,7 +79,8 @@ type scaleQueue struct {
 // the median. When profDir is set, every worker of the 4-process runs
 // writes a CPU profile there.
 func measureScale(backend string, n, rounds int, profDir string, srv servers) scaleResult {
-	res := scaleResult{Backend: backend, Conc: 10, N: n, Rounds: rounds, Rate: map[int]float64{}, Raw: map[int]float64{}}
+	res := scaleResult{Backend: backend, Conc: 10, N: n, Rounds: rounds, Rate: map[int]float64{}, Raw: map[int]float64{},
+		CPU: map[int]float64{}, RawCPU: map[int]float64{}}
 	ctx := context.Background()
 	var qs []scaleQueue
 	defer func() {
@@ -101,7 +108,7 @@ func measureScale(backend string, n, rounds int, profDir string, srv servers) sc
 		qs = append(qs, q)
 	}
 	for _, k := range scaleProcs {
-		rates := map[string][]float64{}
+		rates, cpus := map[string][]float64{}, map[string][]float64{}
 		for round := range rounds {
 			for _, q := range qs {
 				var r result
@@ -113,16 +120,22 @@ func measureScale(backend string, n, rounds int, profDir string, srv servers) sc
 				if profDir != "" && k == scaleProcs[len(scaleProcs)-1] {
 					spec.Profile = filepath.Join(profDir, fmt.Sprintf("scale-%s-%s-k%d-r%d", backend, q.system, k, round))
 				}
-				d, err := drainWithWorkers(spec, k, n)
+				d, cpu, err := drainWithWorkers(spec, k, n)
 				if err != nil {
 					res.Err = fmt.Sprintf("%s, %d processes: %v", q.system, k, err)
 					return res
 				}
 				rates[q.system] = append(rates[q.system], rate(n, d))
+				if cpu > 0 {
+					cpus[q.system] = append(cpus[q.system], float64(cpu.Microseconds())/float64(n))
+				}
+				log.Printf("%s scaling, %s, %d processes, round %d: %.0f jobs/s, workers' CPU %v (load %.1f)", backend, q.system, k, round, rate(n, d), cpu.Round(time.Millisecond), loadAvg())
 			}
 		}
 		res.Rate[k] = medianOf(rates["ours"])
 		res.Raw[k] = medianOf(rates["raw1"])
+		res.CPU[k] = medianOf(cpus["ours"])
+		res.RawCPU[k] = medianOf(cpus["raw1"])
 	}
 	return res
 }
@@ -131,10 +144,13 @@ func measureScale(backend string, n, rounds int, profDir string, srv servers) sc
 // tells them all to go, and returns the time until they handled n jobs in
 // all. Each worker prints its running count; closing its stdin stops it.
 // A spec with a Profile gives worker i the profile Profile-w<i>.pprof.
-func drainWithWorkers(spec workerSpec, k, n int) (time.Duration, error) {
+//
+// cpu is the CPU time the workers spent from "go" until told to stop (each
+// reports its own as "cpu <µs>" when its stdin closes); 0 when one did not.
+func drainWithWorkers(spec workerSpec, k, n int) (d, cpu time.Duration, err error) {
 	self, err := os.Executable()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	type proc struct {
 		cmd   *exec.Cmd
@@ -143,16 +159,32 @@ func drainWithWorkers(spec workerSpec, k, n int) (time.Duration, error) {
 	}
 	var procs []proc
 	defer func() {
+		reported := 0
+		var total time.Duration
 		for _, p := range procs {
 			p.in.Close()
 			done := make(chan struct{})
-			go func() { p.cmd.Wait(); close(done) }()
+			go func() {
+				for l := range p.lines {
+					if v, ok := strings.CutPrefix(l, "cpu "); ok {
+						if us, err := strconv.ParseInt(v, 10, 64); err == nil {
+							total += time.Duration(us) * time.Microsecond
+							reported++
+						}
+					}
+				}
+				p.cmd.Wait()
+				close(done)
+			}()
 			select {
 			case <-done:
 			case <-time.After(30 * time.Second):
 				p.cmd.Process.Kill()
 				<-done
 			}
+		}
+		if reported == len(procs) {
+			cpu = total
 		}
 	}()
 	for i := range k {
@@ -164,15 +196,15 @@ func drainWithWorkers(spec workerSpec, k, n int) (time.Duration, error) {
 		cmd := exec.Command(self, "-worker", string(js))
 		in, err := cmd.StdinPipe()
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		procs = append(procs, proc{cmd, in, readLines(bufio.NewScanner(out))})
 	}
@@ -180,10 +212,10 @@ func drainWithWorkers(spec workerSpec, k, n int) (time.Duration, error) {
 		select {
 		case l := <-p.lines:
 			if l != "ready" {
-				return 0, fmt.Errorf("worker said %q", l)
+				return 0, 0, fmt.Errorf("worker said %q", l)
 			}
 		case <-time.After(time.Minute):
-			return 0, errors.New("a worker was not ready within a minute")
+			return 0, 0, errors.New("a worker was not ready within a minute")
 		}
 	}
 	start := time.Now()
@@ -200,7 +232,7 @@ func drainWithWorkers(spec workerSpec, k, n int) (time.Duration, error) {
 				select {
 				case l, ok := <-p.lines:
 					if !ok {
-						return 0, errors.New("a worker exited early")
+						return 0, 0, errors.New("a worker exited early")
 					}
 					counts[i], _ = strconv.Atoi(l)
 				default:
@@ -210,11 +242,11 @@ func drainWithWorkers(spec workerSpec, k, n int) (time.Duration, error) {
 			total += counts[i]
 		}
 		if total >= n {
-			return time.Since(start), nil
+			return time.Since(start), 0, nil
 		}
 		select {
 		case <-deadline:
-			return 0, fmt.Errorf("handled %d of %d jobs in 3 minutes", total, n)
+			return 0, 0, fmt.Errorf("handled %d of %d jobs in 3 minutes", total, n)
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
@@ -284,6 +316,7 @@ func runWorker(js string) {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	cpu0 := cpuTime()
 	stopSystem, err := start()
 	if err != nil {
 		log.Fatal(err)
@@ -298,6 +331,7 @@ func runWorker(js string) {
 	for {
 		select {
 		case <-stop:
+			fmt.Printf("cpu %d\n", (cpuTime() - cpu0).Microseconds())
 			stopSystem()
 			return
 		case <-time.After(5 * time.Millisecond):
@@ -307,6 +341,15 @@ func runWorker(js string) {
 			last = c
 		}
 	}
+}
+
+// cpuTime returns the CPU time, user and system, this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // depth is one queue-depth point: jobs waiting in the work queue and
