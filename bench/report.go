@@ -265,17 +265,17 @@ func (rep *report) writeScale(w func(string, ...any)) {
 		return
 	}
 	w("## Worker processes on one queue\n\n")
-	w("N jobs waiting, drained by 1, 2 and 4 processes at concurrency 10 each (this binary re-executed), timed from the moment all are told to start: our facade, and the raw one-per-round-trip loop of the throughput tables (its own queue, the same client code) as the reference. For each process count the two alternate, %d rounds; the figures are medians. On 2 cores, with the broker on the same machine, more processes mostly compete for the same CPUs: the raw loop's 4/1 ratio is what the machine allows, ours beside it is the platform's share. The CPU columns are the workers' CPU time per job, all processes together, from the start to the stop (getrusage in each worker): when it stays small beside the wall time per job, the workers wait on the broker and the CPUs the machine's load leaves, not on their own work. With `-cpuprofile DIR`, every worker of the 4-process runs writes `scale-<backend>-<system>-k4-r<round>-w<worker>.pprof` there.\n\n", max(1, rep.Options.ScaleRounds))
-	w("| backend | N | ours 1 | ours 2 | ours 4 | ours 4/1 | raw 1 | raw 2 | raw 4 | raw 4/1 | ours 4/1 ÷ raw 4/1 | ours CPU/job, 1 → 4 | raw CPU/job, 1 → 4 | |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	w("N jobs waiting, drained by 1, 2 and 4 processes at concurrency 10 each (this binary re-executed), timed from the moment all are told to start: our facade, and the raw one-per-round-trip loop of the throughput tables (its own queue, the same client code) as the reference. For each process count the two alternate, %d rounds; the figures are medians. On 2 cores, with the broker on the same machine, more processes mostly compete for the same CPUs: the raw loop's 4/1 ratio is what the machine allows, ours beside it is the platform's share. The CPU columns are the workers' CPU time per job, all processes together, from the start to the stop (getrusage in each worker), and the broker's over the drain where it reports one (Redis `INFO cpu`; the machine's server is shared, so other clients' work counts too): when it stays small beside the wall time per job, the workers wait on the broker and the CPUs the machine's load leaves, not on their own work. With `-cpuprofile DIR`, every worker of the 4-process runs writes `scale-<backend>-<system>-k4-r<round>-w<worker>.pprof` there.\n\n", max(1, rep.Options.ScaleRounds))
+	w("| backend | N | ours 1 | ours 2 | ours 4 | ours 4/1 | raw 1 | raw 2 | raw 4 | raw 4/1 | ours 4/1 ÷ raw 4/1 | ours CPU/job, 1 → 4 | raw CPU/job, 1 → 4 | broker CPU/job, ours 1 → 4 | broker CPU/job, raw 1 → 4 | |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, s := range rep.Scale {
 		rel := "–"
 		if s.Rate[1] > 0 && s.Raw[1] > 0 && s.Raw[4] > 0 {
 			rel = ratioCell(s.Rate[4]/s.Rate[1], s.Raw[4]/s.Raw[1])
 		}
-		w("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Backend, s.N,
+		w("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Backend, s.N,
 			rateCell(s.Rate[1]), rateCell(s.Rate[2]), rateCell(s.Rate[4]), ratioCell(s.Rate[4], s.Rate[1]),
 			rateCell(s.Raw[1]), rateCell(s.Raw[2]), rateCell(s.Raw[4]), ratioCell(s.Raw[4], s.Raw[1]), rel,
-			cpuCell(s.CPU), cpuCell(s.RawCPU), s.Err)
+			cpuCell(s.CPU), cpuCell(s.RawCPU), cpuCell(s.BrokerCPU), cpuCell(s.RawBrokerCPU), s.Err)
 	}
 	w("\n")
 }

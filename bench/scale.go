@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	ap "github.com/asyncplatform/asyncplatform"
 )
 
@@ -37,7 +39,11 @@ type scaleResult struct {
 	// together, from "go" to the stop: what the process count costs the
 	// workers themselves, apart from the broker and the machine's load.
 	CPU, RawCPU map[int]float64
-	Err         string
+	// BrokerCPU and RawBrokerCPU are the broker's CPU per job in µs over
+	// the drain, where the broker reports it (Redis: INFO cpu); a shared
+	// server's other clients count too.
+	BrokerCPU, RawBrokerCPU map[int]float64
+	Err                     string
 }
 
 func (s scaleResult) summary() string {
@@ -80,7 +86,7 @@ type scaleQueue struct {
 // writes a CPU profile there.
 func measureScale(backend string, n, rounds int, profDir string, srv servers) scaleResult {
 	res := scaleResult{Backend: backend, Conc: 10, N: n, Rounds: rounds, Rate: map[int]float64{}, Raw: map[int]float64{},
-		CPU: map[int]float64{}, RawCPU: map[int]float64{}}
+		CPU: map[int]float64{}, RawCPU: map[int]float64{}, BrokerCPU: map[int]float64{}, RawBrokerCPU: map[int]float64{}}
 	ctx := context.Background()
 	var qs []scaleQueue
 	defer func() {
@@ -108,7 +114,7 @@ func measureScale(backend string, n, rounds int, profDir string, srv servers) sc
 		qs = append(qs, q)
 	}
 	for _, k := range scaleProcs {
-		rates, cpus := map[string][]float64{}, map[string][]float64{}
+		rates, cpus, bcpus := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		for round := range rounds {
 			for _, q := range qs {
 				var r result
@@ -120,7 +126,13 @@ func measureScale(backend string, n, rounds int, profDir string, srv servers) sc
 				if profDir != "" && k == scaleProcs[len(scaleProcs)-1] {
 					spec.Profile = filepath.Join(profDir, fmt.Sprintf("scale-%s-%s-k%d-r%d", backend, q.system, k, round))
 				}
+				b0 := brokerCPU(ctx, backend, srv)
 				d, cpu, err := drainWithWorkers(spec, k, n)
+				if b0 > 0 {
+					if b1 := brokerCPU(ctx, backend, srv); b1 > b0 {
+						bcpus[q.system] = append(bcpus[q.system], float64((b1-b0).Microseconds())/float64(n))
+					}
+				}
 				if err != nil {
 					res.Err = fmt.Sprintf("%s, %d processes: %v", q.system, k, err)
 					return res
@@ -136,6 +148,8 @@ func measureScale(backend string, n, rounds int, profDir string, srv servers) sc
 		res.Raw[k] = medianOf(rates["raw1"])
 		res.CPU[k] = medianOf(cpus["ours"])
 		res.RawCPU[k] = medianOf(cpus["raw1"])
+		res.BrokerCPU[k] = medianOf(bcpus["ours"])
+		res.RawBrokerCPU[k] = medianOf(bcpus["raw1"])
 	}
 	return res
 }
@@ -341,6 +355,32 @@ func runWorker(js string) {
 			last = c
 		}
 	}
+}
+
+// brokerCPU returns the CPU time, user and system, the broker has used
+// since it started, where it reports one (Redis: INFO cpu), or 0.
+func brokerCPU(ctx context.Context, backend string, srv servers) time.Duration {
+	if backend != "redis" {
+		return 0
+	}
+	rdb := goredis.NewClient(&goredis.Options{Addr: srv.Redis})
+	defer rdb.Close()
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var secs float64
+	for line := range strings.Lines(info) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0
+			}
+			secs += f
+		}
+	}
+	return time.Duration(secs * float64(time.Second))
 }
 
 // cpuTime returns the CPU time, user and system, this process has used.
