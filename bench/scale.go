@@ -175,8 +175,12 @@ func drainWithWorkers(spec workerSpec, k, n int) (d, cpu time.Duration, err erro
 	defer func() {
 		reported := 0
 		var total time.Duration
+		// All are told to stop at once, so that none works on (or polls
+		// an empty queue) while another stops.
 		for _, p := range procs {
 			p.in.Close()
+		}
+		for _, p := range procs {
 			done := make(chan struct{})
 			go func() {
 				for l := range p.lines {
