@@ -226,3 +226,25 @@ func Segment(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return "sha-" + hex.EncodeToString(h[:20])
 }
+
+// GetEach gets each key in one round trip where the backend batches
+// (driver.StoreBatcher), else one Get a key, some at once: each result's
+// Value and Rev, or Err driver.ErrKeyNotFound. Keys are distinct, at most
+// driver.MaxBatch.
+func (s *Store) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
+	if s.zero() {
+		return nil, opErr("get", "", ErrNil)
+	}
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		if err := driver.CheckKey(k); err != nil {
+			return nil, opErr("get", k, err)
+		}
+		full[i] = s.ns + k
+	}
+	rs, err := driver.GetEach(ctx, s.d, full)
+	if err != nil {
+		return nil, opErr("get", fmt.Sprintf("%d keys", len(keys)), err)
+	}
+	return rs, nil
+}

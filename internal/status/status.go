@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,6 +153,8 @@ type Tracker struct {
 	queues  map[string]bool
 	running sync.Map     // record key → *Track, for the jobs running here
 	n       atomic.Int32 // entries in running
+	marks   marks        // the cancel marks as last listed
+	ends    ends         // the deliveries' ends not written yet
 }
 
 // New returns the Tracker cfg describes.
@@ -202,7 +203,8 @@ func (t *Tracker) bound(ctx context.Context) (context.Context, context.CancelFun
 
 // Get returns the record of the job with the given ID; ErrNotFound when
 // there is none. A job running in this process whose running state is not
-// written yet (see Track) is shown running.
+// written yet (see Track) is shown running, and one whose end this
+// process has not written yet (see Flush) is shown ended.
 func (t *Tracker) Get(ctx context.Context, id string) (Record, error) {
 	if _, err := t.store(); err != nil {
 		return Record{}, err
@@ -212,7 +214,14 @@ func (t *Tracker) Get(ctx context.Context, id string) (Record, error) {
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return r, err
 	}
-	if t.local(k, &r, err == nil) {
+	found := err == nil
+	if p, ok := t.pendingEnd(k); ok && (!found || refuse(&r, &p) == nil) {
+		if found {
+			merge(&r, &p)
+		}
+		r, found = p, true
+	}
+	if t.local(k, &r, found) || found {
 		return r, nil
 	}
 	return r, err
@@ -251,6 +260,9 @@ func (t *Tracker) Cancel(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
+		if p, ok := t.pendingEnd(k); ok && p.State.Terminal() && refuse(&r, &p) == nil {
+			return fmt.Errorf("%w (%s)", ErrFinished, p.State) // ended here, not written yet
+		}
 		if r.State.Terminal() {
 			return fmt.Errorf("%w (%s)", ErrFinished, r.State)
 		}
@@ -272,6 +284,7 @@ func (t *Tracker) Cancel(ctx context.Context, id string) error {
 	if err != nil && !errors.Is(err, driver.ErrKeyExists) {
 		return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
 	}
+	t.marks.add(k)
 	return nil
 }
 
@@ -352,11 +365,55 @@ func newer(cur, r *Record) bool {
 	return cur.Copy > r.Copy || cur.Copy == r.Copy && cur.Tries > r.Tries || cur.Nonce != "" && cur.Nonce != r.Nonce
 }
 
+// refuse returns errStale when r may not be written over cur: cur records
+// a later attempt, or another enqueue (r's nonce is not cur's: a forgery or
+// a copy from before a redrive), or r's copy is more than MaxCopyLead ahead
+// of cur's (see the package doc).
+func refuse(cur, r *Record) error {
+	if newer(cur, r) || r.Copy > cur.Copy && r.Copy-cur.Copy > MaxCopyLead {
+		return errStale
+	}
+	return nil
+}
+
+// merge keeps in r, a delivery's state about to be written over cur, what
+// cur knows and the delivery does not: the cancel mark, the last error, and
+// the enqueue and start times.
+func merge(cur, r *Record) {
+	r.CancelRequested = r.CancelRequested || cur.CancelRequested
+	if r.Error == "" {
+		r.Error = cur.Error
+	}
+	if r.EnqueuedAt.IsZero() {
+		r.EnqueuedAt = cur.EnqueuedAt
+	}
+	if r.StartedAt.IsZero() {
+		r.StartedAt = cur.StartedAt
+	}
+}
+
+// revOf reads the record of key k that r is to be written over: it
+// returns its revision (empty: none) with the record merged into r, or
+// errStale when r may not be written over it (see refuse).
+func (t *Tracker) revOf(ctx context.Context, k string, r *Record) (string, error) {
+	cur, rev, err := t.read(ctx, k)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return "", nil
+	case err != nil:
+		return "", err
+	case refuse(&cur, r) != nil:
+		return "", errStale
+	}
+	merge(&cur, r)
+	return rev, nil
+}
+
 // write writes r at rev (empty: create), and on a conflict (Cancel wrote
 // meanwhile, or the record is older or newer than thought) reads the record
-// again, keeps its CancelRequested, and writes again. When the record holds
-// a later attempt's state, it leaves it and returns errStale. It returns the
-// new revision.
+// again, merges it into r (see merge), and writes again. When the record
+// may not be written over (see refuse), it leaves it and returns errStale.
+// It returns the new revision.
 func (t *Tracker) write(ctx context.Context, r *Record, rev string) (string, error) {
 	s, k := t.cfg.Store, key(r.ID)
 	b, _ := json.Marshal(r)
@@ -377,14 +434,12 @@ func (t *Tracker) write(ctx context.Context, r *Record, rev string) (string, err
 			rev = ""
 		case err != nil:
 			return err
-		case newer(&cur, r):
+		case refuse(&cur, r) != nil:
 			return errStale
 		default:
 			rev = cr
-			if cur.CancelRequested && !r.CancelRequested {
-				r.CancelRequested = true
-				b, _ = json.Marshal(r)
-			}
+			merge(&cur, r)
+			b, _ = json.Marshal(r)
 		}
 		return kv.ErrRetry
 	})
@@ -446,19 +501,19 @@ func (t *Tracker) Poll(ctx context.Context) {
 	}
 }
 
-// pollOnce cancels the running jobs that have a cancel mark: one List of the
-// marks per page, whatever the number of running jobs.
+// pollOnce lists the cancel marks (for Begin) and cancels the running jobs
+// that have one: one List of the marks per page, whatever the number of
+// running jobs.
 func (t *Tracker) pollOnce(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, max(t.cfg.Poll, time.Second))
-	defer cancel()
-	err := t.cfg.Store.ListAll(ctx, "cancel/", func(k string) (bool, error) {
-		if v, ok := t.running.Load(strings.TrimPrefix(k, "cancel/")); ok {
-			v.(*Track).cancel()
-		}
-		return true, nil
-	})
+	set, err := t.listMarks(ctx)
 	if err != nil {
 		t.cfg.Logger.Warn("asyncplatform: reading cancellations failed", "error", err)
+		return
+	}
+	for k := range set {
+		if v, ok := t.running.Load(k); ok {
+			v.(*Track).cancel()
+		}
 	}
 }
 

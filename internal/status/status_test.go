@@ -65,6 +65,16 @@ func newTracker(d driver.Store, worker string) *Tracker {
 	})
 }
 
+// flush waits for tk's ends to be written.
+func flush(t *testing.T, tk *Tracker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := tk.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+}
+
 func get(t *testing.T, tk *Tracker, id string) Record {
 	t.Helper()
 	r, err := tk.Get(context.Background(), id)
@@ -209,27 +219,37 @@ func TestLateSettleOfOlderCopy(t *testing.T) {
 	}
 }
 
-// An older copy that comes again after a later copy ended runs untracked,
-// and its attempt leaves the later copy's end in place.
+// An older copy that comes again after a later copy ended writes nothing:
+// its attempt leaves the later copy's end in place. The hooks of an
+// untracked delivery (a nil Track) do nothing.
 func TestDuplicateOlderCopy(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	tk := newTracker(newStore(t), "w1")
 	deliver(t, tk, Job{ID: "j1", Queue: "q", Type: "t", Copy: 2, TryCount: 1}).
 		Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 2, nil, "")
-	tr, cancelled := tk.Begin(ctx, Job{ID: "j1", Queue: "q", Type: "t", Copy: 1})
-	if tr != nil || cancelled {
-		t.Fatalf("Begin of an older copy = %v, %v; want nil, false", tr, cancelled)
+	flush(t, tk)
+	tr := deliver(t, tk, Job{ID: "j1", Queue: "q", Type: "t", Copy: 1})
+	if r := get(t, tk, "j1"); r.State != Succeeded || r.Copy != 2 {
+		t.Errorf("status while an old copy runs again: %+v; want copy 2's succeeded kept", r)
 	}
-	// The hooks of an untracked delivery do nothing.
-	if tr.Running(ctx) || tr.Ended(ctx, true) {
-		t.Error("a nil Track reported a cancellation")
-	}
-	tr.Started(&jobctx.Context{Parent: ctx})
+	tr.Ended(ctx, true)
 	tr.Settled(ctx, decide.Decision{Outcome: decide.Retried}, 1, nil, "")
+	if r := get(t, tk, "j1"); r.State != Succeeded || r.Copy != 2 {
+		t.Errorf("status after an old copy ran again, here: %+v; want copy 2's succeeded kept", r)
+	}
+	flush(t, tk)
 	if r := get(t, tk, "j1"); r.State != Succeeded || r.Copy != 2 {
 		t.Errorf("status after an old copy ran again: %+v; want copy 2's succeeded kept", r)
 	}
+
+	var none *Track
+	if none.Running(ctx) || none.Ended(ctx, true) {
+		t.Error("a nil Track reported a cancellation")
+	}
+	none.Started(&jobctx.Context{Parent: ctx})
+	none.Settled(ctx, decide.Decision{Outcome: decide.Retried}, 1, nil, "")
+	none.Unsettled(ctx)
 }
 
 // A job a limit keeps refusing costs one status write, not one per refusal;
@@ -245,6 +265,7 @@ func TestDeferredWritesOnce(t *testing.T) {
 	refuse := func(wait time.Duration) {
 		tr, _ := tk.Begin(ctx, j)
 		tr.Settled(ctx, decide.Decision{Outcome: decide.Deferred, RetryAt: clock.Add(wait)}, 0, nil, "")
+		flush(t, tk)
 	}
 	before := d.n.Load()
 	refuse(time.Minute)
@@ -271,6 +292,7 @@ func TestDeferredWritesOnce(t *testing.T) {
 	tr, _ := tk.Begin(ctx, Job{ID: "j2", Queue: "q", Type: "t"}) // a duplicate delivery, refused
 	before = d.n.Load()
 	tr.Settled(ctx, decide.Decision{Outcome: decide.Deferred, RetryAt: clock.Add(time.Minute)}, 0, nil, "")
+	flush(t, tk)
 	if n := d.n.Load() - before; n != 0 {
 		t.Errorf("refusing a duplicate of a running job wrote %d times, want 0", n)
 	}
@@ -305,6 +327,7 @@ func TestCancel(t *testing.T) {
 		t.Error("Running of a cancelled job did not say so")
 	}
 	tr.Settled(ctx, decide.Decision{Outcome: decide.DeadLettered, Reason: decide.Cancelled}, 0, nil, "")
+	flush(t, tk)
 	if r := get(t, tk, "j1"); r.State != Cancelled {
 		t.Errorf("record %+v, want cancelled", r)
 	}
@@ -376,6 +399,7 @@ func TestRunningWrittenLate(t *testing.T) {
 	tr.Started(&jobctx.Context{Parent: ctx})
 	tr.Ended(ctx, false)
 	tr.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 2, nil, "")
+	flush(t, tk)
 	if n := d.n.Load() - before; n != 1 {
 		t.Errorf("a quick delivery wrote %d times, want 1 (its end)", n)
 	}
@@ -386,10 +410,6 @@ func TestRunningWrittenLate(t *testing.T) {
 	j2 := Job{ID: "j2", Queue: "q", Type: "t"}
 	tk.Enqueued(ctx, []Job{j2})
 	long := deliver(t, tk, j2)
-	dup, _ := tk.Begin(ctx, j2)
-	if dup == nil || dup.rec.State != Running {
-		t.Errorf("a duplicate delivery here read %+v, want the running state", dup)
-	}
 	long.wmu.Lock()
 	long.since = time.Now().Add(-time.Hour) // it has run for an interval
 	long.wmu.Unlock()
@@ -400,6 +420,7 @@ func TestRunningWrittenLate(t *testing.T) {
 		t.Errorf("elsewhere, after the poll: %+v; want running on w1", r)
 	}
 	long.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 1, nil, "")
+	flush(t, tk)
 	if n := d.n.Load() - before; n != 2 {
 		t.Errorf("a long delivery wrote %d times, want 2 (running once, its end)", n)
 	}
@@ -538,6 +559,7 @@ func TestForgedCopyIgnored(t *testing.T) {
 			tr.Running(ctx)
 			tr.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 1, []byte("forged"), "")
 		}
+		flush(t, tk)
 		if r := get(t, tk, "j1"); r.State != Waiting || r.Copy != 0 || r.Result != nil {
 			t.Fatalf("after a forged copy %d (nonce %q): %+v; want the enqueue's waiting record", forged.Copy, forged.Nonce, r)
 		}
@@ -550,6 +572,7 @@ func TestForgedCopyIgnored(t *testing.T) {
 		t.Fatalf("the real copy: Begin = %v, cancelled %v; want its track, cancelled", real, cancelled)
 	}
 	real.Settled(ctx, decide.Decision{Outcome: decide.DeadLettered, Reason: decide.Cancelled}, 1, nil, "")
+	flush(t, tk)
 	if r := get(t, tk, "j1"); r.State != Cancelled || r.Nonce != "real" || r.Copy != MaxCopyLead {
 		t.Fatalf("the real copy's end: %+v", r)
 	}
@@ -560,6 +583,7 @@ func TestForgedCopyIgnored(t *testing.T) {
 		tr.Running(ctx)
 		tr.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 1, []byte("forged"), "")
 	}
+	flush(t, tk)
 	tk.Enqueued(ctx, []Job{{ID: "j2", Queue: "q", Type: "t", Nonce: "real"}})
 	if r := get(t, tk, "j2"); r.State != Waiting || r.Nonce != "real" || r.Copy != 0 {
 		t.Fatalf("the enqueue after a forged record: %+v; want its waiting record", r)
@@ -574,13 +598,15 @@ type overlap struct {
 	inFlight int
 	most     int
 	more     chan struct{} // closed when EnqueueWriters are under way
+	closed   bool
 }
 
 func (o *overlap) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
 	o.mu.Lock()
 	o.inFlight++
 	o.most = max(o.most, o.inFlight)
-	if o.inFlight == EnqueueWriters {
+	if o.inFlight == EnqueueWriters && o.most == EnqueueWriters && !o.closed {
+		o.closed = true
 		close(o.more)
 	}
 	o.mu.Unlock()
