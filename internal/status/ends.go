@@ -111,10 +111,12 @@ func (t *Tracker) writeEnds(idle chan struct{}) {
 			e.mu.Unlock()
 			return
 		}
-		batch := e.waiting[:n:n]
+		taken := e.waiting[:n:n]
 		e.waiting = append([]*end(nil), e.waiting[n:]...)
-		for _, p := range batch {
+		batch := make([]end, n) // the writer's copies: Get reads the originals
+		for i, p := range taken {
 			p.taken = true
+			batch[i] = *p
 		}
 		e.room.Broadcast()
 		e.mu.Unlock()
@@ -122,7 +124,7 @@ func (t *Tracker) writeEnds(idle chan struct{}) {
 		t.writeBatch(batch)
 
 		e.mu.Lock()
-		for _, p := range batch {
+		for _, p := range taken {
 			if e.byKey[p.key] == p {
 				delete(e.byKey, p.key)
 			}
@@ -134,13 +136,13 @@ func (t *Tracker) writeEnds(idle chan struct{}) {
 // writeBatch writes the ends of batch (distinct keys): the records of those
 // without a revision read in one call, each end decided against its record,
 // then written endWriters at once.
-func (t *Tracker) writeBatch(batch []*end) {
+func (t *Tracker) writeBatch(batch []end) {
 	ctx, cancel := t.bound(context.Background())
 	defer cancel()
 	var keys []string
 	var read []*end
-	for _, p := range batch {
-		if p.rev == "" {
+	for i := range batch {
+		if p := &batch[i]; p.rev == "" {
 			keys = append(keys, "job/"+p.key)
 			read = append(read, p)
 		}
@@ -158,7 +160,8 @@ func (t *Tracker) writeBatch(batch []*end) {
 	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, endWriters)
-	for _, p := range batch {
+	for i := range batch {
+		p := &batch[i]
 		if p.skip {
 			continue
 		}
