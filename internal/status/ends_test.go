@@ -23,11 +23,21 @@ type batcher struct {
 	getEach [][]string // the keys of each GetEach call
 	gets    atomic.Int64
 	gate    chan struct{} // Update waits for it to close; nil: open
+	// afterGet, when set, runs after each Get has read its value, before
+	// it returns it.
+	afterGet func()
 }
 
 func (b *batcher) Get(ctx context.Context, key string) ([]byte, string, error) {
 	b.gets.Add(1)
-	return b.Store.Get(ctx, key)
+	v, rev, err := b.Store.Get(ctx, key)
+	b.mu.Lock()
+	after := b.afterGet
+	b.mu.Unlock()
+	if after != nil {
+		after()
+	}
+	return v, rev, err
 }
 
 func (b *batcher) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (string, error) {
@@ -220,5 +230,29 @@ func TestBeginSeesCancel(t *testing.T) {
 	tr, cancelled := tk.Begin(ctx, j)
 	if tr == nil || cancelled {
 		t.Errorf("Begin of the job's next life with the old mark left: %v, cancelled %v; want a track, not cancelled", tr, cancelled)
+	}
+}
+
+// A Get whose store read comes before the end is written, and returns
+// after, still shows the end.
+func TestGetDuringTheWrite(t *testing.T) {
+	t.Parallel()
+	b := &batcher{Store: newStore(t)}
+	tk := newTracker(b, "w1")
+	j := Job{ID: "j1", Queue: "q", Type: "t", Nonce: "n"}
+	tk.Enqueued(context.Background(), []Job{j})
+	open := b.shut()
+	settle(t, tk, j)
+	b.mu.Lock()
+	b.afterGet = func() {
+		b.mu.Lock()
+		b.afterGet = nil
+		b.mu.Unlock()
+		open()
+		flush(t, tk)
+	}
+	b.mu.Unlock()
+	if r := get(t, tk, "j1"); r.State != Succeeded {
+		t.Errorf("Get read before the write, returned after: %+v; want succeeded", r)
 	}
 }

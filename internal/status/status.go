@@ -210,12 +210,15 @@ func (t *Tracker) Get(ctx context.Context, id string) (Record, error) {
 		return Record{}, err
 	}
 	k := key(id)
+	// The end not written yet is looked up before the store is read: one
+	// written meanwhile is then in the record read.
+	p, pending := t.pendingEnd(k)
 	r, _, err := t.read(ctx, k)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return r, err
 	}
 	found := err == nil
-	if p, ok := t.pendingEnd(k); ok && (!found || refuse(&r, &p) == nil) {
+	if pending && (!found || refuse(&r, &p) == nil) {
 		if found {
 			merge(&r, &p)
 		}
