@@ -4,6 +4,16 @@
 // Cancel marks the record and leaves a cancel mark (key cancel/<id>) that the
 // workers running the job poll for.
 //
+// What a delivery costs. Taking a job reads nothing (Begin): the cancel
+// marks are listed once per poll interval for all the deliveries, and the
+// job's nonce and copy, which it carries, are checked against its record
+// when a state is written. The running state is written only for a handler
+// still running at a poll. The end is handed to the Tracker's writer (see
+// ends), which writes the ends of many deliveries together off their path:
+// one read of their records (one round trip where the store batches), then
+// their writes. Until it is written, an end is shown by Get in the process
+// that settled it; Flush waits for the writes.
+//
 // The records are stored as JSON and read by every version of the platform:
 // their fields and names never change.
 //
