@@ -317,22 +317,63 @@ type Job struct {
 	TryCount, Failures, Crashes int
 }
 
-// EnqueueWriters is how many records Enqueued writes at once for a batch.
+// EnqueueWriters is how many records Enqueued writes at once for a batch,
+// one a call, where the store does not batch, and for the records found
+// present already.
 const EnqueueWriters = 16
 
 // Enqueued writes the waiting (or scheduled) record of each newly stored job
-// of a tracked queue, up to EnqueueWriters at once, and returns when all are
-// written. The jobs are stored already: a failed write is logged, not
-// returned (the worker writes the record when it takes the job).
+// of a tracked queue and returns when all are written: those of a batch
+// created together (one round trip where the store batches, see
+// driver.CreateEach), a record found present (a worker's, or another
+// enqueue's) then written one by one, up to EnqueueWriters at once. The
+// jobs are stored already: a failed write is logged, not returned (the
+// worker writes the record when it takes the job).
 func (t *Tracker) Enqueued(ctx context.Context, jobs []Job) {
 	now := t.cfg.Now()
 	if len(jobs) == 1 {
 		t.enqueued(ctx, &jobs[0], now)
 		return
 	}
+	var items []driver.BatchItem
+	var of []int // the job of each item
+	seen := make(map[string]bool, len(jobs))
+	var rest []int // the jobs written one by one
+	for i := range jobs {
+		j := &jobs[i]
+		if !t.Tracks(j.Queue) {
+			continue
+		}
+		k := "job/" + key(j.ID)
+		if seen[k] || len(items) == driver.MaxBatch {
+			rest = append(rest, i)
+			continue
+		}
+		seen[k] = true
+		r := waitingRecord(j, now)
+		b, _ := json.Marshal(&r)
+		items = append(items, driver.BatchItem{Key: k, Value: b, TTL: t.cfg.Retention})
+		of = append(of, i)
+	}
+	if len(items) > 1 {
+		rs, err := t.cfg.Store.CreateEach(ctx, items)
+		switch {
+		case err != nil:
+			t.cfg.Logger.Warn("asyncplatform: writing jobs' statuses together failed; they are written one by one", "jobs", len(items), "error", err)
+			rest = append(rest, of...)
+		default:
+			for n, r := range rs {
+				if r.Err != nil { // present: decided one by one
+					rest = append(rest, of[n])
+				}
+			}
+		}
+	} else {
+		rest = append(rest, of...)
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, EnqueueWriters)
-	for i := range jobs {
+	for _, i := range rest {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -343,15 +384,21 @@ func (t *Tracker) Enqueued(ctx context.Context, jobs []Job) {
 	wg.Wait()
 }
 
+// waitingRecord is the record of j stored at now.
+func waitingRecord(j *Job, now time.Time) Record {
+	r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, State: Waiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now, Copy: j.Copy, Nonce: j.Nonce}
+	if j.NotBefore.After(now) {
+		r.State, r.RetryAt = Scheduled, j.NotBefore
+	}
+	return r
+}
+
 // enqueued writes the record of j, stored at now, when its queue is tracked.
 func (t *Tracker) enqueued(ctx context.Context, j *Job, now time.Time) {
 	if !t.Tracks(j.Queue) {
 		return
 	}
-	r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, State: Waiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now, Copy: j.Copy, Nonce: j.Nonce}
-	if j.NotBefore.After(now) {
-		r.State, r.RetryAt = Scheduled, j.NotBefore
-	}
+	r := waitingRecord(j, now)
 	if err := t.create(ctx, &r); err != nil {
 		t.cfg.Logger.Warn("asyncplatform: writing a job's status failed", "queue", j.Queue, "id", j.ID, "error", err)
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -590,54 +589,32 @@ func TestForgedCopyIgnored(t *testing.T) {
 	}
 }
 
-// overlap holds each Create until EnqueueWriters are under way, so that
-// creates made fewer at a time never end (the test's deadline fails them).
-type overlap struct {
-	driver.Store
-	mu       sync.Mutex
-	inFlight int
-	most     int
-	more     chan struct{} // closed when EnqueueWriters are under way
-	closed   bool
-}
-
-func (o *overlap) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
-	o.mu.Lock()
-	o.inFlight++
-	o.most = max(o.most, o.inFlight)
-	if o.inFlight == EnqueueWriters && o.most == EnqueueWriters && !o.closed {
-		o.closed = true
-		close(o.more)
-	}
-	o.mu.Unlock()
-	defer func() { o.mu.Lock(); o.inFlight--; o.mu.Unlock() }()
-	select {
-	case <-o.more:
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
-	return o.Store.Create(ctx, key, value, ttl)
-}
-
-// The records of a batch are written at once, up to EnqueueWriters, and
-// Enqueued returns when all are.
+// The records of a batch are created together: one call where the store
+// batches. A record present already is decided alone: a worker's later
+// state of the same enqueue stays.
 func TestEnqueuedBatchAtOnce(t *testing.T) {
 	t.Parallel()
-	o := &overlap{Store: newStore(t), more: make(chan struct{})}
-	tk := newTracker(o, "w1")
-	jobs := make([]Job, 3*EnqueueWriters)
+	ctx := context.Background()
+	b := &batcher{Store: newStore(t)}
+	tk := newTracker(b, "w1")
+	jobs := make([]Job, 48)
 	for i := range jobs {
-		jobs[i] = Job{ID: fmt.Sprintf("j%d", i), Queue: "q", Type: "t"}
+		jobs[i] = Job{ID: fmt.Sprintf("j%d", i), Queue: "q", Type: "t", Nonce: "n"}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a safety net: creates one at a time never end
-	defer cancel()
+	settle(t, tk, jobs[0]) // taken and ended before its enqueue's record is written
+	flush(t, tk)
 	tk.Enqueued(ctx, jobs)
-	for _, j := range jobs {
+	if r := get(t, tk, "j0"); r.State != Succeeded {
+		t.Errorf("record of j0: %+v; want the worker's succeeded kept", r)
+	}
+	for _, j := range jobs[1:] {
 		if r := get(t, tk, j.ID); r.State != Waiting {
 			t.Fatalf("record of %s: %+v; want waiting", j.ID, r)
 		}
 	}
-	if o.most != EnqueueWriters {
-		t.Errorf("at most %d creates under way at once, want %d", o.most, EnqueueWriters)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.createEach) != 1 || b.createEach[0] != len(jobs) {
+		t.Errorf("CreateEach calls of %v items, want one of %d", b.createEach, len(jobs))
 	}
 }
