@@ -260,3 +260,38 @@ func TestGetDuringTheWrite(t *testing.T) {
 		t.Errorf("Get read before the write, returned after: %+v; want succeeded", r)
 	}
 }
+
+// The set of marks a listing hands out is not written after: a poll reads
+// it while this process's Cancel and ends add and drop marks.
+func TestMarksReadWhileChanged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tk := newTracker(newStore(t), "w1")
+	if err := tk.Cancel(ctx, "nobody"); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	tk.Enqueued(ctx, []Job{{ID: "j1", Queue: "q", Type: "t"}})
+	if err := tk.Cancel(ctx, "j1"); err != nil {
+		t.Fatal(err)
+	}
+	set, err := tk.listMarks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			k := fmt.Sprintf("k%d", i)
+			tk.marks.add(k)
+			tk.marks.drop(k)
+			tk.marks.drop("j1")
+		}
+	}()
+	for range 200 {
+		for k := range set {
+			_ = k
+		}
+	}
+	<-done
+}

@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -13,7 +14,7 @@ import (
 // last listing began more than MarkAge polls ago.
 type marks struct {
 	mu   sync.Mutex
-	set  map[string]bool // record keys with a cancel mark
+	set  map[string]bool // record keys with a cancel mark; replaced, never written, once handed out
 	at   time.Time       // when the listing that gave set began; zero: none yet
 	busy chan struct{}   // closed when the listing under way ends; nil: none
 	err  error           // the listing's, for those waiting on busy
@@ -28,8 +29,10 @@ const MarkAge = 2
 func (m *marks) add(k string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.set != nil {
-		m.set[k] = true
+	if m.set != nil && !m.set[k] {
+		set := maps.Clone(m.set) // a set handed out is never written
+		set[k] = true
+		m.set = set
 	}
 }
 
@@ -37,7 +40,11 @@ func (m *marks) add(k string) {
 func (m *marks) drop(k string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.set, k)
+	if m.set[k] {
+		set := maps.Clone(m.set) // a set handed out is never written
+		delete(set, k)
+		m.set = set
+	}
 }
 
 // marked reports whether the job of record key k had a cancel mark at the
