@@ -377,6 +377,7 @@ func TestRunningWrittenLate(t *testing.T) {
 	ctx := context.Background()
 	d := newStore(t)
 	tk, other := newTracker(d, "w1"), newTracker(d, "w2")
+	tk.cfg.Poll = time.Hour // a loaded machine's pause is no poll interval
 	j := Job{ID: "j1", Queue: "q", Type: "t", TryCount: 1}
 	tk.Enqueued(ctx, []Job{j})
 
