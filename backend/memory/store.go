@@ -206,3 +206,78 @@ func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]
 	}
 	return out, nil
 }
+
+var _ driver.StoreBatcher = (*Backend)(nil)
+
+// GetEach implements driver.StoreBatcher: under one hold of the store's lock.
+func (b *Backend) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
+	kv, err := b.kv()
+	if err != nil {
+		return nil, err
+	}
+	defer kv.mu.Unlock()
+	now := time.Now()
+	out := make([]driver.BatchResult, len(keys))
+	for i, k := range keys {
+		e := kv.entries[k]
+		if !e.live(now) {
+			out[i].Err = driver.ErrKeyNotFound
+			continue
+		}
+		out[i] = driver.BatchResult{Value: slices.Clone(e.value), Rev: strconv.FormatUint(e.rev, 10)}
+	}
+	return out, nil
+}
+
+// CreateEach implements driver.StoreBatcher: under one hold of the store's
+// lock.
+func (b *Backend) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	kv, err := b.kv()
+	if err != nil {
+		return nil, err
+	}
+	defer kv.mu.Unlock()
+	now := time.Now()
+	out := make([]driver.BatchResult, len(items))
+	for i, it := range items {
+		if kv.entries[it.Key].live(now) {
+			out[i].Err = driver.ErrKeyExists
+			continue
+		}
+		out[i].Rev = kv.put(it.Key, it.Value, it.TTL, now)
+	}
+	return out, nil
+}
+
+// DeleteEach implements driver.StoreBatcher: under one hold of the store's
+// lock.
+func (b *Backend) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	kv, err := b.kv()
+	if err != nil {
+		return nil, err
+	}
+	defer kv.mu.Unlock()
+	now := time.Now()
+	out := make([]driver.BatchResult, len(items))
+	for i, it := range items {
+		if it.Rev != "" && kv.at(it.Key, it.Rev, now) == nil {
+			out[i].Err = driver.ErrRevision
+			continue
+		}
+		kv.remove(it.Key)
+	}
+	return out, nil
+}
+
+// ListEach implements driver.StoreBatcher: one List a prefix.
+func (b *Backend) ListEach(ctx context.Context, prefixes []string, limit int) ([][]string, error) {
+	out := make([][]string, len(prefixes))
+	for i, p := range prefixes {
+		keys, err := b.List(ctx, p, "", limit)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = keys
+	}
+	return out, nil
+}

@@ -207,3 +207,191 @@ func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]
 	}
 	return keys, nil
 }
+
+var _ driver.StoreBatcher = (*Backend)(nil)
+
+var (
+	// ARGV: keys. Returns, a key after another, its revision and value,
+	// both empty when it is absent (a revision is never empty).
+	storeGetEachScript = goredis.NewScript(luaKV + `
+local now, out = now_us(), {}
+for i = 1, #ARGV do
+  local r = meta(ARGV[i], now)
+  if r then
+    out[#out + 1] = r
+    out[#out + 1] = redis.call('HGET', KEYS[1], 'v:' .. ARGV[i])
+  else
+    out[#out + 1] = ''
+    out[#out + 1] = ''
+  end
+end
+return out
+`)
+	// ARGV: key, value, TTL ms, a key after another. Returns each one's
+	// revision, empty when it was present.
+	storeCreateEachScript = goredis.NewScript(luaKV + `
+local now, out = now_us(), {}
+for i = 1, #ARGV, 3 do
+  if meta(ARGV[i], now) then
+    out[#out + 1] = ''
+  else
+    out[#out + 1] = put(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), now)
+  end
+end
+return out
+`)
+	// ARGV: key, revision or "", a key after another. Returns each one's
+	// 0 when it was not at its revision, else 1.
+	storeDeleteEachScript = goredis.NewScript(luaKV + `
+local now, out = now_us(), {}
+for i = 1, #ARGV, 2 do
+  if ARGV[i + 1] ~= '' and meta(ARGV[i], now) ~= ARGV[i + 1] then
+    out[#out + 1] = 0
+  else
+    drop(ARGV[i])
+    out[#out + 1] = 1
+  end
+end
+return out
+`)
+	// ARGV: limit, then lower and upper bound (ZRANGEBYLEX syntax) of each
+	// range. Returns, a range after another, the number of its live keys
+	// (up to limit), then the keys.
+	storeListEachScript = goredis.NewScript(luaKV + `
+local now = now_us()
+sweep(now, 16)
+local limit, out = tonumber(ARGV[1]), {}
+for i = 2, #ARGV, 2 do
+  local lo, got = ARGV[i], {}
+  while #got < limit do
+    local want = limit - #got
+    local ks = redis.call('ZRANGEBYLEX', KEYS[2], lo, ARGV[i + 1], 'LIMIT', 0, want)
+    for _, k in ipairs(ks) do
+      if meta(k, now) then got[#got + 1] = k end
+    end
+    if #ks < want then break end
+    lo = '(' .. ks[#ks]
+  end
+  out[#out + 1] = #got
+  for _, k in ipairs(got) do out[#out + 1] = k end
+end
+return out
+`)
+)
+
+// GetEach implements driver.StoreBatcher: one script.
+func (b *Backend) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
+	}
+	v, err := storeGetEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: store get: %w", err)
+	}
+	if len(v) != 2*len(keys) {
+		return nil, fmt.Errorf("redis: store get: %d keys answered %d items", len(keys), len(v))
+	}
+	out := make([]driver.BatchResult, len(keys))
+	for i := range out {
+		if v[2*i] == "" {
+			out[i].Err = driver.ErrKeyNotFound
+			continue
+		}
+		out[i] = driver.BatchResult{Rev: v[2*i], Value: []byte(v[2*i+1])}
+	}
+	return out, nil
+}
+
+// CreateEach implements driver.StoreBatcher: one script.
+func (b *Backend) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	args := make([]any, 0, 3*len(items))
+	for _, it := range items {
+		args = append(args, it.Key, it.Value, it.TTL.Milliseconds())
+	}
+	v, err := storeCreateEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).StringSlice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: store create: %w", err)
+	}
+	if len(v) != len(items) {
+		return nil, fmt.Errorf("redis: store create: %d items answered %d", len(items), len(v))
+	}
+	out := make([]driver.BatchResult, len(items))
+	for i, rev := range v {
+		if rev == "" {
+			out[i].Err = driver.ErrKeyExists
+			continue
+		}
+		out[i].Rev = rev
+	}
+	return out, nil
+}
+
+// DeleteEach implements driver.StoreBatcher: one script.
+func (b *Backend) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	args := make([]any, 0, 2*len(items))
+	for _, it := range items {
+		args = append(args, it.Key, it.Rev)
+	}
+	v, err := storeDeleteEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Int64Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: store delete: %w", err)
+	}
+	if len(v) != len(items) {
+		return nil, fmt.Errorf("redis: store delete: %d items answered %d", len(items), len(v))
+	}
+	out := make([]driver.BatchResult, len(items))
+	for i, n := range v {
+		if n == 0 {
+			out[i].Err = driver.ErrRevision
+		}
+	}
+	return out, nil
+}
+
+// ListEach implements driver.StoreBatcher: one script.
+func (b *Backend) ListEach(ctx context.Context, prefixes []string, limit int) ([][]string, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	args := make([]any, 0, 1+2*len(prefixes))
+	args = append(args, limit)
+	for _, p := range prefixes {
+		hi := "+"
+		if p != "" {
+			hi = "[" + p + "\xff"
+		}
+		args = append(args, "["+p, hi)
+	}
+	v, err := storeListEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: store list: %w", err)
+	}
+	out := make([][]string, len(prefixes))
+	for i := range out {
+		if len(v) == 0 {
+			return nil, fmt.Errorf("redis: store list: %d prefixes answered %d lists", len(prefixes), i)
+		}
+		n, ok := v[0].(int64)
+		if !ok || n < 0 || n > int64(limit) || int64(len(v)-1) < n {
+			return nil, fmt.Errorf("redis: store list: a malformed reply for prefix %d", i)
+		}
+		keys := make([]string, n)
+		for j := range keys {
+			if keys[j], ok = v[1+j].(string); !ok {
+				return nil, fmt.Errorf("redis: store list: a malformed key for prefix %d", i)
+			}
+		}
+		out[i], v = keys, v[1+n:]
+	}
+	return out, nil
+}

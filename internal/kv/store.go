@@ -226,3 +226,48 @@ func Segment(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return "sha-" + hex.EncodeToString(h[:20])
 }
+
+// GetEach gets each key in one round trip where the backend batches
+// (driver.StoreBatcher), else one Get a key, some at once: each result's
+// Value and Rev, or Err driver.ErrKeyNotFound. Keys are distinct, at most
+// driver.MaxBatch.
+func (s *Store) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
+	if s.zero() {
+		return nil, opErr("get", "", ErrNil)
+	}
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		if err := driver.CheckKey(k); err != nil {
+			return nil, opErr("get", k, err)
+		}
+		full[i] = s.ns + k
+	}
+	rs, err := driver.GetEach(ctx, s.d, full)
+	if err != nil {
+		return nil, opErr("get", fmt.Sprintf("%d keys", len(keys)), err)
+	}
+	return rs, nil
+}
+
+// CreateEach creates each item's Key with its Value and TTL in one round
+// trip where the backend batches (driver.StoreBatcher), else one Create an
+// item, some at once: each result's Rev, or Err driver.ErrKeyExists. Keys
+// are distinct, at most driver.MaxBatch.
+func (s *Store) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if s.zero() {
+		return nil, opErr("create", "", ErrNil)
+	}
+	full := make([]driver.BatchItem, len(items))
+	for i, it := range items {
+		ttl, err := checkWrite(it.Key, it.Value, it.TTL)
+		if err != nil {
+			return nil, opErr("create", it.Key, err)
+		}
+		full[i] = driver.BatchItem{Key: s.ns + it.Key, Value: it.Value, TTL: ttl}
+	}
+	rs, err := driver.CreateEach(ctx, s.d, full)
+	if err != nil {
+		return nil, opErr("create", fmt.Sprintf("%d keys", len(items)), err)
+	}
+	return rs, nil
+}
