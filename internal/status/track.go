@@ -24,8 +24,9 @@ import (
 // sooner costs one write, its end's; while it runs, Tracker.Get in this
 // process shows it running.
 type Track struct {
-	t   *Tracker
-	key string
+	t         *Tracker
+	key       string
+	queue, id string // the job's, for logs: set by Begin, never written again
 
 	tries, failures, crashes int // the counters of the try Begin was given
 
@@ -77,7 +78,7 @@ func (t *Tracker) Begin(ctx context.Context, j Job) (tr *Track, cancelled bool) 
 		return nil, r.CancelRequested
 	}
 	r.Queue, r.Type, r.Copy, r.Nonce = j.Queue, j.Type, j.Copy, j.Nonce
-	tr = &Track{t: t, key: k, rec: r, rev: rev, tries: j.TryCount + 1, failures: j.Failures, crashes: j.Crashes}
+	tr = &Track{t: t, key: k, queue: j.Queue, id: j.ID, rec: r, rev: rev, tries: j.TryCount + 1, failures: j.Failures, crashes: j.Crashes}
 	return tr, r.CancelRequested
 }
 
@@ -202,7 +203,7 @@ func (tr *Track) Ended(ctx context.Context, failed bool) (cancelled bool) {
 	case err == nil:
 		return true
 	case !errors.Is(err, driver.ErrKeyNotFound):
-		t.cfg.Logger.Warn("asyncplatform: looking for a job's cancellation failed; its failure is taken as it is", "queue", tr.rec.Queue, "id", tr.rec.ID, "error", err)
+		t.cfg.Logger.Warn("asyncplatform: looking for a job's cancellation failed; its failure is taken as it is", "queue", tr.queue, "id", tr.id, "error", err)
 	}
 	return false
 }
