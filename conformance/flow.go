@@ -261,8 +261,8 @@ func testWeighted(t *testing.T, e *env) {
 func testPauseGroup(t *testing.T, e *env) {
 	cfg := e.config()
 	cfg.Queues = map[string]ap.QueueConfig{e.queue: {Concurrency: 1, Prefetch: ap.Limit(0)}}
-	var logged atomic.Int32 // leases the worker logged as lost
-	cfg.Logger = slog.New(&lostLeases{dying: new(atomic.Bool), n: &logged})
+	var logged, unhealthy atomic.Int32 // leases the worker logged as lost; its health gate's closings
+	cfg.Logger = slog.New(&lostLeases{dying: new(atomic.Bool), n: &logged, unhealthy: &unhealthy})
 	e.worker(cfg).handle(t, "g", ok).start(t)
 	admin := e.producer()
 	ctx := ctxT(t, 2*e.opts.Wait)
@@ -366,10 +366,13 @@ func testPauseGroup(t *testing.T, e *env) {
 		slices.Sort(order)
 		slices.Sort(want)
 	}
-	if out := outOfPlace(order, want); len(order) == len(want) && out > 0 && out <= 5 {
-		// A job the broker delivered again (a lease lapsed on a loaded
-		// machine) comes after the ones behind it, on every broker.
-		t.Logf("%d of the resumed group's %d jobs ran out of their order (delivered again)", out, len(want))
+	// A job the broker delivered again (a lease lapsed on a loaded
+	// machine) comes after the ones behind it, on every broker; so does
+	// one handed back while the worker's health gate was closed (a health
+	// check timed out under load): the delivery it held and what its
+	// cancelled Receive took, two a closing at most.
+	if out := outOfPlace(order, want); len(order) == len(want) && out > 0 && out <= 5+2*int(unhealthy.Load()) {
+		t.Logf("%d of the resumed group's %d jobs ran out of their order (delivered again; the health gate closed %d times)", out, len(want), unhealthy.Load())
 		order = want
 	}
 	if !slices.Equal(order, want) {
