@@ -619,3 +619,44 @@ func TestEnqueuedBatchAtOnce(t *testing.T) {
 		t.Errorf("CreateEach calls of %v items, want one of %d", b.createEach, len(jobs))
 	}
 }
+
+// cancelReadFails is a store whose reads of cancel marks fail.
+type cancelReadFails struct{ driver.Store }
+
+func (s cancelReadFails) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if strings.Contains(key, "cancel/") {
+		return nil, "", errors.New("store unreachable")
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// A failed attempt whose cancel-mark read fails logs the job while the
+// poll writes its running state: the log reads nothing the poll writes
+// (run with -race).
+func TestEndedWarnsWhileThePollWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var logged bytes.Buffer
+	tk := New(Config{
+		Store: kv.Of(cancelReadFails{newStore(t)}, kv.Status), All: true, Retention: time.Hour, Worker: "w1",
+		Timeout: 5 * time.Second, Poll: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil)),
+		Now:    func() time.Time { return clock },
+	})
+	j := Job{ID: "j1", Queue: "q", Type: "t"}
+	tk.Enqueued(ctx, []Job{j})
+	tr := deliver(t, tk, j)
+	tr.Started(&jobctx.Context{Parent: ctx})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		tr.flushRunning(ctx, time.Now().Add(time.Hour)) // the poll writes the running state
+	}()
+	if tr.Ended(ctx, true) {
+		t.Error("Ended = cancelled, with no cancel mark readable")
+	}
+	<-polled
+	if !strings.Contains(logged.String(), "id=j1") {
+		t.Errorf("the warning does not name the job:\n%s", logged.String())
+	}
+}

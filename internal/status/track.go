@@ -24,8 +24,9 @@ import (
 // sooner costs one write, its end's; while it runs, Tracker.Get in this
 // process shows it running.
 type Track struct {
-	t   *Tracker
-	key string
+	t         *Tracker
+	key       string
+	queue, id string // the job's, for logs: set by Begin, never written again
 
 	tries, failures, crashes int // the counters of the try Begin was given
 
@@ -59,7 +60,7 @@ func (t *Tracker) Begin(ctx context.Context, j Job) (tr *Track, cancelled bool) 
 	}
 	k := key(j.ID)
 	r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, EnqueuedAt: j.EnqueuedAt, Copy: j.Copy, Nonce: j.Nonce}
-	tr = &Track{t: t, key: k, tries: j.TryCount + 1, failures: j.Failures, crashes: j.Crashes}
+	tr = &Track{t: t, key: k, queue: j.Queue, id: j.ID, tries: j.TryCount + 1, failures: j.Failures, crashes: j.Crashes}
 	marked, err := t.marked(ctx, k)
 	if err != nil {
 		t.cfg.Logger.Warn("asyncplatform: reading cancellations failed; a job runs untracked this time", "queue", j.Queue, "id", j.ID, "error", err)
@@ -214,7 +215,7 @@ func (tr *Track) Ended(ctx context.Context, failed bool) (cancelled bool) {
 	case err == nil:
 		return true
 	case !errors.Is(err, driver.ErrKeyNotFound):
-		t.cfg.Logger.Warn("asyncplatform: looking for a job's cancellation failed; its failure is taken as it is", "queue", tr.rec.Queue, "id", tr.rec.ID, "error", err)
+		t.cfg.Logger.Warn("asyncplatform: looking for a job's cancellation failed; its failure is taken as it is", "queue", tr.queue, "id", tr.id, "error", err)
 	}
 	return false
 }
