@@ -65,7 +65,6 @@ type rateLine struct {
 	stalls    atomic.Int64  // jobs that found no start reserved and waited for a batch
 	bg        sync.WaitGroup
 
-
 	mu       sync.Mutex
 	next     time.Time // the next unused start reserved
 	reserved time.Time // when its batch was reserved
