@@ -63,3 +63,13 @@ func TestHeaderAllocs(t *testing.T) {
 		t.Errorf("Header: %v allocations, want at most 3", n)
 	}
 }
+
+// TestStoredToken: a release's check of the stored token tells the
+// claim's own token from another and from a claim made before tokens.
+func TestStoredToken(t *testing.T) {
+	tok := newToken()
+	v := value("job-1", tok)
+	if !tokenEqual(storedToken(v), tok) || tokenEqual(storedToken(v), newToken()) || tokenEqual(storedToken([]byte("job-1")), tok) || !tokenEqual(storedToken([]byte("job-1")), "") {
+		t.Error("storedToken/tokenEqual: a token is not told apart")
+	}
+}

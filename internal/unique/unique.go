@@ -79,6 +79,15 @@ func parseValue(v []byte) (id, token string) {
 	return string(v), ""
 }
 
+// storedToken returns the token of a stored claim, without copying it:
+// empty for a claim made before tokens.
+func storedToken(v []byte) []byte {
+	if len(v) > tokenLen && v[0] == 0 {
+		return v[1 : 1+tokenLen]
+	}
+	return nil
+}
+
 // Holder returns the ID of the job a stored claim names.
 func Holder(v []byte) string {
 	id, _ := parseValue(v)
@@ -480,15 +489,15 @@ func (c *Claims) release(ctx context.Context, st *kv.Store, cl Claim) error {
 	if rev != cl.Rev {
 		return driver.ErrRevision // taken since by another claim, or renewed by a redrive
 	}
-	if _, tok := parseValue(v); !tokenEqual(tok, cl.Token) {
+	if !tokenEqual(storedToken(v), cl.Token) {
 		return errNotHolder
 	}
 	return st.Delete(ctx, cl.Key, cl.Rev)
 }
 
-// tokenEqual compares tokens in constant time.
-func tokenEqual(a, b string) bool {
-	return len(a) == len(b) && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+// tokenEqual compares a stored token with a claim's in constant time.
+func tokenEqual[T string | []byte](stored T, tok string) bool {
+	return len(stored) == len(tok) && subtle.ConstantTimeCompare([]byte(stored), []byte(tok)) == 1
 }
 
 // Retake has the job id, a dead letter being redriven, take the key of its
