@@ -388,3 +388,29 @@ func (b *Backend) ListEach(ctx context.Context, prefixes []string, limit int) ([
 	}
 	return out, nil
 }
+
+var _ driver.StoreValueDeleter = (*Backend)(nil)
+
+// ARGV: key, revision, value. Returns 1 when the key was at that revision
+// with that value and is deleted, else 0.
+var storeDeleteValueScript = goredis.NewScript(luaKV + `
+if meta(ARGV[1], now_us()) ~= ARGV[2] then return 0 end
+if redis.call('HGET', KEYS[1], 'v:' .. ARGV[1]) ~= ARGV[3] then return 0 end
+drop(ARGV[1])
+return 1
+`)
+
+// DeleteValue implements driver.StoreValueDeleter: one script.
+func (b *Backend) DeleteValue(ctx context.Context, key, rev string, value []byte) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	n, err := storeDeleteValueScript.Run(ctx, b.rdb, b.storeKeys(), key, rev, value).Int()
+	if err != nil {
+		return fmt.Errorf("redis: store delete: %w", err)
+	}
+	if n == 0 {
+		return driver.ErrRevision
+	}
+	return nil
+}

@@ -128,6 +128,22 @@ func (s *Store) Delete(ctx context.Context, key, rev string) error {
 	return opErr("delete", key, s.d.Delete(ctx, s.ns+key, rev))
 }
 
+// DeleteValue removes key only when it is at revision rev and holds
+// exactly value (driver.DeleteValue: one round trip on a store that has
+// it); driver.ErrRevision otherwise.
+func (s *Store) DeleteValue(ctx context.Context, key, rev string, value []byte) error {
+	if s.zero() {
+		return opErr("delete", key, ErrNil)
+	}
+	if err := driver.CheckKey(key); err != nil {
+		return opErr("delete", key, err)
+	}
+	if !plausibleRev(rev) {
+		return opErr("delete", key, driver.ErrRevision)
+	}
+	return opErr("delete", key, driver.DeleteValue(ctx, s.d, s.ns+key, rev, value))
+}
+
 // GetEach is Get of each key (driver.GetEach: one round trip on a store
 // that batches, at most driver.MaxBatch distinct keys): a result's Err is
 // nil or driver.ErrKeyNotFound.

@@ -21,7 +21,18 @@ import (
 type batchStore struct {
 	driver.Store
 	creates, batches atomic.Int64
+	gets, delValues  atomic.Int64
 	fail             bool
+}
+
+func (s *batchStore) Get(ctx context.Context, key string) ([]byte, string, error) {
+	s.gets.Add(1)
+	return s.Store.Get(ctx, key)
+}
+
+func (s *batchStore) DeleteValue(ctx context.Context, key, rev string, value []byte) error {
+	s.delValues.Add(1)
+	return driver.DeleteValue(ctx, s.Store, key, rev, value)
 }
 
 func (s *batchStore) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
@@ -128,5 +139,34 @@ func TestTakeBatchLost(t *testing.T) {
 	}
 	if h := holder(t, st, "held"); h != "old" {
 		t.Errorf("key held by %q after a failed batch; want its old holder", h)
+	}
+}
+
+// TestReleaseOneRoundTrip: a release by the job that took the claim is one
+// compare-and-delete on a store that has one (no read first); one whose
+// header's token is not the stored one deletes nothing, and reads the key
+// to say so.
+func TestReleaseOneRoundTrip(t *testing.T) {
+	t.Parallel()
+	c, st, bs := newBatchClaims(t)
+	ctx := context.Background()
+	cl := take(t, c, "k", "j1", unique.OnFinish)
+	forged := cl
+	forged.Token = "AAAAAAAAAAAAAAAAAAAAAA"
+	gets := bs.gets.Load()
+	c.Release(ctx, "q", "j1", forged.Header(), false)
+	if h := holder(t, st, "k"); h != "j1" {
+		t.Fatalf("a forged header released the key: held by %q", h)
+	}
+	if bs.gets.Load() == gets {
+		t.Error("a release refused by its token read nothing to say why")
+	}
+	gets, dels := bs.gets.Load(), bs.delValues.Load()
+	c.Release(ctx, "q", "j1", cl.Header(), false)
+	if h := holder(t, st, "k"); h != "" {
+		t.Fatalf("the release left the key held by %q", h)
+	}
+	if g, d := bs.gets.Load()-gets-1, bs.delValues.Load()-dels; g != 0 || d != 1 { // holder's Get above counts one
+		t.Errorf("a release: %d Gets and %d DeleteValues; want one DeleteValue alone", g, d)
 	}
 }

@@ -464,7 +464,7 @@ func (c *Claims) Release(ctx context.Context, queue, id, header string, dead boo
 	st, err := c.store()
 	if err == nil {
 		dctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
-		err = c.release(dctx, st, cl)
+		err = c.release(dctx, st, cl, id)
 		cancel()
 	}
 	switch {
@@ -480,8 +480,17 @@ func (c *Claims) Release(ctx context.Context, queue, id, header string, dead boo
 var errNotHolder = errors.New("the claim's token is not the stored one")
 
 // release deletes cl's key when the store holds cl: its token, at its
-// revision.
-func (c *Claims) release(ctx context.Context, st *kv.Store, cl Claim) error {
+// revision. A claim with a token, released by the job id that took it, is
+// deleted in one compare-and-delete of the value the claim wrote (one
+// round trip on a store with driver.StoreValueDeleter); when that finds
+// another value or revision, the key is read to say why.
+func (c *Claims) release(ctx context.Context, st *kv.Store, cl Claim, id string) error {
+	if cl.Token != "" && id != "" {
+		err := st.DeleteValue(ctx, cl.Key, cl.Rev, value(id, cl.Token))
+		if !errors.Is(err, driver.ErrRevision) {
+			return err
+		}
+	}
 	v, rev, err := st.Get(ctx, cl.Key)
 	if err != nil {
 		return err
