@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strconv"
@@ -169,6 +170,23 @@ func (b *Backend) Delete(ctx context.Context, key, rev string) error {
 	}
 	defer kv.mu.Unlock()
 	if rev != "" && kv.at(key, rev, time.Now()) == nil {
+		return driver.ErrRevision
+	}
+	kv.remove(key)
+	return nil
+}
+
+var _ driver.StoreValueDeleter = (*Backend)(nil)
+
+// DeleteValue implements driver.StoreValueDeleter.
+func (b *Backend) DeleteValue(ctx context.Context, key, rev string, value []byte) error {
+	kv, err := b.kv()
+	if err != nil {
+		return err
+	}
+	defer kv.mu.Unlock()
+	e := kv.at(key, rev, time.Now())
+	if e == nil || !bytes.Equal(e.value, value) {
 		return driver.ErrRevision
 	}
 	kv.remove(key)

@@ -211,37 +211,35 @@ func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]
 var _ driver.StoreBatcher = (*Backend)(nil)
 
 var (
-	// ARGV: keys. Returns, a key after another, its revision and value,
-	// both empty when it is absent (a revision is never empty).
-	storeGetEachScript = goredis.NewScript(luaKV + `
-local now, out = now_us(), {}
-for i = 1, #ARGV do
-  local r = meta(ARGV[i], now)
-  if r then
-    out[#out + 1] = r
-    out[#out + 1] = redis.call('HGET', KEYS[1], 'v:' .. ARGV[i])
-  else
-    out[#out + 1] = ''
-    out[#out + 1] = ''
-  end
-end
-return out
-`)
-	// ARGV: key, value, TTL ms, a key after another. Returns each one's
-	// revision, empty when it was present.
+	// ARGV: key, value, TTL ms, for each item. Returns a revision per
+	// item, nil for an item whose key is present.
 	storeCreateEachScript = goredis.NewScript(luaKV + `
 local now, out = now_us(), {}
 for i = 1, #ARGV, 3 do
   if meta(ARGV[i], now) then
-    out[#out + 1] = ''
+    out[#out + 1] = false
   else
     out[#out + 1] = put(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), now)
   end
 end
 return out
 `)
-	// ARGV: key, revision or "", a key after another. Returns each one's
-	// 0 when it was not at its revision, else 1.
+	// ARGV: the keys. Returns {revision, value} per key, nil for an absent
+	// one.
+	storeGetEachScript = goredis.NewScript(luaKV + `
+local now, out = now_us(), {}
+for i = 1, #ARGV do
+  local r = meta(ARGV[i], now)
+  if r then
+    out[i] = {r, redis.call('HGET', KEYS[1], 'v:' .. ARGV[i])}
+  else
+    out[i] = false
+  end
+end
+return out
+`)
+	// ARGV: key, revision or "", for each item. Returns per item 0 when
+	// the key is not at that revision, else 1.
 	storeDeleteEachScript = goredis.NewScript(luaKV + `
 local now, out = now_us(), {}
 for i = 1, #ARGV, 2 do
@@ -254,28 +252,25 @@ for i = 1, #ARGV, 2 do
 end
 return out
 `)
-	// ARGV: limit, then lower and upper bound (ZRANGEBYLEX syntax) of each
-	// range. Returns, a range after another, the number of its live keys
-	// (up to limit), then the keys.
+	// ARGV: limit, then lower and upper bound (ZRANGEBYLEX syntax) for
+	// each prefix. Returns the live keys of each range, up to limit each.
 	storeListEachScript = goredis.NewScript(luaKV + `
-local now = now_us()
+local now, limit, all = now_us(), tonumber(ARGV[1]), {}
 sweep(now, 16)
-local limit, out = tonumber(ARGV[1]), {}
-for i = 2, #ARGV, 2 do
-  local lo, got = ARGV[i], {}
-  while #got < limit do
-    local want = limit - #got
-    local ks = redis.call('ZRANGEBYLEX', KEYS[2], lo, ARGV[i + 1], 'LIMIT', 0, want)
+for p = 2, #ARGV, 2 do
+  local lo, out = ARGV[p], {}
+  while #out < limit do
+    local want = limit - #out
+    local ks = redis.call('ZRANGEBYLEX', KEYS[2], lo, ARGV[p + 1], 'LIMIT', 0, want)
     for _, k in ipairs(ks) do
-      if meta(k, now) then got[#got + 1] = k end
+      if meta(k, now) then out[#out + 1] = k end
     end
     if #ks < want then break end
     lo = '(' .. ks[#ks]
   end
-  out[#out + 1] = #got
-  for _, k in ipairs(got) do out[#out + 1] = k end
+  all[#all + 1] = out
 end
-return out
+return all
 `)
 )
 
@@ -288,20 +283,23 @@ func (b *Backend) GetEach(ctx context.Context, keys []string) ([]driver.BatchRes
 	for i, k := range keys {
 		args[i] = k
 	}
-	v, err := storeGetEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).StringSlice()
+	v, err := storeGetEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: store get: %w", err)
 	}
-	if len(v) != 2*len(keys) {
-		return nil, fmt.Errorf("redis: store get: %d keys answered %d items", len(keys), len(v))
+	if len(v) != len(keys) {
+		return nil, fmt.Errorf("redis: store get: %d replies for %d keys", len(v), len(keys))
 	}
 	out := make([]driver.BatchResult, len(keys))
-	for i := range out {
-		if v[2*i] == "" {
+	for i, x := range v {
+		pair, _ := x.([]any)
+		if len(pair) != 2 {
 			out[i].Err = driver.ErrKeyNotFound
 			continue
 		}
-		out[i] = driver.BatchResult{Rev: v[2*i], Value: []byte(v[2*i+1])}
+		rev, _ := pair[0].(string)
+		val, _ := pair[1].(string)
+		out[i] = driver.BatchResult{Value: []byte(val), Rev: rev}
 	}
 	return out, nil
 }
@@ -315,20 +313,20 @@ func (b *Backend) CreateEach(ctx context.Context, items []driver.BatchItem) ([]d
 	for _, it := range items {
 		args = append(args, it.Key, it.Value, it.TTL.Milliseconds())
 	}
-	v, err := storeCreateEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).StringSlice()
+	v, err := storeCreateEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: store create: %w", err)
 	}
 	if len(v) != len(items) {
-		return nil, fmt.Errorf("redis: store create: %d items answered %d", len(items), len(v))
+		return nil, fmt.Errorf("redis: store create: %d replies for %d items", len(v), len(items))
 	}
 	out := make([]driver.BatchResult, len(items))
-	for i, rev := range v {
-		if rev == "" {
+	for i, x := range v {
+		if rev, ok := x.(string); ok {
+			out[i].Rev = rev
+		} else {
 			out[i].Err = driver.ErrKeyExists
-			continue
 		}
-		out[i].Rev = rev
 	}
 	return out, nil
 }
@@ -342,16 +340,16 @@ func (b *Backend) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]d
 	for _, it := range items {
 		args = append(args, it.Key, it.Rev)
 	}
-	v, err := storeDeleteEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Int64Slice()
+	v, err := storeDeleteEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("redis: store delete: %w", err)
 	}
 	if len(v) != len(items) {
-		return nil, fmt.Errorf("redis: store delete: %d items answered %d", len(items), len(v))
+		return nil, fmt.Errorf("redis: store delete: %d replies for %d items", len(v), len(items))
 	}
 	out := make([]driver.BatchResult, len(items))
-	for i, n := range v {
-		if n == 0 {
+	for i, x := range v {
+		if n, _ := x.(int64); n == 0 {
 			out[i].Err = driver.ErrRevision
 		}
 	}
@@ -368,7 +366,7 @@ func (b *Backend) ListEach(ctx context.Context, prefixes []string, limit int) ([
 	for _, p := range prefixes {
 		hi := "+"
 		if p != "" {
-			hi = "[" + p + "\xff"
+			hi = "[" + p + "\xff" // keys are ASCII: every key with the prefix sorts below
 		}
 		args = append(args, "["+p, hi)
 	}
@@ -376,22 +374,43 @@ func (b *Backend) ListEach(ctx context.Context, prefixes []string, limit int) ([
 	if err != nil {
 		return nil, fmt.Errorf("redis: store list: %w", err)
 	}
+	if len(v) != len(prefixes) {
+		return nil, fmt.Errorf("redis: store list: %d replies for %d prefixes", len(v), len(prefixes))
+	}
 	out := make([][]string, len(prefixes))
-	for i := range out {
-		if len(v) == 0 {
-			return nil, fmt.Errorf("redis: store list: %d prefixes answered %d lists", len(prefixes), i)
+	for i, x := range v {
+		ks, _ := x.([]any)
+		out[i] = make([]string, 0, len(ks))
+		for _, k := range ks {
+			s, _ := k.(string)
+			out[i] = append(out[i], s)
 		}
-		n, ok := v[0].(int64)
-		if !ok || n < 0 || n > int64(limit) || int64(len(v)-1) < n {
-			return nil, fmt.Errorf("redis: store list: a malformed reply for prefix %d", i)
-		}
-		keys := make([]string, n)
-		for j := range keys {
-			if keys[j], ok = v[1+j].(string); !ok {
-				return nil, fmt.Errorf("redis: store list: a malformed key for prefix %d", i)
-			}
-		}
-		out[i], v = keys, v[1+n:]
 	}
 	return out, nil
+}
+
+var _ driver.StoreValueDeleter = (*Backend)(nil)
+
+// ARGV: key, revision, value. Returns 1 when the key was at that revision
+// with that value and is deleted, else 0.
+var storeDeleteValueScript = goredis.NewScript(luaKV + `
+if meta(ARGV[1], now_us()) ~= ARGV[2] then return 0 end
+if redis.call('HGET', KEYS[1], 'v:' .. ARGV[1]) ~= ARGV[3] then return 0 end
+drop(ARGV[1])
+return 1
+`)
+
+// DeleteValue implements driver.StoreValueDeleter: one script.
+func (b *Backend) DeleteValue(ctx context.Context, key, rev string, value []byte) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	n, err := storeDeleteValueScript.Run(ctx, b.rdb, b.storeKeys(), key, rev, value).Int()
+	if err != nil {
+		return fmt.Errorf("redis: store delete: %w", err)
+	}
+	if n == 0 {
+		return driver.ErrRevision
+	}
+	return nil
 }
