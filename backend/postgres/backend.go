@@ -37,6 +37,13 @@ const MinLease = 50 * time.Millisecond
 // maxClaim bounds the jobs one Receive hands out.
 const maxClaim = 1000
 
+// maxList bounds the records one ListDead returns, whatever its limit.
+const maxList = 1000
+
+// maxDeadID bounds a dead-letter record's ID, in bytes (a job's ID with a
+// copy number is far shorter).
+const maxDeadID = 4 << 10
+
 var (
 	_ driver.Backend       = (*Backend)(nil)
 	_ driver.QueueDeleter  = (*Backend)(nil)
@@ -367,7 +374,7 @@ func makeQueries(p string) queries {
 			claimed AS (
 				UPDATE {{p}}_jobs j SET token = nextval('{{p}}_token'), deliveries = j.deliveries + 1, run_at = now() + $3 * interval '1 microsecond'
 				FROM picked WHERE j.id = picked.id
-				RETURNING j.id, j.token, j.body, j.deliveries, picked.run_at AS due)
+				RETURNING j.id, j.token, substring(j.body FROM 1 FOR $4) AS body, j.deliveries, picked.run_at AS due)
 			SELECT id, token, body, deliveries FROM claimed ORDER BY due, id`),
 		nextDue: q(`SELECT extract(epoch FROM min(run_at) - now()) FROM {{p}}_jobs WHERE queue = $1 AND run_at > now()`),
 		unclaim: q(`WITH u AS (
@@ -384,11 +391,11 @@ func makeQueries(p string) queries {
 			INSERT INTO {{p}}_dead (queue, rec_id, body) SELECT queue, $3, $4 FROM d`),
 		nextDead: q(`UPDATE {{p}}_dead SET token = nextval('{{p}}_token'), held_until = now() + $2 * interval '1 microsecond'
 			WHERE id = (SELECT id FROM {{p}}_dead WHERE queue = $1 AND (held_until IS NULL OR held_until <= now()) ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-			RETURNING id, token, rec_id, body`),
+			RETURNING id, token, substring(rec_id FROM 1 FOR $3), substring(body FROM 1 FOR $4)`),
 		extendDead:  q(`UPDATE {{p}}_dead SET held_until = now() + $3 * interval '1 microsecond' WHERE id = $1 AND token = $2 AND held_until > now()`),
 		removeDead:  q(`DELETE FROM {{p}}_dead WHERE id = $1 AND token = $2 AND held_until > now()`),
 		releaseDead: q(`UPDATE {{p}}_dead SET held_until = NULL, token = 0 WHERE id = $1 AND token = $2 AND held_until > now()`),
-		listDead:    q(`SELECT id, rec_id, body FROM {{p}}_dead WHERE queue = $1 AND id > $2 ORDER BY id LIMIT $3`),
+		listDead:    q(`SELECT id, substring(rec_id FROM 1 FOR $4), substring(body FROM 1 FOR $5) FROM {{p}}_dead WHERE queue = $1 AND id > $2 ORDER BY id LIMIT $3`),
 		deleteDead:  q(`DELETE FROM {{p}}_dead WHERE queue = $1 AND rec_id = ANY($2::bytea[]) AND (held_until IS NULL OR held_until <= now())`),
 		purgeDead:   q(`DELETE FROM {{p}}_dead WHERE queue = $1`),
 	}
