@@ -209,7 +209,7 @@ func open(ctx context.Context, cfg Config, pool *pgxpool.Pool, own bool) (*Backe
 			return nil, err
 		}
 	}
-	st, err := pgstore.New(ctx, pgstore.Config{Pool: pool, Table: cfg.Prefix + "_store", Logger: cfg.Logger})
+	st, err := pgstore.New(ctx, pgstore.Config{Pool: pool, Table: cfg.Prefix + "_store", Logger: cfg.Logger, Conn: txOf})
 	if err != nil {
 		return nil, fmt.Errorf("postgres: the store: %w", err)
 	}

@@ -1,8 +1,5 @@
 // Package postgres is an asyncplatform backend in PostgreSQL tables, built
-// on pgx v5. It is in progress: it passes the conformance and store
-// suites, but its fault suite is not yet reliably green under the race
-// detector (docs/reliability.md), so backend/all does not register it and
-// its tests build only with the postgres_wip tag:
+// on pgx v5:
 //
 //	pool, err := pgxpool.New(ctx, "postgres://app@db/app")
 //	b, err := postgres.New(ctx, postgres.Config{Pool: pool})

@@ -32,7 +32,7 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 		}
 		bodies[i], due[i] = nonNil(m.Body), m.NotBefore
 	}
-	if _, err := b.db(ctx).exec(ctx, b.q.enqueue, queue, bodies, due, b.channel); err != nil {
+	if _, err := b.db(ctx).Exec(ctx, b.q.enqueue, queue, bodies, due, b.channel); err != nil {
 		return b.wrap("enqueue "+queue, err)
 	}
 	return nil
@@ -161,11 +161,11 @@ func (b *Backend) settle(ctx context.Context, op string, d *driver.Delivery, stm
 	if !ok {
 		return errLost(op)
 	}
-	n, err := b.db(ctx).exec(ctx, stmt, append([]any{h.id, h.token}, args...)...)
+	tag, err := b.db(ctx).Exec(ctx, stmt, append([]any{h.id, h.token}, args...)...)
 	if err != nil {
 		return b.wrap(op, err)
 	}
-	if n == 0 {
+	if tag.RowsAffected() == 0 {
 		return errLost(op)
 	}
 	return nil
