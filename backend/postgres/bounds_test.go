@@ -23,7 +23,7 @@ func setupBounds(t *testing.T, role, queue string) *boundsBundle {
 	reachable(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	b, err := New(ctx, Config{URL: testURL(), Prefix: testPrefix(t, role), MaxBody: 4096})
+	b, err := New(ctx, Config{URL: testURL(), Prefix: testPrefix(t, role), MaxBody: 4096, MaxConns: testConns})
 	if err != nil {
 		t.Fatal(err)
 	}
