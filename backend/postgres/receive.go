@@ -165,7 +165,13 @@ func (b *Backend) settle(ctx context.Context, op string, d *driver.Delivery, stm
 	if err != nil {
 		return b.wrap(op, err)
 	}
-	if tag.RowsAffected() == 0 {
+	var done bool
+	if stmt == b.q.extend {
+		_, done = b.completed.Load(h)
+	} else {
+		_, done = b.completed.LoadAndDelete(h)
+	}
+	if tag.RowsAffected() == 0 && !(done && (stmt == b.q.ack || stmt == b.q.extend)) {
 		return errLost(op)
 	}
 	return nil
