@@ -344,7 +344,7 @@ func (x *Executor[V]) run(t *jobctx.Timer, f *Delivery[V], h Handler[V], timeout
 	w := &f.Job
 	j := &w.Job
 	j.TryCount++ // this attempt
-	f.Ctx = jobctx.Context{Parent: x.workCtx, }
+	f.Ctx = jobctx.Context{Parent: x.workCtx, Delivery: f.D}
 	if timeout > 0 {
 		f.Ctx.Due = time.Now().Add(timeout)
 	}
