@@ -8,7 +8,10 @@
 // The backend never closes a pool it is given. Its store (unique jobs,
 // schedules, status, flow control) is a pgstore table on the same
 // database. Jobs can be enqueued inside the caller's own transaction (a
-// pgx.Tx or a *sql.Tx): see WithTx.
+// pgx.Tx or a *sql.Tx), with their unique keys and status records: see
+// WithTx. A handler can complete its job inside its own transaction, so
+// that its writes and the completion commit together: see
+// Backend.CompleteTx.
 //
 // # URLs
 //
@@ -99,7 +102,14 @@
 //   - Capabilities.MinLease is 50ms; leases are kept in microseconds.
 //   - Message.NotBefore is the enqueuing process's clock, every other time
 //     the server's: keep the clocks in step.
-//   - Receive hands out at most 1000 jobs per call, whatever its max.
+//   - Receive hands out at most 1000 jobs per call, whatever its max, and
+//     ListDead at most 1000 records per page, whatever its limit.
+//   - Reads are bounded: a body over MaxBody (a row someone else wrote, or
+//     one written before MaxBody was lowered) is handed out cut to
+//     MaxBody+1 bytes, and the platform dead-letters it as not a job; a
+//     dead letter's ID is read up to 4 KiB+1 bytes and its body up to
+//     MaxBody + 1 MiB + 1 (DeadLetter refuses a record over those limits
+//     with driver.ErrTooLarge).
 //   - Stats counts jobs whose lease ran out as ready; it counts rows, so it
 //     costs a scan of the queue's index entries.
 //   - Close abandons unsettled deliveries; they come back when their lease
