@@ -378,7 +378,7 @@ func makeQueries(p string) queries {
 		claim: q(`WITH picked AS (
 				SELECT id, run_at FROM {{p}}_jobs WHERE queue = $1 AND run_at <= now() ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED),
 			claimed AS (
-				UPDATE {{p}}_jobs j SET token = nextval('{{p}}_token'), deliveries = j.deliveries + 1, run_at = now() + $3 * interval '1 microsecond'
+				UPDATE {{p}}_jobs j SET token = nextval('{{p}}_token'), deliveries = j.deliveries + 1, run_at = clock_timestamp() + $3 * interval '1 microsecond'
 				FROM picked WHERE j.id = picked.id
 				RETURNING j.id, j.token, substring(j.body FROM 1 FOR $4) AS body, j.deliveries, picked.run_at AS due)
 			SELECT id, token, body, deliveries FROM claimed ORDER BY due, id`),
@@ -388,17 +388,17 @@ func makeQueries(p string) queries {
 				WHERE id = ANY($1::bigint[]) AND token = ANY($2::bigint[]) RETURNING queue)
 			SELECT pg_notify($3, count(*) || ' ' || queue) FROM u GROUP BY queue`),
 		ack:    q(`DELETE FROM {{p}}_jobs WHERE id = $1 AND token = $2 AND ` + held),
-		extend: q(`UPDATE {{p}}_jobs SET run_at = now() + $3 * interval '1 microsecond' WHERE id = $1 AND token = $2 AND ` + held),
+		extend: q(`UPDATE {{p}}_jobs SET run_at = clock_timestamp() + $3 * interval '1 microsecond' WHERE id = $1 AND token = $2 AND ` + held),
 		requeue: q(`WITH u AS (
 				UPDATE {{p}}_jobs SET body = $3, run_at = greatest($4, now()), deliveries = 0, token = 0
 				WHERE id = $1 AND token = $2 AND ` + held + ` RETURNING queue, run_at)
 			SELECT CASE WHEN run_at <= now() THEN pg_notify($5, '1 ' || queue) END FROM u`),
 		deadLetter: q(`WITH d AS (DELETE FROM {{p}}_jobs WHERE id = $1 AND token = $2 AND ` + held + ` RETURNING queue)
 			INSERT INTO {{p}}_dead (queue, rec_id, body) SELECT queue, $3, $4 FROM d`),
-		nextDead: q(`UPDATE {{p}}_dead SET token = nextval('{{p}}_token'), held_until = now() + $2 * interval '1 microsecond'
+		nextDead: q(`UPDATE {{p}}_dead SET token = nextval('{{p}}_token'), held_until = clock_timestamp() + $2 * interval '1 microsecond'
 			WHERE id = (SELECT id FROM {{p}}_dead WHERE queue = $1 AND (held_until IS NULL OR held_until <= now()) ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
 			RETURNING id, token, substring(rec_id FROM 1 FOR $3), substring(body FROM 1 FOR $4)`),
-		extendDead:  q(`UPDATE {{p}}_dead SET held_until = now() + $3 * interval '1 microsecond' WHERE id = $1 AND token = $2 AND held_until > now()`),
+		extendDead:  q(`UPDATE {{p}}_dead SET held_until = clock_timestamp() + $3 * interval '1 microsecond' WHERE id = $1 AND token = $2 AND held_until > now()`),
 		removeDead:  q(`DELETE FROM {{p}}_dead WHERE id = $1 AND token = $2 AND held_until > now()`),
 		releaseDead: q(`UPDATE {{p}}_dead SET held_until = NULL, token = 0 WHERE id = $1 AND token = $2 AND held_until > now()`),
 		listDead:    q(`SELECT id, substring(rec_id FROM 1 FOR $4), substring(body FROM 1 FOR $5) FROM {{p}}_dead WHERE queue = $1 AND id > $2 ORDER BY id LIMIT $3`),

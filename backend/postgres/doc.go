@@ -68,7 +68,9 @@
 // max rows of the queue whose run_at has passed (in run_at, id order,
 // picked FOR UPDATE SKIP LOCKED, so concurrent claims never wait for each
 // other), increments their deliveries, writes a new token from the
-// sequence and sets run_at to the lease's end, by the server's clock. A
+// sequence and sets run_at to the lease's end, by the server's clock from
+// the moment it takes the row (clock_timestamp, not the transaction's
+// start: a claim slowed by a loaded server hands out a whole lease). A
 // lease that runs out needs no reaper: the row is claimable again, and its
 // next claim counts one more. A claim whose Receive context ended while
 // the statement ran is put back with the count decremented (the statement
