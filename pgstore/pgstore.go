@@ -172,13 +172,18 @@ type queries struct {
 	getEach, createEach, deleteEach, listEach, count string
 }
 
+// readValue bounds a value read off the table (anyone can write a row):
+// one longer than driver.MaxValueLen, which the store never writes, is
+// read cut to MaxValueLen+1 bytes.
+var readValue = strconv.Itoa(driver.MaxValueLen + 1)
+
 func makeQueries(t string) queries {
 	const live = `(expires_at IS NULL OR expires_at > now())`
 	exp := func(arg string) string {
 		return `CASE WHEN ` + arg + `::bigint > 0 THEN now() + ` + arg + `::bigint * interval '1 millisecond' END`
 	}
 	return queries{
-		get: `SELECT value, rev FROM ` + t + ` WHERE key = $1 AND ` + live,
+		get: `SELECT substring(value FROM 1 FOR ` + readValue + `), rev FROM ` + t + ` WHERE key = $1 AND ` + live,
 		create: `INSERT INTO ` + t + ` AS t (key, value, rev, expires_at)
 			SELECT $1, $2, nextval('` + t + `_rev'), ` + exp("$3") + ` WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1 AND ` + live + `)
 			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at
@@ -191,7 +196,7 @@ func makeQueries(t string) queries {
 		list: `SELECT key FROM ` + t + ` WHERE key >= $1 COLLATE "C" AND ($2 = '' OR key < $2 COLLATE "C") AND key > $3 COLLATE "C" AND ` + live + `
 			ORDER BY key LIMIT $4`,
 		sweep:   `DELETE FROM ` + t + ` WHERE key IN (SELECT key FROM ` + t + ` WHERE expires_at <= now() LIMIT ` + strconv.Itoa(sweepBatch) + `)`,
-		getEach: `SELECT key, value, rev FROM ` + t + ` WHERE key = ANY($1::text[]) AND ` + live,
+		getEach: `SELECT key, substring(value FROM 1 FOR ` + readValue + `), rev FROM ` + t + ` WHERE key = ANY($1::text[]) AND ` + live,
 		createEach: `INSERT INTO ` + t + ` AS t (key, value, rev, expires_at)
 			SELECT u.k, u.v, nextval('` + t + `_rev'), ` + exp("u.ttl") + ` FROM unnest($1::text[], $2::bytea[], $3::bigint[]) AS u(k, v, ttl)
 			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at
