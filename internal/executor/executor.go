@@ -369,7 +369,7 @@ func (x *Executor[V]) run(t *jobctx.Timer, f *Delivery[V], h Handler[V], timeout
 	j := w.Job
 	j.TryCount++        // this attempt
 	start := time.Now() // the attempt's, and its timeout's, start: one clock read
-	f.Ctx = jobctx.Context{Parent: x.workCtx}
+	f.Ctx = jobctx.Context{Parent: x.workCtx, Delivery: f.D}
 	if timeout > 0 {
 		f.Ctx.Due = start.Add(timeout)
 	}
