@@ -163,7 +163,10 @@
 // instance (header x-asyncplatform-instance, new for every copy), and a
 // replacement (Requeue, DeadLetter, a delay hop or sweep, a release's
 // hand-back) writes the key p:gone/<instance> "pending" before it writes the
-// copy, "done" once the copy is stored (deleted when it was not), then acks.
+// copy and "done" once the copy is stored (deleted when it was not): before
+// its ack, or, for Requeue and DeadLetter, after it, on a goroutine of its
+// own, so that the outcome the platform reports next waits for no store
+// round trip.
 // A delivery that carries x-delivery-count (it went back to the queue
 // unsettled) is looked up first: "done", it is acked and never handed out;
 // "pending", the lookup waits for the writer, at most PublishTimeout plus

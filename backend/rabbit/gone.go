@@ -25,8 +25,12 @@ import (
 //   - every message this backend publishes carries a random instance
 //     (instanceHeader); a copy gets a new one;
 //   - a replacement writes the mark pending before it writes the
-//     successor, then done once the successor is stored (or deletes it
-//     when it was not), and only then acks;
+//     successor, and done once the successor is stored (it deletes the
+//     mark when the successor was not stored): a delay hop, a sweep and a
+//     release's hand-back before their ack; Requeue and DeadLetter after
+//     it, on a goroutine of their own, so that the platform's outcome,
+//     which follows their return, is not held back by a store round trip
+//     while the successor may already run and report its own;
 //   - a delivery with x-delivery-count (it went back to the queue
 //     unsettled) is looked up: done, it is acked and dropped; pending,
 //     the lookup waits for the writer's outcome, at most goneWait past
@@ -158,6 +162,23 @@ func (b *Backend) replaced(ctx context.Context, d amqp.Delivery) bool {
 		case <-time.After(gonePoll):
 		}
 	}
+}
+
+// later runs f on a goroutine Close waits for, or at once when the
+// Backend is closed.
+func (b *Backend) later(f func()) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		f()
+		return
+	}
+	b.wg.Add(1)
+	b.mu.Unlock()
+	go func() {
+		defer b.wg.Done()
+		f()
+	}()
 }
 
 // testBeforeAck runs Backend.beforeAck, a test's hook between a

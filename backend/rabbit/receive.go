@@ -729,13 +729,14 @@ func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Me
 		return b.unsettled(r, err)
 	}
 	settle := b.replacing(ctx, r.inst)
-	err = b.publishFor(ctx, r.check, m)
-	settle(err == nil)
-	if err != nil {
+	if err := b.publishFor(ctx, r.check, m); err != nil {
+		settle(false)
 		return b.unsettled(r, err)
 	}
 	b.testBeforeAck()
-	return b.settle(r)
+	err = b.settle(r)
+	b.later(func() { settle(true) })
+	return err
 }
 
 // unsettled returns err, the failure of a Requeue or DeadLetter whose new
@@ -770,13 +771,14 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 	}
 	if b.cfg.Store != nil { // see deadstore.go
 		settle := b.replacing(ctx, r.inst)
-		err := b.storeDeadLetter(ctx, d.Queue, rec)
-		settle(err == nil)
-		if err != nil {
+		if err := b.storeDeadLetter(ctx, d.Queue, rec); err != nil {
+			settle(false)
 			return b.unsettled(r, err)
 		}
 		b.testBeforeAck()
-		return b.settle(r)
+		err := b.settle(r)
+		b.later(func() { settle(true) })
+		return err
 	}
 	now := time.Now()
 	m := outMsg{key: b.deadName(d.Queue), pub: amqp.Publishing{
