@@ -2,6 +2,7 @@ package rabbit
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
@@ -130,5 +131,36 @@ func TestReplacingPendingWaits(t *testing.T) {
 	b.replacing(ctx, inst)(true)
 	if b.replaced(ctx, amqp.Delivery{Headers: amqp.Table{instanceHeader: inst}}) {
 		t.Error("a first delivery was dropped")
+	}
+}
+
+// BenchmarkRequeue measures one Receive and one Requeue of a job that goes
+// straight back to its queue: without a Store (no gone marks, as every
+// Requeue was before them) and with the PostgreSQL companion store (a
+// pending write before the copy, a done write after the ack).
+func BenchmarkRequeue(b *testing.B) {
+	for _, store := range []bool{false, true} {
+		b.Run(map[bool]string{false: "nostore", true: "store"}[store], func(b *testing.B) {
+			cfg := Config{}
+			if store {
+				cfg.Store = pgCompanion(b)
+			}
+			be := newBackend(b, cfg)
+			ctx := longCtx(b)
+			q := queueName(b, be)
+			if err := be.Enqueue(ctx, q, []driver.Message{{ID: "j", Body: []byte("j")}}); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				ds, err := be.Receive(ctx, q, 1, time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := be.Requeue(ctx, ds[0], driver.Message{ID: fmt.Sprint("j-", i), Body: []byte("j")}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
