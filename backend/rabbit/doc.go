@@ -169,8 +169,8 @@
 // round trip.
 // A delivery that carries x-delivery-count (it went back to the queue
 // unsettled) is looked up first: "done", it is acked and never handed out;
-// "pending", the lookup waits for the writer, at most PublishTimeout plus
-// 10s, then hands it out. Only a process that dies between the copy's
+// "pending", the lookup waits for the writer, at most 2s, then hands it
+// out. Only a process that dies between the copy's
 // confirm and the "done" write still leaves two lines. A mark lives 24h: a
 // replaced message that comes back later runs again. The price: two store
 // writes per Requeue or DeadLetter, and one read per redelivery

@@ -33,9 +33,13 @@ import (
 //     while the successor may already run and report its own;
 //   - a delivery with x-delivery-count (it went back to the queue
 //     unsettled) is looked up: done, it is acked and dropped; pending,
-//     the lookup waits for the writer's outcome, at most goneWait past
-//     Config.PublishTimeout (a writer that died meanwhile leaves it
-//     pending: the delivery is then handed out, as without a mark).
+//     the lookup waits for the writer's outcome, at most goneWait (a
+//     writer that died meanwhile leaves it pending for good: the delivery
+//     is then handed out, as without a mark). The wait is short because
+//     it holds up the Receive and every delivery buffered behind it: a
+//     wait of PublishTimeout plus 10s, with workers killed at random
+//     (RandomFaults), sent such deliveries round from worker to worker,
+//     each kill counting a crash, until the soak ended with them unrun.
 //
 // A process that dies after the successor is stored and before the mark
 // is done still leaves the two lines; a cut connection or a broker restart
@@ -50,9 +54,10 @@ const (
 	// goneTTL is how long a gone mark is kept.
 	goneTTL = 24 * time.Hour
 
-	// goneWait is how long past Config.PublishTimeout a lookup waits for a
-	// pending mark to be settled.
-	goneWait = 10 * time.Second
+	// goneWait is how long a lookup waits for a pending mark to be
+	// settled: a live writer settles it a store round trip after the
+	// successor's confirm.
+	goneWait = 2 * time.Second
 
 	// gonePoll is how often a lookup reads a pending mark again.
 	gonePoll = 50 * time.Millisecond
@@ -141,7 +146,7 @@ func (b *Backend) replaced(ctx context.Context, d amqp.Delivery) bool {
 	if inst == "" {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.PublishTimeout+goneWait)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), goneWait)
 	defer cancel()
 	key := b.goneKey(inst)
 	for {
