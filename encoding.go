@@ -14,16 +14,16 @@ func toWire(j *Job) wire.Job {
 	}
 }
 
-// fromWire sets j from the envelope's job; TryCount and Queue are the
-// caller's to set.
+// fromWire sets j, a zero Job, from the envelope's job; TryCount and
+// Queue are the caller's to set. It writes the fields one by one: j is
+// new memory (a handler's view, a dead letter), and a composite literal
+// would be built aside and then copied whole.
 func fromWire(w *wire.Job, j *Job) {
-	*j = Job{
-		ID: w.ID, Type: w.Type, Payload: w.Payload, Headers: w.Headers,
-		EnqueuedAt: w.EnqueuedAt, NotBefore: w.NotBefore, Deadline: w.Deadline,
-		Failures: w.Failures, Crashes: w.Crashes, unhandled: w.Unhandled, copyNo: w.Copy, suspect: w.Suspect,
-		Policy: Policy(w.Policy), Errors: w.Errors, payloadRef: w.PayloadRef,
-		delivered: true,
-	}
+	j.ID, j.Type, j.Payload, j.Headers = w.ID, w.Type, w.Payload, w.Headers
+	j.EnqueuedAt, j.NotBefore, j.Deadline = w.EnqueuedAt, w.NotBefore, w.Deadline
+	j.Failures, j.Crashes, j.unhandled, j.copyNo, j.suspect = w.Failures, w.Crashes, w.Unhandled, w.Copy, w.Suspect
+	j.Policy, j.Errors, j.payloadRef = Policy(w.Policy), w.Errors, w.PayloadRef
+	j.delivered = true
 }
 
 func encodeJob(j *Job) []byte {

@@ -109,7 +109,7 @@ func (e *handlerEntry) Run(ctx context.Context, w *executor.Work[Job]) ([]byte, 
 		delete(j.Headers, wire.StatusHeader)
 	}
 	j.Queue, j.Group, j.Priority, j.TryCount, j.Payload = w.Job.Queue, w.Job.Group, w.Job.Priority, w.Job.TryCount, w.Payload
-	if n := len(w.Payload); n > 0 && !w.Fetched { // the handler's own copy
+	if n := len(w.Payload); n > 0 && w.Job.PayloadRef == "" { // the handler's own copy of the delivered bytes
 		if n <= len(v.payload) {
 			j.Payload = v.payload[:n:n]
 			copy(j.Payload, w.Payload)

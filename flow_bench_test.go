@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,17 +49,19 @@ func BenchmarkFlow(b *testing.B) {
 	modes := []struct {
 		name string
 		set  func(c *ap.Config)
+		key  bool // every job has a UniqueKey
 	}{
-		{"none", func(*ap.Config) {}},
+		{"none", func(*ap.Config) {}, false},
 		{"pool", func(c *ap.Config) {
 			c.Queues["bench-low"] = ap.QueueConfig{}
 			c.Queues["bench"] = ap.QueueConfig{}
 			c.Pools = []ap.Pool{{Queues: []string{"bench", "bench-low"}, Concurrency: 10}}
-		}},
-		{"local-limit", func(c *ap.Config) { c.Limits = map[string]ap.TypeLimit{"noop": {Concurrency: 1000}} }},
-		{"cluster-limit", func(c *ap.Config) { c.Limits = map[string]ap.TypeLimit{"noop": {ClusterConcurrency: 1000}} }},
-		{"rate", func(c *ap.Config) { c.Limits = map[string]ap.TypeLimit{"noop": {Rate: 1e6, Burst: 1000}} }},
-		{"status", func(c *ap.Config) { c.TrackStatus = true }},
+		}, false},
+		{"local-limit", func(c *ap.Config) { c.Limits = map[string]ap.TypeLimit{"noop": {Concurrency: 1000}} }, false},
+		{"cluster-limit", func(c *ap.Config) { c.Limits = map[string]ap.TypeLimit{"noop": {ClusterConcurrency: 1000}} }, false},
+		{"rate", func(c *ap.Config) { c.Limits = map[string]ap.TypeLimit{"noop": {Rate: 1e6, Burst: 1000}} }, false},
+		{"status", func(c *ap.Config) { c.TrackStatus = true }, false},
+		{"unique", func(*ap.Config) {}, true},
 	}
 	for _, bk := range []string{"memory", "redis"} {
 		for _, m := range modes {
@@ -91,7 +94,11 @@ func BenchmarkFlow(b *testing.B) {
 				start := time.Now()
 				batch := make([]*ap.Job, 0, 100)
 				for i := 0; i < b.N; i++ {
-					batch = append(batch, &ap.Job{Type: "noop", Queue: "bench"})
+					j := &ap.Job{Type: "noop", Queue: "bench"}
+					if m.key {
+						j.UniqueKey = "k" + strconv.Itoa(i)
+					}
+					batch = append(batch, j)
 					if len(batch) == cap(batch) || i == b.N-1 {
 						if err := p.EnqueueBatch(ctx, batch); err != nil {
 							b.Fatal(err)

@@ -1001,6 +1001,11 @@ func (p *Platform) Stop(ctx context.Context) error {
 			}
 		}
 	}
+	// The ends of the deliveries settled are written before Stop returns:
+	// from then on every process reads them (Outcomes/StatusAfterStop).
+	if ferr := p.status.Flush(ctx); ferr != nil && err == nil {
+		err = ferr
+	}
 	p.bgCancel()
 	p.sched.Stop()
 	p.background.Wait()

@@ -88,35 +88,78 @@ func TestScheduleOnePerTick(t *testing.T) {
 	}
 }
 
+// TestScheduleCatchUp: a platform started after ticks were missed enqueues
+// the CatchUp latest of them. Ticks are judged by what ran, so the queue is
+// drained of the first platform's ticks before the gap, and the restarted
+// platform runs until a regular tick of its own has run and its queue is
+// empty. The scheduler reads its clock somewhere between restart and
+// started: a tick at or before restart was missed, one after started is
+// regular, and one in between may be either.
 func TestScheduleCatchUp(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
+	const every = 100 * time.Millisecond
 	for _, catchUp := range []int{0, 2} {
 		b := memory.NewBroker()
 		l := &tickLog{ticks: map[string]int{}}
-		s := Schedule{Name: "s", Every: 100 * time.Millisecond, Job: Job{Type: "tick"}, CatchUp: catchUp}
+		s := Schedule{Name: "s", Every: every, Job: Job{Type: "tick"}, CatchUp: catchUp}
 		p := schedPlatform(t, b, s, l)
 		waitUntil(t, "a tick", func() bool { l.mu.Lock(); defer l.mu.Unlock(); return len(l.ticks) > 0 })
-		_ = p.Stop(context.Background())
+		_ = p.Stop(ctx)
+		drain(t, b, l) // the ticks the first platform enqueued and did not run
 		before := l.sorted(t)
 		last := before[len(before)-1]
 		time.Sleep(550 * time.Millisecond) // 5 ticks missed
 		restart := time.Now()
 		p = schedPlatform(t, b, s, l)
-		time.Sleep(50 * time.Millisecond)
-		_ = p.Stop(context.Background())
-		var caught []time.Time
+		started := time.Now()
+		waitUntil(t, "a regular tick after the restart", func() bool {
+			ticks := l.sorted(t)
+			return ticks[len(ticks)-1].After(started)
+		})
+		waitUntil(t, "the restarted platform's queue to drain", func() bool {
+			st, err := p.Stats(ctx, DefaultQueue)
+			return err == nil && st.Ready == 0 && st.InFlight == 0
+		})
+		_ = p.Stop(ctx)
+		var missed, upToStart []time.Time // ticks after last: at or before restart, and at or before started
 		for _, tt := range l.sorted(t) {
 			if tt.After(last) && !tt.After(restart) {
-				caught = append(caught, tt)
+				missed = append(missed, tt)
+			}
+			if tt.After(last) && !tt.After(started) {
+				upToStart = append(upToStart, tt)
 			}
 		}
-		if len(caught) != catchUp {
-			t.Fatalf("CatchUp %d: %d missed ticks enqueued (%v)", catchUp, len(caught), caught)
+		window := int(started.Truncate(every).Sub(restart.Truncate(every)) / every) // tick times in (restart, started]
+		if len(missed) > catchUp || len(upToStart) < catchUp || len(upToStart) > catchUp+window {
+			t.Fatalf("CatchUp %d: %d missed ticks enqueued (%v), %d up to the start %v later (%v)", catchUp, len(missed), missed, len(upToStart), started.Sub(restart), upToStart)
 		}
-		if catchUp > 0 && restart.Sub(caught[len(caught)-1]) > 100*time.Millisecond {
-			t.Fatalf("CatchUp %d: caught up %v, not the latest missed ticks before %v", catchUp, caught, restart)
+		if catchUp > 0 && len(missed) > 0 && restart.Sub(missed[len(missed)-1]) > every {
+			t.Fatalf("CatchUp %d: caught up %v, not the latest missed ticks before %v", catchUp, missed, restart)
 		}
 	}
+}
+
+// drain runs the jobs left on the default queue of b, logging their ticks
+// in l, until it is empty.
+func drain(t *testing.T, b *memory.Broker, l *tickLog) {
+	t.Helper()
+	p, err := New(b.Connect(), Config{Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Handle("tick", l.handler); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop(context.Background()) }()
+	waitUntil(t, "the queue to drain", func() bool {
+		st, err := p.Stats(context.Background(), DefaultQueue)
+		return err == nil && st.Ready == 0 && st.InFlight == 0 && st.Scheduled <= 0
+	})
 }
 
 func TestScheduleInvalid(t *testing.T) {

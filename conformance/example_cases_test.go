@@ -82,6 +82,7 @@ func ExampleCases() {
 	// Flow/RateLimit
 	// Outcomes/StatusWalk
 	// Outcomes/ResultJSON
+	// Outcomes/StatusAfterStop
 	// Outcomes/CancelWaiting
 	// Outcomes/CancelRunning
 	// Outcomes/CancelFailsBeforePoll

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -259,6 +261,8 @@ func testWeighted(t *testing.T, e *env) {
 func testPauseGroup(t *testing.T, e *env) {
 	cfg := e.config()
 	cfg.Queues = map[string]ap.QueueConfig{e.queue: {Concurrency: 1, Prefetch: ap.Limit(0)}}
+	var logged, unhealthy atomic.Int32 // leases the worker logged as lost; its health gate's closings
+	cfg.Logger = slog.New(&lostLeases{dying: new(atomic.Bool), n: &logged, unhealthy: &unhealthy})
 	e.worker(cfg).handle(t, "g", ok).start(t)
 	admin := e.producer()
 	ctx := ctxT(t, 2*e.opts.Wait)
@@ -321,32 +325,54 @@ func testPauseGroup(t *testing.T, e *env) {
 		order = append(order, a.ID)
 	}
 	e.rec.mu.Unlock()
+	// The pause itself spends nothing. A crash is a lease lost (a loaded
+	// machine), a crash of the job's own by the contract: one an attempt
+	// reported excuses a crash of its job; one the worker only logged (the
+	// delivery was being set aside, moved back, or waited for the worker:
+	// no attempt, and the warning names no job) excuses one crash of any
+	// job, as Crash/PoisonIsolation judges.
 	want := make([]string, len(acme))
+	attributed, excess := 0, 0
+	var over []string
 	for i, j := range acme {
 		want[i] = j.ID
-		// A crash is excused only where a live worker reported the job's
-		// lease lost (a loaded machine): the pause itself spends nothing.
 		lost := 0
 		for _, o := range e.rec.outcomes(j.ID) {
 			if o.Outcome == ap.OutcomeLeaseLost {
 				lost++
 			}
 		}
+		attributed += lost
+		worst := 0
 		for _, at := range e.rec.of(j.ID) {
-			if at.Failures != 0 || at.Crashes > lost || at.TryCount != 1+at.Crashes || at.Job.Group != "acme" {
-				t.Errorf("job %s attempt %+v (group %q, %d leases reported lost): a group pause must not spend a try, and the job keeps its group", j.ID, at, at.Job.Group, lost)
+			if at.Failures != 0 || at.TryCount != 1+at.Crashes || at.Job.Group != "acme" {
+				t.Errorf("job %s attempt %+v (group %q): a group pause must not spend a try, and the job keeps its group", j.ID, at, at.Job.Group)
 			}
+			worst = max(worst, at.Crashes)
 		}
+		if n := worst - lost; n > 0 {
+			excess += n
+			over = append(over, fmt.Sprintf("job %s ran with %d crashes behind it, %d of its leases reported lost by an attempt", j.ID, worst, lost))
+		}
+	}
+	switch pool := max(int(logged.Load())-attributed, 0); {
+	case excess > pool:
+		t.Errorf("a group pause spent a try: %d crashes no lost lease explains (%d leases the worker logged lost beyond its attempts' %d):\n%s", excess, pool, attributed, strings.Join(over, "\n"))
+	case excess > 0:
+		t.Logf("%d crashes, within the %d leases the worker logged lost beyond its attempts': %v", excess, pool, over)
 	}
 	if e.opts.Unordered != "" {
 		t.Logf("the order of the resumed jobs is not checked: %s", e.opts.Unordered)
 		slices.Sort(order)
 		slices.Sort(want)
 	}
-	if out := outOfPlace(order, want); len(order) == len(want) && out > 0 && out <= 5 {
-		// A job the broker delivered again (a lease lapsed on a loaded
-		// machine) comes after the ones behind it, on every broker.
-		t.Logf("%d of the resumed group's %d jobs ran out of their order (delivered again)", out, len(want))
+	// A job the broker delivered again (a lease lapsed on a loaded
+	// machine) comes after the ones behind it, on every broker; so does
+	// one handed back while the worker's health gate was closed (a health
+	// check timed out under load): the delivery it held and what its
+	// cancelled Receive took, two a closing at most.
+	if out := outOfPlace(order, want); len(order) == len(want) && out > 0 && out <= 5+2*int(unhealthy.Load()) {
+		t.Logf("%d of the resumed group's %d jobs ran out of their order (delivered again; the health gate closed %d times)", out, len(want), unhealthy.Load())
 		order = want
 	}
 	if !slices.Equal(order, want) {

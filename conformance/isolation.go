@@ -156,6 +156,9 @@ func testPoisonIsolation(t *testing.T, e *env) {
 type lostLeases struct {
 	dying *atomic.Bool
 	n     *atomic.Int32
+	// unhealthy, when set, counts the warnings that the health gate closed
+	// (the worker hands back what it claimed, as new copies).
+	unhealthy *atomic.Int32
 }
 
 func (l *lostLeases) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
@@ -163,6 +166,9 @@ func (l *lostLeases) Enabled(_ context.Context, lv slog.Level) bool { return lv 
 func (l *lostLeases) Handle(_ context.Context, r slog.Record) error {
 	if !l.dying.Load() && (strings.Contains(r.Message, "lease lost") || strings.Contains(r.Message, "could not extend a lease")) {
 		l.n.Add(1)
+	}
+	if l.unhealthy != nil && strings.Contains(r.Message, "unhealthy; no new jobs") {
+		l.unhealthy.Add(1)
 	}
 	return nil
 }

@@ -231,3 +231,35 @@ func testCancelRunning(t *testing.T, e *env) {
 		t.Errorf("status %s, want cancelled", st.State)
 	}
 }
+
+// testStatusAfterStop: a worker writes the status of the jobs it settled
+// by the time its Stop returns: another process reads every end then,
+// without waiting for it.
+func testStatusAfterStop(t *testing.T, e *env) {
+	const n = 50
+	w := e.worker(e.tracking()).handle(t, "quick", func(context.Context, *ap.Job) error { return nil })
+	jobs := make([]*ap.Job, n)
+	for i := range jobs {
+		jobs[i] = &ap.Job{Type: "quick"}
+	}
+	e.enqueue(w.P, jobs...)
+	w.start(t)
+	// The hook runs once the attempt is settled: its status is handed to
+	// the worker's writer, not necessarily written.
+	e.waitFor("every job's success", func() bool {
+		for _, j := range jobs {
+			o := e.rec.outcomes(j.ID)
+			if len(o) == 0 || o[len(o)-1].Outcome != ap.OutcomeSucceeded {
+				return false
+			}
+		}
+		return true
+	})
+	w.stop(t, e.opts.Wait)
+	prod := e.worker(e.tracking()).P
+	for _, j := range jobs {
+		if st := e.status(prod, j.ID); st.State != ap.StateSucceeded {
+			t.Errorf("job %s: status %s after the worker's Stop, want succeeded", j.ID, st.State)
+		}
+	}
+}

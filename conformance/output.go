@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,12 +204,23 @@ func testOutputSurvivesKill(t *testing.T, e *env) {
 	c := e.spawn(t, 1, "")
 	c.expect(t, "PUBLISHED "+job.ID, e.opts.Wait)
 	c.kill(t) // SIGKILL between the publish and the ack
-	w := e.worker(e.withOutput(e.config())).handle(t, "k", resultK).start(t)
+	cfg := e.withOutput(e.config())
+	var logged atomic.Int32 // leases the rerun's worker logged as lost
+	cfg.Logger = slog.New(&lostLeases{dying: new(atomic.Bool), n: &logged})
+	w := e.worker(cfg).handle(t, "k", resultK).start(t)
 	e.waitFor("the killed process's job to run again and be reported", func() bool {
 		return e.rec.count(job.ID) == 1 && len(got.of(job.ID)) >= 1 && len(e.rec.outcomes(job.ID)) == 1
 	})
 	e.settle()
-	checkTries(t, e.rec.of(job.ID), [3]int{2, 0, 1})
+	// The kill is the one crash; a lease the rerun's worker logged lost
+	// before the attempt (a loaded machine: no attempt names it) is one
+	// more, of the job's own.
+	if at := e.rec.of(job.ID); len(at) == 1 && at[0].Failures == 0 && at[0].Crashes > 1 &&
+		at[0].TryCount == 1+at[0].Crashes && at[0].Crashes-1 <= int(logged.Load()) {
+		t.Logf("the rerun saw %d crashes: the kill and %d leases its worker logged lost", at[0].Crashes, at[0].Crashes-1)
+	} else {
+		checkTries(t, at, [3]int{2, 0, 1})
+	}
 	rs := got.of(job.ID)
 	if len(rs) == 0 || len(rs) > 2 {
 		t.Fatalf("%d reports of the job, want 1 or 2 (the killed worker's and the rerun's)", len(rs))

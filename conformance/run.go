@@ -111,6 +111,7 @@ func cases() []testCase {
 		// outcomes.go
 		{"Outcomes/StatusWalk", testStatusWalk},
 		{"Outcomes/ResultJSON", testResultJSON},
+		{"Outcomes/StatusAfterStop", testStatusAfterStop},
 		{"Outcomes/CancelWaiting", testCancelWaiting},
 		{"Outcomes/CancelRunning", testCancelRunning},
 		{"Outcomes/CancelFailsBeforePoll", testCancelFailsBeforePoll},

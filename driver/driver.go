@@ -146,6 +146,21 @@ type DeadDelivery struct {
 	Handle any
 }
 
+// DeliveryKey is the context key under which the platform puts, in every
+// handler's context, the *Delivery the handler runs; DeliveryFrom reads it.
+type DeliveryKey struct{}
+
+// DeliveryFrom returns the delivery whose handler runs under ctx, or nil
+// outside a handler. A backend's own API uses it to act on that delivery
+// from inside the handler (postgres.Backend.CompleteTx, a completion in the
+// handler's own transaction). It only reads the delivery: the platform goes
+// on calling the backend's methods on it meanwhile (Extend), and settles
+// it after the handler returns.
+func DeliveryFrom(ctx context.Context) *Delivery {
+	d, _ := ctx.Value(DeliveryKey{}).(*Delivery)
+	return d
+}
+
 // Stats are the depths of one queue. A backend that cannot tell one of the
 // numbers sets it to -1.
 type Stats struct {

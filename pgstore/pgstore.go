@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/asyncplatform/asyncplatform/driver"
@@ -90,6 +91,21 @@ type Config struct {
 
 	// Logger receives sweep errors. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// Conn, when set, returns the connection a call's context asks the
+	// store to use instead of the pool (a caller's open transaction, so
+	// that the store's writes commit or roll back with it), or nil for
+	// the pool. The sweep always uses the pool. Defaults to nil: every
+	// call uses the pool.
+	Conn func(ctx context.Context) DB
+}
+
+// DB runs statements: a pool, a connection or a transaction (pgx.Tx and
+// *pgxpool.Pool are DBs).
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 func (c Config) withDefaults() Config {
@@ -133,6 +149,7 @@ func validTable(s string) bool {
 // Store is a driver.Store in a PostgreSQL table. Create one with New.
 type Store struct {
 	pool    *pgxpool.Pool
+	conn    func(ctx context.Context) DB
 	ownPool bool
 	log     *slog.Logger
 	q       queries
@@ -155,13 +172,18 @@ type queries struct {
 	getEach, createEach, deleteEach, listEach, count string
 }
 
+// readValue bounds a value read off the table (anyone can write a row):
+// one longer than driver.MaxValueLen, which the store never writes, is
+// read cut to MaxValueLen+1 bytes.
+var readValue = strconv.Itoa(driver.MaxValueLen + 1)
+
 func makeQueries(t string) queries {
 	const live = `(expires_at IS NULL OR expires_at > now())`
 	exp := func(arg string) string {
 		return `CASE WHEN ` + arg + `::bigint > 0 THEN now() + ` + arg + `::bigint * interval '1 millisecond' END`
 	}
 	return queries{
-		get: `SELECT value, rev FROM ` + t + ` WHERE key = $1 AND ` + live,
+		get: `SELECT substring(value FROM 1 FOR ` + readValue + `), rev FROM ` + t + ` WHERE key = $1 AND ` + live,
 		create: `INSERT INTO ` + t + ` AS t (key, value, rev, expires_at)
 			SELECT $1, $2, nextval('` + t + `_rev'), ` + exp("$3") + ` WHERE NOT EXISTS (SELECT 1 FROM ` + t + ` WHERE key = $1 AND ` + live + `)
 			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at
@@ -174,7 +196,7 @@ func makeQueries(t string) queries {
 		list: `SELECT key FROM ` + t + ` WHERE key >= $1 COLLATE "C" AND ($2 = '' OR key < $2 COLLATE "C") AND key > $3 COLLATE "C" AND ` + live + `
 			ORDER BY key LIMIT $4`,
 		sweep:   `DELETE FROM ` + t + ` WHERE key IN (SELECT key FROM ` + t + ` WHERE expires_at <= now() LIMIT ` + strconv.Itoa(sweepBatch) + `)`,
-		getEach: `SELECT key, value, rev FROM ` + t + ` WHERE key = ANY($1::text[]) AND ` + live,
+		getEach: `SELECT key, substring(value FROM 1 FOR ` + readValue + `), rev FROM ` + t + ` WHERE key = ANY($1::text[]) AND ` + live,
 		createEach: `INSERT INTO ` + t + ` AS t (key, value, rev, expires_at)
 			SELECT u.k, u.v, nextval('` + t + `_rev'), ` + exp("u.ttl") + ` FROM unnest($1::text[], $2::bytea[], $3::bigint[]) AS u(k, v, ttl)
 			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at
@@ -217,7 +239,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	s := &Store{pool: pool, ownPool: own, log: cfg.Logger, q: makeQueries(cfg.Table), ctx: sctx, cancel: cancel}
+	s := &Store{pool: pool, conn: cfg.Conn, ownPool: own, log: cfg.Logger, q: makeQueries(cfg.Table), ctx: sctx, cancel: cancel}
 	s.wg.Add(1)
 	go s.sweeper(cfg.SweepInterval)
 	return s, nil
@@ -313,6 +335,16 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
+// db returns the connection ctx asks for (Config.Conn), or the pool.
+func (s *Store) db(ctx context.Context) DB {
+	if s.conn != nil {
+		if d := s.conn(ctx); d != nil {
+			return d
+		}
+	}
+	return s.pool
+}
+
 // parseRev returns the rev column of a revision; ok is false for one this
 // store cannot have made.
 func parseRev(rev string) (int64, bool) {
@@ -329,7 +361,7 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, string, error) {
 		v   []byte
 		rev int64
 	)
-	err := s.pool.QueryRow(ctx, s.q.get, key).Scan(&v, &rev)
+	err := s.db(ctx).QueryRow(ctx, s.q.get, key).Scan(&v, &rev)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, "", driver.ErrKeyNotFound
 	}
@@ -348,7 +380,7 @@ func (s *Store) Create(ctx context.Context, key string, value []byte, ttl time.D
 		return "", err
 	}
 	var rev int64
-	err := s.pool.QueryRow(ctx, s.q.create, key, nonNil(value), ttl.Milliseconds()).Scan(&rev)
+	err := s.db(ctx).QueryRow(ctx, s.q.create, key, nonNil(value), ttl.Milliseconds()).Scan(&rev)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", driver.ErrKeyExists
 	}
@@ -368,7 +400,7 @@ func (s *Store) Update(ctx context.Context, key string, value []byte, rev string
 		return "", driver.ErrRevision
 	}
 	var nrev int64
-	err := s.pool.QueryRow(ctx, s.q.update, key, nonNil(value), old, ttl.Milliseconds()).Scan(&nrev)
+	err := s.db(ctx).QueryRow(ctx, s.q.update, key, nonNil(value), old, ttl.Milliseconds()).Scan(&nrev)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", driver.ErrRevision
 	}
@@ -384,7 +416,7 @@ func (s *Store) Delete(ctx context.Context, key, rev string) error {
 		return err
 	}
 	if rev == "" {
-		if _, err := s.pool.Exec(ctx, s.q.del, key); err != nil {
+		if _, err := s.db(ctx).Exec(ctx, s.q.del, key); err != nil {
 			return fmt.Errorf("pgstore: delete: %w", err)
 		}
 		return nil
@@ -393,7 +425,7 @@ func (s *Store) Delete(ctx context.Context, key, rev string) error {
 	if !ok {
 		return driver.ErrRevision
 	}
-	tag, err := s.pool.Exec(ctx, s.q.delAt, key, old)
+	tag, err := s.db(ctx).Exec(ctx, s.q.delAt, key, old)
 	if err != nil {
 		return fmt.Errorf("pgstore: delete: %w", err)
 	}
@@ -408,7 +440,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.q.list, prefix, upperBound(prefix), after, limit)
+	rows, err := s.db(ctx).Query(ctx, s.q.list, prefix, upperBound(prefix), after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list: %w", err)
 	}
@@ -433,7 +465,7 @@ func (s *Store) GetEach(ctx context.Context, keys []string) ([]driver.BatchResul
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.q.getEach, keys)
+	rows, err := s.db(ctx).Query(ctx, s.q.getEach, keys)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: get each: %w", err)
 	}
@@ -476,7 +508,7 @@ func (s *Store) CreateEach(ctx context.Context, items []driver.BatchItem) ([]dri
 	for i, it := range items {
 		keys[i], values[i], ttls[i] = it.Key, nonNil(it.Value), it.TTL.Milliseconds()
 	}
-	rows, err := s.pool.Query(ctx, s.q.createEach, keys, values, ttls)
+	rows, err := s.db(ctx).Query(ctx, s.q.createEach, keys, values, ttls)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: create each: %w", err)
 	}
@@ -528,7 +560,7 @@ func (s *Store) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]dri
 	if len(keys) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, s.q.deleteEach, keys, revs)
+	rows, err := s.db(ctx).Query(ctx, s.q.deleteEach, keys, revs)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: delete each: %w", err)
 	}
@@ -561,7 +593,7 @@ func (s *Store) ListEach(ctx context.Context, prefixes []string, limit int) ([][
 			uppers[i] = "\x7f"
 		}
 	}
-	rows, err := s.pool.Query(ctx, s.q.listEach, prefixes, uppers, limit)
+	rows, err := s.db(ctx).Query(ctx, s.q.listEach, prefixes, uppers, limit)
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: list each: %w", err)
 	}
@@ -589,7 +621,7 @@ func (s *Store) Count(ctx context.Context, prefix string) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	if err := s.pool.QueryRow(ctx, s.q.count, prefix, upperBound(prefix)).Scan(&n); err != nil {
+	if err := s.db(ctx).QueryRow(ctx, s.q.count, prefix, upperBound(prefix)).Scan(&n); err != nil {
 		return 0, fmt.Errorf("pgstore: count: %w", err)
 	}
 	return n, nil

@@ -160,3 +160,34 @@ func TestConfig(t *testing.T) {
 		t.Errorf("an unreachable server: %v; want an error without the password", err)
 	}
 }
+
+// TestBoundedRead: a value someone else wrote far over
+// driver.MaxValueLen is read cut to MaxValueLen+1 bytes, by Get and
+// GetEach.
+func TestBoundedRead(t *testing.T) {
+	t.Parallel()
+	reachable(t)
+	ctx := t.Context()
+	table := "asyncplatform_store_bounded"
+	s, err := pgstore.New(ctx, pgstore.Config{URL: testURL(), Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := pgx.Connect(ctx, testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if _, err := c.Exec(ctx, `INSERT INTO `+table+` (key, value, rev) VALUES ('big', $1, 1) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expires_at = NULL`, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	v, _, err := s.Get(ctx, "big")
+	if err != nil || len(v) != driver.MaxValueLen+1 {
+		t.Fatalf("Get: %d bytes, %v; want %d", len(v), err, driver.MaxValueLen+1)
+	}
+	res, err := s.GetEach(ctx, []string{"big"})
+	if err != nil || len(res) != 1 || len(res[0].Value) != driver.MaxValueLen+1 {
+		t.Fatalf("GetEach: %d results, %v; want one value of %d bytes", len(res), err, driver.MaxValueLen+1)
+	}
+}

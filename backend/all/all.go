@@ -1,7 +1,7 @@
 // Package all registers every backend of this module for
 // asyncplatform.Open: importing it, for its side effects only, makes the
 // memory, redis and rediss (each also +cluster and +sentinel), amqp and
-// amqps, nats and azure URL schemes openable.
+// amqps, nats, azure, and postgres and postgresql URL schemes openable.
 //
 //	import _ "github.com/asyncplatform/asyncplatform/backend/all"
 //
@@ -14,6 +14,7 @@ import (
 	_ "github.com/asyncplatform/asyncplatform/backend/azure"
 	_ "github.com/asyncplatform/asyncplatform/backend/memory"
 	_ "github.com/asyncplatform/asyncplatform/backend/nats"
+	_ "github.com/asyncplatform/asyncplatform/backend/postgres"
 	_ "github.com/asyncplatform/asyncplatform/backend/rabbit"
 	_ "github.com/asyncplatform/asyncplatform/backend/redis"
 )

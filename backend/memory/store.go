@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strconv"
@@ -175,6 +176,23 @@ func (b *Backend) Delete(ctx context.Context, key, rev string) error {
 	return nil
 }
 
+var _ driver.StoreValueDeleter = (*Backend)(nil)
+
+// DeleteValue implements driver.StoreValueDeleter.
+func (b *Backend) DeleteValue(ctx context.Context, key, rev string, value []byte) error {
+	kv, err := b.kv()
+	if err != nil {
+		return err
+	}
+	defer kv.mu.Unlock()
+	e := kv.at(key, rev, time.Now())
+	if e == nil || !bytes.Equal(e.value, value) {
+		return driver.ErrRevision
+	}
+	kv.remove(key)
+	return nil
+}
+
 // List implements driver.Store.
 func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
 	kv, err := b.kv()
@@ -203,6 +221,81 @@ func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]
 		default:
 			out = append(out, k)
 		}
+	}
+	return out, nil
+}
+
+var _ driver.StoreBatcher = (*Backend)(nil)
+
+// GetEach implements driver.StoreBatcher: under one hold of the store's lock.
+func (b *Backend) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
+	kv, err := b.kv()
+	if err != nil {
+		return nil, err
+	}
+	defer kv.mu.Unlock()
+	now := time.Now()
+	out := make([]driver.BatchResult, len(keys))
+	for i, k := range keys {
+		e := kv.entries[k]
+		if !e.live(now) {
+			out[i].Err = driver.ErrKeyNotFound
+			continue
+		}
+		out[i] = driver.BatchResult{Value: slices.Clone(e.value), Rev: strconv.FormatUint(e.rev, 10)}
+	}
+	return out, nil
+}
+
+// CreateEach implements driver.StoreBatcher: under one hold of the store's
+// lock.
+func (b *Backend) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	kv, err := b.kv()
+	if err != nil {
+		return nil, err
+	}
+	defer kv.mu.Unlock()
+	now := time.Now()
+	out := make([]driver.BatchResult, len(items))
+	for i, it := range items {
+		if kv.entries[it.Key].live(now) {
+			out[i].Err = driver.ErrKeyExists
+			continue
+		}
+		out[i].Rev = kv.put(it.Key, it.Value, it.TTL, now)
+	}
+	return out, nil
+}
+
+// DeleteEach implements driver.StoreBatcher: under one hold of the store's
+// lock.
+func (b *Backend) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	kv, err := b.kv()
+	if err != nil {
+		return nil, err
+	}
+	defer kv.mu.Unlock()
+	now := time.Now()
+	out := make([]driver.BatchResult, len(items))
+	for i, it := range items {
+		if it.Rev != "" && kv.at(it.Key, it.Rev, now) == nil {
+			out[i].Err = driver.ErrRevision
+			continue
+		}
+		kv.remove(it.Key)
+	}
+	return out, nil
+}
+
+// ListEach implements driver.StoreBatcher: one List a prefix.
+func (b *Backend) ListEach(ctx context.Context, prefixes []string, limit int) ([][]string, error) {
+	out := make([][]string, len(prefixes))
+	for i, p := range prefixes {
+		keys, err := b.List(ctx, p, "", limit)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = keys
 	}
 	return out, nil
 }

@@ -37,6 +37,13 @@ const MinLease = 50 * time.Millisecond
 // maxClaim bounds the jobs one Receive hands out.
 const maxClaim = 1000
 
+// maxList bounds the records one ListDead returns, whatever its limit.
+const maxList = 1000
+
+// maxDeadID bounds a dead-letter record's ID, in bytes (a job's ID with a
+// copy number is far shorter).
+const maxDeadID = 4 << 10
+
 var (
 	_ driver.Backend       = (*Backend)(nil)
 	_ driver.QueueDeleter  = (*Backend)(nil)
@@ -152,6 +159,12 @@ type Backend struct {
 
 	seen sync.Map // queue -> struct{}: names this Backend wrote to the queues table
 
+	// completed holds the deliveries a handler completed in its own
+	// transaction (CompleteTx), until their settle: their row is gone (or
+	// going) by the handler's doing, so Ack and Extend finding none is no
+	// lost lease.
+	completed sync.Map // handle -> struct{}
+
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -202,7 +215,7 @@ func open(ctx context.Context, cfg Config, pool *pgxpool.Pool, own bool) (*Backe
 			return nil, err
 		}
 	}
-	st, err := pgstore.New(ctx, pgstore.Config{Pool: pool, Table: cfg.Prefix + "_store", Logger: cfg.Logger})
+	st, err := pgstore.New(ctx, pgstore.Config{Pool: pool, Table: cfg.Prefix + "_store", Logger: cfg.Logger, Conn: txOf})
 	if err != nil {
 		return nil, fmt.Errorf("postgres: the store: %w", err)
 	}
@@ -365,9 +378,9 @@ func makeQueries(p string) queries {
 		claim: q(`WITH picked AS (
 				SELECT id, run_at FROM {{p}}_jobs WHERE queue = $1 AND run_at <= now() ORDER BY run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED),
 			claimed AS (
-				UPDATE {{p}}_jobs j SET token = nextval('{{p}}_token'), deliveries = j.deliveries + 1, run_at = now() + $3 * interval '1 microsecond'
+				UPDATE {{p}}_jobs j SET token = nextval('{{p}}_token'), deliveries = j.deliveries + 1, run_at = clock_timestamp() + $3 * interval '1 microsecond'
 				FROM picked WHERE j.id = picked.id
-				RETURNING j.id, j.token, j.body, j.deliveries, picked.run_at AS due)
+				RETURNING j.id, j.token, substring(j.body FROM 1 FOR $4) AS body, j.deliveries, picked.run_at AS due)
 			SELECT id, token, body, deliveries FROM claimed ORDER BY due, id`),
 		nextDue: q(`SELECT extract(epoch FROM min(run_at) - now()) FROM {{p}}_jobs WHERE queue = $1 AND run_at > now()`),
 		unclaim: q(`WITH u AS (
@@ -375,20 +388,20 @@ func makeQueries(p string) queries {
 				WHERE id = ANY($1::bigint[]) AND token = ANY($2::bigint[]) RETURNING queue)
 			SELECT pg_notify($3, count(*) || ' ' || queue) FROM u GROUP BY queue`),
 		ack:    q(`DELETE FROM {{p}}_jobs WHERE id = $1 AND token = $2 AND ` + held),
-		extend: q(`UPDATE {{p}}_jobs SET run_at = now() + $3 * interval '1 microsecond' WHERE id = $1 AND token = $2 AND ` + held),
+		extend: q(`UPDATE {{p}}_jobs SET run_at = clock_timestamp() + $3 * interval '1 microsecond' WHERE id = $1 AND token = $2 AND ` + held),
 		requeue: q(`WITH u AS (
 				UPDATE {{p}}_jobs SET body = $3, run_at = greatest($4, now()), deliveries = 0, token = 0
 				WHERE id = $1 AND token = $2 AND ` + held + ` RETURNING queue, run_at)
 			SELECT CASE WHEN run_at <= now() THEN pg_notify($5, '1 ' || queue) END FROM u`),
 		deadLetter: q(`WITH d AS (DELETE FROM {{p}}_jobs WHERE id = $1 AND token = $2 AND ` + held + ` RETURNING queue)
 			INSERT INTO {{p}}_dead (queue, rec_id, body) SELECT queue, $3, $4 FROM d`),
-		nextDead: q(`UPDATE {{p}}_dead SET token = nextval('{{p}}_token'), held_until = now() + $2 * interval '1 microsecond'
+		nextDead: q(`UPDATE {{p}}_dead SET token = nextval('{{p}}_token'), held_until = clock_timestamp() + $2 * interval '1 microsecond'
 			WHERE id = (SELECT id FROM {{p}}_dead WHERE queue = $1 AND (held_until IS NULL OR held_until <= now()) ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-			RETURNING id, token, rec_id, body`),
-		extendDead:  q(`UPDATE {{p}}_dead SET held_until = now() + $3 * interval '1 microsecond' WHERE id = $1 AND token = $2 AND held_until > now()`),
+			RETURNING id, token, substring(rec_id FROM 1 FOR $3), substring(body FROM 1 FOR $4)`),
+		extendDead:  q(`UPDATE {{p}}_dead SET held_until = clock_timestamp() + $3 * interval '1 microsecond' WHERE id = $1 AND token = $2 AND held_until > now()`),
 		removeDead:  q(`DELETE FROM {{p}}_dead WHERE id = $1 AND token = $2 AND held_until > now()`),
 		releaseDead: q(`UPDATE {{p}}_dead SET held_until = NULL, token = 0 WHERE id = $1 AND token = $2 AND held_until > now()`),
-		listDead:    q(`SELECT id, rec_id, body FROM {{p}}_dead WHERE queue = $1 AND id > $2 ORDER BY id LIMIT $3`),
+		listDead:    q(`SELECT id, substring(rec_id FROM 1 FOR $4), substring(body FROM 1 FOR $5) FROM {{p}}_dead WHERE queue = $1 AND id > $2 ORDER BY id LIMIT $3`),
 		deleteDead:  q(`DELETE FROM {{p}}_dead WHERE queue = $1 AND rec_id = ANY($2::bytea[]) AND (held_until IS NULL OR held_until <= now())`),
 		purgeDead:   q(`DELETE FROM {{p}}_dead WHERE queue = $1`),
 	}

@@ -1,5 +1,3 @@
-//go:build postgres_wip
-
 package postgres
 
 import (
@@ -77,6 +75,11 @@ func reachable(tb testing.TB) {
 	c.Close(ctx)
 }
 
+// testConns bounds each test backend's pool: the suites open dozens of
+// backends at once, and the machine's PostgreSQL (max_connections 100) is
+// shared with other test runs.
+const testConns = 6
+
 // harness opens each backend on a pool of its own, as a separate worker
 // process would.
 type harness struct{ cfg Config }
@@ -94,7 +97,7 @@ func (h harness) Close() {}
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	reachable(t)
-	cfg := Config{URL: testURL(), Prefix: testPrefix(t, "conf"), DeadHold: time.Second} // IdleWait at its default (1s): wake-ups, not the safety net, must meet Delivery/WakesOnEnqueue
+	cfg := Config{URL: testURL(), Prefix: testPrefix(t, "conf"), DeadHold: time.Second, MaxConns: testConns} // IdleWait at its default (1s): wake-ups, not the safety net, must meet Delivery/WakesOnEnqueue
 	conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
 		return harness{cfg}, nil
 	}, conformance.Options{Lease: time.Second})
@@ -123,6 +126,9 @@ func openAddr(ctx context.Context, addr string) (*Backend, error) {
 		return nil, err
 	}
 	cfg.DeadHold, cfg.IdleWait, cfg.Logger = 2*time.Second, 200*time.Millisecond, faults.Logger()
+	if !strings.Contains(addr, "pool_max_conns") {
+		cfg.MaxConns = 2 * testConns
+	}
 	return New(ctx, cfg)
 }
 

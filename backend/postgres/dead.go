@@ -22,7 +22,7 @@ func (b *Backend) NextDead(ctx context.Context, queue string) (*driver.DeadDeliv
 		rec driver.DeadMessage
 		id  []byte
 	)
-	err := b.pool.QueryRow(ctx, b.q.nextDead, queue, b.cfg.DeadHold.Microseconds()).Scan(&h.id, &h.token, &id, &rec.Body)
+	err := b.pool.QueryRow(ctx, b.q.nextDead, queue, b.cfg.DeadHold.Microseconds(), maxDeadID+1, b.maxDeadBody()+1).Scan(&h.id, &h.token, &id, &rec.Body)
 	rec.ID = string(id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, driver.ErrNoDeadLetters
@@ -67,7 +67,8 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 	return b.settleDead(ctx, "release dead letter", d, b.q.releaseDead)
 }
 
-// ListDead implements driver.Backend. The cursor is the last row's id.
+// ListDead implements driver.Backend. The cursor is the last row's id; a
+// page holds at most maxList records, whatever the limit.
 func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int) ([]driver.DeadMessage, string, error) {
 	if err := b.check(); err != nil {
 		return nil, "", err
@@ -83,7 +84,8 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 	if limit <= 0 {
 		return nil, cursor, nil
 	}
-	rows, err := b.pool.Query(ctx, b.q.listDead, queue, after, limit+1)
+	limit = min(limit, maxList)
+	rows, err := b.pool.Query(ctx, b.q.listDead, queue, after, limit+1, maxDeadID+1, b.maxDeadBody()+1)
 	if err != nil {
 		return nil, "", b.wrap("list dead letters of "+queue, err)
 	}

@@ -1,8 +1,5 @@
 // Package postgres is an asyncplatform backend in PostgreSQL tables, built
-// on pgx v5. It is in progress: it passes the conformance and store
-// suites, but its fault suite is not yet reliably green under the race
-// detector (docs/reliability.md), so backend/all does not register it and
-// its tests build only with the postgres_wip tag:
+// on pgx v5:
 //
 //	pool, err := pgxpool.New(ctx, "postgres://app@db/app")
 //	b, err := postgres.New(ctx, postgres.Config{Pool: pool})
@@ -11,7 +8,10 @@
 // The backend never closes a pool it is given. Its store (unique jobs,
 // schedules, status, flow control) is a pgstore table on the same
 // database. Jobs can be enqueued inside the caller's own transaction (a
-// pgx.Tx or a *sql.Tx): see WithTx.
+// pgx.Tx or a *sql.Tx), with their unique keys and status records: see
+// WithTx. A handler can complete its job inside its own transaction, so
+// that its writes and the completion commit together: see
+// Backend.CompleteTx.
 //
 // # URLs
 //
@@ -68,7 +68,9 @@
 // max rows of the queue whose run_at has passed (in run_at, id order,
 // picked FOR UPDATE SKIP LOCKED, so concurrent claims never wait for each
 // other), increments their deliveries, writes a new token from the
-// sequence and sets run_at to the lease's end, by the server's clock. A
+// sequence and sets run_at to the lease's end, by the server's clock from
+// the moment it takes the row (clock_timestamp, not the transaction's
+// start: a claim slowed by a loaded server hands out a whole lease). A
 // lease that runs out needs no reaper: the row is claimable again, and its
 // next claim counts one more. A claim whose Receive context ended while
 // the statement ran is put back with the count decremented (the statement
@@ -102,7 +104,14 @@
 //   - Capabilities.MinLease is 50ms; leases are kept in microseconds.
 //   - Message.NotBefore is the enqueuing process's clock, every other time
 //     the server's: keep the clocks in step.
-//   - Receive hands out at most 1000 jobs per call, whatever its max.
+//   - Receive hands out at most 1000 jobs per call, whatever its max, and
+//     ListDead at most 1000 records per page, whatever its limit.
+//   - Reads are bounded: a body over MaxBody (a row someone else wrote, or
+//     one written before MaxBody was lowered) is handed out cut to
+//     MaxBody+1 bytes, and the platform dead-letters it as not a job; a
+//     dead letter's ID is read up to 4 KiB+1 bytes and its body up to
+//     MaxBody + 1 MiB + 1 (DeadLetter refuses a record over those limits
+//     with driver.ErrTooLarge).
 //   - Stats counts jobs whose lease ran out as ready; it counts rows, so it
 //     costs a scan of the queue's index entries.
 //   - Close abandons unsettled deliveries; they come back when their lease

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -110,4 +111,52 @@ func validPrefix(s string) bool {
 		}
 	}
 	return true
+}
+
+// Version returns the schema version of the tables named by prefix: the
+// last migration applied, 0 when none was.
+func Version(ctx context.Context, pool *pgxpool.Pool, prefix string) (int, error) {
+	if !validPrefix(prefix) {
+		return 0, fmt.Errorf("postgres: prefix %q: want 1 to 40 bytes of [a-z0-9_], starting with a letter", prefix)
+	}
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, prefix+"_migrations").Scan(&exists); err != nil {
+		return 0, fmt.Errorf("postgres: schema version of %s: %w", prefix, err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int
+	if err := pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM `+prefix+`_migrations`).Scan(&v); err != nil {
+		return 0, fmt.Errorf("postgres: schema version of %s: %w", prefix, err)
+	}
+	return v, nil
+}
+
+// MigrateURL applies the missing migrations of the tables a backend URL
+// names (its prefix parameter; see the package documentation, URLs), as
+// asyncctl migrate does, and returns the schema version before and after.
+// It opens no wake-ups' connection and no store.
+func MigrateURL(ctx context.Context, u *url.URL) (before, after int, err error) {
+	cfg, err := parseURL(u)
+	if err != nil {
+		return 0, 0, err
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return 0, 0, err
+	}
+	pool, err := pgxpool.New(ctx, cfg.URL)
+	if err != nil {
+		return 0, 0, fmt.Errorf("postgres: Config.URL: %w", err)
+	}
+	defer pool.Close()
+	if before, err = Version(ctx, pool, cfg.Prefix); err != nil {
+		return 0, 0, err
+	}
+	if err := Migrate(ctx, pool, cfg.Prefix); err != nil {
+		return before, 0, err
+	}
+	after, err = Version(ctx, pool, cfg.Prefix)
+	return before, after, err
 }

@@ -1,5 +1,3 @@
-//go:build postgres_wip
-
 package postgres
 
 import (

@@ -32,7 +32,7 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 		}
 		bodies[i], due[i] = nonNil(m.Body), m.NotBefore
 	}
-	if _, err := b.db(ctx).exec(ctx, b.q.enqueue, queue, bodies, due, b.channel); err != nil {
+	if _, err := b.db(ctx).Exec(ctx, b.q.enqueue, queue, bodies, due, b.channel); err != nil {
 		return b.wrap("enqueue "+queue, err)
 	}
 	return nil
@@ -105,7 +105,7 @@ func (b *Backend) claim(ctx context.Context, queue string, max int, lease time.D
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultQueryWait)
 	defer cancel()
-	rows, err := b.pool.Query(qctx, b.q.claim, queue, max, lease.Microseconds())
+	rows, err := b.pool.Query(qctx, b.q.claim, queue, max, lease.Microseconds(), b.cfg.MaxBody+1)
 	if err != nil {
 		return nil, b.wrap("receive "+queue, err)
 	}
@@ -161,11 +161,17 @@ func (b *Backend) settle(ctx context.Context, op string, d *driver.Delivery, stm
 	if !ok {
 		return errLost(op)
 	}
-	n, err := b.db(ctx).exec(ctx, stmt, append([]any{h.id, h.token}, args...)...)
+	tag, err := b.db(ctx).Exec(ctx, stmt, append([]any{h.id, h.token}, args...)...)
 	if err != nil {
 		return b.wrap(op, err)
 	}
-	if n == 0 {
+	var done bool
+	if stmt == b.q.extend {
+		_, done = b.completed.Load(h)
+	} else {
+		_, done = b.completed.LoadAndDelete(h)
+	}
+	if tag.RowsAffected() == 0 && !(done && (stmt == b.q.ack || stmt == b.q.extend)) {
 		return errLost(op)
 	}
 	return nil
@@ -191,10 +197,17 @@ func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Me
 }
 
 // DeadLetter implements driver.Backend: the row moves to the dead table
-// in one statement.
+// in one statement. A record over maxDeadID or maxDeadBody is refused.
 func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver.DeadMessage) error {
+	if len(rec.ID) > maxDeadID || len(rec.Body) > b.maxDeadBody() {
+		return fmt.Errorf("postgres: dead-letter: a record of %d bytes with an ID of %d: %w (at most %d and %d)", len(rec.Body), len(rec.ID), driver.ErrTooLarge, b.maxDeadBody(), maxDeadID)
+	}
 	return b.settle(ctx, "dead-letter", d, b.q.deadLetter, []byte(rec.ID), nonNil(rec.Body))
 }
+
+// maxDeadBody bounds a dead-letter record: the job (at most MaxBody) with
+// what the platform adds around it, within bytea's limit.
+func (b *Backend) maxDeadBody() int { return min(b.cfg.MaxBody+1<<20, 1<<30-1) }
 
 // nonNil keeps an empty body from being written as NULL.
 func nonNil(v []byte) []byte {

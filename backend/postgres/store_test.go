@@ -1,5 +1,3 @@
-//go:build postgres_wip
-
 package postgres
 
 import (
@@ -15,7 +13,7 @@ import (
 // process would.
 func storeOn(dsn, prefix string) storetest.Maker {
 	return func(ctx context.Context, tb testing.TB) (driver.Store, error) {
-		b, err := New(ctx, Config{URL: dsn, Prefix: prefix})
+		b, err := New(ctx, Config{URL: dsn, Prefix: prefix, MaxConns: testConns})
 		if err != nil {
 			return nil, err
 		}

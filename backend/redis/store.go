@@ -207,3 +207,210 @@ func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]
 	}
 	return keys, nil
 }
+
+var _ driver.StoreBatcher = (*Backend)(nil)
+
+var (
+	// ARGV: key, value, TTL ms, for each item. Returns a revision per
+	// item, nil for an item whose key is present.
+	storeCreateEachScript = goredis.NewScript(luaKV + `
+local now, out = now_us(), {}
+for i = 1, #ARGV, 3 do
+  if meta(ARGV[i], now) then
+    out[#out + 1] = false
+  else
+    out[#out + 1] = put(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), now)
+  end
+end
+return out
+`)
+	// ARGV: the keys. Returns {revision, value} per key, nil for an absent
+	// one.
+	storeGetEachScript = goredis.NewScript(luaKV + `
+local now, out = now_us(), {}
+for i = 1, #ARGV do
+  local r = meta(ARGV[i], now)
+  if r then
+    out[i] = {r, redis.call('HGET', KEYS[1], 'v:' .. ARGV[i])}
+  else
+    out[i] = false
+  end
+end
+return out
+`)
+	// ARGV: key, revision or "", for each item. Returns per item 0 when
+	// the key is not at that revision, else 1.
+	storeDeleteEachScript = goredis.NewScript(luaKV + `
+local now, out = now_us(), {}
+for i = 1, #ARGV, 2 do
+  if ARGV[i + 1] ~= '' and meta(ARGV[i], now) ~= ARGV[i + 1] then
+    out[#out + 1] = 0
+  else
+    drop(ARGV[i])
+    out[#out + 1] = 1
+  end
+end
+return out
+`)
+	// ARGV: limit, then lower and upper bound (ZRANGEBYLEX syntax) for
+	// each prefix. Returns the live keys of each range, up to limit each.
+	storeListEachScript = goredis.NewScript(luaKV + `
+local now, limit, all = now_us(), tonumber(ARGV[1]), {}
+sweep(now, 16)
+for p = 2, #ARGV, 2 do
+  local lo, out = ARGV[p], {}
+  while #out < limit do
+    local want = limit - #out
+    local ks = redis.call('ZRANGEBYLEX', KEYS[2], lo, ARGV[p + 1], 'LIMIT', 0, want)
+    for _, k in ipairs(ks) do
+      if meta(k, now) then out[#out + 1] = k end
+    end
+    if #ks < want then break end
+    lo = '(' .. ks[#ks]
+  end
+  all[#all + 1] = out
+end
+return all
+`)
+)
+
+// GetEach implements driver.StoreBatcher: one script.
+func (b *Backend) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	args := make([]any, len(keys))
+	for i, k := range keys {
+		args[i] = k
+	}
+	v, err := storeGetEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: store get: %w", err)
+	}
+	if len(v) != len(keys) {
+		return nil, fmt.Errorf("redis: store get: %d replies for %d keys", len(v), len(keys))
+	}
+	out := make([]driver.BatchResult, len(keys))
+	for i, x := range v {
+		pair, _ := x.([]any)
+		if len(pair) != 2 {
+			out[i].Err = driver.ErrKeyNotFound
+			continue
+		}
+		rev, _ := pair[0].(string)
+		val, _ := pair[1].(string)
+		out[i] = driver.BatchResult{Value: []byte(val), Rev: rev}
+	}
+	return out, nil
+}
+
+// CreateEach implements driver.StoreBatcher: one script.
+func (b *Backend) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	args := make([]any, 0, 3*len(items))
+	for _, it := range items {
+		args = append(args, it.Key, it.Value, it.TTL.Milliseconds())
+	}
+	v, err := storeCreateEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: store create: %w", err)
+	}
+	if len(v) != len(items) {
+		return nil, fmt.Errorf("redis: store create: %d replies for %d items", len(v), len(items))
+	}
+	out := make([]driver.BatchResult, len(items))
+	for i, x := range v {
+		if rev, ok := x.(string); ok {
+			out[i].Rev = rev
+		} else {
+			out[i].Err = driver.ErrKeyExists
+		}
+	}
+	return out, nil
+}
+
+// DeleteEach implements driver.StoreBatcher: one script.
+func (b *Backend) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	args := make([]any, 0, 2*len(items))
+	for _, it := range items {
+		args = append(args, it.Key, it.Rev)
+	}
+	v, err := storeDeleteEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: store delete: %w", err)
+	}
+	if len(v) != len(items) {
+		return nil, fmt.Errorf("redis: store delete: %d replies for %d items", len(v), len(items))
+	}
+	out := make([]driver.BatchResult, len(items))
+	for i, x := range v {
+		if n, _ := x.(int64); n == 0 {
+			out[i].Err = driver.ErrRevision
+		}
+	}
+	return out, nil
+}
+
+// ListEach implements driver.StoreBatcher: one script.
+func (b *Backend) ListEach(ctx context.Context, prefixes []string, limit int) ([][]string, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	args := make([]any, 0, 1+2*len(prefixes))
+	args = append(args, limit)
+	for _, p := range prefixes {
+		hi := "+"
+		if p != "" {
+			hi = "[" + p + "\xff" // keys are ASCII: every key with the prefix sorts below
+		}
+		args = append(args, "["+p, hi)
+	}
+	v, err := storeListEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: store list: %w", err)
+	}
+	if len(v) != len(prefixes) {
+		return nil, fmt.Errorf("redis: store list: %d replies for %d prefixes", len(v), len(prefixes))
+	}
+	out := make([][]string, len(prefixes))
+	for i, x := range v {
+		ks, _ := x.([]any)
+		out[i] = make([]string, 0, len(ks))
+		for _, k := range ks {
+			s, _ := k.(string)
+			out[i] = append(out[i], s)
+		}
+	}
+	return out, nil
+}
+
+var _ driver.StoreValueDeleter = (*Backend)(nil)
+
+// ARGV: key, revision, value. Returns 1 when the key was at that revision
+// with that value and is deleted, else 0.
+var storeDeleteValueScript = goredis.NewScript(luaKV + `
+if meta(ARGV[1], now_us()) ~= ARGV[2] then return 0 end
+if redis.call('HGET', KEYS[1], 'v:' .. ARGV[1]) ~= ARGV[3] then return 0 end
+drop(ARGV[1])
+return 1
+`)
+
+// DeleteValue implements driver.StoreValueDeleter: one script.
+func (b *Backend) DeleteValue(ctx context.Context, key, rev string, value []byte) error {
+	if b.closed.Load() {
+		return driver.ErrClosed
+	}
+	n, err := storeDeleteValueScript.Run(ctx, b.rdb, b.storeKeys(), key, rev, value).Int()
+	if err != nil {
+		return fmt.Errorf("redis: store delete: %w", err)
+	}
+	if n == 0 {
+		return driver.ErrRevision
+	}
+	return nil
+}

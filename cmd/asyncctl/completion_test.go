@@ -29,7 +29,7 @@ func TestComplete(t *testing.T) {
 		line string
 		want []string
 	}{
-		{"asyncctl ", []string{":words", "completion", "dashboard", "dead", "enqueue", "help", "job", "pause", "queues", "resume", "schedules", "top"}},
+		{"asyncctl ", []string{":words", "completion", "dashboard", "dead", "enqueue", "help", "job", "migrate", "pause", "queues", "resume", "schedules", "top"}},
 		{"asyncctl de", []string{":words", "dead"}},
 		{"asyncctl dead ", []string{":words", "list", "pop", "purge", "redrive", "show"}},
 		{"asyncctl -v dead re", []string{":words", "redrive"}},

@@ -89,7 +89,7 @@ type command struct {
 }
 
 func commands() []*command {
-	return []*command{queuesCmd(), topCmd(), enqueueCmd(), deadListCmd(), deadShowCmd(), deadPopCmd(), deadRedriveCmd(), deadPurgeCmd(), jobShowCmd(), jobCancelCmd(), pauseCmd(), resumeCmd(), schedulesListCmd(), schedulesTriggerCmd(), completionCmd(), dashboardCmd()}
+	return []*command{queuesCmd(), topCmd(), enqueueCmd(), deadListCmd(), deadShowCmd(), deadPopCmd(), deadRedriveCmd(), deadPurgeCmd(), jobShowCmd(), jobCancelCmd(), pauseCmd(), resumeCmd(), schedulesListCmd(), schedulesTriggerCmd(), completionCmd(), dashboardCmd(), migrateCmd()}
 }
 
 const mainHelp = `asyncctl operates asyncplatform queues and dead letters on any backend.

@@ -113,6 +113,13 @@ var servers = []server{
 	{"Redis", "redis", func() string { return "redis://" + testenv.Getenv("ASYNCPLATFORM_REDIS_ADDR", "127.0.0.1:6379") + "/0" }, true},
 	{"RabbitMQ", "amqp", func() string { return testenv.Getenv("ASYNCPLATFORM_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/") }, true},
 	{"NATS", "nats", func() string { return testenv.Getenv("ASYNCPLATFORM_NATS_URL", "nats://127.0.0.1:4222") }, false},
+	{"PostgreSQL", "postgres", func() string {
+		u := testenv.Getenv("ASYNCPLATFORM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+		if strings.Contains(u, "?") {
+			return u + "&prefix=asyncctl_test"
+		}
+		return u + "?prefix=asyncctl_test"
+	}, false},
 }
 
 func TestServers(t *testing.T) {

@@ -347,22 +347,28 @@ func TestLostLeases(t *testing.T) {
 	}
 }
 
-// A job whose attempt ended well with no outcome reported after it (its
-// worker died between the commit and the ack) rightly ran again; one whose
-// success was reported did not.
+// A job whose attempt ended well with no outcome reported after it rightly
+// ran again only when its worker died there (it started the job that
+// kills); a live worker's unreported end, or a success reported, excuses no
+// second run.
 func TestDiedAfterCommit(t *testing.T) {
 	for name, c := range map[string]struct {
 		outcome ap.Outcome
+		killed  bool
 		want    bool
 	}{
-		"no outcome": {"", true},
-		"succeeded":  {ap.OutcomeSucceeded, false},
+		"no outcome, worker killed": {"", true, true},
+		"no outcome, worker alive":  {"", false, false},
+		"succeeded, worker killed":  {ap.OutcomeSucceeded, true, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := new(hist).enqueue().
-				start("w1", 0, 0, 0).end("w1", 0, 0, 0, ResultOK, c.outcome).
-				start("w2", 0, 0, 1).end("w2", 0, 0, 1, ResultOK, ap.OutcomeSucceeded)
-			if got := b.h.diedAfterCommit("j"); got != c.want {
+				start("w1", 0, 0, 0).end("w1", 0, 0, 0, ResultOK, c.outcome)
+			if c.killed {
+				b.h = append(b.h, Event{Kind: KindStart, ID: "poison", Worker: "w1", Try: 1, At: b.at})
+			}
+			b.start("w2", 0, 0, 1).end("w2", 0, 0, 1, ResultOK, ap.OutcomeSucceeded)
+			if got := b.h.diedAfterCommit("j", "poison"); got != c.want {
 				t.Errorf("diedAfterCommit = %v, want %v", got, c.want)
 			}
 		})

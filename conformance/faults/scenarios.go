@@ -169,17 +169,24 @@ func (r *run) judgePoison(innocentCrashes int) *Report {
 	ex.judge(r.t, rep, unnamed)
 	dupsOK := true
 	for _, id := range rep.dups {
-		dupsOK = dupsOK && (lost[id] > 0 || h.diedAfterCommit(id))
+		dupsOK = dupsOK && (lost[id] > 0 || h.diedAfterCommit(id, "poison"))
 	}
 	r.judge(rep, dupsOK)
 	return rep
 }
 
 // diedAfterCommit reports whether an attempt of job id ended well (its work
-// committed) and its worker reported no outcome after it: the worker died
-// (the poison job killed it) between the commit and the ack, so the job
-// rightly ran again.
-func (h History) diedAfterCommit(id string) bool {
+// committed) and its worker reported no outcome after it, that worker
+// having started job killer (which kills its worker): the worker died
+// between the commit and the ack, so the job rightly ran again. A live
+// worker's unreported end excuses nothing.
+func (h History) diedAfterCommit(id, killer string) bool {
+	killed := map[string]bool{}
+	for _, e := range h.of(killer) {
+		if e.Kind == KindStart {
+			killed[e.Worker] = true
+		}
+	}
 	unreported := map[string]int{} // per worker: attempts that ended well, no outcome yet
 	for _, e := range h.of(id) {
 		switch {
@@ -189,8 +196,8 @@ func (h History) diedAfterCommit(id string) bool {
 			unreported[e.Worker]--
 		}
 	}
-	for _, n := range unreported {
-		if n > 0 {
+	for w, n := range unreported {
+		if n > 0 && killed[w] {
 			return true
 		}
 	}

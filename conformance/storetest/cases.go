@@ -939,3 +939,39 @@ func testBatch(t *testing.T, e *env) {
 		t.Errorf("CreateEach with a key twice: no error")
 	}
 }
+
+// testDeleteValue drives driver.DeleteValue on the raw store: through its
+// StoreValueDeleter when it has one, else through the fallback. A key is
+// removed only at its revision with exactly the value given: another
+// value (one byte more, one byte less, one byte changed), a stale
+// revision, an absent key each give ErrRevision and leave the store as it
+// was.
+func testDeleteValue(t *testing.T, e *env) {
+	s, ctx := e.raw, e.ctx()
+	key := e.ns + "/dv/k"
+	val := []byte("\x00token-of-22-bytes-xxxjob-1")
+	rev, err := s.Create(ctx, key, val, e.scaled(time.Hour))
+	must(t, "Create", err)
+	for name, v := range map[string][]byte{
+		"longer":  append(slices.Clone(val), 'x'),
+		"shorter": val[:len(val)-1],
+		"changed": append(slices.Clone(val[:len(val)-1]), 'X'),
+	} {
+		if err := driver.DeleteValue(ctx, s, key, rev, v); !errors.Is(err, driver.ErrRevision) {
+			t.Errorf("DeleteValue with a %s value: %v, want ErrRevision", name, err)
+		}
+	}
+	if err := driver.DeleteValue(ctx, s, key, neverIssued, val); !errors.Is(err, driver.ErrRevision) {
+		t.Errorf("DeleteValue at another revision: %v, want ErrRevision", err)
+	}
+	if err := driver.DeleteValue(ctx, s, e.ns+"/dv/absent", rev, val); !errors.Is(err, driver.ErrRevision) {
+		t.Errorf("DeleteValue of an absent key: %v, want ErrRevision", err)
+	}
+	if v, cur, err := s.Get(ctx, key); err != nil || cur != rev || !bytes.Equal(v, val) {
+		t.Fatalf("after refused DeleteValues: %q at %q (%v); want the key untouched", v, cur, err)
+	}
+	must(t, "DeleteValue", driver.DeleteValue(ctx, s, key, rev, val))
+	if _, _, err := s.Get(ctx, key); !errors.Is(err, driver.ErrKeyNotFound) {
+		t.Errorf("Get after DeleteValue: %v, want ErrKeyNotFound", err)
+	}
+}

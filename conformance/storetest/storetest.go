@@ -110,6 +110,7 @@ func cases() []testCase {
 		{"Limits/LongestKey", testLongestKey},
 		{"Namespace/Separate", testNamespaces},
 		{"Batch/EachAsSingle", testBatch},
+		{"Delete/IfValue", testDeleteValue},
 		{"Durability/Restart", testRestart},
 	}
 }

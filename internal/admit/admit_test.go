@@ -293,7 +293,7 @@ func TestRunRenews(t *testing.T) {
 	t.Parallel()
 	connect := newStore(t)
 	cfg := func(s *kv.Store) admit.Config {
-		return admit.Config{Limits: map[string]admit.Limit{"t": {ClusterConcurrency: 1}}, Store: s, Lease: 60 * time.Millisecond}
+		return admit.Config{Limits: map[string]admit.Limit{"t": {ClusterConcurrency: 1}}, Store: s, Lease: time.Second}
 	}
 	a, err := admit.New(cfg(connect()))
 	if err != nil {
@@ -313,7 +313,7 @@ func TestRunRenews(t *testing.T) {
 	if !ok {
 		t.Fatal("the first job refused")
 	}
-	time.Sleep(200 * time.Millisecond) // over three leases
+	time.Sleep(3200 * time.Millisecond) // over three leases
 	if _, _, ok := b.Admit(ctx, "t", "job", 10); ok {
 		t.Fatal("another process took the slot of a running job: Run did not renew it")
 	}
@@ -326,7 +326,7 @@ func TestRunRenews(t *testing.T) {
 	cancel()
 	select {
 	case <-done:
-	case <-time.After(time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return when its ctx ended")
 	}
 	// Without limits to renew, Run returns at once.

@@ -22,6 +22,17 @@ import (
 // wait for a type's starts. While it does not, every job waits for the
 // batch being reserved: a round trip, not a requeue.
 //
+// While the rate holds no job back, the next batch is reserved ahead: once
+// a job takes a start that leaves half its batch or less, or no more than
+// the jobs of a round trip would take, a background reservation (one at a
+// time, given the Admit's store timeout) reserves the next batch, kept
+// behind the current one until it runs out, so that no job waits for the
+// store. A batch reserved ahead is an ordinary batch: timed from when it
+// is expected back, its starts handed out in order and dropped once late
+// by more than the grace, so the limit is passed no more than without it.
+// Its error is not reported: the next job that finds no start reserves a
+// batch itself and meets the error then.
+//
 // A job requeued is offered again when its start is projected to come: the
 // first refused after the next start the limit could give, each one after
 // an interval after the one before, at most maxProjection ahead, so a
@@ -50,12 +61,17 @@ type rateLine struct {
 	rtt     atomic.Int64 // ns: the expected round trip of a Reserve
 	holding atomic.Bool  // the last batch had starts not due at once, or none
 
-	reserving chan struct{} // held by the worker reserving a batch
+	reserving chan struct{} // held by the worker reserving a batch, or by a reservation ahead
+	stalls    atomic.Int64  // jobs that found no start reserved and waited for a batch
+	bg        sync.WaitGroup
 
 	mu       sync.Mutex
 	next     time.Time // the next unused start reserved
 	reserved time.Time // when its batch was reserved
 	left     int       // starts reserved and unused: next, next+interval, …
+	size     int       // starts in the current batch when it came
+	ahead    flow.Grant
+	aheadAt  time.Time // when the batch reserved ahead was (expected) back
 	window   time.Time // the start of the current demand window
 	cur      int       // starts used in the current window
 	prev     int       // starts used in the window before
@@ -95,12 +111,78 @@ func (l *rateLine) take(now time.Time) (at time.Time, ok bool) {
 	return l.takeLocked(now)
 }
 
+// takeAhead is take, and reports whether the next batch is to be
+// reserved ahead (low): the rate holds no job back, no batch is reserved
+// ahead yet, and the start taken left half its batch or less, or no more
+// than the jobs of a round trip would take.
+func (l *rateLine) takeAhead(now time.Time) (at time.Time, ok, low bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok = l.takeLocked(now)
+	if !ok || l.holding.Load() || l.ahead.Count > 0 {
+		return at, ok, false
+	}
+	trip := (int64(l.prev)*int64(l.roundTrip()) + int64(demandWindow) - 1) / int64(demandWindow)
+	return at, ok, int64(l.left) <= max(int64(l.size/2), trip)
+}
+
+// reserveAhead reserves the next batch in the background, unless a batch
+// is being reserved already; it is kept behind the current one (queue).
+// The reservation is given timeout.
+func (l *rateLine) reserveAhead(timeout time.Duration) {
+	select {
+	case l.reserving <- struct{}{}:
+	default:
+		return
+	}
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		defer func() { <-l.reserving }()
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		start := time.Now()
+		expect := start.Add(min(l.roundTrip(), l.grace))
+		g, _, err := l.rate.Reserve(ctx, expect, l.want(), rateWait)
+		l.took(time.Since(start))
+		if err != nil {
+			return // the next job that finds no start meets the error
+		}
+		l.holding.Store(g.Count == 0 || g.At(g.Count-1).After(expect))
+		if g.Count > 0 {
+			l.queue(g, expect, time.Now())
+		}
+	}()
+}
+
+// queue keeps a batch reserved ahead for the time at and back at now: as
+// the current batch if that has run out, behind it otherwise.
+func (l *rateLine) queue(g flow.Grant, at, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Before(at) {
+		at = now
+	}
+	if l.left == 0 {
+		l.next, l.left, l.size, l.reserved = g.First, g.Count, g.Count, at
+		return
+	}
+	l.ahead, l.aheadAt = g, at
+}
+
 // takeLocked is take with the lock held.
 func (l *rateLine) takeLocked(now time.Time) (at time.Time, ok bool) {
 	iv := l.rate.Interval()
-	for l.left > 0 && now.Sub(l.due()) > l.grace {
-		l.next, l.left = l.next.Add(iv), l.left-1
-		l.project = time.Time{} // a start no job came for
+	for {
+		for l.left > 0 && now.Sub(l.due()) > l.grace {
+			l.next, l.left = l.next.Add(iv), l.left-1
+			l.project = time.Time{} // a start no job came for
+		}
+		if l.left > 0 || l.ahead.Count == 0 {
+			break
+		}
+		l.next, l.left, l.size, l.reserved = l.ahead.First, l.ahead.Count, l.ahead.Count, l.aheadAt
+		l.ahead = flow.Grant{}
 	}
 	if l.left == 0 {
 		return time.Time{}, false
@@ -132,7 +214,7 @@ func (l *rateLine) due() time.Time {
 func (l *rateLine) add(g flow.Grant, at, now time.Time) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.next, l.left, l.reserved = g.First, g.Count, at
+	l.next, l.left, l.size, l.reserved = g.First, g.Count, g.Count, at
 	if now.Before(at) {
 		l.reserved = now
 	}
@@ -221,11 +303,15 @@ func (l *rateLine) want() int {
 // trip go on when it ends, for up to timeout (then the error is theirs):
 // a batch reserved halfway would be lost.
 func (l *rateLine) start(ctx context.Context, timeout time.Duration, maxWaiting int) (time.Duration, error) {
-	at, ok := l.take(time.Now())
+	at, ok, low := l.takeAhead(time.Now())
+	if low {
+		l.reserveAhead(timeout)
+	}
 	if !ok {
 		if l.crowded(maxWaiting) { // enough wait for starts already
 			return l.refuse(), nil
 		}
+		l.stalls.Add(1)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
 		l.pending.Add(1)

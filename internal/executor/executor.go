@@ -43,14 +43,17 @@ type Job struct {
 // Work is one delivery's state: the job as delivered and the handler's view
 // of it.
 type Work[V any] struct {
-	Job  Job
+	// Job is the job as delivered while Process works the delivery, nil
+	// before and after: the executor's own, used again for later
+	// deliveries, so no one keeps it past Process (the view and the
+	// dead-letter record are copies).
+	Job  *Job
 	View *V // the handler's job, made by Handler.Run; nil until then
 	// Payload is the payload for the handler: the delivered bytes, which
 	// the handler must not share (Job's envelope is built from them again
-	// for a retry, a hand-back or a redelivery), or, when Fetched, bytes
-	// of its own from the PayloadStore.
+	// for a retry, a hand-back or a redelivery), or, when the job's
+	// PayloadRef is set, bytes of its own fetched from the PayloadStore.
 	Payload []byte
-	Fetched bool
 	Track   *status.Track // the job's status record, nil when untracked
 }
 
@@ -71,8 +74,9 @@ type Registry[V any] interface {
 
 // Handler runs one job type's handler.
 type Handler[V any] interface {
-	// Run makes w.View from w.Job and w.Payload (copying a payload that
-	// is not Fetched) and calls the user's handler with it, turning a panic into an error. It returns the
+	// Run makes w.View from w.Job and w.Payload (copying a delivered
+	// payload, one not fetched from the PayloadStore) and calls the user's
+	// handler with it, turning a panic into an error. It returns the
 	// handler's result and error.
 	Run(ctx context.Context, w *Work[V]) (result []byte, err error)
 }
@@ -166,6 +170,7 @@ type Executor[V any] struct {
 	suspect  sync.Mutex // held while a suspect runs alone
 	workCtx  context.Context
 	queues   []*Queue[V]
+	jobs     sync.Pool // *Job: Work.Job of the deliveries being processed
 }
 
 // New returns an Executor. Start gives it its runners.
@@ -195,12 +200,16 @@ func (x *Executor[V]) IsStopping() bool { return x.stopping.Load() }
 func (x *Executor[V]) Process(q *Queue[V], t *jobctx.Timer, f *Delivery[V]) {
 	reg := x.cfg.Handlers()
 	w := &f.Job
-	j := &w.Job
+	j := x.job()
+	w.Job = j
+	defer x.putJob(w)
 	if err := x.decode(f.D, j, reg.Names()); err != nil { // decode
 		x.deadRaw(f, err)
 		return
 	}
-	if err := x.cfg.Codec.Bound(f.D.Queue, &j.Job, time.Now()); err != nil { // a signed job moved or replayed
+	h := reg.Handler(j.Type)
+	in := x.Input(j, h)
+	if err := x.cfg.Codec.Bound(f.D.Queue, &j.Job, in.Now); err != nil { // a signed job moved or replayed
 		x.deadRaw(f, err)
 		return
 	}
@@ -208,8 +217,6 @@ func (x *Executor[V]) Process(q *Queue[V], t *jobctx.Timer, f *Delivery[V]) {
 		x.HandBack(f) // not an end: nothing is reported, its status stays
 		return
 	}
-	h := reg.Handler(j.Type)
-	in := x.Input(j, h)
 	x.warnTries(j)
 	// A job of a paused group is set aside whatever its status says, so
 	// its status is neither read nor written.
@@ -292,6 +299,23 @@ func (x *Executor[V]) Process(q *Queue[V], t *jobctx.Timer, f *Delivery[V]) {
 	}
 }
 
+// job returns a Job for Work.Job; putJob gives it back. A delivery's job
+// lives only while Process works it, so the held deliveries (claimed
+// ahead, waiting for a worker) do not each carry one.
+func (x *Executor[V]) job() *Job {
+	if j, ok := x.jobs.Get().(*Job); ok {
+		return j
+	}
+	return new(Job)
+}
+
+func (x *Executor[V]) putJob(w *Work[V]) {
+	j := w.Job
+	w.Job = nil
+	*j = Job{} // keeps no payload or headers alive
+	x.jobs.Put(j)
+}
+
 // Input gathers what the decision on j depends on, before the handler
 // runs; h is its handler, nil when none is registered.
 func (x *Executor[V]) Input(j *Job, h Handler[V]) decide.Input {
@@ -317,7 +341,7 @@ func (x *Executor[V]) running(f *Delivery[V], in decide.Input) bool {
 		return true
 	}
 	in.Cancelled, in.Now = true, time.Now()
-	x.settle(f, &f.Job.Job, decide.Decide(in), "", nil)
+	x.settle(f, f.Job.Job, decide.Decide(in), "", nil)
 	return false
 }
 
@@ -342,11 +366,12 @@ type ran struct {
 // not run here (its lease lapsed while it waited).
 func (x *Executor[V]) run(t *jobctx.Timer, f *Delivery[V], h Handler[V], timeout time.Duration) (r ran, ok bool) {
 	w := &f.Job
-	j := &w.Job
-	j.TryCount++ // this attempt
-	f.Ctx = jobctx.Context{Parent: x.workCtx}
+	j := w.Job
+	j.TryCount++        // this attempt
+	start := time.Now() // the attempt's, and its timeout's, start: one clock read
+	f.Ctx = jobctx.Context{Parent: x.workCtx, Delivery: f.D}
 	if timeout > 0 {
-		f.Ctx.Due = time.Now().Add(timeout)
+		f.Ctx.Due = start.Add(timeout)
 	}
 	ctx := &f.Ctx
 	w.Track.Started(ctx)
@@ -361,7 +386,7 @@ func (x *Executor[V]) run(t *jobctx.Timer, f *Delivery[V], h Handler[V], timeout
 		x.cfg.Log.Debug("asyncplatform: attempt", "queue", j.Queue, "id", j.ID, "type", j.Type, "try", j.TryCount)
 	}
 	t.Begin(ctx)
-	r.start = time.Now()
+	r.start = start
 	r.result, r.err = h.Run(ctx, w)
 	r.dur = time.Since(r.start)
 	t.End()
@@ -375,9 +400,9 @@ func (x *Executor[V]) run(t *jobctx.Timer, f *Delivery[V], h Handler[V], timeout
 // returns false.
 func (x *Executor[V]) loadPayload(f *Delivery[V], in decide.Input) bool {
 	w := &f.Job
-	j := &w.Job
+	j := w.Job
 	if j.PayloadRef == "" {
-		w.Payload, w.Fetched = j.Payload, false
+		w.Payload = j.Payload
 		return true
 	}
 	in.Now = time.Now()
@@ -392,7 +417,7 @@ func (x *Executor[V]) loadPayload(f *Delivery[V], in decide.Input) bool {
 	b, err := ps.Get(ctx, j.ID, j.PayloadRef)
 	switch {
 	case err == nil:
-		w.Payload, w.Fetched = b, true
+		w.Payload = b
 		return true
 	case errors.Is(err, ps.Gone()):
 		in.Result = decide.PayloadGone

@@ -108,7 +108,8 @@ func (h *harness) deliver(t *testing.T, j *wire.Job) *Delivery[view] {
 		t.Fatalf("receive: %d deliveries, %v", len(ds), err)
 	}
 	f := &Delivery[view]{D: ds[0]}
-	if err := h.x.decode(f.D, &f.Job.Job, nil); err != nil {
+	f.Job.Job = new(Job)
+	if err := h.x.decode(f.D, f.Job.Job, nil); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -164,7 +165,7 @@ func TestSettleTable(t *testing.T) {
 			h := newHarness(t, 1<<20)
 			f := h.deliver(t, &wire.Job{ID: "job", Type: "t", Failures: 2, Copy: 1, EnqueuedAt: time.Now()})
 			before := time.Now()
-			if err := h.x.settle(f, &f.Job.Job, r.d, "", nil); err != nil {
+			if err := h.x.settle(f, f.Job.Job, r.d, "", nil); err != nil {
 				t.Fatalf("settle: %v", err)
 			}
 			st, err := h.b.Stats(context.Background(), "q")
@@ -197,7 +198,7 @@ func TestSettleTable(t *testing.T) {
 			if r.want.copyDue > 0 {
 				// The next copy's NotBefore is set to the decision's time:
 				// read it through the copy a requeue encodes.
-				j := f.Job.Job
+				j := *f.Job.Job
 				if due := j.NotBefore.Sub(before); due < r.want.copyDue-time.Second || due > r.want.copyDue+time.Second {
 					t.Errorf("the next copy is due after %v, want about %v", due, r.want.copyDue)
 				}
@@ -243,7 +244,7 @@ func TestSettleParked(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, 1<<20)
 	f := h.deliver(t, &wire.Job{ID: "job", Type: "t", Failures: 1, EnqueuedAt: time.Now()})
-	if err := h.x.settle(f, &f.Job.Job, decide.Decision{Outcome: decide.Parked}, "", nil); err != nil {
+	if err := h.x.settle(f, f.Job.Job, decide.Decision{Outcome: decide.Parked}, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(h.calls.parked) != 1 || h.calls.parked[0].ID != "job.1" {
@@ -256,13 +257,13 @@ func TestSettleParked(t *testing.T) {
 	h = newHarness(t, 1<<20)
 	h.calls.park = fmt.Errorf("%w: the broker refused the write", pause.ErrNotParked)
 	f = h.deliver(t, &wire.Job{ID: "job", Type: "t", Failures: 1, EnqueuedAt: time.Now()})
-	if err := h.x.settle(f, &f.Job.Job, decide.Decision{Outcome: decide.Parked}, "", nil); err != nil {
+	if err := h.x.settle(f, f.Job.Job, decide.Decision{Outcome: decide.Parked}, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := h.b.Stats(context.Background(), "q"); st.Scheduled != 1 {
 		t.Errorf("a job that could not be set aside: %+v, want its next copy scheduled", st)
 	}
-	if j := f.Job.Job; j.Copy != 1 || j.Failures != 1 {
+	if j := *f.Job.Job; j.Copy != 1 || j.Failures != 1 {
 		t.Errorf("its next copy: copy %d, %d failures; want copy 1 (the failed park's number given back, then one), 1", j.Copy, j.Failures)
 	}
 }
@@ -274,7 +275,7 @@ func TestSettleReportFails(t *testing.T) {
 	h := newHarness(t, 1<<20)
 	h.x.cfg.Report = func(*Job, decide.Decision, string, []byte) error { return errors.New("output down") }
 	f := h.deliver(t, &wire.Job{ID: "job", Type: "t", Failures: 1, EnqueuedAt: time.Now()})
-	if err := h.x.settle(f, &f.Job.Job, decide.Decision{Outcome: decide.DeadLettered, Reason: decide.Invalid, Failures: 2}, "bad", nil); err != nil {
+	if err := h.x.settle(f, f.Job.Job, decide.Decision{Outcome: decide.DeadLettered, Reason: decide.Invalid, Failures: 2}, "bad", nil); err != nil {
 		t.Fatal(err)
 	}
 	st, _ := h.b.Stats(context.Background(), "q")
@@ -369,8 +370,8 @@ func TestDeadRaw(t *testing.T) {
 		t.Fatal("no delivery")
 	}
 	f := &Delivery[view]{D: ds[0]}
-	var w Work[view]
-	if err := h.x.decode(f.D, &w.Job, nil); err == nil {
+	var j Job
+	if err := h.x.decode(f.D, &j, nil); err == nil {
 		t.Fatal("a message that is no job decoded")
 	} else {
 		h.x.deadRaw(f, err)
@@ -413,7 +414,7 @@ func TestDedupeKeySameForEveryWorker(t *testing.T) {
 			j.Headers[wire.StatusHeader] = nonce
 		}
 		f := h.deliver(t, j)
-		if err := h.x.settle(f, &f.Job.Job, decide.Decision{Outcome: decide.Retried, Failures: 1}, "", nil); err != nil {
+		if err := h.x.settle(f, f.Job.Job, decide.Decision{Outcome: decide.Retried, Failures: 1}, "", nil); err != nil {
 			t.Fatal(err)
 		}
 		if len(rec.msgs) != 1 {

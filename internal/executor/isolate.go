@@ -27,7 +27,7 @@ func (x *Executor[V]) isolate(f *Delivery[V]) (ok bool) {
 			x.endIsolation()
 		}
 	}()
-	j := &f.Job.Job
+	j := f.Job.Job
 	since, warned := time.Now(), false
 	// The backend releases its buffer first, once no Receive runs (the
 	// gate keeps new ones from starting), and the claimed-ahead jobs are

@@ -6,6 +6,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 // Context is a handler's context. It is cancelled when the handler
@@ -20,8 +22,9 @@ import (
 // It implements AfterFunc, so contexts derived from it (context.WithTimeout
 // in a handler) register a callback instead of starting a goroutine each.
 type Context struct {
-	Parent context.Context // values; set before use
-	Due    time.Time       // the deadline; zero: none; set before use
+	Parent   context.Context  // values; set before use
+	Due      time.Time        // the deadline; zero: none; set before use
+	Delivery *driver.Delivery // the value of driver.DeliveryKey; set before use
 
 	mu     sync.Mutex
 	done   chan struct{} // made on first use
@@ -60,8 +63,14 @@ func (c *Context) Err() error {
 	return c.err
 }
 
-// Value implements context.Context with the parent's values.
-func (c *Context) Value(key any) any { return c.Parent.Value(key) }
+// Value implements context.Context with the parent's values, and the
+// delivery for driver.DeliveryKey.
+func (c *Context) Value(key any) any {
+	if _, ok := key.(driver.DeliveryKey); ok && c.Delivery != nil {
+		return c.Delivery
+	}
+	return c.Parent.Value(key)
+}
 
 // AfterFunc runs f in its own goroutine once c is cancelled, like
 // context.AfterFunc; stop unregisters it.

@@ -128,6 +128,75 @@ func (s *Store) Delete(ctx context.Context, key, rev string) error {
 	return opErr("delete", key, s.d.Delete(ctx, s.ns+key, rev))
 }
 
+// DeleteValue removes key only when it is at revision rev and holds
+// exactly value (driver.DeleteValue: one round trip on a store that has
+// it); driver.ErrRevision otherwise.
+func (s *Store) DeleteValue(ctx context.Context, key, rev string, value []byte) error {
+	if s.zero() {
+		return opErr("delete", key, ErrNil)
+	}
+	if err := driver.CheckKey(key); err != nil {
+		return opErr("delete", key, err)
+	}
+	if !plausibleRev(rev) {
+		return opErr("delete", key, driver.ErrRevision)
+	}
+	return opErr("delete", key, driver.DeleteValue(ctx, s.d, s.ns+key, rev, value))
+}
+
+// GetEach is Get of each key (driver.GetEach: one round trip on a store
+// that batches, at most driver.MaxBatch distinct keys): a result's Err is
+// nil or driver.ErrKeyNotFound.
+func (s *Store) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
+	if s.zero() {
+		return nil, opErr("get", firstKey(keys), ErrNil)
+	}
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		if err := driver.CheckKey(k); err != nil {
+			return nil, opErr("get", k, err)
+		}
+		full[i] = s.ns + k
+	}
+	rs, err := driver.GetEach(ctx, s.d, full)
+	return rs, opErr("get", firstKey(keys), err)
+}
+
+// CreateEach is Create of each item's Key, Value and TTL (driver.CreateEach:
+// one round trip on a store that batches, at most driver.MaxBatch distinct
+// keys): a result's Err is nil or driver.ErrKeyExists. Its error may
+// follow any subset of the items' writes.
+func (s *Store) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if s.zero() {
+		return nil, opErr("create", "", ErrNil)
+	}
+	full := make([]driver.BatchItem, len(items))
+	for i, it := range items {
+		ttl, err := checkWrite(it.Key, it.Value, it.TTL)
+		if err != nil {
+			return nil, opErr("create", it.Key, err)
+		}
+		full[i] = driver.BatchItem{Key: s.ns + it.Key, Value: it.Value, TTL: ttl}
+	}
+	rs, err := driver.CreateEach(ctx, s.d, full)
+	if err != nil {
+		key := ""
+		if len(items) > 0 {
+			key = items[0].Key
+		}
+		return nil, opErr("create", key, err)
+	}
+	return rs, nil
+}
+
+// firstKey names a batch in its error: its first key.
+func firstKey(keys []string) string {
+	if len(keys) == 0 {
+		return ""
+	}
+	return keys[0]
+}
+
 // List returns the keys that start with prefix, in byte order, limit at a
 // time (DefaultListLimit when zero or less, at most MaxListLimit), after
 // cursor; next is the cursor of the next page, empty on the last.

@@ -4,6 +4,16 @@
 // Cancel marks the record and leaves a cancel mark (key cancel/<id>) that the
 // workers running the job poll for.
 //
+// What a delivery costs. Taking a job reads nothing (Begin): the cancel
+// marks are listed once per poll interval for all the deliveries, and the
+// job's nonce and copy, which it carries, are checked against its record
+// when a state is written. The running state is written only for a handler
+// still running at a poll. The end is handed to the Tracker's writer (see
+// ends), which writes the ends of many deliveries together off their path:
+// one read of their records (one round trip where the store batches), then
+// their writes. Until it is written, an end is shown by Get in the process
+// that settled it; Flush waits for the writes.
+//
 // The records are stored as JSON and read by every version of the platform:
 // their fields and names never change.
 //
@@ -27,7 +37,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,6 +163,8 @@ type Tracker struct {
 	queues  map[string]bool
 	running sync.Map     // record key → *Track, for the jobs running here
 	n       atomic.Int32 // entries in running
+	marks   marks        // the cancel marks as last listed
+	ends    ends         // the deliveries' ends not written yet
 }
 
 // New returns the Tracker cfg describes.
@@ -202,17 +213,28 @@ func (t *Tracker) bound(ctx context.Context) (context.Context, context.CancelFun
 
 // Get returns the record of the job with the given ID; ErrNotFound when
 // there is none. A job running in this process whose running state is not
-// written yet (see Track) is shown running.
+// written yet (see Track) is shown running, and one whose end this
+// process has not written yet (see Flush) is shown ended.
 func (t *Tracker) Get(ctx context.Context, id string) (Record, error) {
 	if _, err := t.store(); err != nil {
 		return Record{}, err
 	}
 	k := key(id)
+	// The end not written yet is looked up before the store is read: one
+	// written meanwhile is then in the record read.
+	p, pending := t.pendingEnd(k)
 	r, _, err := t.read(ctx, k)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return r, err
 	}
-	if t.local(k, &r, err == nil) {
+	found := err == nil
+	if pending && (!found || refuse(&r, &p) == nil) {
+		if found {
+			merge(&r, &p)
+		}
+		r, found = p, true
+	}
+	if t.local(k, &r, found) || found {
 		return r, nil
 	}
 	return r, err
@@ -251,6 +273,9 @@ func (t *Tracker) Cancel(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
+		if p, ok := t.pendingEnd(k); ok && p.State.Terminal() && refuse(&r, &p) == nil {
+			return fmt.Errorf("%w (%s)", ErrFinished, p.State) // ended here, not written yet
+		}
 		if r.State.Terminal() {
 			return fmt.Errorf("%w (%s)", ErrFinished, r.State)
 		}
@@ -272,6 +297,7 @@ func (t *Tracker) Cancel(ctx context.Context, id string) error {
 	if err != nil && !errors.Is(err, driver.ErrKeyExists) {
 		return fmt.Errorf("asyncplatform: cancel %q: %w", id, err)
 	}
+	t.marks.add(k)
 	return nil
 }
 
@@ -291,22 +317,63 @@ type Job struct {
 	TryCount, Failures, Crashes int
 }
 
-// EnqueueWriters is how many records Enqueued writes at once for a batch.
+// EnqueueWriters is how many records Enqueued writes at once for a batch,
+// one a call, where the store does not batch, and for the records found
+// present already.
 const EnqueueWriters = 16
 
 // Enqueued writes the waiting (or scheduled) record of each newly stored job
-// of a tracked queue, up to EnqueueWriters at once, and returns when all are
-// written. The jobs are stored already: a failed write is logged, not
-// returned (the worker writes the record when it takes the job).
+// of a tracked queue and returns when all are written: those of a batch
+// created together (one round trip where the store batches, see
+// driver.CreateEach), a record found present (a worker's, or another
+// enqueue's) then written one by one, up to EnqueueWriters at once. The
+// jobs are stored already: a failed write is logged, not returned (the
+// worker writes the record when it takes the job).
 func (t *Tracker) Enqueued(ctx context.Context, jobs []Job) {
 	now := t.cfg.Now()
 	if len(jobs) == 1 {
 		t.enqueued(ctx, &jobs[0], now)
 		return
 	}
+	var items []driver.BatchItem
+	var of []int // the job of each item
+	seen := make(map[string]bool, len(jobs))
+	var rest []int // the jobs written one by one
+	for i := range jobs {
+		j := &jobs[i]
+		if !t.Tracks(j.Queue) {
+			continue
+		}
+		k := "job/" + key(j.ID)
+		if seen[k] || len(items) == driver.MaxBatch {
+			rest = append(rest, i)
+			continue
+		}
+		seen[k] = true
+		r := waitingRecord(j, now)
+		b, _ := json.Marshal(&r)
+		items = append(items, driver.BatchItem{Key: k, Value: b, TTL: t.cfg.Retention})
+		of = append(of, i)
+	}
+	if len(items) > 1 {
+		rs, err := t.cfg.Store.CreateEach(ctx, items)
+		switch {
+		case err != nil:
+			t.cfg.Logger.Warn("asyncplatform: writing jobs' statuses together failed; they are written one by one", "jobs", len(items), "error", err)
+			rest = append(rest, of...)
+		default:
+			for n, r := range rs {
+				if r.Err != nil { // present: decided one by one
+					rest = append(rest, of[n])
+				}
+			}
+		}
+	} else {
+		rest = append(rest, of...)
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, EnqueueWriters)
-	for i := range jobs {
+	for _, i := range rest {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -317,15 +384,21 @@ func (t *Tracker) Enqueued(ctx context.Context, jobs []Job) {
 	wg.Wait()
 }
 
+// waitingRecord is the record of j stored at now.
+func waitingRecord(j *Job, now time.Time) Record {
+	r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, State: Waiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now, Copy: j.Copy, Nonce: j.Nonce}
+	if j.NotBefore.After(now) {
+		r.State, r.RetryAt = Scheduled, j.NotBefore
+	}
+	return r
+}
+
 // enqueued writes the record of j, stored at now, when its queue is tracked.
 func (t *Tracker) enqueued(ctx context.Context, j *Job, now time.Time) {
 	if !t.Tracks(j.Queue) {
 		return
 	}
-	r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, State: Waiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now, Copy: j.Copy, Nonce: j.Nonce}
-	if j.NotBefore.After(now) {
-		r.State, r.RetryAt = Scheduled, j.NotBefore
-	}
+	r := waitingRecord(j, now)
 	if err := t.create(ctx, &r); err != nil {
 		t.cfg.Logger.Warn("asyncplatform: writing a job's status failed", "queue", j.Queue, "id", j.ID, "error", err)
 	}
@@ -352,11 +425,55 @@ func newer(cur, r *Record) bool {
 	return cur.Copy > r.Copy || cur.Copy == r.Copy && cur.Tries > r.Tries || cur.Nonce != "" && cur.Nonce != r.Nonce
 }
 
+// refuse returns errStale when r may not be written over cur: cur records
+// a later attempt, or another enqueue (r's nonce is not cur's: a forgery or
+// a copy from before a redrive), or r's copy is more than MaxCopyLead ahead
+// of cur's (see the package doc).
+func refuse(cur, r *Record) error {
+	if newer(cur, r) || r.Copy > cur.Copy && r.Copy-cur.Copy > MaxCopyLead {
+		return errStale
+	}
+	return nil
+}
+
+// merge keeps in r, a delivery's state about to be written over cur, what
+// cur knows and the delivery does not: the cancel mark, the last error, and
+// the enqueue and start times.
+func merge(cur, r *Record) {
+	r.CancelRequested = r.CancelRequested || cur.CancelRequested
+	if r.Error == "" {
+		r.Error = cur.Error
+	}
+	if r.EnqueuedAt.IsZero() {
+		r.EnqueuedAt = cur.EnqueuedAt
+	}
+	if r.StartedAt.IsZero() {
+		r.StartedAt = cur.StartedAt
+	}
+}
+
+// revOf reads the record of key k that r is to be written over: it
+// returns its revision (empty: none) with the record merged into r, or
+// errStale when r may not be written over it (see refuse).
+func (t *Tracker) revOf(ctx context.Context, k string, r *Record) (string, error) {
+	cur, rev, err := t.read(ctx, k)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return "", nil
+	case err != nil:
+		return "", err
+	case refuse(&cur, r) != nil:
+		return "", errStale
+	}
+	merge(&cur, r)
+	return rev, nil
+}
+
 // write writes r at rev (empty: create), and on a conflict (Cancel wrote
 // meanwhile, or the record is older or newer than thought) reads the record
-// again, keeps its CancelRequested, and writes again. When the record holds
-// a later attempt's state, it leaves it and returns errStale. It returns the
-// new revision.
+// again, merges it into r (see merge), and writes again. When the record
+// may not be written over (see refuse), it leaves it and returns errStale.
+// It returns the new revision.
 func (t *Tracker) write(ctx context.Context, r *Record, rev string) (string, error) {
 	s, k := t.cfg.Store, key(r.ID)
 	b, _ := json.Marshal(r)
@@ -377,14 +494,12 @@ func (t *Tracker) write(ctx context.Context, r *Record, rev string) (string, err
 			rev = ""
 		case err != nil:
 			return err
-		case newer(&cur, r):
+		case refuse(&cur, r) != nil:
 			return errStale
 		default:
 			rev = cr
-			if cur.CancelRequested && !r.CancelRequested {
-				r.CancelRequested = true
-				b, _ = json.Marshal(r)
-			}
+			merge(&cur, r)
+			b, _ = json.Marshal(r)
 		}
 		return kv.ErrRetry
 	})
@@ -446,19 +561,19 @@ func (t *Tracker) Poll(ctx context.Context) {
 	}
 }
 
-// pollOnce cancels the running jobs that have a cancel mark: one List of the
-// marks per page, whatever the number of running jobs.
+// pollOnce lists the cancel marks (for Begin) and cancels the running jobs
+// that have one: one List of the marks per page, whatever the number of
+// running jobs.
 func (t *Tracker) pollOnce(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, max(t.cfg.Poll, time.Second))
-	defer cancel()
-	err := t.cfg.Store.ListAll(ctx, "cancel/", func(k string) (bool, error) {
-		if v, ok := t.running.Load(strings.TrimPrefix(k, "cancel/")); ok {
-			v.(*Track).cancel()
-		}
-		return true, nil
-	})
+	set, err := t.listMarks(ctx)
 	if err != nil {
 		t.cfg.Logger.Warn("asyncplatform: reading cancellations failed", "error", err)
+		return
+	}
+	for k := range set {
+		if v, ok := t.running.Load(k); ok {
+			v.(*Track).cancel()
+		}
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,6 +62,16 @@ func newTracker(d driver.Store, worker string) *Tracker {
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Now:    func() time.Time { return clock },
 	})
+}
+
+// flush waits for tk's ends to be written.
+func flush(t *testing.T, tk *Tracker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := tk.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
 }
 
 func get(t *testing.T, tk *Tracker, id string) Record {
@@ -209,27 +218,37 @@ func TestLateSettleOfOlderCopy(t *testing.T) {
 	}
 }
 
-// An older copy that comes again after a later copy ended runs untracked,
-// and its attempt leaves the later copy's end in place.
+// An older copy that comes again after a later copy ended writes nothing:
+// its attempt leaves the later copy's end in place. The hooks of an
+// untracked delivery (a nil Track) do nothing.
 func TestDuplicateOlderCopy(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	tk := newTracker(newStore(t), "w1")
 	deliver(t, tk, Job{ID: "j1", Queue: "q", Type: "t", Copy: 2, TryCount: 1}).
 		Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 2, nil, "")
-	tr, cancelled := tk.Begin(ctx, Job{ID: "j1", Queue: "q", Type: "t", Copy: 1})
-	if tr != nil || cancelled {
-		t.Fatalf("Begin of an older copy = %v, %v; want nil, false", tr, cancelled)
+	flush(t, tk)
+	tr := deliver(t, tk, Job{ID: "j1", Queue: "q", Type: "t", Copy: 1})
+	if r := get(t, tk, "j1"); r.State != Succeeded || r.Copy != 2 {
+		t.Errorf("status while an old copy runs again: %+v; want copy 2's succeeded kept", r)
 	}
-	// The hooks of an untracked delivery do nothing.
-	if tr.Running(ctx) || tr.Ended(ctx, true) {
-		t.Error("a nil Track reported a cancellation")
-	}
-	tr.Started(&jobctx.Context{Parent: ctx})
+	tr.Ended(ctx, true)
 	tr.Settled(ctx, decide.Decision{Outcome: decide.Retried}, 1, nil, "")
+	if r := get(t, tk, "j1"); r.State != Succeeded || r.Copy != 2 {
+		t.Errorf("status after an old copy ran again, here: %+v; want copy 2's succeeded kept", r)
+	}
+	flush(t, tk)
 	if r := get(t, tk, "j1"); r.State != Succeeded || r.Copy != 2 {
 		t.Errorf("status after an old copy ran again: %+v; want copy 2's succeeded kept", r)
 	}
+
+	var none *Track
+	if none.Running(ctx) || none.Ended(ctx, true) {
+		t.Error("a nil Track reported a cancellation")
+	}
+	none.Started(&jobctx.Context{Parent: ctx})
+	none.Settled(ctx, decide.Decision{Outcome: decide.Retried}, 1, nil, "")
+	none.Unsettled(ctx)
 }
 
 // A job a limit keeps refusing costs one status write, not one per refusal;
@@ -245,6 +264,7 @@ func TestDeferredWritesOnce(t *testing.T) {
 	refuse := func(wait time.Duration) {
 		tr, _ := tk.Begin(ctx, j)
 		tr.Settled(ctx, decide.Decision{Outcome: decide.Deferred, RetryAt: clock.Add(wait)}, 0, nil, "")
+		flush(t, tk)
 	}
 	before := d.n.Load()
 	refuse(time.Minute)
@@ -271,6 +291,7 @@ func TestDeferredWritesOnce(t *testing.T) {
 	tr, _ := tk.Begin(ctx, Job{ID: "j2", Queue: "q", Type: "t"}) // a duplicate delivery, refused
 	before = d.n.Load()
 	tr.Settled(ctx, decide.Decision{Outcome: decide.Deferred, RetryAt: clock.Add(time.Minute)}, 0, nil, "")
+	flush(t, tk)
 	if n := d.n.Load() - before; n != 0 {
 		t.Errorf("refusing a duplicate of a running job wrote %d times, want 0", n)
 	}
@@ -305,6 +326,7 @@ func TestCancel(t *testing.T) {
 		t.Error("Running of a cancelled job did not say so")
 	}
 	tr.Settled(ctx, decide.Decision{Outcome: decide.DeadLettered, Reason: decide.Cancelled}, 0, nil, "")
+	flush(t, tk)
 	if r := get(t, tk, "j1"); r.State != Cancelled {
 		t.Errorf("record %+v, want cancelled", r)
 	}
@@ -355,6 +377,7 @@ func TestRunningWrittenLate(t *testing.T) {
 	ctx := context.Background()
 	d := newStore(t)
 	tk, other := newTracker(d, "w1"), newTracker(d, "w2")
+	tk.cfg.Poll = time.Hour // a loaded machine's pause is no poll interval
 	j := Job{ID: "j1", Queue: "q", Type: "t", TryCount: 1}
 	tk.Enqueued(ctx, []Job{j})
 
@@ -376,6 +399,7 @@ func TestRunningWrittenLate(t *testing.T) {
 	tr.Started(&jobctx.Context{Parent: ctx})
 	tr.Ended(ctx, false)
 	tr.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 2, nil, "")
+	flush(t, tk)
 	if n := d.n.Load() - before; n != 1 {
 		t.Errorf("a quick delivery wrote %d times, want 1 (its end)", n)
 	}
@@ -386,10 +410,6 @@ func TestRunningWrittenLate(t *testing.T) {
 	j2 := Job{ID: "j2", Queue: "q", Type: "t"}
 	tk.Enqueued(ctx, []Job{j2})
 	long := deliver(t, tk, j2)
-	dup, _ := tk.Begin(ctx, j2)
-	if dup == nil || dup.rec.State != Running {
-		t.Errorf("a duplicate delivery here read %+v, want the running state", dup)
-	}
 	long.wmu.Lock()
 	long.since = time.Now().Add(-time.Hour) // it has run for an interval
 	long.wmu.Unlock()
@@ -400,6 +420,7 @@ func TestRunningWrittenLate(t *testing.T) {
 		t.Errorf("elsewhere, after the poll: %+v; want running on w1", r)
 	}
 	long.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 1, nil, "")
+	flush(t, tk)
 	if n := d.n.Load() - before; n != 2 {
 		t.Errorf("a long delivery wrote %d times, want 2 (running once, its end)", n)
 	}
@@ -538,6 +559,7 @@ func TestForgedCopyIgnored(t *testing.T) {
 			tr.Running(ctx)
 			tr.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 1, []byte("forged"), "")
 		}
+		flush(t, tk)
 		if r := get(t, tk, "j1"); r.State != Waiting || r.Copy != 0 || r.Result != nil {
 			t.Fatalf("after a forged copy %d (nonce %q): %+v; want the enqueue's waiting record", forged.Copy, forged.Nonce, r)
 		}
@@ -550,6 +572,7 @@ func TestForgedCopyIgnored(t *testing.T) {
 		t.Fatalf("the real copy: Begin = %v, cancelled %v; want its track, cancelled", real, cancelled)
 	}
 	real.Settled(ctx, decide.Decision{Outcome: decide.DeadLettered, Reason: decide.Cancelled}, 1, nil, "")
+	flush(t, tk)
 	if r := get(t, tk, "j1"); r.State != Cancelled || r.Nonce != "real" || r.Copy != MaxCopyLead {
 		t.Fatalf("the real copy's end: %+v", r)
 	}
@@ -560,58 +583,80 @@ func TestForgedCopyIgnored(t *testing.T) {
 		tr.Running(ctx)
 		tr.Settled(ctx, decide.Decision{Outcome: decide.Succeeded}, 1, []byte("forged"), "")
 	}
+	flush(t, tk)
 	tk.Enqueued(ctx, []Job{{ID: "j2", Queue: "q", Type: "t", Nonce: "real"}})
 	if r := get(t, tk, "j2"); r.State != Waiting || r.Nonce != "real" || r.Copy != 0 {
 		t.Fatalf("the enqueue after a forged record: %+v; want its waiting record", r)
 	}
 }
 
-// overlap holds each Create until EnqueueWriters are under way, so that
-// creates made fewer at a time never end (the test's deadline fails them).
-type overlap struct {
-	driver.Store
-	mu       sync.Mutex
-	inFlight int
-	most     int
-	more     chan struct{} // closed when EnqueueWriters are under way
-}
-
-func (o *overlap) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
-	o.mu.Lock()
-	o.inFlight++
-	o.most = max(o.most, o.inFlight)
-	if o.inFlight == EnqueueWriters {
-		close(o.more)
-	}
-	o.mu.Unlock()
-	defer func() { o.mu.Lock(); o.inFlight--; o.mu.Unlock() }()
-	select {
-	case <-o.more:
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
-	return o.Store.Create(ctx, key, value, ttl)
-}
-
-// The records of a batch are written at once, up to EnqueueWriters, and
-// Enqueued returns when all are.
+// The records of a batch are created together: one call where the store
+// batches. A record present already is decided alone: a worker's later
+// state of the same enqueue stays.
 func TestEnqueuedBatchAtOnce(t *testing.T) {
 	t.Parallel()
-	o := &overlap{Store: newStore(t), more: make(chan struct{})}
-	tk := newTracker(o, "w1")
-	jobs := make([]Job, 3*EnqueueWriters)
+	ctx := context.Background()
+	b := &batcher{Store: newStore(t)}
+	tk := newTracker(b, "w1")
+	jobs := make([]Job, 48)
 	for i := range jobs {
-		jobs[i] = Job{ID: fmt.Sprintf("j%d", i), Queue: "q", Type: "t"}
+		jobs[i] = Job{ID: fmt.Sprintf("j%d", i), Queue: "q", Type: "t", Nonce: "n"}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a safety net: creates one at a time never end
-	defer cancel()
+	settle(t, tk, jobs[0]) // taken and ended before its enqueue's record is written
+	flush(t, tk)
 	tk.Enqueued(ctx, jobs)
-	for _, j := range jobs {
+	if r := get(t, tk, "j0"); r.State != Succeeded {
+		t.Errorf("record of j0: %+v; want the worker's succeeded kept", r)
+	}
+	for _, j := range jobs[1:] {
 		if r := get(t, tk, j.ID); r.State != Waiting {
 			t.Fatalf("record of %s: %+v; want waiting", j.ID, r)
 		}
 	}
-	if o.most != EnqueueWriters {
-		t.Errorf("at most %d creates under way at once, want %d", o.most, EnqueueWriters)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.createEach) != 1 || b.createEach[0] != len(jobs) {
+		t.Errorf("CreateEach calls of %v items, want one of %d", b.createEach, len(jobs))
+	}
+}
+
+// cancelReadFails is a store whose reads of cancel marks fail.
+type cancelReadFails struct{ driver.Store }
+
+func (s cancelReadFails) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if strings.Contains(key, "cancel/") {
+		return nil, "", errors.New("store unreachable")
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// A failed attempt whose cancel-mark read fails logs the job while the
+// poll writes its running state: the log reads nothing the poll writes
+// (run with -race).
+func TestEndedWarnsWhileThePollWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var logged bytes.Buffer
+	tk := New(Config{
+		Store: kv.Of(cancelReadFails{newStore(t)}, kv.Status), All: true, Retention: time.Hour, Worker: "w1",
+		Timeout: 5 * time.Second, Poll: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil)),
+		Now:    func() time.Time { return clock },
+	})
+	j := Job{ID: "j1", Queue: "q", Type: "t"}
+	tk.Enqueued(ctx, []Job{j})
+	tr := deliver(t, tk, j)
+	tr.Started(&jobctx.Context{Parent: ctx})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		tr.flushRunning(ctx, time.Now().Add(time.Hour)) // the poll writes the running state
+	}()
+	if tr.Ended(ctx, true) {
+		t.Error("Ended = cancelled, with no cancel mark readable")
+	}
+	<-polled
+	if !strings.Contains(logged.String(), "id=j1") {
+		t.Errorf("the warning does not name the job:\n%s", logged.String())
 	}
 }

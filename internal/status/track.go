@@ -24,8 +24,9 @@ import (
 // sooner costs one write, its end's; while it runs, Tracker.Get in this
 // process shows it running.
 type Track struct {
-	t   *Tracker
-	key string
+	t         *Tracker
+	key       string
+	queue, id string // the job's, for logs: set by Begin, never written again
 
 	tries, failures, crashes int // the counters of the try Begin was given
 
@@ -42,42 +43,47 @@ type Track struct {
 	cancelled bool
 }
 
-// Begin reads the record of a delivered job of a tracked queue and returns
-// its Track, and whether Cancel marked the record. It returns a nil Track
-// for a job of an untracked queue, when the read fails (the job runs
-// untracked this time), for an older copy than the record's (a duplicate:
-// the record stays the later copy's), and for a copy the record is not
-// bound to: another nonce, or more than MaxCopyLead copies ahead (see the
-// package doc).
+// Begin returns the Track of a delivered job of a tracked queue, and
+// whether Cancel marked it. It reads no record: the job's nonce and copy
+// come with it and are checked against its record when a state is written
+// (a delivery whose nonce is not the record's, or more than MaxCopyLead
+// copies ahead, writes nothing: see the package doc), and its cancel mark
+// is looked up in the latest listing of the marks (see MarkAge); only a
+// job with a mark has its record read, to confirm the mark is its
+// enqueue's. It returns a nil Track for a job of an untracked queue, when
+// the marks cannot be listed (the job runs untracked this time), and for a
+// marked job whose record holds a later attempt (a duplicate: cancelled
+// as the record says) or another enqueue.
 func (t *Tracker) Begin(ctx context.Context, j Job) (tr *Track, cancelled bool) {
 	if !t.Tracks(j.Queue) {
 		return nil, false
 	}
-	ctx, cancel := t.bound(ctx)
-	defer cancel()
 	k := key(j.ID)
-	r, rev, err := t.read(ctx, k)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		if !t.local(k, &r, false) {
-			r = Record{ID: j.ID, EnqueuedAt: j.EnqueuedAt, Copy: j.Copy}
+	r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, EnqueuedAt: j.EnqueuedAt, Copy: j.Copy, Nonce: j.Nonce}
+	tr = &Track{t: t, key: k, queue: j.Queue, id: j.ID, tries: j.TryCount + 1, failures: j.Failures, crashes: j.Crashes}
+	marked, err := t.marked(ctx, k)
+	if err != nil {
+		t.cfg.Logger.Warn("asyncplatform: reading cancellations failed; a job runs untracked this time", "queue", j.Queue, "id", j.ID, "error", err)
+		return nil, false
+	}
+	if marked {
+		ctx, cancel := t.bound(ctx)
+		defer cancel()
+		cur, _, err := t.read(ctx, k)
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			t.cfg.Logger.Warn("asyncplatform: reading a job's status failed; it runs untracked this time", "queue", j.Queue, "id", j.ID, "error", err)
+			return nil, false
+		case cur.Nonce != "" && cur.Nonce != j.Nonce:
+			return nil, false
+		case refuse(&cur, &Record{Copy: j.Copy, Tries: j.TryCount + 1, Nonce: cur.Nonce}) != nil:
+			return nil, cur.CancelRequested
+		default:
+			r.CancelRequested = cur.CancelRequested
 		}
-	case err != nil:
-		t.cfg.Logger.Warn("asyncplatform: reading a job's status failed; it runs untracked this time", "queue", j.Queue, "id", j.ID, "error", err)
-		return nil, false
-	default:
-		t.local(k, &r, true) // another delivery of the job runs here
 	}
-	if r.Nonce != "" && r.Nonce != j.Nonce || j.Copy > r.Copy && j.Copy-r.Copy > MaxCopyLead {
-		t.cfg.Logger.Warn("asyncplatform: a delivered job is not the one its status record was enqueued for (forged, or a copy from before a redrive); it runs untracked",
-			"queue", j.Queue, "id", j.ID, "copy", j.Copy, "record_copy", r.Copy)
-		return nil, false
-	}
-	if newer(&r, &Record{Copy: j.Copy, Tries: j.TryCount + 1, Nonce: r.Nonce}) {
-		return nil, r.CancelRequested
-	}
-	r.Queue, r.Type, r.Copy, r.Nonce = j.Queue, j.Type, j.Copy, j.Nonce
-	tr = &Track{t: t, key: k, rec: r, rev: rev, tries: j.TryCount + 1, failures: j.Failures, crashes: j.Crashes}
+	tr.rec = r
 	return tr, r.CancelRequested
 }
 
@@ -132,7 +138,14 @@ func (tr *Track) writeRunning(ctx context.Context) {
 	tr.pending = false
 	ctx, cancel := t.bound(ctx)
 	defer cancel()
-	rev, err := t.write(ctx, &r, tr.rev)
+	rev := tr.rev
+	var err error
+	if rev == "" { // Begin read nothing: read the record, to write at its revision
+		rev, err = t.revOf(ctx, tr.key, &r)
+	}
+	if err == nil {
+		rev, err = t.write(ctx, &r, rev)
+	}
 	if err != nil {
 		if !errors.Is(err, errStale) { // stale: an older copy run again, the record follows the newer one
 			t.cfg.Logger.Warn("asyncplatform: writing a job's status failed; it runs untracked this time", "queue", r.Queue, "id", r.ID, "error", err)
@@ -202,22 +215,25 @@ func (tr *Track) Ended(ctx context.Context, failed bool) (cancelled bool) {
 	case err == nil:
 		return true
 	case !errors.Is(err, driver.ErrKeyNotFound):
-		t.cfg.Logger.Warn("asyncplatform: looking for a job's cancellation failed; its failure is taken as it is", "queue", tr.rec.Queue, "id", tr.rec.ID, "error", err)
+		t.cfg.Logger.Warn("asyncplatform: looking for a job's cancellation failed; its failure is taken as it is", "queue", tr.queue, "id", tr.id, "error", err)
 	}
 	return false
 }
 
-// Settled writes the state the settled decision d leads to, and drops the
-// Track. tries is the job's try count as settled, result the handler's
-// result, errLine the first line of its error (empty: none). It is called
-// only when the settle succeeded.
+// Settled hands the state the settled decision d leads to to the Tracker's
+// writer, and drops the Track. tries is the job's try count as settled,
+// result the handler's result, errLine the first line of its error (empty:
+// none). It is called only when the settle succeeded. It returns without
+// waiting for the write (unless MaxPendingEnds wait already): Get in this
+// process shows the state at once, other processes once it is written
+// (Flush waits for that). See ends.
 //
 // A deferred job (a limit refused it) is not written when the record says
-// running (another delivery of the job runs it) or says scheduled with the
-// same counters already (an earlier refusal wrote it): a job a limit keeps
-// refusing costs one write, not one per refusal, and its RetryAt stays the
-// one recorded (the first refusal's).
-func (tr *Track) Settled(ctx context.Context, d decide.Decision, tries int, result []byte, errLine string) {
+// running (another delivery of the job runs it, here or written) or says
+// scheduled with the same counters already (an earlier refusal wrote it):
+// a job a limit keeps refusing costs one write, not one per refusal, and
+// its RetryAt stays the one recorded (the first refusal's).
+func (tr *Track) Settled(_ context.Context, d decide.Decision, tries int, result []byte, errLine string) {
 	if tr == nil {
 		return
 	}
@@ -234,9 +250,6 @@ func (tr *Track) Settled(ctx context.Context, d decide.Decision, tries int, resu
 		r = tr.run
 	}
 	r.Tries, r.Failures, r.Crashes = tries, d.Failures, d.Crashes
-	if d.Outcome == decide.Deferred && (tr.rec.State == Running || tr.rec.State == Scheduled && sameCounts(&r, &tr.rec)) {
-		return
-	}
 	now := t.cfg.Now()
 	r.UpdatedAt, r.Worker, r.RetryAt = now, t.cfg.Worker, time.Time{}
 	if errLine != "" {
@@ -262,18 +275,7 @@ func (tr *Track) Settled(ctx context.Context, d decide.Decision, tries int, resu
 	default:
 		return
 	}
-	ctx, cancel := t.bound(ctx)
-	defer cancel()
-	_, err := t.write(ctx, &r, tr.rev)
-	if errors.Is(err, errStale) { // a later copy ran (and may have ended) first
-		return
-	}
-	if err != nil {
-		t.cfg.Logger.Warn("asyncplatform: writing a job's status failed", "queue", r.Queue, "id", r.ID, "state", r.State, "error", err)
-	}
-	if r.CancelRequested && r.State.Terminal() {
-		_ = t.cfg.Store.Delete(ctx, "cancel/"+tr.key, "")
-	}
+	t.addEnd(&end{key: tr.key, r: r, rev: tr.rev, deferred: d.Outcome == decide.Deferred})
 }
 
 // Unsettled is called when the delivery ends without a settle (the settle

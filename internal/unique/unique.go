@@ -29,6 +29,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
@@ -78,23 +79,85 @@ func parseValue(v []byte) (id, token string) {
 	return string(v), ""
 }
 
+// storedToken returns the token of a stored claim, without copying it:
+// empty for a claim made before tokens.
+func storedToken(v []byte) []byte {
+	if len(v) > tokenLen && v[0] == 0 {
+		return v[1 : 1+tokenLen]
+	}
+	return nil
+}
+
 // Holder returns the ID of the job a stored claim names.
 func Holder(v []byte) string {
 	id, _ := parseValue(v)
 	return id
 }
 
-// Header encodes the claim as a job carries it.
+// Header encodes the claim as a job carries it: a URL query of its fields
+// k, p, r, t (when it has a token) and w, in that order, as
+// url.Values.Encode writes them.
 func (c Claim) Header() string {
-	v := url.Values{}
-	v.Set("k", c.Key)
-	v.Set("r", c.Rev)
+	k, r := url.QueryEscape(c.Key), url.QueryEscape(c.Rev)
+	w, p := strconv.FormatInt(c.Window.Milliseconds(), 10), strconv.Itoa(int(c.Release))
+	var b strings.Builder
+	b.Grow(len("k=&p=&r=&t=&w=") + len(k) + len(p) + len(r) + len(c.Token) + len(w))
+	b.WriteString("k=")
+	b.WriteString(k)
+	b.WriteString("&p=")
+	b.WriteString(p)
+	b.WriteString("&r=")
+	b.WriteString(r)
 	if c.Token != "" {
-		v.Set("t", c.Token)
+		b.WriteString("&t=")
+		b.WriteString(url.QueryEscape(c.Token))
 	}
-	v.Set("w", strconv.FormatInt(c.Window.Milliseconds(), 10))
-	v.Set("p", strconv.Itoa(int(c.Release)))
-	return v.Encode()
+	b.WriteString("&w=")
+	b.WriteString(w)
+	return b.String()
+}
+
+// headerFields reads the fields of a header written as Header writes it
+// (each of k, p, r, t, w at most once, nothing else), in any order,
+// without the allocations of url.ParseQuery; ok is false for any other
+// header, which CheckHeader then reads with url.ParseQuery.
+func headerFields(h string) (k, p, r, t, w string, ok bool) {
+	if strings.IndexByte(h, ';') >= 0 {
+		return "", "", "", "", "", false
+	}
+	var seen [5]bool
+	for h != "" {
+		var field string
+		field, h, _ = strings.Cut(h, "&")
+		name, v, found := strings.Cut(field, "=")
+		if !found {
+			return "", "", "", "", "", false
+		}
+		v, err := url.QueryUnescape(v)
+		if err != nil {
+			return "", "", "", "", "", false
+		}
+		var i int
+		switch name {
+		case "k":
+			i, k = 0, v
+		case "p":
+			i, p = 1, v
+		case "r":
+			i, r = 2, v
+		case "t":
+			i, t = 3, v
+		case "w":
+			i, w = 4, v
+		default:
+			return "", "", "", "", "", false
+		}
+		if seen[i] {
+			return "", "", "", "", "", false
+		}
+		seen[i] = true
+	}
+	return k, p, r, t, w, true
 }
 
 // ErrBadClaim is wrapped by CheckHeader's errors.
@@ -106,19 +169,23 @@ var ErrBadClaim = errors.New("not a unique-key claim")
 // driver.MaxTTL (whole milliseconds, checked before any arithmetic), or an
 // unknown field value. The error wraps ErrBadClaim.
 func CheckHeader(h string) (Claim, error) {
-	v, err := url.ParseQuery(h)
-	if err != nil {
-		return Claim{}, fmt.Errorf("%w: %w", ErrBadClaim, err)
+	k, p, r, t, w, ok := headerFields(h)
+	if !ok {
+		v, err := url.ParseQuery(h)
+		if err != nil {
+			return Claim{}, fmt.Errorf("%w: %w", ErrBadClaim, err)
+		}
+		k, p, r, t, w = v.Get("k"), v.Get("p"), v.Get("r"), v.Get("t"), v.Get("w")
 	}
-	ms, err := strconv.ParseInt(v.Get("w"), 10, 64)
+	ms, err := strconv.ParseInt(w, 10, 64)
 	if err != nil || ms < driver.MinTTL.Milliseconds() || ms > driver.MaxTTL.Milliseconds() {
-		return Claim{}, fmt.Errorf("%w: window %q: want %d to %d milliseconds", ErrBadClaim, v.Get("w"), driver.MinTTL.Milliseconds(), driver.MaxTTL.Milliseconds())
+		return Claim{}, fmt.Errorf("%w: window %q: want %d to %d milliseconds", ErrBadClaim, w, driver.MinTTL.Milliseconds(), driver.MaxTTL.Milliseconds())
 	}
-	rel, err := strconv.ParseUint(v.Get("p"), 10, 8)
+	rel, err := strconv.ParseUint(p, 10, 8)
 	if err != nil {
-		return Claim{}, fmt.Errorf("%w: release policy %q: want 0 to 255", ErrBadClaim, v.Get("p"))
+		return Claim{}, fmt.Errorf("%w: release policy %q: want 0 to 255", ErrBadClaim, p)
 	}
-	c := Claim{Key: v.Get("k"), Rev: v.Get("r"), Token: v.Get("t"), Window: time.Duration(ms) * time.Millisecond, Release: Release(rel)}
+	c := Claim{Key: k, Rev: r, Token: t, Window: time.Duration(ms) * time.Millisecond, Release: Release(rel)}
 	switch {
 	case driver.CheckKey(c.Key) != nil:
 		return Claim{}, fmt.Errorf("%w: key: %w", ErrBadClaim, driver.CheckKey(c.Key))
@@ -227,14 +294,27 @@ func (c *Claims) store() (*kv.Store, error) {
 }
 
 // Take takes the key of each request that has one, in order, for its job:
-// a key is taken only when no live claim holds it. It returns one claim per
-// request (the zero Claim for a request without a key or refused) and, when
-// any was refused, one entry per request: a *HeldError for each refused, nil
-// for the others. A request is all or nothing; a store error or a request
-// without a window fails the whole call, after the keys taken are given back.
+// a key is taken only when no live claim holds it, and a key asked twice
+// in one call is taken by the first request that asks (the later ones
+// are refused, held by its job). The keys are created in batches of up
+// to driver.MaxBatch (driver.CreateEach: one round trip on a store that
+// batches); a single key with one Create. It returns one claim per
+// request (the zero Claim for a request without a key or refused) and,
+// when any was refused, one entry per request: a *HeldError for each
+// refused, nil for the others. A request is all or nothing; a request
+// without a window fails the whole call before anything is taken, and a
+// store error fails it after the keys taken are given back (those whose
+// write's outcome the error left unknown too, when the store then holds
+// this call's token for them), within ReleaseTimeout.
 func (c *Claims) Take(ctx context.Context, reqs []Request) (claims []Claim, refused []*HeldError, err error) {
 	var st *kv.Store
 	claims = make([]Claim, len(reqs))
+	var (
+		items []driver.BatchItem
+		at    []int          // the request of each item
+		first map[string]int // the first request of each key, when more than one asks
+		dups  []int          // the requests whose key an earlier one asks
+	)
 	for i, r := range reqs {
 		if r.Key == "" {
 			continue
@@ -245,26 +325,105 @@ func (c *Claims) Take(ctx context.Context, reqs []Request) (claims []Claim, refu
 			}
 		}
 		if r.Window <= 0 { // a claim always ends
-			c.GiveBack(ctx, claims)
 			return nil, nil, fmt.Errorf("unique key %q of job %s: window %v, want a positive one", r.Key, r.JobID, r.Window)
 		}
-		tok := newToken()
-		rev, err := st.Create(ctx, r.Key, value(r.JobID, tok), r.Window)
-		if errors.Is(err, driver.ErrKeyExists) {
-			holder, _, _ := st.Get(ctx, r.Key)
-			if refused == nil {
-				refused = make([]*HeldError, len(reqs))
+		if len(reqs) > 1 {
+			if first == nil {
+				first = make(map[string]int, len(reqs))
 			}
-			refused[i] = &HeldError{Key: r.Key, JobID: r.JobID, Holder: Holder(holder)}
-			continue
+			if _, dup := first[r.Key]; dup {
+				dups = append(dups, i)
+				continue
+			}
+			first[r.Key] = i
 		}
+		tok := newToken()
+		claims[i] = Claim{Key: r.Key, Token: tok, Window: r.Window, Release: r.Release}
+		items = append(items, driver.BatchItem{Key: r.Key, Value: value(r.JobID, tok), TTL: r.Window})
+		at = append(at, i)
+	}
+	var held []int // the requests refused by a claim in the store
+	for lo := 0; lo < len(items); lo += driver.MaxBatch {
+		hi := min(lo+driver.MaxBatch, len(items))
+		rs, err := c.create(ctx, st, items[lo:hi])
 		if err != nil {
 			c.GiveBack(ctx, claims)
-			return nil, nil, fmt.Errorf("taking unique key %q of job %s: %w", r.Key, r.JobID, err)
+			c.giveBackUnknown(ctx, st, items[lo:hi])
+			return nil, nil, fmt.Errorf("taking unique key %q of job %s: %w", reqs[at[lo]].Key, reqs[at[lo]].JobID, err)
 		}
-		claims[i] = Claim{Key: r.Key, Rev: rev, Token: tok, Window: r.Window, Release: r.Release}
+		for k, r := range rs {
+			i := at[lo+k]
+			if errors.Is(r.Err, driver.ErrKeyExists) {
+				claims[i] = Claim{}
+				held = append(held, i)
+				continue
+			}
+			claims[i].Rev = r.Rev
+		}
+	}
+	if held == nil && dups == nil {
+		return claims, nil, nil
+	}
+	refused = make([]*HeldError, len(reqs))
+	if len(held) > 0 {
+		keys := make([]string, len(held))
+		for k, i := range held {
+			keys[k] = reqs[i].Key
+		}
+		holders, _ := st.GetEach(ctx, keys) // the holder only names it: best effort
+		for k, i := range held {
+			refused[i] = &HeldError{Key: reqs[i].Key, JobID: reqs[i].JobID}
+			if k < len(holders) && holders[k].Err == nil {
+				refused[i].Holder = Holder(holders[k].Value)
+			}
+		}
+	}
+	for _, i := range dups {
+		j := first[reqs[i].Key]
+		h := &HeldError{Key: reqs[i].Key, JobID: reqs[i].JobID, Holder: reqs[j].JobID}
+		if refused[j] != nil { // the first was refused too: the same holder
+			h.Holder = refused[j].Holder
+		}
+		refused[i] = h
 	}
 	return claims, refused, nil
+}
+
+// create creates items: with one Create for a single item, one
+// CreateEach otherwise.
+func (c *Claims) create(ctx context.Context, st *kv.Store, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if len(items) != 1 {
+		return st.CreateEach(ctx, items)
+	}
+	rev, err := st.Create(ctx, items[0].Key, items[0].Value, items[0].TTL)
+	switch {
+	case errors.Is(err, driver.ErrKeyExists):
+		return []driver.BatchResult{{Err: driver.ErrKeyExists}}, nil
+	case err != nil:
+		return nil, err
+	}
+	return []driver.BatchResult{{Rev: rev}}, nil
+}
+
+// giveBackUnknown gives back the claims of items whose writes failed with
+// an outcome unknown: each key the store holds with the item's value (its
+// token, this call's) is deleted at the revision read. It runs to the end
+// even when ctx is cancelled; a failure is logged.
+func (c *Claims) giveBackUnknown(ctx context.Context, st *kv.Store, items []driver.BatchItem) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ReleaseTimeout)
+	defer cancel()
+	for _, it := range items {
+		v, rev, err := st.Get(ctx, it.Key)
+		if errors.Is(err, driver.ErrKeyNotFound) {
+			continue
+		}
+		if err == nil && subtle.ConstantTimeCompare(v, it.Value) == 1 {
+			err = st.Delete(ctx, it.Key, rev)
+		}
+		if err != nil && !errors.Is(err, driver.ErrRevision) {
+			c.log.WarnContext(ctx, "asyncplatform: giving back a unique key failed; it is held until its window ends", "key", it.Key, "error", err)
+		}
+	}
 }
 
 // GiveBack releases the claims (taken by Take) of jobs that were not stored,
@@ -305,7 +464,7 @@ func (c *Claims) Release(ctx context.Context, queue, id, header string, dead boo
 	st, err := c.store()
 	if err == nil {
 		dctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
-		err = c.release(dctx, st, cl)
+		err = c.release(dctx, st, cl, id)
 		cancel()
 	}
 	switch {
@@ -321,8 +480,17 @@ func (c *Claims) Release(ctx context.Context, queue, id, header string, dead boo
 var errNotHolder = errors.New("the claim's token is not the stored one")
 
 // release deletes cl's key when the store holds cl: its token, at its
-// revision.
-func (c *Claims) release(ctx context.Context, st *kv.Store, cl Claim) error {
+// revision. A claim with a token, released by the job id that took it, is
+// deleted in one compare-and-delete of the value the claim wrote (one
+// round trip on a store with driver.StoreValueDeleter); when that finds
+// another value or revision, the key is read to say why.
+func (c *Claims) release(ctx context.Context, st *kv.Store, cl Claim, id string) error {
+	if cl.Token != "" && id != "" {
+		err := st.DeleteValue(ctx, cl.Key, cl.Rev, value(id, cl.Token))
+		if !errors.Is(err, driver.ErrRevision) {
+			return err
+		}
+	}
 	v, rev, err := st.Get(ctx, cl.Key)
 	if err != nil {
 		return err
@@ -330,15 +498,15 @@ func (c *Claims) release(ctx context.Context, st *kv.Store, cl Claim) error {
 	if rev != cl.Rev {
 		return driver.ErrRevision // taken since by another claim, or renewed by a redrive
 	}
-	if _, tok := parseValue(v); !tokenEqual(tok, cl.Token) {
+	if !tokenEqual(storedToken(v), cl.Token) {
 		return errNotHolder
 	}
 	return st.Delete(ctx, cl.Key, cl.Rev)
 }
 
-// tokenEqual compares tokens in constant time.
-func tokenEqual(a, b string) bool {
-	return len(a) == len(b) && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+// tokenEqual compares a stored token with a claim's in constant time.
+func tokenEqual[T string | []byte](stored T, tok string) bool {
+	return len(stored) == len(tok) && subtle.ConstantTimeCompare([]byte(stored), []byte(tok)) == 1
 }
 
 // Retake has the job id, a dead letter being redriven, take the key of its

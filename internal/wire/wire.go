@@ -309,13 +309,14 @@ func DecodeJob(b []byte, j *Job, names map[string]string) error {
 	j.Copy = r.uvarint("copy")
 	flags := r.byte("flags")
 	j.Suspect = flags&4 != 0
-	retry := r.small("RetryLimit")
-	poison := r.small("PoisonLimit")
-	if flags&1 != 0 {
-		j.Policy.RetryLimit = &retry
+	retry, poison := r.small("RetryLimit"), r.small("PoisonLimit")
+	if flags&1 != 0 { // a limit that is not set takes no allocation
+		v := retry
+		j.Policy.RetryLimit = &v
 	}
 	if flags&2 != 0 {
-		j.Policy.PoisonLimit = &poison
+		v := poison
+		j.Policy.PoisonLimit = &v
 	}
 	j.Policy.BackoffBase = time.Duration(r.varint("BackoffBase"))
 	j.Policy.BackoffCap = time.Duration(r.varint("BackoffCap"))

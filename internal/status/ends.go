@@ -1,0 +1,226 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// MaxPendingEnds bounds the ends a Tracker holds unwritten: a Settled that
+// finds this many waits for the writer to take some.
+const MaxPendingEnds = 4 * driver.MaxBatch
+
+// endWriters bounds the record writes of one batch made at once.
+const endWriters = 16
+
+// end is a delivery's end (Settled) waiting to be written, or being written.
+type end struct {
+	key      string
+	r        Record
+	rev      string // the record's revision when this delivery wrote it (its running state); empty: read it
+	deferred bool   // a limit's refusal: not written over running, nor over scheduled with the same counters
+	taken    bool   // in the batch being written
+	skip     bool   // decided against its record: nothing to write
+}
+
+// ends is the Tracker's writer of the deliveries' ends: Settled hands it the
+// state to write and returns; one goroutine writes them a batch at a time
+// (the records read in one round trip where the store batches, then
+// written, endWriters at once), and exits when none is left. A job's later
+// end replaces its earlier one still waiting, so a job costs one write per
+// batch at most.
+type ends struct {
+	mu      sync.Mutex
+	room    *sync.Cond      // signalled when the writer takes a batch
+	waiting []*end          // not taken yet, in order; one per key
+	byKey   map[string]*end // the latest end of each key, waiting or taken
+	idle    chan struct{}   // closed when the writer exits; nil when none runs
+}
+
+// pendingEnd returns the latest end of key k not written yet, if any.
+func (t *Tracker) pendingEnd(k string) (Record, bool) {
+	e := &t.ends
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p, ok := e.byKey[k]
+	if !ok {
+		return Record{}, false
+	}
+	return p.r, true
+}
+
+// addEnd hands p to the writer, waiting while MaxPendingEnds are waiting.
+func (t *Tracker) addEnd(p *end) {
+	e := &t.ends
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.byKey == nil {
+		e.byKey = make(map[string]*end)
+		e.room = sync.NewCond(&e.mu)
+	}
+	if old, ok := e.byKey[p.key]; ok && !old.taken {
+		if newer(&old.r, &p.r) { // a later attempt's end waits already
+			return
+		}
+		*old = *p // the same place in the order: one write for both
+		return
+	}
+	for len(e.waiting) >= MaxPendingEnds {
+		e.room.Wait()
+	}
+	e.waiting = append(e.waiting, p)
+	e.byKey[p.key] = p
+	if e.idle == nil {
+		e.idle = make(chan struct{})
+		go t.writeEnds(e.idle)
+	}
+}
+
+// Flush returns when every end handed to the writer before the call is
+// written (or given up), or when ctx ends, with its error.
+func (t *Tracker) Flush(ctx context.Context) error {
+	e := &t.ends
+	for {
+		e.mu.Lock()
+		idle := e.idle
+		e.mu.Unlock()
+		if idle == nil {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// writeEnds writes the waiting ends a batch at a time until none is left,
+// then closes idle.
+func (t *Tracker) writeEnds(idle chan struct{}) {
+	e := &t.ends
+	for {
+		e.mu.Lock()
+		n := min(len(e.waiting), driver.MaxBatch)
+		if n == 0 {
+			e.idle = nil
+			close(idle)
+			e.mu.Unlock()
+			return
+		}
+		taken := e.waiting[:n:n]
+		e.waiting = append([]*end(nil), e.waiting[n:]...)
+		batch := make([]end, n) // the writer's copies: Get reads the originals
+		for i, p := range taken {
+			p.taken = true
+			batch[i] = *p
+		}
+		e.room.Broadcast()
+		e.mu.Unlock()
+
+		t.writeBatch(batch)
+
+		e.mu.Lock()
+		for _, p := range taken {
+			if e.byKey[p.key] == p {
+				delete(e.byKey, p.key)
+			}
+		}
+		e.mu.Unlock()
+	}
+}
+
+// writeBatch writes the ends of batch (distinct keys): the records of those
+// without a revision read in one call, each end decided against its record,
+// then written endWriters at once.
+func (t *Tracker) writeBatch(batch []end) {
+	ctx, cancel := t.bound(context.Background())
+	defer cancel()
+	var keys []string
+	var read []*end
+	for i := range batch {
+		if p := &batch[i]; p.rev == "" {
+			keys = append(keys, "job/"+p.key)
+			read = append(read, p)
+		}
+	}
+	if len(keys) > 0 {
+		rs, err := t.cfg.Store.GetEach(ctx, keys)
+		if err != nil {
+			t.cfg.Logger.Warn("asyncplatform: reading jobs' statuses failed; their ends are written one by one", "jobs", len(keys), "error", err)
+		}
+		for i, p := range read {
+			if err == nil {
+				p.rev = t.decideEnd(p, rs[i])
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, endWriters)
+	for i := range batch {
+		p := &batch[i]
+		if p.skip {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			t.writeEnd(ctx, p)
+		})
+	}
+	wg.Wait()
+}
+
+// decideEnd decides p against its record as read (res): it sets p.skip
+// when p is not to be written (a later attempt's record, another enqueue's,
+// a refusal that changes nothing), and merges into p.r what the record
+// keeps. It returns the revision to write at: empty, create.
+func (t *Tracker) decideEnd(p *end, res driver.BatchResult) string {
+	if errors.Is(res.Err, driver.ErrKeyNotFound) {
+		p.skip = p.deferred && t.runningHere(p.key)
+		return ""
+	}
+	var cur Record
+	if err := json.Unmarshal(res.Value, &cur); err != nil {
+		return "" // written one by one: the write reads it again, and says why
+	}
+	view := cur
+	t.local(p.key, &view, true)
+	if refuse(&cur, &p.r) != nil || p.deferred && (view.State == Running || view.State == Scheduled && sameCounts(&p.r, &view)) {
+		p.skip = true
+		return ""
+	}
+	merge(&cur, &p.r)
+	return res.Rev
+}
+
+// runningHere reports whether a delivery of the job of key k runs here with
+// its running state not written.
+func (t *Tracker) runningHere(k string) bool {
+	v, ok := t.running.Load(k)
+	if !ok {
+		return false
+	}
+	_, ok = v.(*Track).view()
+	return ok
+}
+
+// writeEnd writes p, and deletes the cancel mark of a job it ends.
+func (t *Tracker) writeEnd(ctx context.Context, p *end) {
+	r := p.r
+	_, err := t.write(ctx, &r, p.rev)
+	if errors.Is(err, errStale) { // a later copy ran (and may have ended) first, or another enqueue's record
+		return
+	}
+	if err != nil {
+		t.cfg.Logger.Warn("asyncplatform: writing a job's status failed", "queue", r.Queue, "id", r.ID, "state", r.State, "error", err)
+		return
+	}
+	if r.CancelRequested && r.State.Terminal() {
+		_ = t.cfg.Store.Delete(ctx, "cancel/"+p.key, "")
+		t.marks.drop(p.key)
+	}
+}
