@@ -267,7 +267,7 @@ func (q *Queue[J]) hold(ds []*driver.Delivery) []*Delivery[J] {
 	fs := make([]*Delivery[J], len(ds))
 	q.mu.Lock()
 	for i, d := range ds {
-		fs[i] = &Delivery[J]{D: d, renewed: now}
+		fs[i] = &Delivery[J]{D: d, renewed: monoOf(now)}
 		q.held[fs[i]] = struct{}{}
 	}
 	q.mu.Unlock()
@@ -299,7 +299,7 @@ func (q *Queue[J]) passHeld(ctx context.Context, fs []*Delivery[J]) bool {
 func (q *Queue[J]) passOn(ctx context.Context, ds []*driver.Delivery, tokens int) bool {
 	now := time.Now()
 	for i, d := range ds {
-		f := &Delivery[J]{D: d, renewed: now}
+		f := &Delivery[J]{D: d, renewed: monoOf(now)}
 		q.mu.Lock()
 		q.held[f] = struct{}{}
 		q.mu.Unlock()
@@ -321,7 +321,7 @@ func (q *Queue[J]) passOn(ctx context.Context, ds []*driver.Delivery, tokens int
 
 // handBackNew hands back a delivery the fetcher claimed and never passed on.
 func (q *Queue[J]) handBackNew(d *driver.Delivery) {
-	f := &Delivery[J]{D: d, renewed: time.Now()}
+	f := &Delivery[J]{D: d, renewed: monoOf(time.Now())}
 	q.mu.Lock()
 	q.held[f] = struct{}{}
 	q.mu.Unlock()
