@@ -135,10 +135,9 @@ func (t *Tracker) writeEnds(idle chan struct{}) {
 
 // writeBatch writes the ends of batch (distinct keys): the records of those
 // without a revision read in one call, each end decided against its record,
-// then written endWriters at once.
+// then written endWriters at once. Config.Timeout bounds each call, the
+// read and each end's write, not the batch.
 func (t *Tracker) writeBatch(batch []end) {
-	ctx, cancel := t.bound(context.Background())
-	defer cancel()
 	var keys []string
 	var read []*end
 	for i := range batch {
@@ -148,7 +147,9 @@ func (t *Tracker) writeBatch(batch []end) {
 		}
 	}
 	if len(keys) > 0 {
+		ctx, cancel := t.bound(context.Background())
 		rs, err := t.cfg.Store.GetEach(ctx, keys)
+		cancel()
 		if err != nil {
 			t.cfg.Logger.Warn("asyncplatform: reading jobs' statuses failed; their ends are written one by one", "jobs", len(keys), "error", err)
 		}
@@ -168,6 +169,8 @@ func (t *Tracker) writeBatch(batch []end) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
+			ctx, cancel := t.bound(context.Background())
+			defer cancel()
 			t.writeEnd(ctx, p)
 		})
 	}
