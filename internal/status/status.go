@@ -222,13 +222,13 @@ func (t *Tracker) Get(ctx context.Context, id string) (Record, error) {
 	k := key(id)
 	// The end not written yet is looked up before the store is read: one
 	// written meanwhile is then in the record read.
-	p, pending := t.pendingEnd(k)
+	ends := t.pendingEnds(k)
 	r, _, err := t.read(ctx, k)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return r, err
 	}
 	found := err == nil
-	if pending && (!found || refuse(&r, &p) == nil) {
+	if p, pending := pendingEnd(ends, &r, found); pending {
 		if found {
 			merge(&r, &p)
 		}
@@ -273,7 +273,7 @@ func (t *Tracker) Cancel(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if p, ok := t.pendingEnd(k); ok && p.State.Terminal() && refuse(&r, &p) == nil {
+		if p, ok := pendingEnd(t.pendingEnds(k), &r, true); ok && p.State.Terminal() {
 			return fmt.Errorf("%w (%s)", ErrFinished, p.State) // ended here, not written yet
 		}
 		if r.State.Terminal() {
