@@ -161,10 +161,15 @@ type Config struct {
 type Tracker struct {
 	cfg     Config
 	queues  map[string]bool
-	running sync.Map     // record key → *Track, for the jobs running here
-	n       atomic.Int32 // entries in running
-	marks   marks        // the cancel marks as last listed
-	ends    ends         // the deliveries' ends not written yet
+	running sync.Map // record key → *Track, for the jobs running here: the latest delivery of each
+	// beside holds the other deliveries running here of a job whose latest
+	// is in running (a duplicate, a copy of another enqueue): they are
+	// cancelled and written like it. Usually empty.
+	beside sync.Map     // *Track → struct{}
+	holdMu sync.Mutex   // held while a Track enters or leaves running and beside
+	n      atomic.Int32 // entries in running
+	marks  marks        // the cancel marks as last listed
+	ends   ends         // the deliveries' ends not written yet
 }
 
 // New returns the Tracker cfg describes.
@@ -575,6 +580,12 @@ func (t *Tracker) pollOnce(ctx context.Context) {
 			v.(*Track).cancel()
 		}
 	}
+	t.beside.Range(func(v, _ any) bool {
+		if tr := v.(*Track); set[tr.key] {
+			tr.cancel()
+		}
+		return true
+	})
 }
 
 // flushRunning writes the running state of the jobs running here since a
@@ -582,6 +593,10 @@ func (t *Tracker) pollOnce(ctx context.Context) {
 func (t *Tracker) flushRunning(ctx context.Context) {
 	cutoff := time.Now().Add(-t.cfg.Poll)
 	t.running.Range(func(_, v any) bool {
+		v.(*Track).flushRunning(ctx, cutoff)
+		return ctx.Err() == nil
+	})
+	t.beside.Range(func(v, _ any) bool {
 		v.(*Track).flushRunning(ctx, cutoff)
 		return ctx.Err() == nil
 	})

@@ -107,7 +107,11 @@ func (tr *Track) Running(context.Context) (cancelled bool) {
 	tr.wmu.Lock()
 	tr.run, tr.pending, tr.since = r, true, time.Now()
 	tr.wmu.Unlock()
-	t.running.Store(tr.key, tr)
+	t.holdMu.Lock()
+	if old, ok := t.running.Swap(tr.key, tr); ok {
+		t.beside.Store(old, struct{}{}) // still running: still cancelled and written
+	}
+	t.holdMu.Unlock()
 	t.n.Add(1)
 	return false
 }
@@ -181,11 +185,15 @@ func (tr *Track) cancel() {
 	}
 }
 
-// unhold removes tr from the jobs running here, unless another delivery of
-// the same job holds the entry.
+// unhold removes tr from the jobs running here.
 func (tr *Track) unhold() {
-	if tr.t.running.CompareAndDelete(tr.key, tr) {
-		tr.t.n.Add(-1)
+	t := tr.t
+	t.holdMu.Lock()
+	defer t.holdMu.Unlock()
+	if t.running.CompareAndDelete(tr.key, tr) {
+		t.n.Add(-1)
+	} else if _, ok := t.beside.LoadAndDelete(tr); ok {
+		t.n.Add(-1)
 	}
 }
 
