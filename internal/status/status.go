@@ -575,17 +575,30 @@ func (t *Tracker) pollOnce(ctx context.Context) {
 		t.cfg.Logger.Warn("asyncplatform: reading cancellations failed", "error", err)
 		return
 	}
+	var marked []*Track
 	for k := range set {
 		if v, ok := t.running.Load(k); ok {
-			v.(*Track).cancel()
+			marked = append(marked, v.(*Track))
 		}
 	}
 	t.beside.Range(func(v, _ any) bool {
 		if tr := v.(*Track); set[tr.key] {
-			tr.cancel()
+			marked = append(marked, tr)
 		}
 		return true
 	})
+	for _, tr := range marked {
+		if tr.isCancelled() {
+			continue
+		}
+		ours, err := tr.cancelRequested(ctx)
+		switch {
+		case err != nil:
+			t.cfg.Logger.Warn("asyncplatform: reading a marked job's status failed; its cancellation waits for the next poll", "queue", tr.queue, "id", tr.id, "error", err)
+		case ours:
+			tr.cancel()
+		}
+	}
 }
 
 // flushRunning writes the running state of the jobs running here since a
