@@ -108,7 +108,7 @@ func (tr *Track) Running(context.Context) (cancelled bool) {
 	tr.run, tr.pending, tr.since = r, true, time.Now()
 	tr.wmu.Unlock()
 	t.holdMu.Lock()
-	if old, ok := t.running.Swap(tr.key, tr); ok {
+	if old, ok := t.running.Swap(tr.key, tr); ok && old != tr {
 		t.beside.Store(old, struct{}{}) // still running: still cancelled and written
 	}
 	t.holdMu.Unlock()
