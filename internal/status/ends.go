@@ -24,6 +24,10 @@ type end struct {
 	deferred bool   // a limit's refusal: not written over running, nor over scheduled with the same counters
 	taken    bool   // in the batch being written
 	skip     bool   // decided against its record: nothing to write
+	// prev is the end of the same key before this one when that one is of
+	// another enqueue (another nonce): the two are not merged, as only
+	// the record tells which is its enqueue's (see addEnd).
+	prev *end
 }
 
 // ends is the Tracker's writer of the deliveries' ends: Settled hands it the
@@ -40,16 +44,28 @@ type ends struct {
 	idle    chan struct{}   // closed when the writer exits; nil when none runs
 }
 
-// pendingEnd returns the latest end of key k not written yet, if any.
-func (t *Tracker) pendingEnd(k string) (Record, bool) {
+// pendingEnds returns the ends of key k not written yet, the latest
+// first: more than one when ends of other enqueues wait (see addEnd).
+func (t *Tracker) pendingEnds(k string) []Record {
 	e := &t.ends
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p, ok := e.byKey[k]
-	if !ok {
-		return Record{}, false
+	var out []Record
+	for p := e.byKey[k]; p != nil; p = p.prev {
+		out = append(out, p.r)
 	}
-	return p.r, true
+	return out
+}
+
+// pendingEnd returns the latest of ends (see pendingEnds) that may be
+// written over the record r (found: r was read), if any.
+func pendingEnd(ends []Record, r *Record, found bool) (Record, bool) {
+	for i := range ends {
+		if !found || refuse(r, &ends[i]) == nil {
+			return ends[i], true
+		}
+	}
+	return Record{}, false
 }
 
 // addEnd hands p to the writer, waiting while MaxPendingEnds are waiting.
@@ -61,12 +77,22 @@ func (t *Tracker) addEnd(p *end) {
 		e.byKey = make(map[string]*end)
 		e.room = sync.NewCond(&e.mu)
 	}
-	if old, ok := e.byKey[p.key]; ok && !old.taken {
-		if newer(&old.r, &p.r) { // a later attempt's end waits already
+	if old, ok := e.byKey[p.key]; ok {
+		switch {
+		case old.r.Nonce != p.r.Nonce:
+			// Another enqueue's (a copy from before a redrive, or a
+			// forgery): both are written, and the record refuses the end
+			// that is not its enqueue's.
+			p.prev = old
+		case old.taken:
+		case newer(&old.r, &p.r): // a later attempt's end waits already
+			return
+		default:
+			prev := old.prev
+			*old = *p // the same place in the order: one write for both
+			old.prev = prev
 			return
 		}
-		*old = *p // the same place in the order: one write for both
-		return
 	}
 	for len(e.waiting) >= MaxPendingEnds {
 		e.room.Wait()
@@ -104,15 +130,26 @@ func (t *Tracker) writeEnds(idle chan struct{}) {
 	e := &t.ends
 	for {
 		e.mu.Lock()
-		n := min(len(e.waiting), driver.MaxBatch)
-		if n == 0 {
+		if len(e.waiting) == 0 {
 			e.idle = nil
 			close(idle)
 			e.mu.Unlock()
 			return
 		}
-		taken := e.waiting[:n:n]
-		e.waiting = append([]*end(nil), e.waiting[n:]...)
+		// A batch holds one end a key: one of another enqueue waits for
+		// the next (see addEnd).
+		var taken, left []*end
+		keys := make(map[string]bool, min(len(e.waiting), driver.MaxBatch))
+		for _, p := range e.waiting {
+			if len(taken) == driver.MaxBatch || keys[p.key] {
+				left = append(left, p)
+				continue
+			}
+			keys[p.key] = true
+			taken = append(taken, p)
+		}
+		e.waiting = left
+		n := len(taken)
 		batch := make([]end, n) // the writer's copies: Get reads the originals
 		for i, p := range taken {
 			p.taken = true
@@ -135,10 +172,9 @@ func (t *Tracker) writeEnds(idle chan struct{}) {
 
 // writeBatch writes the ends of batch (distinct keys): the records of those
 // without a revision read in one call, each end decided against its record,
-// then written endWriters at once.
+// then written endWriters at once. Config.Timeout bounds each call, the
+// read and each end's write, not the batch.
 func (t *Tracker) writeBatch(batch []end) {
-	ctx, cancel := t.bound(context.Background())
-	defer cancel()
 	var keys []string
 	var read []*end
 	for i := range batch {
@@ -148,7 +184,9 @@ func (t *Tracker) writeBatch(batch []end) {
 		}
 	}
 	if len(keys) > 0 {
+		ctx, cancel := t.bound(context.Background())
 		rs, err := t.cfg.Store.GetEach(ctx, keys)
+		cancel()
 		if err != nil {
 			t.cfg.Logger.Warn("asyncplatform: reading jobs' statuses failed; their ends are written one by one", "jobs", len(keys), "error", err)
 		}
@@ -168,6 +206,8 @@ func (t *Tracker) writeBatch(batch []end) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
+			ctx, cancel := t.bound(context.Background())
+			defer cancel()
 			t.writeEnd(ctx, p)
 		})
 	}

@@ -161,10 +161,15 @@ type Config struct {
 type Tracker struct {
 	cfg     Config
 	queues  map[string]bool
-	running sync.Map     // record key → *Track, for the jobs running here
-	n       atomic.Int32 // entries in running
-	marks   marks        // the cancel marks as last listed
-	ends    ends         // the deliveries' ends not written yet
+	running sync.Map // record key → *Track, for the jobs running here: the latest delivery of each
+	// beside holds the other deliveries running here of a job whose latest
+	// is in running (a duplicate, a copy of another enqueue): they are
+	// cancelled and written like it. Usually empty.
+	beside sync.Map     // *Track → struct{}
+	holdMu sync.Mutex   // held while a Track enters or leaves running and beside
+	n      atomic.Int32 // entries in running
+	marks  marks        // the cancel marks as last listed
+	ends   ends         // the deliveries' ends not written yet
 }
 
 // New returns the Tracker cfg describes.
@@ -222,13 +227,13 @@ func (t *Tracker) Get(ctx context.Context, id string) (Record, error) {
 	k := key(id)
 	// The end not written yet is looked up before the store is read: one
 	// written meanwhile is then in the record read.
-	p, pending := t.pendingEnd(k)
+	ends := t.pendingEnds(k)
 	r, _, err := t.read(ctx, k)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return r, err
 	}
 	found := err == nil
-	if pending && (!found || refuse(&r, &p) == nil) {
+	if p, pending := pendingEnd(ends, &r, found); pending {
 		if found {
 			merge(&r, &p)
 		}
@@ -273,7 +278,7 @@ func (t *Tracker) Cancel(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		if p, ok := t.pendingEnd(k); ok && p.State.Terminal() && refuse(&r, &p) == nil {
+		if p, ok := pendingEnd(t.pendingEnds(k), &r, true); ok && p.State.Terminal() {
 			return fmt.Errorf("%w (%s)", ErrFinished, p.State) // ended here, not written yet
 		}
 		if r.State.Terminal() {
@@ -570,9 +575,28 @@ func (t *Tracker) pollOnce(ctx context.Context) {
 		t.cfg.Logger.Warn("asyncplatform: reading cancellations failed", "error", err)
 		return
 	}
+	var marked []*Track
 	for k := range set {
 		if v, ok := t.running.Load(k); ok {
-			v.(*Track).cancel()
+			marked = append(marked, v.(*Track))
+		}
+	}
+	t.beside.Range(func(v, _ any) bool {
+		if tr := v.(*Track); set[tr.key] {
+			marked = append(marked, tr)
+		}
+		return true
+	})
+	for _, tr := range marked {
+		if tr.isCancelled() {
+			continue
+		}
+		ours, err := tr.cancelRequested(ctx)
+		switch {
+		case err != nil:
+			t.cfg.Logger.Warn("asyncplatform: reading a marked job's status failed; its cancellation waits for the next poll", "queue", tr.queue, "id", tr.id, "error", err)
+		case ours:
+			tr.cancel()
 		}
 	}
 }
@@ -582,6 +606,10 @@ func (t *Tracker) pollOnce(ctx context.Context) {
 func (t *Tracker) flushRunning(ctx context.Context) {
 	cutoff := time.Now().Add(-t.cfg.Poll)
 	t.running.Range(func(_, v any) bool {
+		v.(*Track).flushRunning(ctx, cutoff)
+		return ctx.Err() == nil
+	})
+	t.beside.Range(func(v, _ any) bool {
 		v.(*Track).flushRunning(ctx, cutoff)
 		return ctx.Err() == nil
 	})

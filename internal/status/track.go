@@ -107,7 +107,11 @@ func (tr *Track) Running(context.Context) (cancelled bool) {
 	tr.wmu.Lock()
 	tr.run, tr.pending, tr.since = r, true, time.Now()
 	tr.wmu.Unlock()
-	t.running.Store(tr.key, tr)
+	t.holdMu.Lock()
+	if old, ok := t.running.Swap(tr.key, tr); ok && old != tr {
+		t.beside.Store(old, struct{}{}) // still running: still cancelled and written
+	}
+	t.holdMu.Unlock()
 	t.n.Add(1)
 	return false
 }
@@ -181,11 +185,15 @@ func (tr *Track) cancel() {
 	}
 }
 
-// unhold removes tr from the jobs running here, unless another delivery of
-// the same job holds the entry.
+// unhold removes tr from the jobs running here.
 func (tr *Track) unhold() {
-	if tr.t.running.CompareAndDelete(tr.key, tr) {
-		tr.t.n.Add(-1)
+	t := tr.t
+	t.holdMu.Lock()
+	defer t.holdMu.Unlock()
+	if t.running.CompareAndDelete(tr.key, tr) {
+		t.n.Add(-1)
+	} else if _, ok := t.beside.LoadAndDelete(tr); ok {
+		t.n.Add(-1)
 	}
 }
 
@@ -194,7 +202,9 @@ func (tr *Track) unhold() {
 // cancelled. Cancellations are polled every Config.Poll, so a handler that
 // fails soon after a Cancel may end before the poll sees it: a failed
 // attempt the poll has not marked looks for the cancel mark itself (one
-// store read), so that the failure is not taken for one to retry.
+// store read; a second, of the record, when there is one, to confirm the
+// mark is its enqueue's), so that the failure is not taken for one to
+// retry.
 func (tr *Track) Ended(ctx context.Context, failed bool) (cancelled bool) {
 	if tr == nil {
 		return false
@@ -208,16 +218,45 @@ func (tr *Track) Ended(ctx context.Context, failed bool) (cancelled bool) {
 		return cancelled
 	}
 	t := tr.t
-	ctx, cancel := t.bound(ctx)
-	defer cancel()
-	_, _, err := t.cfg.Store.Get(ctx, "cancel/"+tr.key)
+	mctx, cancel := t.bound(ctx)
+	_, _, err := t.cfg.Store.Get(mctx, "cancel/"+tr.key)
+	cancel()
 	switch {
-	case err == nil:
-		return true
-	case !errors.Is(err, driver.ErrKeyNotFound):
+	case errors.Is(err, driver.ErrKeyNotFound):
+		return false
+	case err != nil:
 		t.cfg.Logger.Warn("asyncplatform: looking for a job's cancellation failed; its failure is taken as it is", "queue", tr.queue, "id", tr.id, "error", err)
+		return false
 	}
-	return false
+	ours, err := tr.cancelRequested(ctx)
+	if err != nil {
+		t.cfg.Logger.Warn("asyncplatform: reading a marked job's status failed; its failure is taken for a cancellation", "queue", tr.queue, "id", tr.id, "error", err)
+		return true
+	}
+	return ours
+}
+
+// isCancelled reports whether tr's handler was cancelled.
+func (tr *Track) isCancelled() bool {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.cancelled
+}
+
+// cancelRequested reads the job's record and reports whether Cancel marked
+// it for the enqueue tr's delivery is of: a cancel mark left by an earlier
+// life of the job (its end's write lost, then a redrive) cancels nothing.
+func (tr *Track) cancelRequested(ctx context.Context) (bool, error) {
+	ctx, cancel := tr.t.bound(ctx)
+	defer cancel()
+	cur, _, err := tr.t.read(ctx, tr.key)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return cur.CancelRequested && (cur.Nonce == "" || cur.Nonce == tr.rec.Nonce), nil
 }
 
 // Settled hands the state the settled decision d leads to to the Tracker's
