@@ -44,6 +44,23 @@ func trackedWorker(t *testing.T, url, worker string, handlers map[string]ap.Hand
 	return p
 }
 
+// readerOf returns a platform on url that is not started: it reads the
+// statuses other processes (asyncctl) read, not a worker's own view, which
+// shows an end before the worker's status writer has written it.
+func readerOf(t *testing.T, url string) *ap.Platform {
+	t.Helper()
+	b, err := ap.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	r, err := ap.New(b, ap.Config{TrackStatus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 func waitState(t *testing.T, p *ap.Platform, id string, want ap.JobState) ap.JobStatus {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute) // a safety net, not an assertion on time
@@ -77,9 +94,10 @@ func TestJobShow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitState(t, p, ok.ID, ap.StateSucceeded)
-	waitState(t, p, bin.ID, ap.StateSucceeded)
-	waitState(t, p, fail.ID, ap.StateDeadLettered)
+	reader := readerOf(t, url) // what asyncctl, another process, reads
+	waitState(t, reader, ok.ID, ap.StateSucceeded)
+	waitState(t, reader, bin.ID, ap.StateSucceeded)
+	waitState(t, reader, fail.ID, ap.StateDeadLettered)
 
 	out := mustCtl(t, exitOK, "", "job", "show", "--url", url, ok.ID)
 	for _, want := range []string{"ID:        " + ok.ID, "Type:      ok", "Queue:     default", "State:     succeeded", "Tries:     1 (failures 0, crashes 0)", "Worker:    w1", "Result:    7 bytes", `{"n":5}`, "Enqueued:  ", "Started:   "} {
@@ -141,22 +159,14 @@ func TestJobCancel(t *testing.T) {
 	<-started
 	// The worker shows the job running at once; other processes once its
 	// poll has written the running state (a handler running a poll interval).
-	b, err := ap.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	reader, err := ap.New(b, ap.Config{TrackStatus: true}) // not started: it reads only
-	if err != nil {
-		t.Fatal(err)
-	}
+	reader := readerOf(t, url)
 	waitState(t, reader, running.ID, ap.StateRunning)
 
 	out := mustCtl(t, exitOK, "", "job", "cancel", "--url", url, running.ID)
 	if !strings.Contains(out, "cancel requested for job "+running.ID+" (running)") {
 		t.Errorf("job cancel of a running job: %s", out)
 	}
-	st := waitState(t, p, running.ID, ap.StateCancelled)
+	st := waitState(t, reader, running.ID, ap.StateCancelled)
 	if st.Reason != ap.ReasonCancelled || st.Failures != 0 {
 		t.Errorf("after job cancel: %+v", st)
 	}
@@ -197,7 +207,7 @@ func TestJobHostile(t *testing.T) {
 	if err := p.Enqueue(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	waitState(t, p, job.ID, ap.StateDeadLettered)
+	waitState(t, readerOf(t, url), job.ID, ap.StateDeadLettered)
 	out := mustCtl(t, exitOK, "", "job", "show", "--url", url, job.ID)
 	if r := raw(out); len(r) > 0 {
 		t.Errorf("job show prints %v raw:\n%s", r, out)
