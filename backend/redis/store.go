@@ -190,9 +190,6 @@ func (b *Backend) Delete(ctx context.Context, key, rev string) error {
 
 // List implements driver.Store.
 func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]string, error) {
-	if b.closed.Load() {
-		return nil, driver.ErrClosed
-	}
 	lo := "[" + prefix
 	if after != "" && after >= prefix {
 		lo = "(" + after
@@ -274,6 +271,22 @@ return all
 `)
 )
 
+// runEach runs a batch script over args and checks that it answered one
+// reply for each of the n items.
+func (b *Backend) runEach(ctx context.Context, script *goredis.Script, op string, args []any, n int) ([]any, error) {
+	if b.closed.Load() {
+		return nil, driver.ErrClosed
+	}
+	v, err := script.Run(ctx, b.rdb, b.storeKeys(), args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("redis: store %s: %w", op, err)
+	}
+	if len(v) != n {
+		return nil, fmt.Errorf("redis: store %s: %d replies for %d items", op, len(v), n)
+	}
+	return v, nil
+}
+
 // GetEach implements driver.StoreBatcher: one script.
 func (b *Backend) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
 	if b.closed.Load() {
@@ -283,12 +296,9 @@ func (b *Backend) GetEach(ctx context.Context, keys []string) ([]driver.BatchRes
 	for i, k := range keys {
 		args[i] = k
 	}
-	v, err := storeGetEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Slice()
+	v, err := b.runEach(ctx, storeGetEachScript, "get", args, len(keys))
 	if err != nil {
-		return nil, fmt.Errorf("redis: store get: %w", err)
-	}
-	if len(v) != len(keys) {
-		return nil, fmt.Errorf("redis: store get: %d replies for %d keys", len(v), len(keys))
+		return nil, err
 	}
 	out := make([]driver.BatchResult, len(keys))
 	for i, x := range v {
@@ -306,19 +316,13 @@ func (b *Backend) GetEach(ctx context.Context, keys []string) ([]driver.BatchRes
 
 // CreateEach implements driver.StoreBatcher: one script.
 func (b *Backend) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
-	if b.closed.Load() {
-		return nil, driver.ErrClosed
-	}
 	args := make([]any, 0, 3*len(items))
 	for _, it := range items {
 		args = append(args, it.Key, it.Value, it.TTL.Milliseconds())
 	}
-	v, err := storeCreateEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Slice()
+	v, err := b.runEach(ctx, storeCreateEachScript, "create", args, len(items))
 	if err != nil {
-		return nil, fmt.Errorf("redis: store create: %w", err)
-	}
-	if len(v) != len(items) {
-		return nil, fmt.Errorf("redis: store create: %d replies for %d items", len(v), len(items))
+		return nil, err
 	}
 	out := make([]driver.BatchResult, len(items))
 	for i, x := range v {
@@ -333,19 +337,13 @@ func (b *Backend) CreateEach(ctx context.Context, items []driver.BatchItem) ([]d
 
 // DeleteEach implements driver.StoreBatcher: one script.
 func (b *Backend) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
-	if b.closed.Load() {
-		return nil, driver.ErrClosed
-	}
 	args := make([]any, 0, 2*len(items))
 	for _, it := range items {
 		args = append(args, it.Key, it.Rev)
 	}
-	v, err := storeDeleteEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Slice()
+	v, err := b.runEach(ctx, storeDeleteEachScript, "delete", args, len(items))
 	if err != nil {
-		return nil, fmt.Errorf("redis: store delete: %w", err)
-	}
-	if len(v) != len(items) {
-		return nil, fmt.Errorf("redis: store delete: %d replies for %d items", len(v), len(items))
+		return nil, err
 	}
 	out := make([]driver.BatchResult, len(items))
 	for i, x := range v {
@@ -358,9 +356,6 @@ func (b *Backend) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]d
 
 // ListEach implements driver.StoreBatcher: one script.
 func (b *Backend) ListEach(ctx context.Context, prefixes []string, limit int) ([][]string, error) {
-	if b.closed.Load() {
-		return nil, driver.ErrClosed
-	}
 	args := make([]any, 0, 1+2*len(prefixes))
 	args = append(args, limit)
 	for _, p := range prefixes {
@@ -370,12 +365,9 @@ func (b *Backend) ListEach(ctx context.Context, prefixes []string, limit int) ([
 		}
 		args = append(args, "["+p, hi)
 	}
-	v, err := storeListEachScript.Run(ctx, b.rdb, b.storeKeys(), args...).Slice()
+	v, err := b.runEach(ctx, storeListEachScript, "list", args, len(prefixes))
 	if err != nil {
-		return nil, fmt.Errorf("redis: store list: %w", err)
-	}
-	if len(v) != len(prefixes) {
-		return nil, fmt.Errorf("redis: store list: %d replies for %d prefixes", len(v), len(prefixes))
+		return nil, err
 	}
 	out := make([][]string, len(prefixes))
 	for i, x := range v {
