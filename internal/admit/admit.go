@@ -379,10 +379,15 @@ func (g *Gate) forget(s *flow.Slot) bool {
 // those idle for the next job) every Lease/3 until ctx ends, all at once:
 // one slow round trip delays no other slot's renewal. When ctx ends it
 // frees the idle slots, and the slots running jobs give back from then on
-// are freed at once. It returns at once when no type has a cluster-wide
-// concurrency limit.
+// are freed at once; the rates' reservations ahead are cancelled, and Run
+// returns once none is running (none starts after). It returns at once
+// when no type has a cluster-wide concurrency limit or rate.
 func (g *Gate) Run(ctx context.Context) {
+	defer g.stopRates()
 	if !g.renews {
+		if g.rates() {
+			<-ctx.Done()
+		}
 		return
 	}
 	defer g.close()
@@ -401,6 +406,25 @@ func (g *Gate) Run(ctx context.Context) {
 			wg.Go(func() { g.renew(ctx, s) })
 		}
 		wg.Wait()
+	}
+}
+
+// rates reports whether some type has a cluster-wide rate.
+func (g *Gate) rates() bool {
+	for _, t := range g.types {
+		if t.rate != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// stopRates stops every rate line's work in the background (rateLine.stop).
+func (g *Gate) stopRates() {
+	for _, t := range g.types {
+		if t.rate != nil {
+			t.rate.stop()
+		}
 	}
 }
 

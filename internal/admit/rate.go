@@ -63,7 +63,12 @@ type rateLine struct {
 
 	reserving chan struct{} // held by the worker reserving a batch, or by a reservation ahead
 	stalls    atomic.Int64  // jobs that found no start reserved and waited for a batch
-	bg        sync.WaitGroup
+
+	bgMu     sync.Mutex      // orders bg.Add against stop's bg.Wait
+	bg       sync.WaitGroup  // the reservation ahead running, if any
+	bgCtx    context.Context // ends at stop: a reservation ahead running is cut short
+	bgCancel context.CancelFunc
+	stopped  bool // stop was called: no reservation ahead starts
 
 	mu       sync.Mutex
 	next     time.Time // the next unused start reserved
@@ -79,11 +84,25 @@ type rateLine struct {
 }
 
 func newRateLine(r *flow.Rate) *rateLine {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &rateLine{
 		rate:      r,
 		grace:     max(r.Interval(), r.Interval()*time.Duration(r.Burst()-1)),
 		reserving: make(chan struct{}, 1),
+		bgCtx:     ctx,
+		bgCancel:  cancel,
 	}
+}
+
+// stop ends the line's work in the background: a reservation ahead that is
+// running is cancelled and waited for, and none starts after stop returns.
+// Jobs may still take starts (a start they reserve themselves is theirs).
+func (l *rateLine) stop() {
+	l.bgMu.Lock()
+	l.stopped = true
+	l.bgMu.Unlock()
+	l.bgCancel()
+	l.bg.Wait()
 }
 
 // used counts a start handed out here. The lock is held.
@@ -130,6 +149,11 @@ func (l *rateLine) takeAhead(now time.Time) (at time.Time, ok, low bool) {
 // is being reserved already; it is kept behind the current one (queue).
 // The reservation is given timeout.
 func (l *rateLine) reserveAhead(timeout time.Duration) {
+	l.bgMu.Lock()
+	defer l.bgMu.Unlock()
+	if l.stopped {
+		return
+	}
 	select {
 	case l.reserving <- struct{}{}:
 	default:
@@ -139,7 +163,7 @@ func (l *rateLine) reserveAhead(timeout time.Duration) {
 	go func() {
 		defer l.bg.Done()
 		defer func() { <-l.reserving }()
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		ctx, cancel := context.WithTimeout(l.bgCtx, timeout)
 		defer cancel()
 		start := time.Now()
 		expect := start.Add(min(l.roundTrip(), l.grace))
