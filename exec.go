@@ -102,9 +102,11 @@ func (e *handlerEntry) Run(ctx context.Context, w *executor.Work[Job]) ([]byte, 
 	j := &v.Job
 	w.View = j
 	fromWire(&w.Job.Job, j)
-	if _, ok := j.Headers[wire.StatusHeader]; ok {
-		// The enqueue nonce is the platform's (status, deduplication keys),
-		// not the handler's.
+	if len(j.Headers) > 0 {
+		// The handler's headers are its own: what it does to them reaches
+		// nothing the platform reads after it (the unique claim released,
+		// the group, the output report). The enqueue nonce is the
+		// platform's (status, deduplication keys), not the handler's.
 		j.Headers = maps.Clone(j.Headers)
 		delete(j.Headers, wire.StatusHeader)
 	}

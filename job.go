@@ -32,6 +32,9 @@ type Job struct {
 	Payload []byte
 
 	// Headers carry user metadata and trace context. Keys must not be empty.
+	// A handler's Job holds its own copy: what a handler does to it reaches
+	// nothing the platform reads (the unique claim's release, the output
+	// report, a retry).
 	Headers map[string]string
 
 	// NotBefore delays the job: it is not attempted before this time. The
