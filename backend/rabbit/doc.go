@@ -136,7 +136,8 @@
 // returned by a closed channel or connection. Requeue and DeadLetter publish
 // a new copy (confirm, then ack the original), so a copy's count starts at
 // zero by itself; a crash between the confirm and the ack leaves a
-// duplicate, never a loss. A consumer's prefetch is the platform's own
+// duplicate, never a loss (with a Store, only a crash of the process: see
+// Gone marks). A consumer's prefetch is the platform's own
 // window (its concurrency plus its prefetch), so the broker never pushes
 // more than the platform asked for; still, messages can sit in the client's
 // buffer without having been handed out (after a settle opened the window).
@@ -153,6 +154,27 @@
 // crash in 3 runs of 3.) The platform releases a consumer before it hands
 // back the jobs it claimed ahead (Stop, a pause, a suspect's isolation), so
 // that those copies cannot reach it (TestStopReleasesFirst).
+//
+// Gone marks. An ack is not confirmed: one lost to a cut connection or a
+// broker restart after the new copy was confirmed brings the original back,
+// counted, beside its copy, and the job then runs on in two lines of
+// copies, each counting its own tries (RandomFaults' wrong try counts). With
+// Config.Store set, every message this backend publishes carries a random
+// instance (header x-asyncplatform-instance, new for every copy), and a
+// replacement (Requeue, DeadLetter, a delay hop or sweep, a release's
+// hand-back) writes the key p:gone/<instance> "pending" before it writes the
+// copy and "done" once the copy is stored (deleted when it was not): before
+// its ack, or, for Requeue and DeadLetter, after it, on a goroutine of its
+// own, so that the outcome the platform reports next waits for no store
+// round trip.
+// A delivery that carries x-delivery-count (it went back to the queue
+// unsettled) is looked up first: "done", it is acked and never handed out;
+// "pending", the lookup waits for the writer, at most 2s, then hands it
+// out. Only a process that dies between the copy's
+// confirm and the "done" write still leaves two lines. A mark lives 24h: a
+// replaced message that comes back later runs again. The price: two store
+// writes per Requeue or DeadLetter, and one read per redelivery
+// (TestReplacedAckLost, TestReplacingPendingWaits).
 //
 // Settle barrier. RabbitMQ 3.10 holds a channel's settles to a quorum
 // queue back once about 32 are unapplied and drops the held ones when the

@@ -177,6 +177,7 @@ type consumer struct {
 type receipt struct {
 	c       *qchan
 	tag     uint64
+	inst    string // the message's instance (see gone.go), "" when it has none
 	settled atomic.Bool
 }
 
@@ -355,6 +356,10 @@ func (b *Backend) release(c *consumer) {
 			c.acks.nack(d.DeliveryTag, true)
 			return
 		}
+		if b.replaced(ctx, d) {
+			tags = append(tags, d.DeliveryTag)
+			return
+		}
 		if err := b.handBack(ctx, c.queue, d); err != nil {
 			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "id", d.MessageId, "err", err)
 			c.acks.nack(d.DeliveryTag, true)
@@ -407,7 +412,9 @@ collect:
 // handBack stores an uncounted copy of a delivery that was never handed
 // out: to the work queue with its count kept in baseHeader, or on to its
 // next delay queue when it still has delay left.
-func (b *Backend) handBack(ctx context.Context, queue string, d amqp.Delivery) error {
+func (b *Backend) handBack(ctx context.Context, queue string, d amqp.Delivery) (err error) {
+	settle := b.replacing(ctx, instanceOf(d.Headers))
+	defer func() { settle(err == nil) }()
 	pub := copyOf(d)
 	if rem := delayLeft(d.Headers); rem > 0 {
 		m, err := b.delayed(ctx, queue, pub, rem)
@@ -417,18 +424,20 @@ func (b *Backend) handBack(ctx context.Context, queue string, d amqp.Delivery) e
 		return b.publish(ctx, m)
 	}
 	if base := baseOf(d.Headers) + deliveryCount(d.Headers); base > 0 {
-		pub.Headers = amqp.Table{baseHeader: int64(base)}
+		pub.Headers[baseHeader] = int64(base)
 	}
 	return b.publish(ctx, outMsg{key: b.workName(queue), pub: pub})
 }
 
-// copyOf returns the publish of a copy of d, without its headers.
+// copyOf returns the publish of a copy of d: none of its headers but a new
+// instance.
 func copyOf(d amqp.Delivery) amqp.Publishing {
 	return amqp.Publishing{
 		DeliveryMode: amqp.Persistent,
 		MessageId:    d.MessageId,
 		Timestamp:    d.Timestamp,
 		ContentType:  d.ContentType,
+		Headers:      withInstance(nil),
 		Body:         d.Body,
 	}
 }
@@ -482,6 +491,12 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 				}
 				return
 			}
+			if b.replaced(ctx, d) {
+				if err := c.acks.ack(d.DeliveryTag); err != nil {
+					b.log.Debug("ack of a replaced message failed; it comes back and is dropped again", "queue", queue, "id", d.MessageId, "err", err)
+				}
+				return
+			}
 			if rem := delayLeft(d.Headers); rem > 0 {
 				b.hop(ctx, c, d, rem)
 				return
@@ -491,7 +506,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 				Queue:      queue,
 				Body:       d.Body,
 				Deliveries: baseOf(d.Headers) + deliveryCount(d.Headers) + 1,
-				Handle:     &receipt{c: c.qchan, tag: d.DeliveryTag},
+				Handle:     &receipt{c: c.qchan, tag: d.DeliveryTag, inst: instanceOf(d.Headers)},
 			})
 		}
 		take(first)
@@ -518,10 +533,12 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 // queue: publish the copy, confirm, then ack.
 func (b *Backend) hop(ctx context.Context, c *consumer, d amqp.Delivery, rem time.Duration) {
 	ctx = context.WithoutCancel(ctx)
+	settle := b.replacing(ctx, instanceOf(d.Headers))
 	m, err := b.delayed(ctx, c.queue, copyOf(d), rem)
 	if err == nil {
 		err = b.publish(ctx, m)
 	}
+	settle(err == nil)
 	if err != nil {
 		b.log.Warn("moving a delayed message to its next delay queue failed; requeued", "queue", c.queue, "id", d.MessageId, "err", err)
 		c.acks.nack(d.DeliveryTag, true)
@@ -539,6 +556,7 @@ func (b *Backend) route(ctx context.Context, queue string, msg driver.Message) (
 		DeliveryMode: amqp.Persistent,
 		MessageId:    msg.ID,
 		Timestamp:    time.Now(),
+		Headers:      withInstance(nil),
 		Body:         msg.Body,
 	}
 	if !msg.NotBefore.IsZero() {
@@ -572,7 +590,10 @@ func (b *Backend) delayed(ctx context.Context, queue string, pub amqp.Publishing
 	if delayExpiry.Load() {
 		pub.Expiration = strconv.FormatInt(step(k).Milliseconds(), 10)
 	}
-	pub.Headers = amqp.Table{dueHeader: time.Now().Add(step(k)).UnixMilli()}
+	if pub.Headers == nil {
+		pub.Headers = amqp.Table{}
+	}
+	pub.Headers[dueHeader] = time.Now().Add(step(k)).UnixMilli()
 	if left := rem - step(k); left > 0 {
 		ms := (left + time.Millisecond - 1) / time.Millisecond
 		pub.Headers[delayHeader] = int64(ms)
@@ -707,10 +728,15 @@ func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Me
 	if err != nil {
 		return b.unsettled(r, err)
 	}
+	settle := b.replacing(ctx, r.inst)
 	if err := b.publishFor(ctx, r.check, m); err != nil {
+		settle(false)
 		return b.unsettled(r, err)
 	}
-	return b.settle(r)
+	b.testBeforeAck()
+	err = b.settle(r)
+	b.later(func() { settle(true) })
+	return err
 }
 
 // unsettled returns err, the failure of a Requeue or DeadLetter whose new
@@ -744,10 +770,15 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 		return b.unsettled(r, err)
 	}
 	if b.cfg.Store != nil { // see deadstore.go
+		settle := b.replacing(ctx, r.inst)
 		if err := b.storeDeadLetter(ctx, d.Queue, rec); err != nil {
+			settle(false)
 			return b.unsettled(r, err)
 		}
-		return b.settle(r)
+		b.testBeforeAck()
+		err := b.settle(r)
+		b.later(func() { settle(true) })
+		return err
 	}
 	now := time.Now()
 	m := outMsg{key: b.deadName(d.Queue), pub: amqp.Publishing{
