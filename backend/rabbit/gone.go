@@ -12,39 +12,48 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// A message this backend replaces (Requeue, DeadLetter, a delay hop, a
-// release's hand-back) is replaced by writing its successor, then acking
-// it. AMQP acks are not confirmed: an ack lost to a cut connection or a
-// broker restart brings the replaced message back, counted, beside its
-// successor, and the job then runs in two lines of copies, each counting
-// its own tries. With a companion store the backend keeps a gone mark
-// per replaced message, and a delivery that may have been delivered
+// A message this backend replaces (Requeue, DeadLetter, a delay hop or
+// sweep, a release's hand-back) is replaced by writing its successor, then
+// acking it. AMQP acks are not confirmed: an ack lost to a cut connection
+// or a broker restart brings the replaced message back, counted, beside
+// its successor, and the job then runs in two lines of copies, each
+// counting its own tries. With a companion store the backend keeps marks
+// of the messages it replaces, and a delivery that may have been delivered
 // before is acked without being handed out when its mark says it was
 // replaced:
 //
 //   - every message this backend publishes carries a random instance
-//     (instanceHeader); a copy gets a new one;
-//   - a replacement writes the mark pending before it writes the
-//     successor, and done once the successor is stored (it deletes the
-//     mark when the successor was not stored): a delay hop, a sweep and a
-//     release's hand-back before their ack; Requeue and DeadLetter after
-//     it, on a goroutine of their own, so that the platform's outcome,
-//     which follows their return, is not held back by a store round trip
-//     while the successor may already run and report its own;
-//   - a delivery with x-delivery-count (it went back to the queue
-//     unsettled) is looked up: done, it is acked and dropped; pending,
-//     the lookup waits for the writer's outcome, at most goneWait (a
-//     writer that died meanwhile leaves it pending for good: the delivery
-//     is then handed out, as without a mark). The wait is short because
-//     it holds up the Receive and every delivery buffered behind it: a
-//     wait of PublishTimeout plus 10s, with workers killed at random
+//     (instanceHeader, 128 bits from crypto/rand); a copy gets a new one,
+//     so a mark names one stored message and a writer to the broker cannot
+//     name a live one it has not read;
+//   - a replacement writes a going mark (goingKey) before it writes the
+//     successors, and a gone mark (goneKey) once they are stored, or
+//     deletes the going marks when they were not: a release writes the
+//     marks of all it hands back in one store call each; a delay hop, a
+//     sweep and a release write the gone marks before their ack; Requeue
+//     and DeadLetter after it, on a goroutine of their own, so that the
+//     platform's outcome, which follows their return, is not held back by
+//     a store round trip while the successor may already run and report
+//     its own;
+//   - a delivery that went back to the queue unsettled (x-delivery-count
+//     or the redelivered flag) is looked up, a batch in one store call: a
+//     gone mark, it is acked and dropped; a going mark alone, the lookup
+//     waits for the writer's outcome, at most goneWait (a writer that died
+//     meanwhile leaves the going mark until goingTTL: the delivery is then
+//     handed out, as without a mark). The wait is short because it holds
+//     up the Receive and every delivery buffered behind it: a wait of
+//     PublishTimeout plus 10s, with workers killed at random
 //     (RandomFaults), sent such deliveries round from worker to worker,
 //     each kill counting a crash, until the soak ended with them unrun.
 //
-// A process that dies after the successor is stored and before the mark
-// is done still leaves the two lines; a cut connection or a broker restart
-// no longer does. Marks expire after goneTTL: a replaced message that
-// comes back later than that runs again.
+// A going mark is not deleted once its gone mark is written: a lookup that
+// reads the two keys apart (a store without batches) and sees neither
+// would hand a replaced message out.
+//
+// A process that dies after the successor is stored and before the gone
+// mark is written still leaves the two lines; a cut connection or a broker
+// restart no longer does. Gone marks expire after goneTTL: a replaced
+// message that comes back later than that runs again.
 
 // instanceHeader carries a message's instance: 32 hex digits, new for
 // every message and copy this backend publishes.
@@ -54,19 +63,23 @@ const (
 	// goneTTL is how long a gone mark is kept.
 	goneTTL = 24 * time.Hour
 
-	// goneWait is how long a lookup waits for a pending mark to be
-	// settled: a live writer settles it a store round trip after the
-	// successor's confirm.
+	// goneWait is how long a lookup waits for a going mark to be settled:
+	// a live writer settles it a store round trip after the successor's
+	// confirm.
 	goneWait = 2 * time.Second
 
-	// gonePoll is how often a lookup reads a pending mark again.
+	// gonePoll is how often a lookup reads a going mark again.
 	gonePoll = 50 * time.Millisecond
+
+	// goneBatch is how many instances one lookup or mark call carries (two
+	// keys each in a lookup): within driver.MaxBatch.
+	goneBatch = driver.MaxBatch / 2
 )
 
-// Values of a gone mark.
+// Values of the marks.
 var (
-	gonePending = []byte("p")
-	goneDone    = []byte("d")
+	goingValue = []byte("p")
+	goneValue  = []byte("d")
 )
 
 // newInstance returns a fresh instance for instanceHeader.
@@ -98,72 +111,162 @@ func withInstance(h amqp.Table) amqp.Table {
 	return h
 }
 
-func (b *Backend) goneKey(inst string) string { return b.cfg.Prefix + ":gone/" + inst }
+func (b *Backend) goneKey(inst string) string  { return b.cfg.Prefix + ":gone/" + inst }
+func (b *Backend) goingKey(inst string) string { return b.cfg.Prefix + ":going/" + inst }
 
-// replacing marks the message of instance inst as being replaced, and
-// returns the function that settles the mark once the successor's write
-// has ended: done when stored is true, deleted otherwise. Without a store
-// or an instance, or when the mark cannot be written, it marks nothing and
-// the replacement goes on as before (a lost ack may then leave the two
+// goingTTL is how long a going mark is kept: well past the longest a
+// writer takes from it to its successor's confirm.
+func (b *Backend) goingTTL() time.Duration { return b.cfg.PublishTimeout + time.Minute }
+
+// replacing writes the going marks of the messages of instances insts,
+// which are being replaced, and returns the function that settles them
+// once the successors' write has ended: gone marks written when stored is
+// true, the going marks deleted otherwise. Without a store, for messages
+// without an instance, or when a mark cannot be written, it marks nothing
+// and the replacement goes on as before (a lost ack may then leave the two
 // lines of copies the marks prevent).
-func (b *Backend) replacing(ctx context.Context, inst string) (settle func(stored bool)) {
+func (b *Backend) replacing(ctx context.Context, insts ...string) (settle func(stored bool)) {
 	st := b.cfg.Store
-	if st == nil || inst == "" {
+	var marked []string
+	if st != nil {
+		seen := make(map[string]bool, len(insts))
+		for _, inst := range insts {
+			if inst != "" && !seen[inst] {
+				seen[inst] = true
+				marked = append(marked, inst)
+			}
+		}
+	}
+	if len(marked) == 0 {
 		return func(bool) {}
 	}
-	key := b.goneKey(inst)
-	rev, err := st.Create(ctx, key, gonePending, goneTTL)
-	if err != nil {
-		b.log.Debug("gone mark not written; a lost ack would bring the replaced message back", "err", err)
+	if err := b.markEach(ctx, marked, b.goingKey, goingValue, b.goingTTL()); err != nil {
+		b.log.Debug("going marks not written; a lost ack would bring the replaced messages back", "messages", len(marked), "err", err)
 		return func(bool) {}
 	}
 	return func(stored bool) {
-		// The successor's write has ended: the mark is settled even when
-		// the caller's context has ended meanwhile.
+		// The successors' write has ended: the marks are settled even
+		// when the caller's context has ended meanwhile.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.PublishTimeout)
 		defer cancel()
 		var err error
 		if stored {
-			_, err = st.Update(ctx, key, goneDone, rev, goneTTL)
+			err = b.markEach(ctx, marked, b.goneKey, goneValue, goneTTL)
 		} else {
-			err = st.Delete(ctx, key, rev)
+			err = b.unmarkEach(ctx, marked)
 		}
 		if err != nil {
-			b.log.Debug("gone mark not settled; a lookup waits for it, then hands the message out", "stored", stored, "err", err)
+			b.log.Debug("marks of replaced messages not settled; a lookup waits for them, then hands the messages out", "stored", stored, "messages", len(marked), "err", err)
 		}
 	}
 }
 
-// replaced reports whether d is a message whose successor is stored (see
-// replacing). Only a delivery that went back to the queue unsettled is
-// looked up.
-func (b *Backend) replaced(ctx context.Context, d amqp.Delivery) bool {
-	st := b.cfg.Store
-	if st == nil || deliveryCount(d.Headers) == 0 && !d.Redelivered {
-		return false
+// markEach creates key(inst) for each of insts, goneBatch to a store call;
+// one already there is as good.
+func (b *Backend) markEach(ctx context.Context, insts []string, key func(string) string, v []byte, ttl time.Duration) error {
+	for part := range chunks(insts, goneBatch) {
+		items := make([]driver.BatchItem, len(part))
+		for i, inst := range part {
+			items[i] = driver.BatchItem{Key: key(inst), Value: v, TTL: ttl}
+		}
+		if _, err := driver.CreateEach(ctx, b.cfg.Store, items); err != nil {
+			return err
+		}
 	}
-	inst := instanceOf(d.Headers)
-	if inst == "" {
-		return false
+	return nil
+}
+
+// unmarkEach deletes the going marks of insts.
+func (b *Backend) unmarkEach(ctx context.Context, insts []string) error {
+	for part := range chunks(insts, goneBatch) {
+		items := make([]driver.BatchItem, len(part))
+		for i, inst := range part {
+			items[i] = driver.BatchItem{Key: b.goingKey(inst)}
+		}
+		if _, err := driver.DeleteEach(ctx, b.cfg.Store, items); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chunks yields s in parts of at most n.
+func chunks[T any](s []T, n int) func(func([]T) bool) {
+	return func(yield func([]T) bool) {
+		for len(s) > 0 {
+			k := min(n, len(s))
+			if !yield(s[:k]) {
+				return
+			}
+			s = s[k:]
+		}
+	}
+}
+
+// lookedUp reports whether d is looked up for a gone mark: it went back to
+// the queue unsettled at least once, and carries an instance.
+func (b *Backend) lookedUp(d amqp.Delivery) bool {
+	return b.cfg.Store != nil && (deliveryCount(d.Headers) > 0 || d.Redelivered) && instanceOf(d.Headers) != ""
+}
+
+// replacedEach reports, for each of ds, whether it is a message whose
+// successor is stored (see replacing). Only deliveries that went back to
+// the queue unsettled are looked up, goneBatch to a store call; a lookup
+// that fails counts as no mark.
+func (b *Backend) replacedEach(ctx context.Context, ds []amqp.Delivery) []bool {
+	out := make([]bool, len(ds))
+	pending := map[string][]int{} // instance → indices in ds still to settle
+	for i, d := range ds {
+		if b.lookedUp(d) {
+			inst := instanceOf(d.Headers)
+			pending[inst] = append(pending[inst], i)
+		}
+	}
+	if len(pending) == 0 {
+		return out
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), goneWait)
 	defer cancel()
-	key := b.goneKey(inst)
 	for {
-		v, _, err := st.Get(ctx, key)
-		switch {
-		case errors.Is(err, driver.ErrKeyNotFound):
-			return false
-		case err != nil:
-			b.log.Debug("gone mark not read; the delivery is handed out", "err", err)
-			return false
-		case string(v) == string(goneDone):
-			return true
+		insts := make([]string, 0, len(pending))
+		for inst := range pending {
+			insts = append(insts, inst)
+		}
+		for part := range chunks(insts, goneBatch) {
+			keys := make([]string, 0, 2*len(part))
+			for _, inst := range part {
+				keys = append(keys, b.goneKey(inst), b.goingKey(inst))
+			}
+			rs, err := driver.GetEach(ctx, b.cfg.Store, keys)
+			if err != nil {
+				b.log.Debug("gone marks not read; the deliveries are handed out", "messages", len(part), "err", err)
+				for _, inst := range part {
+					delete(pending, inst)
+				}
+				continue
+			}
+			for k, inst := range part {
+				gone, going := rs[2*k], rs[2*k+1]
+				switch {
+				case gone.Err == nil:
+					for _, i := range pending[inst] {
+						out[i] = true
+					}
+					delete(pending, inst)
+				case !errors.Is(going.Err, driver.ErrKeyNotFound):
+					// The writer has not settled it yet: read it again.
+				default:
+					delete(pending, inst)
+				}
+			}
+		}
+		if len(pending) == 0 {
+			return out
 		}
 		select {
 		case <-ctx.Done():
-			b.log.Warn("gone mark still pending; the delivery is handed out", "id", d.MessageId)
-			return false
+			b.log.Warn("marks of replaced messages still pending; the deliveries are handed out", "messages", len(pending))
+			return out
 		case <-time.After(gonePoll):
 		}
 	}

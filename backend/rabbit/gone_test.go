@@ -12,8 +12,8 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// TestReplacedAckLost: a Requeue or DeadLetter whose ack is lost (the
-// connection cut once the successor is stored) does not bring the
+// TestReplacedAckLost: a Requeue, DeadLetter or release whose ack is lost
+// (the connection cut once the successor is stored) does not bring the
 // replaced message back beside it: the gone mark in the companion store
 // drops it. Without the marks the original came back counted
 // (Deliveries 2) each time, and the job ran on in two lines of copies (the
@@ -25,7 +25,7 @@ func TestReplacedAckLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := pgCompanion(t)
-	for _, how := range []string{"Requeue", "DeadLetter"} {
+	for _, how := range []string{"Requeue", "DeadLetter", "Release"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
 			px := startProxy(t, u.Host)
@@ -36,13 +36,23 @@ func TestReplacedAckLost(t *testing.T) {
 			if err := b.Enqueue(ctx, q, []driver.Message{{ID: "orig", Body: []byte("orig")}}); err != nil {
 				t.Fatal(err)
 			}
-			ds, err := b.Receive(ctx, q, 1, time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
 			cut := px.cut
-			b.beforeAck.Store(&cut)
+			var ds []*driver.Delivery
+			if how != "Release" {
+				if ds, err = b.Receive(ctx, q, 1, time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				b.beforeAck.Store(&cut)
+			}
 			switch how {
+			case "Release":
+				// A Receive whose ctx has ended starts the consumer and
+				// releases it: the message it buffered is handed back as
+				// a copy (the same body, Deliveries 1).
+				b.beforeAck.Store(&cut)
+				cctx, cancel := context.WithCancel(ctx)
+				cancel()
+				_, err = b.Receive(cctx, q, 1, time.Minute)
 			case "Requeue":
 				err = b.Requeue(ctx, ds[0], driver.Message{ID: "copy", Body: []byte("copy")})
 			case "DeadLetter":
@@ -52,14 +62,15 @@ func TestReplacedAckLost(t *testing.T) {
 			t.Logf("%s with its ack cut: %v", how, err)
 
 			b2 := newBackend(t, Config{Store: st})
-			want := map[string]bool{"Requeue": true}[how] // the copy
+			copyBody := map[string]string{"Requeue": "copy", "Release": "orig"}[how] // "": no copy
+			want := copyBody != ""
 			seen := map[string]int{}
 			for {
 				// The first wait is long when a copy is due; then a few
 				// seconds of quiet end it (the original, if it came back,
 				// is ready at once: the cut returned it).
 				wait := 5 * time.Second
-				if want && seen["copy"] == 0 {
+				if want && seen[copyBody] == 0 {
 					wait = time.Minute
 				}
 				rctx, cancel := context.WithTimeout(ctx, wait)
@@ -70,7 +81,7 @@ func TestReplacedAckLost(t *testing.T) {
 				}
 				for _, d := range got {
 					seen[string(d.Body)]++
-					if string(d.Body) == "orig" {
+					if string(d.Body) == "orig" && (how != "Release" || d.Deliveries > 1) {
 						t.Errorf("the replaced message came back (Deliveries %d)", d.Deliveries)
 					}
 					if err := b2.Ack(ctx, d); err != nil {
@@ -78,8 +89,8 @@ func TestReplacedAckLost(t *testing.T) {
 					}
 				}
 			}
-			if want && seen["copy"] != 1 {
-				t.Errorf("the copy was delivered %d times, want 1", seen["copy"])
+			if want && seen[copyBody] != 1 {
+				t.Errorf("the copy was delivered %d times, want 1", seen[copyBody])
 			}
 		})
 	}
@@ -107,29 +118,31 @@ func TestInstanceOf(t *testing.T) {
 	}
 }
 
-// TestReplacingPendingWaits: a lookup that finds a mark pending waits for
-// the writer's outcome: done drops the delivery, deleted hands it out.
+// TestReplacingPendingWaits: a lookup that finds a going mark waits for
+// the writer's outcome: gone drops the delivery, the going mark deleted
+// hands it out. A first delivery is never looked up.
 func TestReplacingPendingWaits(t *testing.T) {
 	t.Parallel()
 	st := pgCompanion(t)
 	b := newBackend(t, Config{Store: st})
 	ctx := testCtx(t)
+	redelivered := func(inst string) amqp.Delivery {
+		return amqp.Delivery{Headers: amqp.Table{instanceHeader: inst, "x-delivery-count": int64(1)}}
+	}
 	for _, stored := range []bool{true, false} {
-		inst := newInstance()
+		inst, other := newInstance(), newInstance()
 		settle := b.replacing(ctx, inst)
-		d := amqp.Delivery{Headers: amqp.Table{instanceHeader: inst, "x-delivery-count": int64(1)}}
-		res := make(chan bool)
-		go func() { res <- b.replaced(ctx, d) }()
-		time.Sleep(3 * gonePoll) // the lookup finds the mark pending (either way it must wait)
+		res := make(chan []bool)
+		go func() { res <- b.replacedEach(ctx, []amqp.Delivery{redelivered(inst), redelivered(other)}) }()
+		time.Sleep(3 * gonePoll) // the lookup finds the mark going (either way it must wait)
 		settle(stored)
-		if got := <-res; got != stored {
-			t.Errorf("a pending mark settled with stored=%v: replaced = %v", stored, got)
+		if got := <-res; got[0] != stored || got[1] {
+			t.Errorf("a going mark settled with stored=%v, beside an unmarked delivery: replaced = %v", stored, got)
 		}
 	}
-	// A first delivery is never looked up.
 	inst := newInstance()
 	b.replacing(ctx, inst)(true)
-	if b.replaced(ctx, amqp.Delivery{Headers: amqp.Table{instanceHeader: inst}}) {
+	if got := b.replacedEach(ctx, []amqp.Delivery{{Headers: amqp.Table{instanceHeader: inst}}}); got[0] {
 		t.Error("a first delivery was dropped")
 	}
 }

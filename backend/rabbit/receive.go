@@ -345,39 +345,17 @@ const quietRound = 20 * time.Millisecond
 func (b *Backend) release(c *consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
 	defer cancel()
-	var tags []uint64 // originals whose copy is stored
-	failed := false
-	take := func(d amqp.Delivery) {
-		if isMarker(d) {
-			tags = append(tags, d.DeliveryTag)
-			return
-		}
-		if failed {
-			c.acks.nack(d.DeliveryTag, true)
-			return
-		}
-		if b.replaced(ctx, d) {
-			tags = append(tags, d.DeliveryTag)
-			return
-		}
-		if err := b.handBack(ctx, c.queue, d); err != nil {
-			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "id", d.MessageId, "err", err)
-			c.acks.nack(d.DeliveryTag, true)
-			failed = true
-			return
-		}
-		tags = append(tags, d.DeliveryTag)
-	}
+	var got []amqp.Delivery
 	t := time.NewTimer(quietRound)
 	defer t.Stop()
 collect:
-	for quiet := 0; quiet < 2 && int(c.held.Load())+len(tags) < c.prefetch; {
+	for quiet := 0; quiet < 2 && int(c.held.Load())+len(got) < c.prefetch; {
 		select {
 		case d, ok := <-c.deliveries:
 			if !ok {
 				break collect
 			}
-			take(d)
+			got = append(got, d)
 			quiet = 0
 		case <-t.C:
 			quiet++
@@ -386,7 +364,27 @@ collect:
 	}
 	if err := c.ch.Cancel(c.tag, false); err == nil {
 		for d := range c.deliveries {
-			take(d)
+			got = append(got, d)
+		}
+	}
+	var tags []uint64 // originals whose copy is stored, markers, replaced messages
+	var back []amqp.Delivery
+	gone := b.replacedEach(ctx, got)
+	for i, d := range got {
+		if isMarker(d) || gone[i] {
+			tags = append(tags, d.DeliveryTag)
+		} else {
+			back = append(back, d)
+		}
+	}
+	if err := b.handBack(ctx, c.queue, back); err != nil {
+		b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "messages", len(back), "err", err)
+		for _, d := range back {
+			c.acks.nack(d.DeliveryTag, true)
+		}
+	} else {
+		for _, d := range back {
+			tags = append(tags, d.DeliveryTag)
 		}
 	}
 	// All together: RabbitMQ 3.10 holds a channel's settles to a quorum
@@ -396,6 +394,7 @@ collect:
 	// (TestReleaseAcksApplied). Together they go out in one multiple ack
 	// when nothing below them is held (one command), and otherwise in as
 	// few frames as the held tags between them allow.
+	b.testBeforeAck()
 	if err := c.acks.ackAll(tags); err != nil {
 		b.log.Debug("acking the originals of handed-back messages failed", "queue", c.queue, "err", err)
 	}
@@ -409,24 +408,34 @@ collect:
 	b.retire(c.qchan)
 }
 
-// handBack stores an uncounted copy of a delivery that was never handed
-// out: to the work queue with its count kept in baseHeader, or on to its
-// next delay queue when it still has delay left.
-func (b *Backend) handBack(ctx context.Context, queue string, d amqp.Delivery) (err error) {
-	settle := b.replacing(ctx, instanceOf(d.Headers))
-	defer func() { settle(err == nil) }()
-	pub := copyOf(d)
-	if rem := delayLeft(d.Headers); rem > 0 {
-		m, err := b.delayed(ctx, queue, pub, rem)
-		if err != nil {
-			return err
+// handBack stores an uncounted copy of each of ds, deliveries that were
+// never handed out: to the work queue with its count kept in baseHeader,
+// or on to its next delay queue when it still has delay left. The copies
+// are published together, and their marks (see replacing) written in one
+// store call before and one after.
+func (b *Backend) handBack(ctx context.Context, queue string, ds []amqp.Delivery) (err error) {
+	if len(ds) == 0 {
+		return nil
+	}
+	msgs := make([]outMsg, len(ds))
+	insts := make([]string, len(ds))
+	for i, d := range ds {
+		insts[i] = instanceOf(d.Headers)
+		pub := copyOf(d)
+		if rem := delayLeft(d.Headers); rem > 0 {
+			if msgs[i], err = b.delayed(ctx, queue, pub, rem); err != nil {
+				return err
+			}
+			continue
 		}
-		return b.publish(ctx, m)
+		if base := baseOf(d.Headers) + deliveryCount(d.Headers); base > 0 {
+			pub.Headers[baseHeader] = int64(base)
+		}
+		msgs[i] = outMsg{key: b.workName(queue), pub: pub}
 	}
-	if base := baseOf(d.Headers) + deliveryCount(d.Headers); base > 0 {
-		pub.Headers[baseHeader] = int64(base)
-	}
-	return b.publish(ctx, outMsg{key: b.workName(queue), pub: pub})
+	settle := b.replacing(ctx, insts...)
+	defer func() { settle(err == nil) }()
+	return b.publish(ctx, msgs...)
 }
 
 // copyOf returns the publish of a copy of d: none of its headers but a new
@@ -483,43 +492,41 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 			b.leave(c, true, lease)
 			return nil, ctx.Err()
 		}
-		var out []*driver.Delivery
-		take := func(d amqp.Delivery) {
-			if isMarker(d) {
-				if err := c.acks.ack(d.DeliveryTag); err != nil {
-					b.log.Debug("ack of a settle barrier's marker failed", "queue", queue, "err", err)
-				}
-				return
-			}
-			if b.replaced(ctx, d) {
-				if err := c.acks.ack(d.DeliveryTag); err != nil {
-					b.log.Debug("ack of a replaced message failed; it comes back and is dropped again", "queue", queue, "id", d.MessageId, "err", err)
-				}
-				return
-			}
-			if rem := delayLeft(d.Headers); rem > 0 {
-				b.hop(ctx, c, d, rem)
-				return
-			}
-			c.held.Add(1)
-			out = append(out, &driver.Delivery{
-				Queue:      queue,
-				Body:       d.Body,
-				Deliveries: baseOf(d.Headers) + deliveryCount(d.Headers) + 1,
-				Handle:     &receipt{c: c.qchan, tag: d.DeliveryTag, inst: instanceOf(d.Headers)},
-			})
-		}
-		take(first)
+		got := []amqp.Delivery{first}
 	drain:
-		for len(out) < max {
+		for len(got) < max {
 			select {
 			case d, ok := <-c.deliveries:
 				if !ok {
 					break drain
 				}
-				take(d)
+				got = append(got, d)
 			default:
 				break drain
+			}
+		}
+		var out []*driver.Delivery
+		gone := b.replacedEach(ctx, got)
+		for i, d := range got {
+			switch {
+			case isMarker(d):
+				if err := c.acks.ack(d.DeliveryTag); err != nil {
+					b.log.Debug("ack of a settle barrier's marker failed", "queue", queue, "err", err)
+				}
+			case gone[i]:
+				if err := c.acks.ack(d.DeliveryTag); err != nil {
+					b.log.Debug("ack of a replaced message failed; it comes back and is dropped again", "queue", queue, "id", d.MessageId, "err", err)
+				}
+			case delayLeft(d.Headers) > 0:
+				b.hop(ctx, c, d, delayLeft(d.Headers))
+			default:
+				c.held.Add(1)
+				out = append(out, &driver.Delivery{
+					Queue:      queue,
+					Body:       d.Body,
+					Deliveries: baseOf(d.Headers) + deliveryCount(d.Headers) + 1,
+					Handle:     &receipt{c: c.qchan, tag: d.DeliveryTag, inst: instanceOf(d.Headers)},
+				})
 			}
 		}
 		b.leave(c, false, lease)
