@@ -341,21 +341,74 @@ const quietRound = 20 * time.Millisecond
 // channel closes. So release first collects deliveries, acking nothing (the
 // window can only shrink), until the window is full or the pipeline has been
 // quiet for two rounds; then it cancels, collects what is left, and only
-// then acks the originals of the copies, all together.
+// then acks the originals of the copies, all together. It hands back what
+// it collects a burst at a time (what the client has buffered when it
+// looks): one gone-mark lookup, one publish of the copies and two mark
+// writes per burst, not per message. The copies go to the queue it still
+// consumes and come back to it while the window has room, so the window
+// fills and the cancel finds nothing on its way (see the package doc).
 func (b *Backend) release(c *consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
 	defer cancel()
-	var got []amqp.Delivery
+	var tags []uint64 // originals whose copy is stored, markers, replaced messages
+	failed := false
+	// take hands back a burst of deliveries: looked up in one store call,
+	// their copies published together, marked in one call before and one
+	// after.
+	take := func(got []amqp.Delivery) {
+		if failed {
+			for _, d := range got {
+				c.acks.nack(d.DeliveryTag, true)
+			}
+			return
+		}
+		var back []amqp.Delivery
+		gone := b.replacedEach(ctx, got)
+		for i, d := range got {
+			if isMarker(d) || gone[i] {
+				tags = append(tags, d.DeliveryTag)
+			} else {
+				back = append(back, d)
+			}
+		}
+		if err := b.handBack(ctx, c.queue, back); err != nil {
+			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "messages", len(back), "err", err)
+			for _, d := range back {
+				c.acks.nack(d.DeliveryTag, true)
+			}
+			failed = true
+			return
+		}
+		for _, d := range back {
+			tags = append(tags, d.DeliveryTag)
+		}
+	}
+	// burst returns d and what else is buffered now, up to the window.
+	burst := func(d amqp.Delivery) []amqp.Delivery {
+		got := []amqp.Delivery{d}
+		for int(c.held.Load())+len(tags)+len(got) < c.prefetch {
+			select {
+			case d, ok := <-c.deliveries:
+				if !ok {
+					return got
+				}
+				got = append(got, d)
+			default:
+				return got
+			}
+		}
+		return got
+	}
 	t := time.NewTimer(quietRound)
 	defer t.Stop()
 collect:
-	for quiet := 0; quiet < 2 && int(c.held.Load())+len(got) < c.prefetch; {
+	for quiet := 0; quiet < 2 && int(c.held.Load())+len(tags) < c.prefetch; {
 		select {
 		case d, ok := <-c.deliveries:
 			if !ok {
 				break collect
 			}
-			got = append(got, d)
+			take(burst(d))
 			quiet = 0
 		case <-t.C:
 			quiet++
@@ -363,28 +416,12 @@ collect:
 		}
 	}
 	if err := c.ch.Cancel(c.tag, false); err == nil {
+		var rest []amqp.Delivery
 		for d := range c.deliveries {
-			got = append(got, d)
+			rest = append(rest, d)
 		}
-	}
-	var tags []uint64 // originals whose copy is stored, markers, replaced messages
-	var back []amqp.Delivery
-	gone := b.replacedEach(ctx, got)
-	for i, d := range got {
-		if isMarker(d) || gone[i] {
-			tags = append(tags, d.DeliveryTag)
-		} else {
-			back = append(back, d)
-		}
-	}
-	if err := b.handBack(ctx, c.queue, back); err != nil {
-		b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "messages", len(back), "err", err)
-		for _, d := range back {
-			c.acks.nack(d.DeliveryTag, true)
-		}
-	} else {
-		for _, d := range back {
-			tags = append(tags, d.DeliveryTag)
+		if len(rest) > 0 {
+			take(rest)
 		}
 	}
 	// All together: RabbitMQ 3.10 holds a channel's settles to a quorum
