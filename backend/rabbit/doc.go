@@ -144,8 +144,8 @@
 // Those are handed back uncounted, as a copy carrying the original's count in
 // x-asyncplatform-base, when Receive is cancelled, when no Receive comes for
 // a lease, and on Close. A release collects the consumer's deliveries,
-// handing each back as it comes, until its window is full or the broker is
-// quiet, then cancels it; the originals are acked together, in one
+// handing each burst back as it comes, until its window is full or the
+// broker is quiet, then cancels it; the originals are acked together, in one
 // multiple ack when nothing below them is held. (Its copies go to the queue
 // it still consumes, and come back to it while the window has room, to be
 // copied again: a long drain, which catches deliveries still on their way
@@ -159,22 +159,29 @@
 // broker restart after the new copy was confirmed brings the original back,
 // counted, beside its copy, and the job then runs on in two lines of
 // copies, each counting its own tries (RandomFaults' wrong try counts). With
-// Config.Store set, every message this backend publishes carries a random
-// instance (header x-asyncplatform-instance, new for every copy), and a
-// replacement (Requeue, DeadLetter, a delay hop or sweep, a release's
-// hand-back) writes the key p:gone/<instance> "pending" before it writes the
-// copy and "done" once the copy is stored (deleted when it was not): before
-// its ack, or, for Requeue and DeadLetter, after it, on a goroutine of its
-// own, so that the outcome the platform reports next waits for no store
-// round trip.
-// A delivery that carries x-delivery-count (it went back to the queue
-// unsettled) is looked up first: "done", it is acked and never handed out;
-// "pending", the lookup waits for the writer, at most 2s, then hands it
-// out. Only a process that dies between the copy's
-// confirm and the "done" write still leaves two lines. A mark lives 24h: a
-// replaced message that comes back later runs again. The price: two store
-// writes per Requeue or DeadLetter, and one read per redelivery
-// (TestReplacedAckLost, TestReplacingPendingWaits).
+// Config.Store set, a replacement (Requeue, DeadLetter, a delay hop or
+// sweep, a release's hand-back) writes the key p:going/<instance> before it
+// writes the copy, and p:gone/<instance> once the copy is stored (the
+// going key is deleted when it was not): before its ack, or, for Requeue
+// and DeadLetter, after it, on a goroutine of its own, so that the outcome
+// the platform reports next waits for no store round trip. The instance is
+// the header x-asyncplatform-instance: 128 random bits, new for every
+// message and copy this backend publishes, so a writer to the broker
+// cannot name a live message it has not read. A delivery that carries
+// x-delivery-count or the redelivered flag (it went back to the queue
+// unsettled) is looked up first: gone, it is acked and never handed out;
+// going, the lookup waits for the writer, at most 2s, then hands it out.
+// A Receive looks up what it takes in one store call, and a release looks
+// up, marks and publishes what it hands back a burst at a time (one
+// lookup, two mark writes and one publish of the copies per burst). Only a
+// process that dies between the copy's confirm and the gone write still
+// leaves two lines. A gone mark lives 24h, a going mark PublishTimeout
+// plus a minute: a replaced message that comes back later runs again.
+// Without a store nothing is marked or looked up, and a lost ack leaves
+// the two lines. The price: two store writes per Requeue or DeadLetter,
+// and one read per Receive that takes a redelivery
+// (TestReplacedAckLost, TestReplacingPendingWaits, BenchmarkRequeue,
+// BenchmarkReleaseRedelivered).
 //
 // Settle barrier. RabbitMQ 3.10 holds a channel's settles to a quorum
 // queue back once about 32 are unapplied and drops the held ones when the
@@ -364,6 +371,12 @@
 //     window to fill or the broker to go quiet before it cancels, which
 //     closes the window for settles but not for a publish landing at that
 //     instant.
+//   - Without Config.Store there are no gone marks: an ack lost to a cut
+//     connection or a broker restart after a Requeue's, DeadLetter's,
+//     delay hop's or release's copy was confirmed brings the original back
+//     beside its copy, counted, and the job runs on in two lines of copies
+//     (see Gone marks). With a store, a process that dies between the
+//     copy's confirm and its gone mark still leaves them.
 //
 // # Clusters
 //
