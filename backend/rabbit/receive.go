@@ -420,7 +420,11 @@ collect:
 				break collect
 			}
 			take(burst(d))
+			// Quiet is a round without deliveries after the hand-back,
+			// not one that ran out while it waited for the store and
+			// the confirms.
 			quiet = 0
+			t.Reset(quietRound)
 		case <-t.C:
 			quiet++
 			t.Reset(quietRound)
