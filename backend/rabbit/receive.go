@@ -331,10 +331,6 @@ func (b *Backend) ended(c *consumer) {
 // the broker's pipeline as quiet (two rounds in a row).
 const quietRound = 20 * time.Millisecond
 
-// burstGap is how long release waits for the next delivery of a burst it
-// hands back together.
-const burstGap = 2 * time.Millisecond
-
 // release cancels the consumer, which detachLocked took out of use, and
 // hands back each message it buffered: a copy that keeps the original's
 // delivery count in baseHeader, confirmed, then the original acked.
@@ -387,24 +383,17 @@ func (b *Backend) release(c *consumer) {
 			tags = append(tags, d.DeliveryTag)
 		}
 	}
-	// burst returns d and the deliveries that follow it within burstGap
-	// of each other, up to the window. (amqp091 hands a consumer's
-	// deliveries over one at a time, on a channel without a buffer: a
-	// receive that does not wait gets one now and then, not what the
-	// client holds.)
-	gap := time.NewTimer(burstGap)
-	defer gap.Stop()
+	// burst returns d and what else is buffered now, up to the window.
 	burst := func(d amqp.Delivery) []amqp.Delivery {
 		got := []amqp.Delivery{d}
 		for int(c.held.Load())+len(tags)+len(got) < c.prefetch {
-			gap.Reset(burstGap)
 			select {
 			case d, ok := <-c.deliveries:
 				if !ok {
 					return got
 				}
 				got = append(got, d)
-			case <-gap.C:
+			default:
 				return got
 			}
 		}
@@ -420,11 +409,7 @@ collect:
 				break collect
 			}
 			take(burst(d))
-			// Quiet is a round without deliveries after the hand-back,
-			// not one that ran out while it waited for the store and
-			// the confirms.
 			quiet = 0
-			t.Reset(quietRound)
 		case <-t.C:
 			quiet++
 			t.Reset(quietRound)
