@@ -230,6 +230,8 @@ type Backend struct {
 	migMu   sync.Mutex // serialises migrateDead
 	chanGen atomic.Uint64
 
+	beforeAck atomic.Pointer[func()] // for tests: runs between a Requeue's, DeadLetter's or release's stored successors and their acks
+
 	nodes   []string // one URL per node of Config.URL
 	node    int      // the index in nodes of the last connection; guarded by mu
 	dialled bool     // a connection was made once; guarded by mu

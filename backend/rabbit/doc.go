@@ -136,15 +136,16 @@
 // returned by a closed channel or connection. Requeue and DeadLetter publish
 // a new copy (confirm, then ack the original), so a copy's count starts at
 // zero by itself; a crash between the confirm and the ack leaves a
-// duplicate, never a loss. A consumer's prefetch is the platform's own
+// duplicate, never a loss (with a Store, only a crash of the process: see
+// Gone marks). A consumer's prefetch is the platform's own
 // window (its concurrency plus its prefetch), so the broker never pushes
 // more than the platform asked for; still, messages can sit in the client's
 // buffer without having been handed out (after a settle opened the window).
 // Those are handed back uncounted, as a copy carrying the original's count in
 // x-asyncplatform-base, when Receive is cancelled, when no Receive comes for
 // a lease, and on Close. A release collects the consumer's deliveries,
-// handing each back as it comes, until its window is full or the broker is
-// quiet, then cancels it; the originals are acked together, in one
+// handing each burst back as it comes, until its window is full or the
+// broker is quiet, then cancels it; the originals are acked together, in one
 // multiple ack when nothing below them is held. (Its copies go to the queue
 // it still consumes, and come back to it while the window has room, to be
 // copied again: a long drain, which catches deliveries still on their way
@@ -153,6 +154,34 @@
 // crash in 3 runs of 3.) The platform releases a consumer before it hands
 // back the jobs it claimed ahead (Stop, a pause, a suspect's isolation), so
 // that those copies cannot reach it (TestStopReleasesFirst).
+//
+// Gone marks. An ack is not confirmed: one lost to a cut connection or a
+// broker restart after the new copy was confirmed brings the original back,
+// counted, beside its copy, and the job then runs on in two lines of
+// copies, each counting its own tries (RandomFaults' wrong try counts). With
+// Config.Store set, a replacement (Requeue, DeadLetter, a delay hop or
+// sweep, a release's hand-back) writes the key p:going/<instance> before it
+// writes the copy, and p:gone/<instance> once the copy is stored (the
+// going key is deleted when it was not): before its ack, or, for Requeue
+// and DeadLetter, after it, on a goroutine of its own, so that the outcome
+// the platform reports next waits for no store round trip. The instance is
+// the header x-asyncplatform-instance: 128 random bits, new for every
+// message and copy this backend publishes, so a writer to the broker
+// cannot name a live message it has not read. A delivery that carries
+// x-delivery-count or the redelivered flag (it went back to the queue
+// unsettled) is looked up first: gone, it is acked and never handed out;
+// going, the lookup waits for the writer, at most 2s, then hands it out.
+// A Receive looks up what it takes in one store call, and a release looks
+// up, marks and publishes what it hands back a burst at a time (one
+// lookup, two mark writes and one publish of the copies per burst). Only a
+// process that dies between the copy's confirm and the gone write still
+// leaves two lines. A gone mark lives 24h, a going mark PublishTimeout
+// plus a minute: a replaced message that comes back later runs again.
+// Without a store nothing is marked or looked up, and a lost ack leaves
+// the two lines. The price: two store writes per Requeue or DeadLetter,
+// and one read per Receive that takes a redelivery
+// (TestReplacedAckLost, TestReplacingPendingWaits, BenchmarkRequeue,
+// BenchmarkReleaseRedelivered).
 //
 // Settle barrier. RabbitMQ 3.10 holds a channel's settles to a quorum
 // queue back once about 32 are unapplied and drops the held ones when the
@@ -342,6 +371,12 @@
 //     window to fill or the broker to go quiet before it cancels, which
 //     closes the window for settles but not for a publish landing at that
 //     instant.
+//   - Without Config.Store there are no gone marks: an ack lost to a cut
+//     connection or a broker restart after a Requeue's, DeadLetter's,
+//     delay hop's or release's copy was confirmed brings the original back
+//     beside its copy, counted, and the job runs on in two lines of copies
+//     (see Gone marks). With a store, a process that dies between the
+//     copy's confirm and its gone mark still leaves them.
 //
 // # Clusters
 //

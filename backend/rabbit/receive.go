@@ -177,6 +177,7 @@ type consumer struct {
 type receipt struct {
 	c       *qchan
 	tag     uint64
+	inst    string // the message's instance (see gone.go), "" when it has none
 	settled atomic.Bool
 }
 
@@ -340,28 +341,63 @@ const quietRound = 20 * time.Millisecond
 // channel closes. So release first collects deliveries, acking nothing (the
 // window can only shrink), until the window is full or the pipeline has been
 // quiet for two rounds; then it cancels, collects what is left, and only
-// then acks the originals of the copies, all together.
+// then acks the originals of the copies, all together. It hands back what
+// it collects a burst at a time (what the client has buffered when it
+// looks): one gone-mark lookup, one publish of the copies and two mark
+// writes per burst, not per message. The copies go to the queue it still
+// consumes and come back to it while the window has room, so the window
+// fills and the cancel finds nothing on its way (see the package doc).
 func (b *Backend) release(c *consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
 	defer cancel()
-	var tags []uint64 // originals whose copy is stored
+	var tags []uint64 // originals whose copy is stored, markers, replaced messages
 	failed := false
-	take := func(d amqp.Delivery) {
-		if isMarker(d) {
-			tags = append(tags, d.DeliveryTag)
-			return
-		}
+	// take hands back a burst of deliveries: looked up in one store call,
+	// their copies published together, marked in one call before and one
+	// after.
+	take := func(got []amqp.Delivery) {
 		if failed {
-			c.acks.nack(d.DeliveryTag, true)
+			for _, d := range got {
+				c.acks.nack(d.DeliveryTag, true)
+			}
 			return
 		}
-		if err := b.handBack(ctx, c.queue, d); err != nil {
-			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "id", d.MessageId, "err", err)
-			c.acks.nack(d.DeliveryTag, true)
+		var back []amqp.Delivery
+		gone := b.replacedEach(ctx, got)
+		for i, d := range got {
+			if isMarker(d) || gone[i] {
+				tags = append(tags, d.DeliveryTag)
+			} else {
+				back = append(back, d)
+			}
+		}
+		if err := b.handBack(ctx, c.queue, back); err != nil {
+			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "messages", len(back), "err", err)
+			for _, d := range back {
+				c.acks.nack(d.DeliveryTag, true)
+			}
 			failed = true
 			return
 		}
-		tags = append(tags, d.DeliveryTag)
+		for _, d := range back {
+			tags = append(tags, d.DeliveryTag)
+		}
+	}
+	// burst returns d and what else is buffered now, up to the window.
+	burst := func(d amqp.Delivery) []amqp.Delivery {
+		got := []amqp.Delivery{d}
+		for int(c.held.Load())+len(tags)+len(got) < c.prefetch {
+			select {
+			case d, ok := <-c.deliveries:
+				if !ok {
+					return got
+				}
+				got = append(got, d)
+			default:
+				return got
+			}
+		}
+		return got
 	}
 	t := time.NewTimer(quietRound)
 	defer t.Stop()
@@ -372,7 +408,7 @@ collect:
 			if !ok {
 				break collect
 			}
-			take(d)
+			take(burst(d))
 			quiet = 0
 		case <-t.C:
 			quiet++
@@ -380,8 +416,12 @@ collect:
 		}
 	}
 	if err := c.ch.Cancel(c.tag, false); err == nil {
+		var rest []amqp.Delivery
 		for d := range c.deliveries {
-			take(d)
+			rest = append(rest, d)
+		}
+		if len(rest) > 0 {
+			take(rest)
 		}
 	}
 	// All together: RabbitMQ 3.10 holds a channel's settles to a quorum
@@ -391,6 +431,7 @@ collect:
 	// (TestReleaseAcksApplied). Together they go out in one multiple ack
 	// when nothing below them is held (one command), and otherwise in as
 	// few frames as the held tags between them allow.
+	b.testBeforeAck()
 	if err := c.acks.ackAll(tags); err != nil {
 		b.log.Debug("acking the originals of handed-back messages failed", "queue", c.queue, "err", err)
 	}
@@ -404,31 +445,45 @@ collect:
 	b.retire(c.qchan)
 }
 
-// handBack stores an uncounted copy of a delivery that was never handed
-// out: to the work queue with its count kept in baseHeader, or on to its
-// next delay queue when it still has delay left.
-func (b *Backend) handBack(ctx context.Context, queue string, d amqp.Delivery) error {
-	pub := copyOf(d)
-	if rem := delayLeft(d.Headers); rem > 0 {
-		m, err := b.delayed(ctx, queue, pub, rem)
-		if err != nil {
-			return err
+// handBack stores an uncounted copy of each of ds, deliveries that were
+// never handed out: to the work queue with its count kept in baseHeader,
+// or on to its next delay queue when it still has delay left. The copies
+// are published together, and their marks (see replacing) written in one
+// store call before and one after.
+func (b *Backend) handBack(ctx context.Context, queue string, ds []amqp.Delivery) (err error) {
+	if len(ds) == 0 {
+		return nil
+	}
+	msgs := make([]outMsg, len(ds))
+	insts := make([]string, len(ds))
+	for i, d := range ds {
+		insts[i] = instanceOf(d.Headers)
+		pub := copyOf(d)
+		if rem := delayLeft(d.Headers); rem > 0 {
+			if msgs[i], err = b.delayed(ctx, queue, pub, rem); err != nil {
+				return err
+			}
+			continue
 		}
-		return b.publish(ctx, m)
+		if base := baseOf(d.Headers) + deliveryCount(d.Headers); base > 0 {
+			pub.Headers[baseHeader] = int64(base)
+		}
+		msgs[i] = outMsg{key: b.workName(queue), pub: pub}
 	}
-	if base := baseOf(d.Headers) + deliveryCount(d.Headers); base > 0 {
-		pub.Headers = amqp.Table{baseHeader: int64(base)}
-	}
-	return b.publish(ctx, outMsg{key: b.workName(queue), pub: pub})
+	settle := b.replacing(ctx, insts...)
+	defer func() { settle(err == nil) }()
+	return b.publish(ctx, msgs...)
 }
 
-// copyOf returns the publish of a copy of d, without its headers.
+// copyOf returns the publish of a copy of d: none of its headers but a new
+// instance.
 func copyOf(d amqp.Delivery) amqp.Publishing {
 	return amqp.Publishing{
 		DeliveryMode: amqp.Persistent,
 		MessageId:    d.MessageId,
 		Timestamp:    d.Timestamp,
 		ContentType:  d.ContentType,
+		Headers:      withInstance(nil),
 		Body:         d.Body,
 	}
 }
@@ -474,37 +529,41 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 			b.leave(c, true, lease)
 			return nil, ctx.Err()
 		}
-		var out []*driver.Delivery
-		take := func(d amqp.Delivery) {
-			if isMarker(d) {
-				if err := c.acks.ack(d.DeliveryTag); err != nil {
-					b.log.Debug("ack of a settle barrier's marker failed", "queue", queue, "err", err)
-				}
-				return
-			}
-			if rem := delayLeft(d.Headers); rem > 0 {
-				b.hop(ctx, c, d, rem)
-				return
-			}
-			c.held.Add(1)
-			out = append(out, &driver.Delivery{
-				Queue:      queue,
-				Body:       d.Body,
-				Deliveries: baseOf(d.Headers) + deliveryCount(d.Headers) + 1,
-				Handle:     &receipt{c: c.qchan, tag: d.DeliveryTag},
-			})
-		}
-		take(first)
+		got := []amqp.Delivery{first}
 	drain:
-		for len(out) < max {
+		for len(got) < max {
 			select {
 			case d, ok := <-c.deliveries:
 				if !ok {
 					break drain
 				}
-				take(d)
+				got = append(got, d)
 			default:
 				break drain
+			}
+		}
+		var out []*driver.Delivery
+		gone := b.replacedEach(ctx, got)
+		for i, d := range got {
+			switch {
+			case isMarker(d):
+				if err := c.acks.ack(d.DeliveryTag); err != nil {
+					b.log.Debug("ack of a settle barrier's marker failed", "queue", queue, "err", err)
+				}
+			case gone[i]:
+				if err := c.acks.ack(d.DeliveryTag); err != nil {
+					b.log.Debug("ack of a replaced message failed; it comes back and is dropped again", "queue", queue, "id", d.MessageId, "err", err)
+				}
+			case delayLeft(d.Headers) > 0:
+				b.hop(ctx, c, d, delayLeft(d.Headers))
+			default:
+				c.held.Add(1)
+				out = append(out, &driver.Delivery{
+					Queue:      queue,
+					Body:       d.Body,
+					Deliveries: baseOf(d.Headers) + deliveryCount(d.Headers) + 1,
+					Handle:     &receipt{c: c.qchan, tag: d.DeliveryTag, inst: instanceOf(d.Headers)},
+				})
 			}
 		}
 		b.leave(c, false, lease)
@@ -518,10 +577,12 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 // queue: publish the copy, confirm, then ack.
 func (b *Backend) hop(ctx context.Context, c *consumer, d amqp.Delivery, rem time.Duration) {
 	ctx = context.WithoutCancel(ctx)
+	settle := b.replacing(ctx, instanceOf(d.Headers))
 	m, err := b.delayed(ctx, c.queue, copyOf(d), rem)
 	if err == nil {
 		err = b.publish(ctx, m)
 	}
+	settle(err == nil)
 	if err != nil {
 		b.log.Warn("moving a delayed message to its next delay queue failed; requeued", "queue", c.queue, "id", d.MessageId, "err", err)
 		c.acks.nack(d.DeliveryTag, true)
@@ -539,6 +600,7 @@ func (b *Backend) route(ctx context.Context, queue string, msg driver.Message) (
 		DeliveryMode: amqp.Persistent,
 		MessageId:    msg.ID,
 		Timestamp:    time.Now(),
+		Headers:      withInstance(nil),
 		Body:         msg.Body,
 	}
 	if !msg.NotBefore.IsZero() {
@@ -572,7 +634,10 @@ func (b *Backend) delayed(ctx context.Context, queue string, pub amqp.Publishing
 	if delayExpiry.Load() {
 		pub.Expiration = strconv.FormatInt(step(k).Milliseconds(), 10)
 	}
-	pub.Headers = amqp.Table{dueHeader: time.Now().Add(step(k)).UnixMilli()}
+	if pub.Headers == nil {
+		pub.Headers = amqp.Table{}
+	}
+	pub.Headers[dueHeader] = time.Now().Add(step(k)).UnixMilli()
 	if left := rem - step(k); left > 0 {
 		ms := (left + time.Millisecond - 1) / time.Millisecond
 		pub.Headers[delayHeader] = int64(ms)
@@ -707,10 +772,15 @@ func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Me
 	if err != nil {
 		return b.unsettled(r, err)
 	}
+	settle := b.replacing(ctx, r.inst)
 	if err := b.publishFor(ctx, r.check, m); err != nil {
+		settle(false)
 		return b.unsettled(r, err)
 	}
-	return b.settle(r)
+	b.testBeforeAck()
+	err = b.settle(r)
+	b.later(func() { settle(true) })
+	return err
 }
 
 // unsettled returns err, the failure of a Requeue or DeadLetter whose new
@@ -744,10 +814,15 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 		return b.unsettled(r, err)
 	}
 	if b.cfg.Store != nil { // see deadstore.go
+		settle := b.replacing(ctx, r.inst)
 		if err := b.storeDeadLetter(ctx, d.Queue, rec); err != nil {
+			settle(false)
 			return b.unsettled(r, err)
 		}
-		return b.settle(r)
+		b.testBeforeAck()
+		err := b.settle(r)
+		b.later(func() { settle(true) })
+		return err
 	}
 	now := time.Now()
 	m := outMsg{key: b.deadName(d.Queue), pub: amqp.Publishing{

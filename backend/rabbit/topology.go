@@ -405,7 +405,9 @@ func (b *Backend) sweepDelay(ctx context.Context, ch *amqp.Channel, queue string
 			m = outMsg{key: b.workName(queue), pub: copyOf(d)}
 		}
 		if err == nil {
+			settle := b.replacing(ctx, instanceOf(d.Headers))
 			err = b.publish(ctx, m)
+			settle(err == nil)
 		}
 		if err != nil {
 			ch.Nack(d.DeliveryTag, false, true)
