@@ -287,6 +287,28 @@ func (b *Backend) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]d
 	return out, nil
 }
 
+var _ driver.StoreBatchUpdater = (*Backend)(nil)
+
+// UpdateEach implements driver.StoreBatchUpdater: under one hold of the
+// store's lock.
+func (b *Backend) UpdateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	kv, err := b.kv()
+	if err != nil {
+		return nil, err
+	}
+	defer kv.mu.Unlock()
+	now := time.Now()
+	out := make([]driver.BatchResult, len(items))
+	for i, it := range items {
+		if kv.at(it.Key, it.Rev, now) == nil {
+			out[i].Err = driver.ErrRevision
+			continue
+		}
+		out[i].Rev = kv.put(it.Key, it.Value, it.TTL, now)
+	}
+	return out, nil
+}
+
 // ListEach implements driver.StoreBatcher: one List a prefix.
 func (b *Backend) ListEach(ctx context.Context, prefixes []string, limit int) ([][]string, error) {
 	out := make([][]string, len(prefixes))
