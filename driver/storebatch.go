@@ -49,19 +49,32 @@ type StoreCounter interface {
 	Count(ctx context.Context, prefix string) (int64, error)
 }
 
+// StoreBatchUpdater is an optional interface of a Store: Update of many
+// keys in one round trip (one commit where the store has commits). Callers
+// reach it through UpdateEach, which falls back to one Update a key on a
+// Store without it. Each item behaves as its single Update would, on its
+// own, as the items of a StoreBatcher's calls do; keys are distinct, at
+// most MaxBatch, and every Rev is non-empty (the helper checks all three).
+// A batch that returns an error may have applied any subset of its items.
+type StoreBatchUpdater interface {
+	// UpdateEach is Update of each item's Key to its Value and TTL when the
+	// key is at its Rev: the new Rev, or Err ErrRevision.
+	UpdateEach(ctx context.Context, items []BatchItem) ([]BatchResult, error)
+}
+
 // BatchItem is one key of a batch call.
 type BatchItem struct {
 	Key   string
-	Value []byte        // CreateEach
-	TTL   time.Duration // CreateEach: zero, none
-	Rev   string        // DeleteEach: empty, whatever is there
+	Value []byte        // CreateEach, UpdateEach
+	TTL   time.Duration // CreateEach, UpdateEach: zero, none
+	Rev   string        // DeleteEach: empty, whatever is there; UpdateEach: required
 }
 
 // BatchResult is the result of one item of a batch call, in the order of
 // the call's items.
 type BatchResult struct {
 	Value []byte // GetEach: the caller's to keep
-	Rev   string // GetEach, CreateEach
+	Rev   string // GetEach, CreateEach, UpdateEach
 	Err   error  // nil, or the item's sentinel: ErrKeyNotFound, ErrKeyExists, ErrRevision
 }
 
@@ -118,6 +131,29 @@ func DeleteEach(ctx context.Context, s Store, items []BatchItem) ([]BatchResult,
 	}
 	return each(ctx, len(items), ErrRevision, func(ctx context.Context, i int) (BatchResult, error) {
 		return BatchResult{}, s.Delete(ctx, items[i].Key, items[i].Rev)
+	})
+}
+
+// UpdateEach updates each item at its Rev through s's StoreBatchUpdater, or
+// with one Update an item (eachWorkers at once) on a Store without it. A
+// result's Err is nil or ErrRevision; any other error of an item fails the
+// call. An item without a Rev is refused before the store is called.
+func UpdateEach(ctx context.Context, s Store, items []BatchItem) ([]BatchResult, error) {
+	if err := checkBatch(len(items), func(i int) string { return items[i].Key }); err != nil {
+		return nil, err
+	}
+	for i, it := range items {
+		if it.Rev == "" {
+			return nil, fmt.Errorf("store batch update item %d (%q): no revision", i, it.Key)
+		}
+	}
+	if b, ok := s.(StoreBatchUpdater); ok {
+		rs, err := b.UpdateEach(ctx, items)
+		return checkResults(rs, err, len(items), ErrRevision)
+	}
+	return each(ctx, len(items), ErrRevision, func(ctx context.Context, i int) (BatchResult, error) {
+		rev, err := s.Update(ctx, items[i].Key, items[i].Value, items[i].Rev, items[i].TTL)
+		return BatchResult{Rev: rev}, err
 	})
 }
 

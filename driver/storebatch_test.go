@@ -82,6 +82,21 @@ func TestEachFallback(t *testing.T) {
 	if _, err := driver.CreateEach(ctx, s, make([]driver.BatchItem, driver.MaxBatch+1)); err == nil {
 		t.Error("CreateEach over MaxBatch: no error")
 	}
+	revs := make([]driver.BatchItem, len(items))
+	for i, it := range items {
+		revs[i] = driver.BatchItem{Key: it.Key, Rev: "1"}
+	}
+	if _, err := driver.UpdateEach(ctx, s, revs); !errors.Is(err, boom) {
+		t.Errorf("UpdateEach with a failing key: %v, want boom", err)
+	}
+	s.bad = "none"
+	if rs, err := driver.UpdateEach(ctx, s, revs); err != nil || !errors.Is(rs[7].Err, driver.ErrRevision) {
+		t.Errorf("UpdateEach: %v, %v; want ErrRevision each", rs, err)
+	}
+	if _, err := driver.UpdateEach(ctx, s, items); err == nil {
+		t.Error("UpdateEach of items without a revision: no error")
+	}
+	s.bad = "k57"
 	if _, err := driver.ListEach(ctx, s, []string{"a/", "b/"}, 10); !errors.Is(err, boom) {
 		t.Errorf("ListEach with a failing List: %v, want boom", err)
 	}

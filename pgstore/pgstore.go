@@ -170,6 +170,7 @@ var (
 type queries struct {
 	get, create, update, del, delAt, list, sweep     string
 	getEach, createEach, deleteEach, listEach, count string
+	updateEach                                       string
 }
 
 // readValue bounds a value read off the table (anyone can write a row):
@@ -202,6 +203,9 @@ func makeQueries(t string) queries {
 			ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at
 			WHERE t.expires_at IS NOT NULL AND t.expires_at <= now()
 			RETURNING key, rev`,
+		updateEach: `UPDATE ` + t + ` AS t SET value = u.v, rev = nextval('` + t + `_rev'), expires_at = ` + exp("u.ttl") + `
+			FROM unnest($1::text[], $2::bytea[], $3::bigint[], $4::bigint[]) AS u(k, v, r, ttl)
+			WHERE t.key = u.k AND t.rev = u.r AND ` + live + ` RETURNING t.key, t.rev`,
 		// A rev of 0 deletes whatever is there; another, the row at that
 		// rev while it is live.
 		deleteEach: `DELETE FROM ` + t + ` AS t USING unnest($1::text[], $2::bigint[]) AS u(k, r)
@@ -529,6 +533,63 @@ func (s *Store) CreateEach(ctx context.Context, items []driver.BatchItem) ([]dri
 		rev, ok := made[k]
 		if !ok {
 			out[i].Err = driver.ErrKeyExists
+			continue
+		}
+		out[i].Rev = strconv.FormatInt(rev, 10)
+	}
+	return out, nil
+}
+
+var _ driver.StoreBatchUpdater = (*Store)(nil)
+
+// UpdateEach implements driver.StoreBatchUpdater: one statement, one
+// commit.
+func (s *Store) UpdateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := make([]driver.BatchResult, len(items))
+	var (
+		keys   []string
+		values [][]byte
+		revs   []int64
+		ttls   []int64
+	)
+	for i, it := range items {
+		rev, ok := parseRev(it.Rev)
+		if !ok {
+			out[i].Err = driver.ErrRevision
+			continue
+		}
+		keys, values = append(keys, it.Key), append(values, nonNil(it.Value))
+		revs, ttls = append(revs, rev), append(ttls, it.TTL.Milliseconds())
+	}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	rows, err := s.db(ctx).Query(ctx, s.q.updateEach, keys, values, revs, ttls)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: update each: %w", err)
+	}
+	written := make(map[string]int64, len(keys))
+	var (
+		k   string
+		rev int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&k, &rev}, func() error {
+		written[k] = rev
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: update each: %w", err)
+	}
+	for i, it := range items {
+		if out[i].Err != nil {
+			continue
+		}
+		rev, ok := written[it.Key]
+		if !ok {
+			out[i].Err = driver.ErrRevision
 			continue
 		}
 		out[i].Rev = strconv.FormatInt(rev, 10)

@@ -40,8 +40,9 @@ func (e *kvEntry) live(now time.Time) bool {
 type kvState struct {
 	mu      sync.Mutex
 	entries map[string]*kvEntry
-	keys    []string // sorted; may hold keys since removed from entries
-	unseen  bool     // entries has keys that keys lacks
+	keys    []string // sorted, distinct; may hold keys since removed from entries
+	fresh   []string // keys put since keys was sorted that it may lack, unsorted, maybe twice
+	stale   bool     // keys is to be sorted again from entries (fresh grew past half of it)
 	removed int      // keys removed from entries since keys was sorted
 	rev     uint64   // last revision given
 	writes  int      // since the last sweep
@@ -69,18 +70,54 @@ func (kv *kvState) remove(key string) {
 	}
 }
 
-// sorted returns every key in byte order, and maybe some since removed.
-// The lock is held.
+// sorted returns every key in byte order, once each, and maybe some since
+// removed. The keys put since the last call are sorted alone and merged
+// in, so a listing while keys are created costs their number and one pass,
+// not a sort of every key; the whole is sorted again from entries once
+// the keys removed or put since outnumber half the sorted ones. The lock
+// is held.
 func (kv *kvState) sorted() []string {
-	if kv.unseen || kv.removed > len(kv.keys)/2 {
+	switch {
+	case kv.stale || kv.removed > len(kv.keys)/2:
 		kv.keys = kv.keys[:0]
 		for k := range kv.entries {
 			kv.keys = append(kv.keys, k)
 		}
 		slices.Sort(kv.keys)
-		kv.unseen, kv.removed = false, 0
+		kv.fresh, kv.stale, kv.removed = kv.fresh[:0], false, 0
+	case len(kv.fresh) > 0:
+		slices.Sort(kv.fresh)
+		kv.keys = mergeSorted(kv.keys, kv.fresh)
+		kv.fresh = kv.fresh[:0]
 	}
 	return kv.keys
+}
+
+// mergeSorted returns the sorted keys of a and b (each sorted), each once.
+func mergeSorted(a, b []string) []string {
+	out := make([]string, 0, len(a)+len(b))
+	add := func(k string) {
+		if len(out) == 0 || out[len(out)-1] != k {
+			out = append(out, k)
+		}
+	}
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		if a[i] <= b[j] {
+			add(a[i])
+			i++
+		} else {
+			add(b[j])
+			j++
+		}
+	}
+	for ; i < len(a); i++ {
+		add(a[i])
+	}
+	for ; j < len(b); j++ {
+		add(b[j])
+	}
+	return out
 }
 
 // put writes key and returns its new revision. The lock is held.
@@ -89,7 +126,11 @@ func (kv *kvState) put(key string, value []byte, ttl time.Duration, now time.Tim
 	if e == nil {
 		e = &kvEntry{}
 		kv.entries[key] = e
-		kv.unseen = true
+		if !kv.stale {
+			if kv.fresh = append(kv.fresh, key); len(kv.fresh) > len(kv.keys)/2 {
+				kv.fresh, kv.stale = kv.fresh[:0], true
+			}
+		}
 	}
 	kv.rev++
 	e.value, e.rev, e.expires = slices.Clone(value), kv.rev, time.Time{}
@@ -283,6 +324,28 @@ func (b *Backend) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]d
 			continue
 		}
 		kv.remove(it.Key)
+	}
+	return out, nil
+}
+
+var _ driver.StoreBatchUpdater = (*Backend)(nil)
+
+// UpdateEach implements driver.StoreBatchUpdater: under one hold of the
+// store's lock.
+func (b *Backend) UpdateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	kv, err := b.kv()
+	if err != nil {
+		return nil, err
+	}
+	defer kv.mu.Unlock()
+	now := time.Now()
+	out := make([]driver.BatchResult, len(items))
+	for i, it := range items {
+		if kv.at(it.Key, it.Rev, now) == nil {
+			out[i].Err = driver.ErrRevision
+			continue
+		}
+		out[i].Rev = kv.put(it.Key, it.Value, it.TTL, now)
 	}
 	return out, nil
 }

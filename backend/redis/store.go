@@ -235,6 +235,19 @@ for i = 1, #ARGV do
 end
 return out
 `)
+	// ARGV: key, value, revision, TTL ms, for each item. Returns the new
+	// revision per item, nil for an item whose key is not at its revision.
+	storeUpdateEachScript = goredis.NewScript(luaKV + `
+local now, out = now_us(), {}
+for i = 1, #ARGV, 4 do
+  if meta(ARGV[i], now) ~= ARGV[i + 2] then
+    out[#out + 1] = false
+  else
+    out[#out + 1] = put(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 3]), now)
+  end
+end
+return out
+`)
 	// ARGV: key, revision or "", for each item. Returns per item 0 when
 	// the key is not at that revision, else 1.
 	storeDeleteEachScript = goredis.NewScript(luaKV + `
@@ -330,6 +343,29 @@ func (b *Backend) CreateEach(ctx context.Context, items []driver.BatchItem) ([]d
 			out[i].Rev = rev
 		} else {
 			out[i].Err = driver.ErrKeyExists
+		}
+	}
+	return out, nil
+}
+
+var _ driver.StoreBatchUpdater = (*Backend)(nil)
+
+// UpdateEach implements driver.StoreBatchUpdater: one script.
+func (b *Backend) UpdateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	args := make([]any, 0, 4*len(items))
+	for _, it := range items {
+		args = append(args, it.Key, it.Value, it.Rev, it.TTL.Milliseconds())
+	}
+	v, err := b.runEach(ctx, storeUpdateEachScript, "update", args, len(items))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]driver.BatchResult, len(items))
+	for i, x := range v {
+		if rev, ok := x.(string); ok {
+			out[i].Rev = rev
+		} else {
+			out[i].Err = driver.ErrRevision
 		}
 	}
 	return out, nil

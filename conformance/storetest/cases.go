@@ -940,6 +940,78 @@ func testBatch(t *testing.T, e *env) {
 	}
 }
 
+// testUpdateEach drives driver.UpdateEach on the raw store: through its
+// StoreBatchUpdater when it has one, else through the fallback. Each item
+// behaves as its single Update: written, with a new revision that Get
+// then gives, when the key is at the item's revision; ErrRevision and the
+// key left as it was when it was written since, or is absent. Each write
+// sets its item's TTL; the helper refuses an item without a revision and a
+// key twice before calling the store.
+func testUpdateEach(t *testing.T, e *env) {
+	s, ctx := e.raw, e.ctx()
+	key := func(i int) string { return e.ns + "/ue/" + strconv.Itoa(i) }
+	revs := make([]string, 4)
+	for i := range revs {
+		var err error
+		revs[i], err = s.Create(ctx, key(i), []byte("old"+strconv.Itoa(i)), 0)
+		must(t, "Create", err)
+	}
+	moved, err := s.Update(ctx, key(1), []byte("moved"), revs[1], 0)
+	must(t, "Update", err)
+	ttl := e.scaled(300 * time.Millisecond)
+	items := []driver.BatchItem{
+		{Key: key(0), Value: []byte("new0"), Rev: revs[0]},
+		{Key: key(1), Value: []byte("new1"), Rev: revs[1]}, // stale
+		{Key: key(2), Value: []byte("new2"), Rev: revs[2], TTL: ttl},
+		{Key: key(9), Value: []byte("new9"), Rev: neverIssued}, // absent
+	}
+	res, err := driver.UpdateEach(ctx, s, items)
+	must(t, "UpdateEach", err)
+	if len(res) != len(items) {
+		t.Fatalf("UpdateEach gave %d results for %d items", len(res), len(items))
+	}
+	for i, r := range res {
+		stale := i == 1 || i == 3
+		if stale != errors.Is(r.Err, driver.ErrRevision) || !stale && (r.Err != nil || r.Rev == "" || r.Rev == items[i].Rev) {
+			t.Errorf("UpdateEach of %s at %q: rev %q, error %v; want ErrRevision: %v, else a new revision", items[i].Key, items[i].Rev, r.Rev, r.Err, stale)
+		}
+	}
+	want := []struct{ value, rev string }{{"new0", res[0].Rev}, {"moved", moved}, {"new2", res[2].Rev}, {"old3", revs[3]}}
+	for i, w := range want {
+		v, rev, err := s.Get(ctx, key(i))
+		if err != nil || string(v) != w.value || rev != w.rev {
+			t.Errorf("Get of %s after UpdateEach = %q at %q (%v); want %q at %q", key(i), v, rev, err, w.value, w.rev)
+		}
+	}
+	if _, _, err := s.Get(ctx, key(9)); !errors.Is(err, driver.ErrKeyNotFound) {
+		t.Errorf("Get of %s, absent, after an UpdateEach of it: %v, want ErrKeyNotFound", key(9), err)
+	}
+	if again, err := driver.UpdateEach(ctx, s, []driver.BatchItem{{Key: key(0), Value: []byte("x"), Rev: revs[0]}}); err != nil || !errors.Is(again[0].Err, driver.ErrRevision) {
+		t.Errorf("UpdateEach at the revision it replaced: %v, %v; want ErrRevision", again, err)
+	}
+	if _, err := driver.UpdateEach(ctx, s, []driver.BatchItem{{Key: key(3), Value: []byte("x")}}); err == nil {
+		t.Error("UpdateEach of an item without a revision: no error")
+	}
+	if _, err := driver.UpdateEach(ctx, s, []driver.BatchItem{{Key: key(3), Rev: revs[3]}, {Key: key(3), Rev: revs[3]}}); err == nil {
+		t.Error("UpdateEach with a key twice: no error")
+	}
+	deadline := time.Now().Add(e.scaled(30 * time.Second))
+	for {
+		_, _, err := s.Get(ctx, key(2))
+		if errors.Is(err, driver.ErrKeyNotFound) {
+			break
+		}
+		must(t, "Get", err)
+		if time.Now().After(deadline) {
+			t.Fatalf("%s, written by UpdateEach with a TTL of %v, still present 30s later", key(2), ttl)
+		}
+		time.Sleep(e.scaled(20 * time.Millisecond))
+	}
+	if _, _, err := s.Get(ctx, key(0)); err != nil {
+		t.Errorf("Get of %s, written by UpdateEach without a TTL: %v", key(0), err)
+	}
+}
+
 // testDeleteValue drives driver.DeleteValue on the raw store: through its
 // StoreValueDeleter when it has one, else through the fallback. A key is
 // removed only at its revision with exactly the value given: another

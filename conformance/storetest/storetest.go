@@ -110,6 +110,7 @@ func cases() []testCase {
 		{"Limits/LongestKey", testLongestKey},
 		{"Namespace/Separate", testNamespaces},
 		{"Batch/EachAsSingle", testBatch},
+		{"Batch/UpdateEach", testUpdateEach},
 		{"Delete/IfValue", testDeleteValue},
 		{"Durability/Restart", testRestart},
 	}

@@ -189,6 +189,44 @@ func (s *Store) CreateEach(ctx context.Context, items []driver.BatchItem) ([]dri
 	return rs, nil
 }
 
+// UpdateEach is Update of each item's Key to its Value and TTL at its Rev
+// (driver.UpdateEach: one round trip on a store that batches, at most
+// driver.MaxBatch distinct keys): a result's Rev is the new revision, or
+// its Err driver.ErrRevision (an item whose Rev the store cannot have
+// given gets it without being sent). Its error may follow any subset of
+// the items' writes.
+func (s *Store) UpdateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if s.zero() {
+		return nil, opErr("update", "", ErrNil)
+	}
+	out := make([]driver.BatchResult, len(items))
+	full := make([]driver.BatchItem, 0, len(items))
+	sent := make([]int, 0, len(items)) // full[j] is items[sent[j]]
+	for i, it := range items {
+		ttl, err := checkWrite(it.Key, it.Value, it.TTL)
+		if err != nil {
+			return nil, opErr("update", it.Key, err)
+		}
+		if !plausibleRev(it.Rev) {
+			out[i].Err = driver.ErrRevision
+			continue
+		}
+		full = append(full, driver.BatchItem{Key: s.ns + it.Key, Value: it.Value, TTL: ttl, Rev: it.Rev})
+		sent = append(sent, i)
+	}
+	if len(full) == 0 {
+		return out, nil
+	}
+	rs, err := driver.UpdateEach(ctx, s.d, full)
+	if err != nil {
+		return nil, opErr("update", items[sent[0]].Key, err)
+	}
+	for j, r := range rs {
+		out[sent[j]] = r
+	}
+	return out, nil
+}
+
 // firstKey names a batch in its error: its first key.
 func firstKey(keys []string) string {
 	if len(keys) == 0 {

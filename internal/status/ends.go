@@ -19,7 +19,8 @@ const endWriters = 16
 // end is a delivery's end (Settled) waiting to be written, or being written.
 type end struct {
 	key      string
-	r        Record
+	r        Record // the state to write; the writer merges its record into it
+	base     Record // r as Settled gave it (see writeEnd)
 	rev      string // the record's revision when this delivery wrote it (its running state); empty: read it
 	deferred bool   // a limit's refusal: not written over running, nor over scheduled with the same counters
 	taken    bool   // in the batch being written
@@ -154,6 +155,7 @@ func (t *Tracker) writeEnds(idle chan struct{}) {
 		for i, p := range taken {
 			p.taken = true
 			batch[i] = *p
+			batch[i].base = p.r
 		}
 		e.room.Broadcast()
 		e.mu.Unlock()
@@ -172,8 +174,9 @@ func (t *Tracker) writeEnds(idle chan struct{}) {
 
 // writeBatch writes the ends of batch (distinct keys): the records of those
 // without a revision read in one call, each end decided against its record,
-// then written endWriters at once. Config.Timeout bounds each call, the
-// read and each end's write, not the batch.
+// then written in one CreateEach and one UpdateEach (see writeEach), and
+// those the batch calls could not write one by one, endWriters at once.
+// Config.Timeout bounds each call, not the batch.
 func (t *Tracker) writeBatch(batch []end) {
 	var keys []string
 	var read []*end
@@ -196,13 +199,10 @@ func (t *Tracker) writeBatch(batch []end) {
 			}
 		}
 	}
+	retry := t.writeEach(batch)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, endWriters)
-	for i := range batch {
-		p := &batch[i]
-		if p.skip {
-			continue
-		}
+	for _, p := range retry {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -212,6 +212,71 @@ func (t *Tracker) writeBatch(batch []end) {
 		})
 	}
 	wg.Wait()
+}
+
+// writeEach writes the ends of batch not skipped in two calls at most: one
+// CreateEach of those without a revision, one UpdateEach of the others at
+// theirs. It returns the ends left to write one by one (writeEnd, which
+// reads the record again and decides): those whose key was written or
+// created since it was read, and all of a call that failed.
+func (t *Tracker) writeEach(batch []end) (retry []*end) {
+	var creates, updates []driver.BatchItem
+	var created, updated []*end
+	for i := range batch {
+		p := &batch[i]
+		if p.skip {
+			continue
+		}
+		b, _ := json.Marshal(&p.r)
+		it := driver.BatchItem{Key: "job/" + p.key, Value: b, TTL: t.cfg.Retention, Rev: p.rev}
+		if p.rev == "" {
+			creates, created = append(creates, it), append(created, p)
+		} else {
+			updates, updated = append(updates, it), append(updated, p)
+		}
+	}
+	for _, c := range []struct {
+		op    string
+		items []driver.BatchItem
+		ends  []*end
+		call  func(context.Context, []driver.BatchItem) ([]driver.BatchResult, error)
+	}{
+		{"creating", creates, created, t.cfg.Store.CreateEach},
+		{"updating", updates, updated, t.cfg.Store.UpdateEach},
+	} {
+		if len(c.items) == 0 {
+			continue
+		}
+		ctx, cancel := t.bound(context.Background())
+		rs, err := c.call(ctx, c.items)
+		cancel()
+		if err != nil {
+			t.cfg.Logger.Warn("asyncplatform: "+c.op+" jobs' statuses failed; their ends are written one by one", "jobs", len(c.items), "error", err)
+			retry = append(retry, c.ends...)
+			continue
+		}
+		for i, r := range rs {
+			p := c.ends[i]
+			if r.Err != nil {
+				retry = append(retry, p)
+				continue
+			}
+			t.ended(p)
+		}
+	}
+	return retry
+}
+
+// ended does what follows the write of p's end: the cancel mark of a job
+// it ends is deleted.
+func (t *Tracker) ended(p *end) {
+	if !p.r.CancelRequested || !p.r.State.Terminal() {
+		return
+	}
+	ctx, cancel := t.bound(context.Background())
+	defer cancel()
+	_ = t.cfg.Store.Delete(ctx, "cancel/"+p.key, "")
+	t.marks.drop(p.key)
 }
 
 // decideEnd decides p against its record as read (res): it sets p.skip
@@ -248,10 +313,21 @@ func (t *Tracker) runningHere(k string) bool {
 	return ok
 }
 
-// writeEnd writes p, and deletes the cancel mark of a job it ends.
+// writeEnd writes p alone: its record read again and p decided against it
+// (see decideEnd), then written (see write); the cancel mark of a job it
+// ends is deleted.
 func (t *Tracker) writeEnd(ctx context.Context, p *end) {
+	v, rev, err := t.cfg.Store.Get(ctx, "job/"+p.key)
+	if err != nil && !errors.Is(err, driver.ErrKeyNotFound) {
+		t.cfg.Logger.Warn("asyncplatform: reading a job's status failed", "queue", p.r.Queue, "id", p.r.ID, "state", p.r.State, "error", err)
+		return
+	}
+	p.r, p.skip = p.base, false
+	if p.rev = t.decideEnd(p, driver.BatchResult{Value: v, Rev: rev, Err: err}); p.skip {
+		return
+	}
 	r := p.r
-	_, err := t.write(ctx, &r, p.rev)
+	_, err = t.write(ctx, &r, p.rev)
 	if errors.Is(err, errStale) { // a later copy ran (and may have ended) first, or another enqueue's record
 		return
 	}
@@ -259,8 +335,6 @@ func (t *Tracker) writeEnd(ctx context.Context, p *end) {
 		t.cfg.Logger.Warn("asyncplatform: writing a job's status failed", "queue", r.Queue, "id", r.ID, "state", r.State, "error", err)
 		return
 	}
-	if r.CancelRequested && r.State.Terminal() {
-		_ = t.cfg.Store.Delete(ctx, "cancel/"+p.key, "")
-		t.marks.drop(p.key)
-	}
+	p.r = r
+	t.ended(p)
 }

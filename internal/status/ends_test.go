@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -22,11 +23,16 @@ type batcher struct {
 	mu         sync.Mutex
 	getEach    [][]string // the keys of each GetEach call
 	createEach []int      // the items of each CreateEach call
+	updateEach []int      // the items of each UpdateEach call
 	gets       atomic.Int64
+	updates    atomic.Int64  // single Updates
 	gate       chan struct{} // Update waits for it to close; nil: open
 	// afterGet, when set, runs after each Get has read its value, before
 	// it returns it.
 	afterGet func()
+	// afterGetEach, when set, runs after each GetEach has read its values,
+	// before it returns them.
+	afterGetEach func()
 }
 
 func (b *batcher) Get(ctx context.Context, key string) ([]byte, string, error) {
@@ -41,25 +47,50 @@ func (b *batcher) Get(ctx context.Context, key string) ([]byte, string, error) {
 	return v, rev, err
 }
 
-func (b *batcher) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (string, error) {
+// wait waits for the gate (see shut) to open.
+func (b *batcher) wait(ctx context.Context) error {
 	b.mu.Lock()
 	gate := b.gate
 	b.mu.Unlock()
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
+	if gate == nil {
+		return nil
+	}
+	select {
+	case <-gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (b *batcher) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (string, error) {
+	b.updates.Add(1)
+	if err := b.wait(ctx); err != nil {
+		return "", err
 	}
 	return b.Store.Update(ctx, key, value, rev, ttl)
+}
+
+func (b *batcher) UpdateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if err := b.wait(ctx); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.updateEach = append(b.updateEach, len(items))
+	b.mu.Unlock()
+	return driver.UpdateEach(ctx, b.Store, items)
 }
 
 func (b *batcher) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
 	b.mu.Lock()
 	b.getEach = append(b.getEach, append([]string(nil), keys...))
+	after := b.afterGetEach
 	b.mu.Unlock()
-	return driver.GetEach(ctx, b.Store, keys)
+	rs, err := driver.GetEach(ctx, b.Store, keys)
+	if after != nil {
+		after()
+	}
+	return rs, err
 }
 
 func (b *batcher) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
@@ -91,7 +122,10 @@ func (b *batcher) shut() (open func()) {
 	}
 }
 
-var _ driver.StoreBatcher = (*batcher)(nil)
+var (
+	_ driver.StoreBatcher      = (*batcher)(nil)
+	_ driver.StoreBatchUpdater = (*batcher)(nil)
+)
 
 // settle takes a tracked delivery of j to a success, within a minute
 // (Settled must not wait for the write).
@@ -181,6 +215,64 @@ func TestEndsWrittenInBatches(t *testing.T) {
 	}
 	if len(b.getEach) > 3 || most < n/2 { // the writer takes the first one or few before the others come
 		t.Errorf("%d ends read in %d calls, the largest of %d keys; want those that waited (about %d) read in one", n+1, len(b.getEach), most, n)
+	}
+	most = 0
+	for _, k := range b.updateEach {
+		most = max(most, k)
+	}
+	if len(b.updateEach) > 3 || most < n/2 || b.updates.Load() != 0 {
+		t.Errorf("%d ends written in %d UpdateEach calls (the largest of %d items) and %d single Updates; want those that waited (about %d) written in one call, none alone", n+1, len(b.updateEach), most, b.updates.Load(), n)
+	}
+}
+
+// An end whose record is written by another process between the writer's
+// read and its batched write is written alone: the record read again, what
+// it keeps (its last error) merged in.
+func TestEndWrittenAfterAConflict(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := &batcher{Store: newStore(t)}
+	tk := newTracker(b, "w1")
+	jobs := []Job{{ID: "j1", Queue: "q", Type: "t", Nonce: "n"}, {ID: "j2", Queue: "q", Type: "t", Nonce: "n"}}
+	tk.Enqueued(ctx, jobs)
+	st := kv.Of(b.Store, kv.Status)
+	b.mu.Lock()
+	b.afterGetEach = func() {
+		b.mu.Lock()
+		b.afterGetEach = nil
+		b.mu.Unlock()
+		v, rev, err := st.Get(ctx, "job/"+key("j1"))
+		if err != nil {
+			t.Errorf("the other process's read: %v", err)
+			return
+		}
+		var r Record
+		if err := json.Unmarshal(v, &r); err != nil {
+			t.Errorf("the other process's read: %v", err)
+			return
+		}
+		r.Error = "boom"
+		v, _ = json.Marshal(&r)
+		if _, err := st.Update(ctx, "job/"+key("j1"), v, rev, time.Hour); err != nil {
+			t.Errorf("the other process's write: %v", err)
+		}
+	}
+	b.mu.Unlock()
+	open := b.shut() // both ends wait, then go in one batch
+	for _, j := range jobs {
+		settle(t, tk, j)
+	}
+	open()
+	flush(t, tk)
+	other := newTracker(b, "w2")
+	if r := get(t, other, "j1"); r.State != Succeeded || r.Error != "boom" {
+		t.Errorf("the end written over another process's write: %+v; want succeeded, its error boom kept", r)
+	}
+	if r := get(t, other, "j2"); r.State != Succeeded {
+		t.Errorf("the other end of the batch: %+v; want succeeded", r)
+	}
+	if n := b.updates.Load(); n != 1 {
+		t.Errorf("%d single Updates, want 1 (the end refused by the batch)", n)
 	}
 }
 

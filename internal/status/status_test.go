@@ -604,6 +604,9 @@ func TestEnqueuedBatchAtOnce(t *testing.T) {
 	}
 	settle(t, tk, jobs[0]) // taken and ended before its enqueue's record is written
 	flush(t, tk)
+	b.mu.Lock()
+	b.createEach = nil // the end's
+	b.mu.Unlock()
 	tk.Enqueued(ctx, jobs)
 	if r := get(t, tk, "j0"); r.State != Succeeded {
 		t.Errorf("record of j0: %+v; want the worker's succeeded kept", r)
