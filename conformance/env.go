@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -407,7 +409,11 @@ func (r *recorder) of(id string) []attempt {
 
 func (r *recorder) count(id string) int { return len(r.of(id)) }
 
-// outcomes returns the reported outcomes of one job's attempts.
+// outcomes returns the reported outcomes of one job's attempts in the
+// order of the attempts: by copy, then by TryCount (a redelivery of one
+// copy counts a crash), then as reported. Hooks.AfterAttempt runs after
+// the settle, so the next copy's attempt can be reported before the one
+// that wrote it.
 func (r *recorder) outcomes(id string) []ap.Attempt {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -417,6 +423,9 @@ func (r *recorder) outcomes(id string) []ap.Attempt {
 			out = append(out, a)
 		}
 	}
+	slices.SortStableFunc(out, func(a, b ap.Attempt) int {
+		return cmp.Or(cmp.Compare(a.Job.CopyNumber(), b.Job.CopyNumber()), cmp.Compare(a.Job.TryCount, b.Job.TryCount))
+	})
 	return out
 }
 
@@ -431,6 +440,13 @@ func (r *recorder) String() string {
 			break
 		}
 		fmt.Fprintf(&b, "\n  attempt %s type=%s try=%d failures=%d crashes=%d worker=%d", a.ID, a.Type, a.TryCount, a.Failures, a.Crashes, a.Worker)
+	}
+	for i, a := range r.results {
+		if i == 20 {
+			b.WriteString("\n  ...")
+			break
+		}
+		fmt.Fprintf(&b, "\n  outcome %s copy=%d try=%d %s", a.Job.ID, a.Job.CopyNumber(), a.Job.TryCount, a.Outcome)
 	}
 	return b.String()
 }

@@ -173,7 +173,8 @@ func testNodeKill(t *testing.T, rawURL string) {
 	var (
 		mu        sync.Mutex
 		succeeded = map[string]int{}
-		claims    []time.Time // handler starts of acked attempts
+		how       = map[string][]string{} // each success's copy and counters, to tell a lost ack (a redelivery, crash counted) from a copy stored twice
+		claims    []time.Time             // handler starts of acked attempts
 		done      = make(chan struct{})
 	)
 	p, err := asyncplatform.New(worker, asyncplatform.Config{
@@ -187,6 +188,7 @@ func testNodeKill(t *testing.T, rawURL string) {
 			mu.Lock()
 			defer mu.Unlock()
 			succeeded[a.Job.ID]++
+			how[a.Job.ID] = append(how[a.Job.ID], fmt.Sprintf("copy %d try %d crashes %d", a.Job.CopyNumber(), a.Job.TryCount, a.Job.Crashes))
 			claims = append(claims, time.Now().Add(-a.Duration))
 			if len(succeeded) == jobs {
 				select {
@@ -347,6 +349,7 @@ func testNodeKill(t *testing.T, rawURL string) {
 			lost++
 		case n > 1:
 			dup++
+			t.Logf("duplicated: kill-%05d succeeded %d times: %s", i, n, strings.Join(how[fmt.Sprintf("kill-%05d", i)], "; "))
 		}
 	}
 	unexpected := len(succeeded) - (jobs - lost)

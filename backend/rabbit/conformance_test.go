@@ -121,7 +121,7 @@ func runConformance(t *testing.T, rawURL string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pgURL := testenv.Getenv(pgstore.URLEnv, "postgres://postgres@127.0.0.1:5432/test")
+	pgURL := sharedPG(4)
 	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	pg, err := pgstore.New(pctx, pgstore.Config{URL: pgURL, Table: "asyncplatform_conformance"})
 	cancel()
@@ -141,6 +141,28 @@ func runConformance(t *testing.T, rawURL string) {
 	}})
 }
 
+// sharedPG returns the URL of the machine's PostgreSQL (pgstore.URLEnv, or
+// the default test server) with the pool of a store opened on it bounded
+// to maxConns connections, unless the URL bounds it itself. The server is
+// shared (100 connections) by every test process and their child
+// processes, each with stores of its own; an unbounded pool grows with the
+// CPUs (pgxpool's default), and a process that cannot connect runs
+// nothing ("sorry, too many clients already").
+func sharedPG(maxConns int) string {
+	u := testenv.Getenv(pgstore.URLEnv, "postgres://postgres@127.0.0.1:5432/test")
+	if strings.Contains(u, "pool_max_conns") {
+		return u
+	}
+	if !strings.Contains(u, "://") { // key=value pairs
+		return fmt.Sprintf("%s pool_max_conns=%d", u, maxConns)
+	}
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return fmt.Sprintf("%s%spool_max_conns=%d", u, sep, maxConns)
+}
+
 // faultsPrefix is the prefix of the fault suite's queues.
 const faultsPrefix = "faults"
 
@@ -150,7 +172,7 @@ const faultsPrefix = "faults"
 var faultsStore = sync.OnceValues(func() (driver.Store, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pgURL := testenv.Getenv(pgstore.URLEnv, "postgres://postgres@127.0.0.1:5432/test")
+	pgURL := sharedPG(4)
 	pg, err := pgstore.New(ctx, pgstore.Config{URL: pgURL, Table: "asyncplatform_faults"})
 	if err != nil {
 		return nil, fmt.Errorf("the fault suite's companion store, PostgreSQL at %s: %w", pgURL, err)

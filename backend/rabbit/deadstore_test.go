@@ -60,7 +60,7 @@ func longCtx(t testing.TB) context.Context {
 // pgCompanion opens a pgstore on the machine's PostgreSQL.
 func pgCompanion(t testing.TB) driver.Store {
 	t.Helper()
-	url := testenv.Getenv(pgstore.URLEnv, "postgres://postgres@127.0.0.1:5432/test")
+	url := sharedPG(2)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pg, err := pgstore.New(ctx, pgstore.Config{URL: url, Table: "asyncplatform_rabbit_dead_test"})

@@ -52,8 +52,10 @@
 //     holding the exclusive queue p:queues-lock meanwhile: it takes every
 //     message, publishes one per live queue with confirm, and then acks
 //     the taken ones with one multiple ack (a crash in between leaves
-//     duplicates, never a loss); a Declare waits at most 5s for its entry
-//     and 10s for a compaction it starts. Older versions kept a classic p:queues on
+//     duplicates, never a loss); a Declare waits for its entry's confirm
+//     (its ctx, at most Config.PublishTimeout) and fails without it, and
+//     waits at most 10s for a compaction it starts (one that fails is
+//     logged). Older versions kept a classic p:queues on
 //     one node: each Queues call moves its messages into p:registry the
 //     same way (those an older version still writes there included) and
 //     leaves it, empty; while its node is down it is skipped.

@@ -49,27 +49,22 @@ var registryCompactAt atomic.Int64
 
 func init() { registryCompactAt.Store(1000) }
 
-// registerTimeout bounds how long a Declare waits for its registry entry's
-// confirm (the registry is replicated, and a loaded cluster can take long):
-// a queue not registered is logged and listed once a later Declare
-// registers it.
-const registerTimeout = 5 * time.Second
-
 // register adds queue to the registry: Declare calls it once the queue's
-// broker queues exist. It compacts the registry when it has grown to
-// registryCompactAt messages.
+// broker queues exist, and fails when it fails, so that a queue is never
+// declared and not listed (ResumeGroup finds a priority level's held queue
+// by the listing). The entry's publish is bounded by ctx and
+// Config.PublishTimeout. It then compacts the registry when it has grown to
+// registryCompactAt messages; a compaction that fails is logged (the entry
+// is written, and a later Declare compacts again).
 func (b *Backend) register(ctx context.Context, queue string) error {
 	if err := b.ensure(ctx, b.registryName(), registryArgs()); err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(ctx, registerTimeout)
-	err := b.publish(pctx, registryEntry(b.registryName(), queue))
-	cancel()
-	if err != nil {
+	if err := b.publish(ctx, registryEntry(b.registryName(), queue)); err != nil {
 		return err
 	}
 	var size int
-	err = b.withChannel(ctx, func(ch *amqp.Channel) error {
+	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
 		q, err := ch.QueueDeclarePassive(b.registryName(), true, false, false, false, registryArgs())
 		size = q.Messages
 		return err
@@ -79,7 +74,10 @@ func (b *Backend) register(ctx context.Context, queue string) error {
 		_, err = b.Queues(cctx)
 		cancel()
 	}
-	return err
+	if err != nil {
+		b.log.Warn("the registry of queues was not compacted", "queue", queue, "err", err)
+	}
+	return nil
 }
 
 // compactTimeout bounds the compaction a Declare makes (a compaction

@@ -254,3 +254,54 @@ func legacySize(t *testing.T, b *Backend) int {
 	}
 	return n
 }
+
+// TestDeclareFailsUnregistered: a Declare that cannot write its registry
+// entry fails, and a later one registers the queue. Before, it logged a
+// warning and returned nil, and the Backend never registered the queue
+// again: on a loaded cluster a paused group's held queue at a priority
+// level went unlisted that way (a Park's one-second Declare), and
+// ResumeGroup, which finds such a queue by the listing, left its jobs held
+// (Flow/PauseGroupSignedLevels: 1 of 2 moved back). Here the registry
+// refuses every entry (a queue of at most 0 messages, reject-publish).
+func TestDeclareFailsUnregistered(t *testing.T) {
+	t.Parallel()
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	prefix := "du" + hex.EncodeToString(r[:])
+	b := newBackend(t, Config{Prefix: prefix})
+	ctx := testCtx(t)
+	dropRegistry := func() error {
+		return b.withChannel(context.Background(), func(ch *amqp.Channel) error {
+			_, err := ch.QueueDelete(b.registryName(), false, false, false)
+			return err
+		})
+	}
+	t.Cleanup(func() { _ = dropRegistry() })
+	err := b.withChannel(ctx, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(b.registryName(), true, false, false, false, amqp.Table{
+			amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-max-length": 0, "x-overflow": "reject-publish"})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queueName(t, b)
+	if err := b.Declare(ctx, q); err == nil {
+		t.Fatalf("Declare of %s returned nil, but its registry entry was refused: Queues will not list it", q)
+	} else {
+		t.Logf("Declare: %v", err)
+	}
+	if err := dropRegistry(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Declare(ctx, q); err != nil {
+		t.Fatalf("Declare once the registry takes entries: %v", err)
+	}
+	names, err := b.Queues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(names, q) {
+		t.Errorf("Queues lists %v, not %s", names, q)
+	}
+}

@@ -133,7 +133,7 @@ func TestStoreCompanionScoped(t *testing.T) {
 // restart that matters is the companion's; RabbitMQ keeps no store state.
 func TestStore(t *testing.T) {
 	t.Parallel()
-	pgURL := testenv.Getenv(pgstore.URLEnv, "postgres://postgres@127.0.0.1:5432/test")
+	pgURL := sharedPG(2)
 	storetest.Run(t, companionOn(pgURL, true), storetest.Options{
 		Restart: func(t *testing.T) (storetest.Maker, func(*testing.T)) {
 			srv := pgtest.Start(t)

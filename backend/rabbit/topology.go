@@ -125,8 +125,10 @@ func (b *Backend) ensureQueue(ctx context.Context, queue string) error {
 
 // Declare declares the queue's quorum work and dead-letter queues, moves
 // the records of a classic dead-letter queue of the older layout (p.q.dead)
-// into the new one (see migrateDead), and registers the queue for Queues.
-// Delay queues are declared when first used.
+// into the new one (see migrateDead), and registers the queue for Queues;
+// it fails when the registry entry cannot be written, so that a queue
+// declared is always listed (a later Declare registers it). Delay queues
+// are declared when first used.
 func (b *Backend) Declare(ctx context.Context, queue string) error {
 	if b.isClosed() {
 		return driver.ErrClosed
@@ -142,7 +144,7 @@ func (b *Backend) Declare(ctx context.Context, queue string) error {
 	}
 	b.migrateDead(ctx, queue)
 	if err := b.register(ctx, queue); err != nil {
-		b.log.Warn("the queue is declared but Queues may not list it", "queue", queue, "err", err)
+		return fmt.Errorf("rabbit: register queue %q for Queues: %w", queue, err)
 	}
 	b.mu.Lock()
 	b.known[queue] = true

@@ -9,7 +9,8 @@
 // own), connection cuts through a TCP proxy, a handler that outlives its
 // lease with extension turned off, foreign bytes written straight to the
 // queue, a storm of transient rejections, a crash inside DeadLetter, four
-// concurrent NextDeadLetter callers, and SIGTERM mid-job.
+// concurrent NextDeadLetter callers, a NextDeadLetter caller SIGKILLed
+// while it holds a record, and SIGTERM mid-job.
 //
 // Every worker appends its events to a history (one JSON line per write, so
 // a SIGKILL loses nothing already written): the parent's acknowledged and

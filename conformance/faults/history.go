@@ -41,6 +41,10 @@ const (
 	// empty, as the warning names no job. An attempt whose lease was lost
 	// is also a KindAck with OutcomeLeaseLost.
 	KindLost Kind = "lost"
+	// KindHeld: a dead-letter caller holds the job's dead letter (Try is
+	// the record's TryCount): NextDeadLetter handed it out and its callback
+	// has not returned.
+	KindHeld Kind = "held"
 )
 
 // The results of a KindEnd event. A handler writes the event just before it

@@ -40,6 +40,7 @@ var scenarios = []scenario{
 	{"RejectStorm", rejectStorm},
 	{"DeadLetterCrash", deadLetterCrash},
 	{"DeadLetterConcurrent", deadLetterConcurrent},
+	{"DeadLetterHolderKilled", deadLetterHolderKilled},
 	{"SigtermMidJob", sigtermMidJob},
 	{"RandomFaults", randomFaults},
 }
@@ -759,6 +760,143 @@ func deadLetterConcurrent(t *testing.T, r *run) *Report {
 		}
 	}
 	r.judge(rep, explained)
+	return rep
+}
+
+// DeadLetterHolderKilled: a dead-letter caller in a process of its own
+// takes a record with NextDeadLetter and is killed with SIGKILL while its
+// callback still holds it, before any settle. Two callers in the test
+// process drain the queue meanwhile: they never get the held record while
+// its holder lives, and once it is dead the record comes back (when its
+// hold lapses: Capabilities.DeadHold, or at once where a hold ends with
+// its holder's connection) and is handed out exactly once; every record
+// is popped exactly once, none is lost.
+func deadLetterHolderKilled(t *testing.T, r *run) *Report {
+	if r.tg.InProcess != "" {
+		t.Skipf("a dead-letter caller killed needs a process of its own: %s", r.tg.InProcess)
+	}
+	n := scale(6)
+	r.mustEnqueue(jobs("hk", n, Plan{Permanent: true})...)
+	r.start(r.spec(), false)
+	r.waitResolved(patience)
+	r.stopAll()
+	records := r.deadRecords()
+	if records == 0 {
+		t.Fatalf("no dead letters to hold (%d jobs enqueued)", n)
+	}
+
+	spec := r.spec()
+	spec.HoldDead = true
+	holder := r.start(spec, true)
+	var held Event
+	if !waitFor(patience, func() bool {
+		for _, e := range r.history() {
+			if e.Kind == KindHeld && e.Worker == spec.Name {
+				held = e
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("the dead-letter caller %s held no record within %v", spec.Name, patience)
+	}
+	t.Logf("%s holds the dead letter of %s (try %d)", spec.Name, held.ID, held.Try)
+
+	type recKey struct {
+		id     string
+		tries  int
+		deadAt int64
+	}
+	var (
+		mu       sync.Mutex
+		killedAt time.Time // zero while the holder lives
+		popped   []ap.DeadLetter
+		pops     = map[recKey]int{}
+		early    []string // the held record, handed out while its holder lived
+		backAt   time.Duration
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), patience+r.caps.DeadHold)
+	defer cancel()
+	heldPopped := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for k := range pops {
+			if k.id == held.ID && k.tries == held.Try {
+				return true
+			}
+		}
+		return false
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		p, _ := r.platform(r.home, false)
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				mu.Lock()
+				all := len(popped) >= records
+				mu.Unlock()
+				if all {
+					return
+				}
+				err := p.NextDeadLetter(ctx, r.queue, func(_ context.Context, dl ap.DeadLetter) (bool, error) {
+					k := recKey{dl.Job.ID, dl.Job.TryCount, dl.DeadAt.UnixNano()}
+					mu.Lock()
+					defer mu.Unlock()
+					if k.id == held.ID && k.tries == held.Try {
+						if killedAt.IsZero() {
+							early = append(early, k.id)
+						} else if backAt == 0 {
+							backAt = time.Since(killedAt)
+						}
+					}
+					pops[k]++
+					popped = append(popped, dl)
+					return true, nil
+				})
+				switch {
+				case err == nil:
+				case errors.Is(err, driver.ErrNoDeadLetters):
+					time.Sleep(20 * time.Millisecond) // the rest are held
+				default:
+					t.Logf("NextDeadLetter: %v", err)
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		})
+	}
+	// Kill the holder once every other record is popped (or, should
+	// the callers be slow, after a while), so that what the callers do
+	// while it lives shows its hold.
+	waitFor(patience/2, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(popped) >= records-1
+	})
+	if !heldPopped() {
+		time.Sleep(time.Second) // the callers asked for it at least once more
+	}
+	mu.Lock()
+	holder.Kill()
+	killedAt = time.Now()
+	mu.Unlock()
+	wg.Wait()
+
+	t.Logf("%d records, %d popped; the held one (%s) back %v after its holder was killed (DeadHold %v)",
+		records, len(popped), held.ID, backAt.Round(time.Millisecond), r.caps.DeadHold)
+	for _, id := range early {
+		t.Errorf("the dead letter of %s was handed out while %s, alive, held it", id, spec.Name)
+	}
+	if backAt == 0 && len(early) == 0 {
+		t.Errorf("the dead letter of %s was not handed out again within %v of its holder's death: lost or held for ever",
+			held.ID, time.Since(killedAt).Round(time.Millisecond))
+	}
+	for k, c := range pops {
+		if c > 1 {
+			t.Errorf("the dead letter of %s (try %d) was handed out and popped %d times", k.id, k.tries, c)
+		}
+	}
+	rep := r.finish(popped, false)
+	r.judge(rep, false)
 	return rep
 }
 

@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -51,6 +52,11 @@ type WorkerSpec struct {
 	DieInDeadLetter string
 	// StopTimeout is how long Stop lets running handlers finish on SIGTERM.
 	StopTimeout time.Duration
+	// HoldDead makes the worker a dead-letter caller instead: it works no
+	// job, takes the queue's oldest free dead letter with NextDeadLetter,
+	// logs KindHeld and holds it, its callback never returning, until the
+	// process is killed.
+	HoldDead bool
 }
 
 // faulty wraps a backend to inject faults at the driver level.
@@ -346,6 +352,10 @@ func runChild(tg Target, js string) {
 	signal.Notify(term, syscall.SIGTERM)
 	crash := func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
 
+	if spec.HoldDead {
+		holdDead(tg, spec, log, fail)
+	}
+
 	// The broker may be restarting: keep trying for a while.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	var p *ap.Platform
@@ -386,4 +396,39 @@ func runChild(tg Target, js string) {
 		fmt.Fprintf(os.Stderr, "faults child %s: lived 5 minutes; exiting\n", spec.Name)
 		os.Exit(5)
 	}
+}
+
+// holdDead is the body of a HoldDead child: it takes one dead letter and
+// holds it until the process is killed, or exits when its parent is gone
+// or it has lived 5 minutes. It never returns.
+func holdDead(tg Target, spec WorkerSpec, log *Log, fail func(string, error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin) // EOF: the parent closed it or died
+		os.Exit(4)
+	}()
+	octx, ocancel := context.WithTimeout(ctx, 60*time.Second)
+	b, err := tg.Open(octx, spec.Addr)
+	ocancel()
+	if err != nil {
+		fail("opening the backend", err)
+	}
+	p, err := ap.New(b, ap.Config{Logger: quiet(), WorkerName: spec.Name, Queues: map[string]ap.QueueConfig{spec.Queue: {}}})
+	if err != nil {
+		fail("making the platform", err)
+	}
+	for ctx.Err() == nil {
+		err := p.NextDeadLetter(ctx, spec.Queue, func(ctx context.Context, dl ap.DeadLetter) (bool, error) {
+			log.Add(Event{Kind: KindHeld, ID: dl.Job.ID, Worker: spec.Name, Try: dl.Job.TryCount})
+			<-ctx.Done() // held until the kill
+			return false, ctx.Err()
+		})
+		if err != nil && !errors.Is(err, driver.ErrNoDeadLetters) && ctx.Err() == nil {
+			fmt.Fprintf(os.Stderr, "faults child %s: NextDeadLetter: %v\n", spec.Name, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Fprintf(os.Stderr, "faults child %s: held a dead letter 5 minutes; exiting\n", spec.Name)
+	os.Exit(5)
 }
