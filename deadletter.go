@@ -38,6 +38,18 @@ const (
 	ReasonPayloadMissing Reason = "payload_missing"
 )
 
+// Reasons returns every dead-letter reason the platform writes, in the
+// order of the README's outcome table: the one list that tools (asyncctl's
+// --reason and its completion, the dashboard's filter) offer and check
+// against. A record's Reason is whatever its writer wrote, so a tool shows
+// one it does not know as it is.
+func Reasons() []Reason {
+	return []Reason{
+		ReasonRetriesExceeded, ReasonInvalid, ReasonPermanent, ReasonPoisoned,
+		ReasonUnhandled, ReasonExpired, ReasonPayloadMissing, ReasonCancelled,
+	}
+}
+
 // DeadLetter is a job that will not be attempted again, with why.
 type DeadLetter struct {
 	// ID identifies this record (the job's ID, with a copy number when the

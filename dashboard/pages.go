@@ -108,11 +108,14 @@ func (d *Dashboard) link(path string, kv ...any) string {
 	return u
 }
 
+// reasonNames returns ap.Reasons as strings, for the reason filter.
 func reasonNames() []string {
-	return []string{
-		string(ap.ReasonRetriesExceeded), string(ap.ReasonInvalid), string(ap.ReasonPermanent),
-		string(ap.ReasonPoisoned), string(ap.ReasonUnhandled), string(ap.ReasonExpired), string(ap.ReasonPayloadMissing),
+	rs := ap.Reasons()
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = string(r)
 	}
+	return out
 }
 
 // reasonClass returns the CSS class of a record's reason: one of a fixed

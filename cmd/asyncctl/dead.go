@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,24 +52,16 @@ func (f *filter) match(dl ap.DeadLetter) bool {
 		(f.ids == nil || f.ids[dl.Job.ID])
 }
 
-var reasons = []ap.Reason{ap.ReasonRetriesExceeded, ap.ReasonInvalid, ap.ReasonPermanent, ap.ReasonPoisoned, ap.ReasonUnhandled, ap.ReasonExpired, ap.ReasonPayloadMissing}
-
 func reasonNames() []string {
-	out := make([]string, len(reasons))
-	for i, r := range reasons {
+	rs := ap.Reasons()
+	out := make([]string, len(rs))
+	for i, r := range rs {
 		out[i] = string(r)
 	}
 	return out
 }
 
-func knownReason(s string) bool {
-	for _, r := range reasons {
-		if string(r) == s {
-			return true
-		}
-	}
-	return false
-}
+func knownReason(s string) bool { return slices.Contains(reasonNames(), s) }
 
 // listPage is how many records asyncctl reads from the backend at a time.
 const listPage = 100

@@ -1,0 +1,29 @@
+package dashboard_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// TestReasonFilterOffersEveryReason ties the queue page's reason filter and
+// the style sheet's reason classes to ap.Reasons.
+func TestReasonFilterOffersEveryReason(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{queues: []string{"mail"}})
+	_, body := newClient(t, f).get("/queue?q=mail")
+	css, err := os.ReadFile("static/app.css")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ap.Reasons() {
+		if !strings.Contains(body, `<option value="`+string(r)+`">`) {
+			t.Errorf("the reason filter does not offer %s", r)
+		}
+		if !strings.Contains(string(css), ".reason-"+string(r)+",") {
+			t.Errorf("app.css has no class reason-%s", r)
+		}
+	}
+}
