@@ -620,3 +620,35 @@ func TestSchemes(t *testing.T) {
 		}
 	}
 }
+
+// Without --queue, dead list and dead show look in every queue, never in
+// "default" alone: "no dead letters" is said only when no queue has one.
+func TestDeadWithoutQueue(t *testing.T) {
+	t.Parallel()
+	url := memURL(t)
+	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "quiet", "--type", "t", "--payload", "x")
+	code, _, errOut := ctl(t, "", "dead", "list", "--url", url)
+	if code != exitNotFound || !strings.Contains(errOut, "no dead letters in any of the 1 queue the backend holds") {
+		t.Errorf("dead list with no dead letters anywhere: exit %d, %s", code, errOut)
+	}
+	emails := seed(t, url, "emails", seedJob("email.send", "a"))
+	code, out, errOut := ctl(t, "", "dead", "list", "--url", url)
+	if code != exitOK || !strings.Contains(out, emails[0].ID) || !strings.Contains(errOut, "queue emails (the only one with dead letters)") {
+		t.Errorf("dead list, one queue with dead letters: exit %d\n%s\n%s", code, out, errOut)
+	}
+	billing := seed(t, url, "billing", seedJob("report.build", "b"))
+	code, _, errOut = ctl(t, "", "dead", "list", "--url", url)
+	if code != exitUsage || !strings.Contains(errOut, "2 queues hold dead letters: billing, emails; name one with --queue") {
+		t.Errorf("dead list, two queues with dead letters: exit %d, %s", code, errOut)
+	}
+	for _, j := range []*ap.Job{emails[0], billing[0]} {
+		out := mustCtl(t, exitOK, "", "dead", "show", "--url", url, j.ID)
+		if !strings.Contains(out, "Queue:     "+j.Queue) {
+			t.Errorf("dead show %s without --queue:\n%s", j.ID, out)
+		}
+	}
+	code, _, errOut = ctl(t, "", "dead", "show", "--url", url, "no-such-id")
+	if code != exitNotFound || !strings.Contains(errOut, `no dead letter "no-such-id" in any of the 3 queues the backend holds`) {
+		t.Errorf("dead show of a missing ID without --queue: exit %d, %s", code, errOut)
+	}
+}
