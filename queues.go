@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -93,4 +94,47 @@ func (p *Platform) Queues(ctx context.Context) ([]QueueInfo, error) {
 	}
 	wg.Wait()
 	return out, nil
+}
+
+// UnknownQueueError is the error of CheckKnownQueue for a queue the
+// backend does not hold: a typo, or a queue nothing has declared yet.
+type UnknownQueueError struct {
+	// Queue is the name asked for.
+	Queue string
+}
+
+func (e *UnknownQueueError) Error() string {
+	return fmt.Sprintf("asyncplatform: unknown queue %q: the backend holds no such queue (none of its jobs, dead letters or declarations), and it is not paused", e.Queue)
+}
+
+// CheckKnownQueue returns nil when the backend holds the queue (QueueNames
+// lists it), it is paused, or one of its groups is paused; an
+// *UnknownQueueError when none of these holds. An operator's tool calls it
+// before it acts on or reports a queue named by hand, so that a typo is
+// not taken for an empty queue. With a backend that cannot list its
+// queues the error matches errors.ErrUnsupported: it cannot tell.
+func (p *Platform) CheckKnownQueue(ctx context.Context, queue string) error {
+	if err := validQueue(queue); err != nil {
+		return err
+	}
+	names, err := p.QueueNames(ctx)
+	if err != nil {
+		return err
+	}
+	if _, found := slices.BinarySearch(names, queue); found {
+		return nil
+	}
+	paused, err := p.PausedQueues(ctx)
+	if err != nil && !errors.Is(err, ErrNoStore) {
+		return err
+	}
+	if slices.Contains(paused, queue) {
+		return nil
+	}
+	if groups, err := p.PausedGroups(ctx, queue); err == nil && len(groups) > 0 {
+		return nil
+	} else if err != nil && !errors.Is(err, ErrNoStore) {
+		return err
+	}
+	return &UnknownQueueError{Queue: queue}
 }

@@ -323,3 +323,11 @@ func fields(ss []string) []string {
 	}
 	return out
 }
+
+// pluralWord is the noun, with an "s" unless n is 1.
+func pluralWord(n int, noun string) string {
+	if n == 1 {
+		return noun
+	}
+	return noun + "s"
+}

@@ -252,10 +252,11 @@ func TestQueues(t *testing.T) {
 	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "emails", "--type", "email.send", "--payload", "a")
 	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "emails", "--type", "email.send", "--payload", "b", "--delay", "1h")
 
+	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "other", "--type", "t", "--payload", "c", "--delay", "1h")
 	out := mustCtl(t, exitOK, "", "queues", "--url", url, "emails", "--queue", "other")
 	want := regexp.MustCompile(`^QUEUE   READY  SCHEDULED  IN FLIGHT  DEAD  OLDEST DEAD
 emails  1      1          0          1     [0-9]s
-other   0      0          0          0     -
+other   0      1          0          0     -
 $`)
 	if !want.MatchString(out) {
 		t.Errorf("queues:\n%s\nwant:\n%s", out, want)

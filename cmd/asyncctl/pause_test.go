@@ -9,7 +9,7 @@ func TestPauseResume(t *testing.T) {
 	t.Parallel()
 	url := memURL(t)
 	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "emails", "--type", "email.send", "--payload", "a")
-	if out := mustCtl(t, exitOK, "", "pause", "--url", url, "emails", "billing"); out != "emails: paused\nbilling: paused\n" {
+	if out := mustCtl(t, exitOK, "", "pause", "--url", url, "--force", "emails", "billing"); out != "emails: paused\nbilling: paused\n" {
 		t.Errorf("pause printed %q", out)
 	}
 	if s := stats(t, url, "emails"); !s.Paused || s.Ready != 1 {
@@ -37,4 +37,38 @@ func TestPauseResume(t *testing.T) {
 	mustCtl(t, exitUsage, "", "pause", "--url", url, "--group", "bad/group", "emails")
 	mustCtl(t, exitUsage, "", "pause", "--url", url)
 	mustCtl(t, exitUsage, "", "pause", "--url", url, "bad queue\x1b[31m")
+}
+
+// A queue the backend does not hold is refused by name, with exit code 3,
+// by pause (nothing is paused), resume, queues and top: a typo is never
+// taken for an empty queue.
+func TestUnknownQueue(t *testing.T) {
+	t.Parallel()
+	url := memURL(t)
+	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "emails", "--type", "email.send", "--payload", "a")
+	for _, args := range [][]string{
+		{"pause", "emails", "emials"},
+		{"resume", "emials"},
+		{"pause", "--group", "acme", "emials"},
+		{"queues", "emails", "emials"},
+		{"top", "emials"},
+	} {
+		code, out, errOut := ctl(t, "", append(args, "--url", url)...)
+		if code != exitNotFound || !strings.Contains(errOut, "unknown queue emials: the backend holds no such queue") || out != "" {
+			t.Errorf("%q: exit %d\nstdout: %s\nstderr: %s", args, code, out, errOut)
+		}
+	}
+	if s := stats(t, url, "emails"); s.Paused {
+		t.Errorf("a refused pause paused emails: %+v", s)
+	}
+	_, _, errOut := ctl(t, "", "pause", "--url", url, "emials")
+	if !strings.Contains(errOut, "nothing was paused (--force pauses a queue before anything declares it)") {
+		t.Errorf("pause of an unknown queue does not offer --force: %s", errOut)
+	}
+	// --force pauses it; paused, it is known to resume and queues.
+	mustCtl(t, exitOK, "", "pause", "--url", url, "--force", "reports")
+	if out := mustCtl(t, exitOK, "", "queues", "--url", url, "reports"); !strings.Contains(out, "reports (paused)") {
+		t.Errorf("queues of a queue paused by --force:\n%s", out)
+	}
+	mustCtl(t, exitOK, "", "resume", "--url", url, "reports")
 }

@@ -29,8 +29,10 @@ With no queue named, it shows every queue the backend holds: each one that
 holds jobs or dead letters, and each one declared (on NATS: once a worker
 received from it). Name queues as arguments or with --queue (repeatable)
 to show only those. OLDEST DEAD is how long ago the oldest dead letter
-died; a paused queue is marked "(paused)". A depth the backend cannot tell is printed as "-" (-1 in JSON).
-Exit code 3 when the backend holds no queue.
+died; a paused queue is marked "(paused)". A depth the backend cannot tell
+is printed as "-" (-1 in JSON). Exit code 3 when the backend holds no
+queue, or does not hold a queue named (a typo is not shown as an empty
+queue).
 
 Examples:
 
@@ -107,6 +109,9 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 		return err
 	}
 	defer closeFn()
+	if err := checkKnown(ctx, p, names, ""); err != nil {
+		return err
+	}
 	qs, err := queueInfos(ctx, p, names)
 	if err != nil {
 		return err

@@ -36,8 +36,9 @@ done, so these are net changes: the platform's metrics (package otel)
 count jobs processed and failed.
 
 Keys: q (or Ctrl-C) quits, s sorts by name, dead letters or ready jobs in
-turn, p pauses the refreshing (not the queues), r refreshes now. It needs a terminal; for scripts, use
-"asyncctl queues --json".
+turn, p pauses the refreshing (not the queues), r refreshes now. It needs
+a terminal; for scripts, use "asyncctl queues --json". A queue named that
+the backend does not hold is refused as unknown (exit code 3).
 
 Examples:
 
@@ -60,10 +61,6 @@ Examples:
 				if c.json {
 					return usageErrorf("top is for people: for JSON, use asyncctl queues --json")
 				}
-				out, ok := c.stdout.(*os.File)
-				if !ok || !term.IsTerminal(int(out.Fd())) {
-					return usageErrorf("top needs a terminal; for scripts, use asyncctl queues (--json)")
-				}
 				return c.top(ctx, args, interval)
 			}
 		},
@@ -76,6 +73,13 @@ func (c *cli) top(ctx context.Context, names []string, interval time.Duration) e
 		return err
 	}
 	defer closeFn()
+	if err := checkKnown(ctx, p, names, ""); err != nil {
+		return err
+	}
+	out, ok := c.stdout.(*os.File)
+	if !ok || !term.IsTerminal(int(out.Fd())) {
+		return usageErrorf("top needs a terminal; for scripts, use asyncctl queues (--json)")
+	}
 	m := &topModel{
 		fetch: func(ctx context.Context) ([]ap.QueueInfo, error) {
 			return queueInfos(ctx, p, names)
