@@ -19,6 +19,7 @@ import (
 func dashboardCmd() *command {
 	return &command{
 		name:    "dashboard",
+		noJSON:  true,
 		args:    "",
 		summary: "serve the web dashboard: queues, dead letters, redrive, purge, enqueue",
 		help: `

@@ -84,6 +84,7 @@ type command struct {
 	args    string // the synopsis after the flags
 	summary string // one line, for the command list
 	help    string // the rest of its --help: what it does, examples
+	noJSON  bool   // it prints nothing --json could change: its help leaves --json out
 	// setup defines the command's own flags and returns its action.
 	setup func(fs *flag.FlagSet) func(ctx context.Context, c *cli, args []string) error
 }
@@ -110,7 +111,7 @@ Flags (every command takes them, before or after its name):
 Backend URLs (a backend's scheme is there when its package registers it):
 
 	memory://NAME                             in-process; gone when asyncctl exits (for trying it out)
-	redis://[:PASSWORD@]HOST:6379/DB
+	redis://[:PASSWORD@]HOST:6379/DB[?prefix=NAME]   prefix: the key prefix of the platform's keys (default asyncplatform)
 	amqp://USER:PASSWORD@HOST:5672/VHOST      RabbitMQ
 	nats://HOST:4222
 	the Azure form registered by backend/azure (see its package doc)
@@ -123,7 +124,7 @@ Exit codes:
 	0  done
 	1  the command failed (the broker is unreachable, say)
 	2  bad command line
-	3  nothing found: no such dead letter, an empty dead-letter queue
+	3  nothing found: no such dead letter, an empty dead-letter queue, an unknown queue
 	4  answered no at a confirmation prompt; nothing was changed
 	130  interrupted (Ctrl-C) between two records; it says how far it got
 
@@ -283,8 +284,14 @@ func printMain(w io.Writer, cmds []*command) {
 func printHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	cmd.setup(fs)
 	fmt.Fprintf(w, "Usage: asyncctl %s [flags] %s\n\n%s\n\n%s\nFlags:\n\n", cmd.name, cmd.args, cmd.summary, strings.TrimSpace(cmd.help)+"\n")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "json" || !cmd.noJSON {
+			shown.Var(f.Value, f.Name, f.Usage)
+		}
+	})
+	shown.SetOutput(w)
+	shown.PrintDefaults()
 	fmt.Fprintf(w, "\nExit codes: 0 done, 1 failed, 2 bad command line, 3 nothing found, 4 declined at a prompt, 130 interrupted.\n")
 }
 

@@ -155,7 +155,26 @@ func TestHelp(t *testing.T) {
 			t.Errorf("help lacks %q", want)
 		}
 	}
+	if !strings.Contains(out, "?prefix=NAME") {
+		t.Errorf("help does not document the Redis URL's ?prefix=:\n%s", out)
+	}
 	mustCtl(t, exitOK, "", "--help")
+	// --json only where it changes what is printed.
+	for _, name := range []string{"top", "completion", "dashboard"} {
+		if out := mustCtl(t, exitOK, "", name, "--help"); strings.Contains(out, "\n  -json") {
+			t.Errorf("%s --help offers --json, which it has no use for:\n%s", name, out)
+		}
+	}
+	if out := mustCtl(t, exitOK, "", "queues", "--help"); !strings.Contains(out, "\n  -json") {
+		t.Errorf("queues --help does not offer --json:\n%s", out)
+	}
+	pause, resume := mustCtl(t, exitOK, "", "pause", "--help"), mustCtl(t, exitOK, "", "resume", "--help")
+	if strings.Contains(resume, "A paused queue keeps its jobs") || !strings.Contains(resume, "asyncctl resume emails") || !strings.Contains(pause, "exit code 3") || !strings.Contains(resume, "exit code 3") {
+		t.Errorf("resume --help repeats pause's, or either does not say exit code 3:\n%s\n----\n%s", pause, resume)
+	}
+	if out := mustCtl(t, exitOK, "", "dead", "show", "--help"); !strings.Contains(out, "asyncctl dead show --queue emails 0193a3b2-7c1e-7d40-9a55-2f0c4e8b1a77 --json") {
+		t.Errorf("dead show's --json example has no --queue:\n%s", out)
+	}
 	for _, cmd := range commands() {
 		for _, args := range [][]string{append(strings.Fields(cmd.name), "--help"), append([]string{"help"}, strings.Fields(cmd.name)...)} {
 			out := mustCtl(t, exitOK, "", args...)

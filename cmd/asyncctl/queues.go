@@ -150,7 +150,7 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 	}
 	switch {
 	case failed > 0:
-		return fmt.Errorf("the figures of %d of %d queues could not be read", failed, len(out))
+		return fmt.Errorf("the figures of %d of %s could not be read", failed, plural(len(out), "queue"))
 	case len(out) == 0:
 		return notFoundf("the backend holds no queue")
 	}

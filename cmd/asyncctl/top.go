@@ -21,6 +21,7 @@ import (
 func topCmd() *command {
 	return &command{
 		name:    "top",
+		noJSON:  true,
 		args:    "[QUEUE...]",
 		summary: "a live view of every queue: depths, their change per second, the oldest dead letter",
 		help: `
@@ -263,7 +264,7 @@ func (m *topModel) View() string {
 	if !m.at.IsZero() {
 		when = m.at.Format("15:04:05")
 	}
-	fmt.Fprintf(&b, "asyncctl top · %s · %d queues · %s · %s\n", field(m.url), len(m.rows), state, when)
+	fmt.Fprintf(&b, "asyncctl top · %s · %s · %s · %s\n", field(m.url), plural(len(m.rows), "queue"), state, when)
 
 	now := time.Now()
 	cells := [][]string{topHeader}
@@ -324,7 +325,7 @@ func (m *topModel) View() string {
 		b.WriteString(m.cut(line(row)) + "\n")
 	}
 	if shown < len(cells) {
-		fmt.Fprintf(&b, "… %d more queues (a taller terminal shows them)\n", len(cells)-shown)
+		fmt.Fprintf(&b, "… %s more (a taller terminal shows them)\n", plural(len(cells)-shown, "queue"))
 	}
 	if len(m.rows) > 1 {
 		b.WriteString(m.cut(line([]string{"TOTAL", count(total.Ready), count(total.Scheduled), count(total.InFlight), count(total.Dead), "", "", ""})) + "\n")
