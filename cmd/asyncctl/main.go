@@ -18,9 +18,12 @@ import (
 	"os/signal"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	ap "github.com/asyncplatform/asyncplatform"
+
+	"github.com/asyncplatform/asyncplatform/backend/redis"
 
 	// Every backend, so that its URL schemes are registered with the driver.
 	_ "github.com/asyncplatform/asyncplatform/backend/all"
@@ -42,12 +45,34 @@ func main() {
 	// The first Ctrl-C (or SIGTERM) cancels ctx: a long operation stops
 	// between two records. Then the signals' default comes back, so a
 	// second one ends the process at once.
+	// go-redis logs its dial failures on its own, before the error that
+	// asyncctl prints: they go where the platform's logs go (stderr with
+	// -v, nowhere without).
+	redis.SetClientLogger(slog.New(clientLogs{}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
+
+// verboseLogger is the logger of -v, once a command has opened the
+// backend with it; nil without -v.
+var verboseLogger atomic.Pointer[slog.Logger]
+
+// clientLogs is the handler of the broker clients' own logs: it hands them
+// to verboseLogger, and drops them without one.
+type clientLogs struct{}
+
+func (clientLogs) Enabled(context.Context, slog.Level) bool { return verboseLogger.Load() != nil }
+func (clientLogs) Handle(ctx context.Context, r slog.Record) error {
+	if l := verboseLogger.Load(); l != nil {
+		return l.Handler().Handle(ctx, r)
+	}
+	return nil
+}
+func (h clientLogs) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h clientLogs) WithGroup(string) slog.Handler      { return h }
 
 // exitErr carries an exit code other than exitError.
 type exitErr struct {
@@ -315,6 +340,7 @@ func (c *cli) open(ctx context.Context) (p *ap.Platform, closeFn func(), err err
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if c.verbose {
 		logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		verboseLogger.Store(logger)
 	}
 	p, err = ap.New(b, ap.Config{Logger: logger, WorkerName: "asyncctl"})
 	if err != nil {
