@@ -254,6 +254,7 @@ type queueRow struct {
 	Link       string
 	Stats      ap.QueueStats
 	OldestDead time.Time
+	Groups     []ap.HeldGroup // paused groups, and groups with jobs held still
 	Err        string
 	Attempts   chart
 	Depth      chart
@@ -279,7 +280,7 @@ func (d *Dashboard) queueList(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	for _, qi := range infos {
-		row := queueRow{Name: qi.Name, Link: d.link("/queue", "q", qi.Name), Stats: qi.QueueStats, OldestDead: qi.OldestDead}
+		row := queueRow{Name: qi.Name, Link: d.link("/queue", "q", qi.Name), Stats: qi.QueueStats, OldestDead: qi.OldestDead, Groups: qi.Groups}
 		if qi.Err != nil {
 			row.Err = qi.Err.Error()
 		} else {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -284,7 +285,7 @@ $`)
 	if time.Since(s.OldestDead) > time.Minute {
 		t.Errorf("queues --json: oldest_dead %v", s.OldestDead)
 	}
-	if s.OldestDead = (time.Time{}); s != (queueJSON{Queue: "emails", Ready: 1, Scheduled: 1, Dead: 1}) {
+	if s.OldestDead = (time.Time{}); !reflect.DeepEqual(s, queueJSON{Queue: "emails", Ready: 1, Scheduled: 1, Dead: 1}) {
 		t.Errorf("queues --json = %+v", s)
 	}
 
@@ -299,7 +300,7 @@ $`)
 	if err := json.Unmarshal([]byte(out), &qs); err != nil {
 		t.Fatal(err)
 	}
-	if len(qs) != 2 || qs[0] != (queueJSON{Queue: "alpha.x", Scheduled: 1}) || qs[1] != (queueJSON{Queue: "zeta", Ready: 1}) {
+	if len(qs) != 2 || !reflect.DeepEqual(qs[0], queueJSON{Queue: "alpha.x", Scheduled: 1}) || !reflect.DeepEqual(qs[1], queueJSON{Queue: "zeta", Ready: 1}) {
 		t.Errorf("queues with no name: %+v", qs)
 	}
 	if out := mustCtl(t, exitOK, "", "--url", url, "queues"); !strings.HasPrefix(out, "QUEUE    READY") || !strings.Contains(out, "\nalpha.x  0      1 ") || !strings.Contains(out, "\nzeta     1      0 ") {

@@ -31,6 +31,15 @@ func TestPauseResume(t *testing.T) {
 	if out := mustCtl(t, exitOK, "", "pause", "--url", url, "--group", "acme", "emails"); out != "emails group acme: paused\n" {
 		t.Errorf("pause --group printed %q", out)
 	}
+	// The queue says its group is paused, by name and in JSON.
+	for _, args := range [][]string{{"queues", "emails"}, {"queues"}} {
+		if out := mustCtl(t, exitOK, "", append(args, "--url", url)...); !strings.Contains(out, "\nemails (group acme paused, 0 held)  1 ") {
+			t.Errorf("%q with a paused group:\n%s", args, out)
+		}
+	}
+	if s := stats(t, url, "emails"); len(s.Groups) != 1 || s.Groups[0] != (groupJSON{Group: "acme", Paused: true}) {
+		t.Errorf("queues --json with a paused group: %+v", s)
+	}
 	if out := mustCtl(t, exitOK, "", "resume", "--url", url, "--group", "acme", "emails"); out != "emails group acme: resumed, 0 held jobs moved back\n" {
 		t.Errorf("resume --group printed %q", out)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,7 +30,9 @@ With no queue named, it shows every queue the backend holds: each one that
 holds jobs or dead letters, and each one declared (on NATS: once a worker
 received from it). Name queues as arguments or with --queue (repeatable)
 to show only those. OLDEST DEAD is how long ago the oldest dead letter
-died; a paused queue is marked "(paused)". A depth the backend cannot tell
+died; a paused queue is marked "(paused)", a queue with a paused group
+"(group NAME paused, N held)" (a group's held queue is not a queue of its
+own). A depth the backend cannot tell
 is printed as "-" (-1 in JSON). Exit code 3 when the backend holds no
 queue, or does not hold a queue named (a typo is not shown as an empty
 queue).
@@ -59,14 +62,50 @@ Examples:
 
 // queueJSON is one queue's depths as --json prints them.
 type queueJSON struct {
-	Queue      string    `json:"queue"`
-	Ready      int64     `json:"ready"`
-	Scheduled  int64     `json:"scheduled"`
-	InFlight   int64     `json:"in_flight"`
-	Dead       int64     `json:"dead"`
-	Paused     bool      `json:"paused"`
-	OldestDead time.Time `json:"oldest_dead,omitzero"`
-	Error      string    `json:"error,omitempty"`
+	Queue      string      `json:"queue"`
+	Ready      int64       `json:"ready"`
+	Scheduled  int64       `json:"scheduled"`
+	InFlight   int64       `json:"in_flight"`
+	Dead       int64       `json:"dead"`
+	Paused     bool        `json:"paused"`
+	OldestDead time.Time   `json:"oldest_dead,omitzero"`
+	Groups     []groupJSON `json:"groups,omitempty"` // paused groups, and groups with jobs held still
+	Error      string      `json:"error,omitempty"`
+}
+
+// groupJSON is a queue's paused (or still held) group as --json prints it.
+type groupJSON struct {
+	Group  string `json:"group"`
+	Paused bool   `json:"paused"`
+	Held   int64  `json:"held"` // jobs on its held queue; -1: unknown
+}
+
+func groupsJSON(gs []ap.HeldGroup) []groupJSON {
+	var out []groupJSON
+	for _, g := range gs {
+		out = append(out, groupJSON{Group: g.Group, Paused: g.Paused, Held: g.Held})
+	}
+	return out
+}
+
+// groupsNote says, after a queue's name, which of its groups are paused
+// and how many jobs each holds: " (group acme paused, 3 held)".
+func groupsNote(gs []groupJSON) string {
+	if len(gs) == 0 {
+		return ""
+	}
+	parts := make([]string, len(gs))
+	for i, g := range gs {
+		state := "paused"
+		if !g.Paused {
+			state = "resumed"
+		}
+		parts[i] = "group " + field(g.Group) + " " + state
+		if g.Held >= 0 {
+			parts[i] += ", " + strconv.FormatInt(g.Held, 10) + " held"
+		}
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
 }
 
 // queueInfos returns the named queues' figures, or every queue's when none
@@ -89,6 +128,9 @@ func queueInfos(ctx context.Context, p *ap.Platform, names []string) ([]ap.Queue
 			return nil, err
 		}
 		qi := ap.QueueInfo{Name: q, QueueStats: s}
+		if qi.Groups, err = p.HeldGroups(ctx, q); err != nil && !errors.Is(err, ap.ErrNoStore) {
+			return nil, err
+		}
 		if s.Dead != 0 {
 			page, err := p.DeadLetters(ctx, q, "", 1)
 			if err != nil {
@@ -119,7 +161,7 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 	out := make([]queueJSON, len(qs))
 	failed := 0
 	for i, q := range qs {
-		out[i] = queueJSON{Queue: q.Name, Ready: q.Ready, Scheduled: q.Scheduled, InFlight: q.InFlight, Dead: q.Dead, Paused: q.Paused, OldestDead: q.OldestDead}
+		out[i] = queueJSON{Queue: q.Name, Ready: q.Ready, Scheduled: q.Scheduled, InFlight: q.InFlight, Dead: q.Dead, Paused: q.Paused, OldestDead: q.OldestDead, Groups: groupsJSON(q.Groups)}
 		if q.Err != nil {
 			out[i] = queueJSON{Queue: q.Name, Ready: -1, Scheduled: -1, InFlight: -1, Dead: -1, Error: c.redact(q.Err.Error())}
 			failed++
@@ -137,6 +179,7 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 			if s.Paused {
 				name += " (paused)"
 			}
+			name += groupsNote(s.Groups)
 			rows[i] = []string{name, count(s.Ready), count(s.Scheduled), count(s.InFlight), count(s.Dead), age(now, s.OldestDead)}
 		}
 		if err := table(c.stdout, []string{"QUEUE", "READY", "SCHEDULED", "IN FLIGHT", "DEAD", "OLDEST DEAD"}, rows); err != nil {

@@ -277,6 +277,9 @@ func (m *topModel) View() string {
 		if r.Err == nil && r.Paused {
 			name += " (paused)"
 		}
+		if r.Err == nil {
+			name += groupsNote(groupsJSON(r.Groups))
+		}
 		if r.Err != nil {
 			cells = append(cells, []string{name, "-", "-", "-", "-", "-", "-", "error"})
 			continue
