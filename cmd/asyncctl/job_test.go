@@ -267,3 +267,22 @@ func TestJobShowAfterRedrive(t *testing.T) {
 	mustCtl(t, exitOK, "", "resume", "--url", url, "default")
 	waitState(t, reader, job.ID, ap.StateSucceeded)
 }
+
+// A job enqueued by asyncctl with --track-status has a status at once, on
+// a queue no worker has taken it from yet.
+func TestEnqueueTrackStatus(t *testing.T) {
+	t.Parallel()
+	url := memURL(t)
+	id := strings.TrimSpace(mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "reports", "--type", "t", "--payload", "x", "--track-status"))
+	var st ap.JobStatus
+	if err := json.Unmarshal([]byte(mustCtl(t, exitOK, "", "job", "show", "--url", url, "--json", id)), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.State != ap.StateWaiting || st.Queue != "reports" {
+		t.Errorf("job show of a job enqueued with --track-status: %+v", st)
+	}
+	id = strings.TrimSpace(mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "reports", "--type", "t", "--payload", "x", "--delay", "1h", "--track-status"))
+	if out := mustCtl(t, exitOK, "", "job", "show", "--url", url, id); !strings.Contains(out, "State:     scheduled") {
+		t.Errorf("job show of a delayed job enqueued with --track-status:\n%s", out)
+	}
+}

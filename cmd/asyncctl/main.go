@@ -101,6 +101,8 @@ type cli struct {
 	url     string
 	json    bool
 	verbose bool
+
+	trackStatus bool // the platform writes the status of the jobs it enqueues (enqueue --track-status)
 }
 
 // command is one (sub)command.
@@ -342,7 +344,11 @@ func (c *cli) open(ctx context.Context) (p *ap.Platform, closeFn func(), err err
 		logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		verboseLogger.Store(logger)
 	}
-	p, err = ap.New(b, ap.Config{Logger: logger, WorkerName: "asyncctl"})
+	p, err = ap.New(b, ap.Config{Logger: logger, WorkerName: "asyncctl", TrackStatus: c.trackStatus})
+	if errors.Is(err, ap.ErrInvalidConfig) && c.trackStatus {
+		b.Close()
+		return nil, nil, &exitErr{exitUsage, fmt.Errorf("--track-status: %w", err)}
+	}
 	if err != nil {
 		b.Close()
 		return nil, nil, fmt.Errorf("opening %s: %w", redactURL(raw), err)

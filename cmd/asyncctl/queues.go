@@ -222,6 +222,12 @@ duplicate). It shows its progress on stderr when it is a terminal; Ctrl-C
 stops it between two lines and says which --skip goes on from there.
 Exit code 130 when interrupted.
 
+The workers' platforms decide which queues track status; asyncctl cannot
+tell. On a queue that does, give --track-status: asyncctl then writes each
+job's status as it enqueues it (the backend needs a store), so that "job
+show" finds the job before a worker takes it. Without it, the job has a
+status from the moment a worker takes it.
+
 Examples:
 
 	asyncctl enqueue --type email.send --queue emails --payload '{"to":"ann@example.com"}'
@@ -229,6 +235,7 @@ Examples:
 	echo -n hello | asyncctl enqueue --type greet --retry-limit 0 --header tenant=acme
 	asyncctl enqueue --from popped.jsonl --new-ids
 	asyncctl enqueue --from popped.jsonl --skip 1200
+	asyncctl enqueue --type report.build --queue reports --payload '{}' --track-status
 `,
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			var e enqueueOpts
@@ -246,10 +253,12 @@ Examples:
 			fs.StringVar(&e.from, "from", "", "enqueue every job of this JSON-lines `FILE` (- for stdin)")
 			fs.IntVar(&e.skip, "skip", 0, "with --from, skip the first `N` lines (to go on after an interruption)")
 			fs.BoolVar(&e.newIDs, "new-ids", false, "with --from, give every job a new ID")
+			track := fs.Bool("track-status", false, "write each job's status (waiting, or scheduled) now, for a queue whose workers track status: job show finds it before a worker takes it")
 			return func(ctx context.Context, c *cli, args []string) error {
 				if len(args) > 0 {
 					return usageErrorf("unexpected arguments %q", args)
 				}
+				c.trackStatus = *track
 				fs.Visit(func(f *flag.Flag) { e.payloadSet = e.payloadSet || f.Name == "payload" })
 				e.headers = headers
 				return c.enqueue(ctx, e)
