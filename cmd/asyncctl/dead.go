@@ -127,6 +127,13 @@ func lookFlag(fs *flag.FlagSet, q *string) {
 	fs.StringVar(q, "queue", "", "the `QUEUE` whose dead letters to look at; none: every queue")
 }
 
+// flagSet reports whether the flag was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // deadQueues returns the queues that hold dead letters (or cannot tell),
 // of every queue the backend lists, and how many queues it lists. A
 // backend that cannot list its queues is a usage error: name one.
@@ -212,10 +219,16 @@ Examples:
 				if err := f.check(); err != nil {
 					return err
 				}
-				if queue != "" {
+				if queue != "" || flagSet(fs, "queue") {
 					if err := checkQueue("--queue: ", queue); err != nil {
 						return err
 					}
+				}
+				if _, _, err := decodeCursor(cursor); err != nil {
+					return err
+				}
+				if cursor != "" && queue == "" {
+					return usageErrorf("--cursor goes with the --queue of the listing that printed it")
 				}
 				return c.deadList(ctx, queue, &f, cursor, limit)
 			}
@@ -229,7 +242,7 @@ func (c *cli) deadList(ctx context.Context, queue string, f *filter, cursor stri
 		return err
 	}
 	defer closeFn()
-	all := 0
+	all, chosen := 0, false
 	if queue == "" {
 		var qs []string
 		if qs, all, err = deadQueues(ctx, p); err != nil {
@@ -239,7 +252,7 @@ func (c *cli) deadList(ctx context.Context, queue string, f *filter, cursor stri
 		case 0:
 			return notFoundf("no dead letters %s", inQueues("", all))
 		case 1:
-			queue = qs[0]
+			queue, chosen = qs[0], true
 			fmt.Fprintf(c.stderr, "queue %s (the only one with dead letters)\n", field(queue))
 		default:
 			return usageErrorf("%d queues hold dead letters: %s; name one with --queue", len(qs), strings.Join(fields(qs), ", "))
@@ -265,7 +278,10 @@ func (c *cli) deadList(ctx context.Context, queue string, f *filter, cursor stri
 		if err := table(c.stdout, deadHeader, deadRows(time.Now(), dls)); err != nil {
 			return err
 		}
-		if next != "" {
+		switch {
+		case next != "" && chosen:
+			fmt.Fprintf(c.stderr, "more: add --queue %s --cursor %s\n", field(queue), next)
+		case next != "":
 			fmt.Fprintf(c.stderr, "more: add --cursor %s\n", next)
 		}
 	}
@@ -306,7 +322,7 @@ Examples:
 				if len(args) != 1 {
 					return usageErrorf("give one dead letter ID")
 				}
-				if queue != "" {
+				if queue != "" || flagSet(fs, "queue") {
 					if err := checkQueue("--queue: ", queue); err != nil {
 						return err
 					}

@@ -237,6 +237,7 @@ func getenvIs(t *testing.T, v string) {
 func TestURLFromEnvironment(t *testing.T) {
 	// Not parallel: it replaces getenv.
 	getenvIs(t, memURL(t))
+	mustCtl(t, exitOK, "", "enqueue", "--queue", "q", "--type", "t", "--payload", "x")
 	if code, out, errOut := ctl(t, "", "queues", "q"); code != exitOK || !strings.Contains(out, "q ") {
 		t.Errorf("queues with the URL from the environment: exit %d\n%s%s", code, out, errOut)
 	}
