@@ -309,6 +309,7 @@ type queuePage struct {
 	pauseState
 	Stats     ap.QueueStats
 	StatsErr  string
+	Unknown   bool // the backend holds no such queue (ap.UnknownQueueError)
 	Attempts  chart
 	Depth     chart
 	Filter    filter
@@ -345,6 +346,9 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	data := &queuePage{base: d.newBase(w, r, q, q), PageSize: d.cfg.PageSize}
 	data.Refresh = true
+	// Before Stats: a backend may list a queue once its depths are read.
+	var unknown *ap.UnknownQueueError
+	data.Unknown = errors.As(d.p.CheckKnownQueue(ctx, q), &unknown)
 	if s, err := d.p.Stats(ctx, q); err != nil {
 		data.StatsErr = err.Error()
 	} else {

@@ -27,3 +27,17 @@ func TestReasonFilterOffersEveryReason(t *testing.T) {
 		}
 	}
 }
+
+// A queue opened by a name the backend does not hold says so, instead of
+// showing an empty queue without a word.
+func TestUnknownQueuePage(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{queues: []string{"mail"}})
+	c := newClient(t, f)
+	if _, body := c.get("/queue?q=mial"); !strings.Contains(body, `id="unknown-queue"`) || !strings.Contains(body, "The backend holds no queue mial") {
+		t.Errorf("the page of an unknown queue does not say so:\n%s", body)
+	}
+	if _, body := c.get("/queue?q=mail"); strings.Contains(body, `id="unknown-queue"`) {
+		t.Errorf("the page of a known queue says it is unknown")
+	}
+}
