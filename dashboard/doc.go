@@ -81,5 +81,7 @@
 // The queue list shows every queue the backend holds (Platform.Queues), with
 // the age of its oldest dead letter, and the queues of Config.Queues it does
 // not hold yet; a backend that cannot list its queues shows Config.Queues
-// alone. Any other valid queue can be opened by name.
+// alone. Any other valid queue can be opened by name; its page says so
+// when the backend does not hold it (Platform.CheckKnownQueue), rather than
+// show an empty queue without a word.
 package dashboard
