@@ -203,6 +203,11 @@ func TestHostileGroupIsText(t *testing.T) {
 		}
 	}
 	checkInert("the queue's page", body)
+	_, list := c.get("/")
+	checkInert("the queue list", list)
+	if strings.Contains(list, "window.__xss") {
+		t.Errorf("the queue list shows a store key that is not a group name:\n%s", list)
+	}
 	// PausedGroups leaves out a key that is not a group name: a name
 	// written into the store around the platform is not listed at all.
 	if strings.Contains(body, "window.__xss") {
