@@ -38,6 +38,18 @@ const (
 	ReasonPayloadMissing Reason = "payload_missing"
 )
 
+// Reasons returns every dead-letter reason the platform writes, in the
+// order of the README's outcome table: the one list that tools (asyncctl's
+// --reason and its completion, the dashboard's filter) offer and check
+// against. A record's Reason is whatever its writer wrote, so a tool shows
+// one it does not know as it is.
+func Reasons() []Reason {
+	return []Reason{
+		ReasonRetriesExceeded, ReasonInvalid, ReasonPermanent, ReasonPoisoned,
+		ReasonUnhandled, ReasonExpired, ReasonPayloadMissing, ReasonCancelled,
+	}
+}
+
 // DeadLetter is a job that will not be attempted again, with why.
 type DeadLetter struct {
 	// ID identifies this record (the job's ID, with a copy number when the
@@ -325,6 +337,38 @@ func (p *Platform) RedriveWith(ctx context.Context, queue string, opt RedriveOpt
 // redriveChunk enqueues the chunk's jobs in one batch, then deletes their
 // records in one call (a single scan on brokers that must read the queue to
 // delete from it).
+// putRedriven stores redriven jobs. Where p does not track their queue's
+// status (an operator's tool), the jobs that have a status record (the
+// workers track it) get their waiting state written, so that a status
+// never says dead-lettered of a job waiting again.
+func (p *Platform) putRedriven(ctx context.Context, queue string, jobs []*Job) error {
+	if p.status.Tracks(queue) {
+		return p.put(ctx, queue, jobs, false)
+	}
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	recorded := p.status.Recorded(ctx, ids)
+	var with, without []*Job
+	for _, j := range jobs {
+		if recorded[j.ID] {
+			with = append(with, j)
+		} else {
+			without = append(without, j)
+		}
+	}
+	if len(without) > 0 {
+		if err := p.put(ctx, queue, without, false); err != nil {
+			return err
+		}
+	}
+	if len(with) > 0 {
+		return p.putTracked(ctx, queue, with, false, true)
+	}
+	return nil
+}
+
 func (p *Platform) redriveChunk(ctx context.Context, queue string, chunk []DeadLetter) (int, error) {
 	jobs := make([]*Job, 0, len(chunk))
 	var ids []string
@@ -356,7 +400,7 @@ func (p *Platform) redriveChunk(ctx context.Context, queue string, chunk []DeadL
 		jobs = append(jobs, &j)
 		ids = append(ids, dl.ID)
 	}
-	if err := p.put(ctx, queue, jobs, false); err != nil {
+	if err := p.putRedriven(ctx, queue, jobs); err != nil {
 		return 0, fmt.Errorf("asyncplatform: redriving %d jobs of queue %q (their records stay): %w", len(jobs), queue, err)
 	}
 	n, err := p.backend.DeleteDead(ctx, queue, ids)

@@ -328,3 +328,62 @@ func TestPauseGroupHoldsEveryLevel(t *testing.T) {
 		}
 	}
 }
+
+// Queues reports a paused group on its queue, with the jobs it holds, and
+// never its held queue as a queue of its own; after the resume the group
+// and its held queue are gone from the listing.
+func TestQueuesReportHeldGroups(t *testing.T) {
+	ctx := context.Background()
+	br := memory.NewBroker()
+	w, err := New(br.Connect(), Config{Logger: quietLog, Queues: map[string]QueueConfig{"reports": {Concurrency: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Handle("t", func(context.Context, *Job) error { return nil })
+	admin, _ := New(br.Connect(), Config{Logger: quietLog})
+	if err := admin.PauseGroup(ctx, "reports", "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	time.Sleep(2 * PausePoll) // the workers read the pause
+	for range 2 {
+		if err := admin.Enqueue(ctx, &Job{Type: "t", Queue: "reports", Group: "acme"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "both jobs held", func() bool {
+		st, _ := admin.Stats(ctx, HeldQueue("reports", "acme"))
+		return st.Ready == 2
+	})
+	list := func() map[string]QueueInfo {
+		qs, err := admin.Queues(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]QueueInfo{}
+		for _, q := range qs {
+			out[q.Name] = q
+		}
+		return out
+	}
+	qs := list()
+	if _, ok := qs[HeldQueue("reports", "acme")]; ok {
+		t.Errorf("the held queue is listed as a queue: %+v", qs)
+	}
+	if g := qs["reports"].Groups; len(g) != 1 || g[0] != (HeldGroup{Group: "acme", Paused: true, Held: 2}) {
+		t.Errorf("reports' groups: %+v, want acme paused holding 2", g)
+	}
+	if g, err := admin.HeldGroups(ctx, "reports"); err != nil || len(g) != 1 || g[0] != (HeldGroup{Group: "acme", Paused: true, Held: 2}) {
+		t.Errorf("HeldGroups: %+v %v", g, err)
+	}
+	if n, err := admin.ResumeGroup(ctx, "reports", "acme"); n != 2 || err != nil {
+		t.Fatalf("ResumeGroup: %d %v", n, err)
+	}
+	qs = list()
+	if _, ok := qs[HeldQueue("reports", "acme")]; ok || len(qs["reports"].Groups) != 0 {
+		t.Errorf("after the resume: %+v", qs)
+	}
+}

@@ -772,12 +772,21 @@ func (c *Config) prepare(j *Job, now time.Time) error {
 // put encodes jobs of one queue and stores them. check reports the payload
 // limit as ErrPayloadTooLarge (for new jobs; copies were checked already).
 func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check bool) error {
+	return p.putTracked(ctx, queue, jobs, check, false)
+}
+
+// putTracked is put; with track, it writes the jobs' status records even
+// when p does not track the queue (a redrive of jobs the workers tracked).
+func (p *Platform) putTracked(ctx context.Context, queue string, jobs []*Job, check, track bool) error {
 	if err := p.declare(ctx, queue); err != nil {
 		return err
 	}
 	var refs []payload.Key
 	msgs := make([]driver.Message, len(jobs))
 	tracked := p.status.Tracks(queue)
+	if track {
+		tracked = true
+	}
 	for i, j := range jobs {
 		if tracked || p.codec.Dedupe {
 			j = withStatusNonce(j)
@@ -808,8 +817,11 @@ func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check boo
 		}
 		return fmt.Errorf("asyncplatform: enqueue to queue %q: %w", queue, err)
 	}
-	if p.status.Tracks(queue) {
+	switch {
+	case p.status.Tracks(queue):
 		p.status.Enqueued(ctx, statusJobs(jobs))
+	case tracked:
+		p.status.Requeued(ctx, statusJobs(jobs))
 	}
 	return nil
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/pause"
 )
 
 // QueueInfo is one queue found by Queues.
@@ -22,9 +25,28 @@ type QueueInfo struct {
 	// when it has none (or that record is not a job).
 	OldestDead time.Time
 
+	// Groups are its paused groups and the groups whose jobs are still
+	// held (a resume that did not finish), by name: a group's held queue
+	// (HeldQueue) is reported here, on its queue, and not as a queue of
+	// its own.
+	Groups []HeldGroup
+
 	// Err is why the depths or OldestDead could not be read (the queue
 	// was deleted meanwhile, say); nil when they were.
 	Err error
+}
+
+// HeldGroup is a group of a queue's jobs that is paused (PauseGroup), or
+// whose jobs are held still.
+type HeldGroup struct {
+	// Group is the group's name.
+	Group string
+	// Paused says whether the group is paused: false for a group resumed
+	// while jobs are left on its held queue (call ResumeGroup again).
+	Paused bool
+	// Held is how many of its jobs wait on its held queue (the held
+	// queue's ready jobs); -1 when the backend cannot tell.
+	Held int64
 }
 
 // queueStatsParallel bounds the queues whose depths Queues reads at once.
@@ -59,25 +81,57 @@ func (p *Platform) QueueNames(ctx context.Context) ([]string, error) {
 }
 
 // Queues returns every queue of QueueNames with its depths and the age of
-// its oldest dead letter, read a few queues at a time. A queue whose
-// figures could not be read is listed with Err set; the error is for the
-// listing itself. It costs one Stats per queue, and one page of one dead
-// letter per queue that has dead letters: a live view may call it every
-// second or so.
+// its oldest dead letter, read a few queues at a time. A paused group's held
+// queue (HeldQueue) is not listed as a queue: it is one of its queue's
+// Groups, with how many jobs it holds; once the group is resumed and its
+// held queue is empty, it is not listed at all. A queue whose figures
+// could not be read is listed with Err set; the error is for the listing
+// itself. It costs one Stats per queue and per held queue, one listing of
+// the paused groups, and one page of one dead letter per queue that has
+// dead letters: a live view may call it every second or so.
 func (p *Platform) Queues(ctx context.Context) ([]QueueInfo, error) {
 	names, err := p.QueueNames(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]QueueInfo, len(names))
+	var paused map[string][]string
+	if p.pz != nil {
+		if paused, err = p.pz.AllGroups(ctx); err != nil {
+			return nil, err
+		}
+	}
+	// held[q][g]: the held queue of group g of queue q is listed.
+	held := map[string]map[string]bool{}
+	var queues []string
+	for _, q := range names {
+		if parent, g, ok := pause.SplitHeld(q); ok {
+			if held[parent] == nil {
+				held[parent] = map[string]bool{}
+			}
+			held[parent][g] = true
+			continue
+		}
+		queues = append(queues, q)
+	}
+	for q := range held {
+		if _, found := slices.BinarySearch(queues, q); !found && validQueue(q) == nil {
+			queues = append(queues, q) // only its held jobs are left
+		}
+	}
+	slices.Sort(queues)
+	out := make([]QueueInfo, len(queues))
 	sem := make(chan struct{}, queueStatsParallel)
 	var wg sync.WaitGroup
-	for i, q := range names {
+	for i, q := range queues {
 		out[i].Name = q
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			out[i].Groups, out[i].Err = p.heldGroups(ctx, q, paused[q], held[q])
+			if out[i].Err != nil {
+				return
+			}
 			out[i].QueueStats, out[i].Err = p.Stats(ctx, q)
 			if out[i].Err != nil || out[i].Dead == 0 {
 				return
@@ -93,4 +147,107 @@ func (p *Platform) Queues(ctx context.Context) ([]QueueInfo, error) {
 	}
 	wg.Wait()
 	return out, nil
+}
+
+// heldGroups returns the groups of queue that are paused or whose held
+// queue is listed and holds jobs, sorted, with the jobs each holds.
+func (p *Platform) heldGroups(ctx context.Context, queue string, paused []string, listed map[string]bool) ([]HeldGroup, error) {
+	var out []HeldGroup
+	for _, g := range paused {
+		out = append(out, HeldGroup{Group: g, Paused: true})
+	}
+	for g := range listed {
+		if !slices.Contains(paused, g) {
+			out = append(out, HeldGroup{Group: g})
+		}
+	}
+	slices.SortFunc(out, func(a, b HeldGroup) int { return strings.Compare(a.Group, b.Group) })
+	kept := out[:0]
+	for _, hg := range out {
+		hg.Held = -1
+		if listed[hg.Group] {
+			s, err := p.backend.Stats(ctx, HeldQueue(queue, hg.Group))
+			if err != nil {
+				return nil, fmt.Errorf("asyncplatform: the held jobs of group %q of queue %q: %w", hg.Group, queue, err)
+			}
+			hg.Held = s.Ready
+		} else if _, ok := p.backend.(driver.QueueLister); ok {
+			hg.Held = 0 // not listed: nothing was ever held, or the queue was deleted
+		}
+		if hg.Paused || hg.Held != 0 {
+			kept = append(kept, hg)
+		}
+	}
+	return kept, nil
+}
+
+// HeldGroups returns the groups of queue that are paused or whose jobs are
+// held still, as Queues reports them in QueueInfo.Groups.
+func (p *Platform) HeldGroups(ctx context.Context, queue string) ([]HeldGroup, error) {
+	if err := validQueue(queue); err != nil {
+		return nil, err
+	}
+	if p == nil || p.pz == nil {
+		return nil, ErrNotNew
+	}
+	paused, err := p.pz.Groups(ctx, queue)
+	if err != nil && !errors.Is(err, ErrNoStore) {
+		return nil, err
+	}
+	listed := map[string]bool{}
+	if l, ok := p.backend.(driver.QueueLister); ok {
+		names, err := l.Queues(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("asyncplatform: listing queues: %w", err)
+		}
+		for _, n := range names {
+			if q, g, ok := pause.SplitHeld(n); ok && q == queue {
+				listed[g] = true
+			}
+		}
+	}
+	return p.heldGroups(ctx, queue, paused, listed)
+}
+
+// UnknownQueueError is the error of CheckKnownQueue for a queue the
+// backend does not hold: a typo, or a queue nothing has declared yet.
+type UnknownQueueError struct {
+	// Queue is the name asked for.
+	Queue string
+}
+
+func (e *UnknownQueueError) Error() string {
+	return fmt.Sprintf("asyncplatform: unknown queue %q: the backend holds no such queue (none of its jobs, dead letters or declarations), and it is not paused", e.Queue)
+}
+
+// CheckKnownQueue returns nil when the backend holds the queue (QueueNames
+// lists it), it is paused, or one of its groups is paused; an
+// *UnknownQueueError when none of these holds. An operator's tool calls it
+// before it acts on or reports a queue named by hand, so that a typo is
+// not taken for an empty queue. With a backend that cannot list its
+// queues the error matches errors.ErrUnsupported: it cannot tell.
+func (p *Platform) CheckKnownQueue(ctx context.Context, queue string) error {
+	if err := validQueue(queue); err != nil {
+		return err
+	}
+	names, err := p.QueueNames(ctx)
+	if err != nil {
+		return err
+	}
+	if _, found := slices.BinarySearch(names, queue); found {
+		return nil
+	}
+	paused, err := p.PausedQueues(ctx)
+	if err != nil && !errors.Is(err, ErrNoStore) {
+		return err
+	}
+	if slices.Contains(paused, queue) {
+		return nil
+	}
+	if groups, err := p.PausedGroups(ctx, queue); err == nil && len(groups) > 0 {
+		return nil
+	} else if err != nil && !errors.Is(err, ErrNoStore) {
+		return err
+	}
+	return &UnknownQueueError{Queue: queue}
 }

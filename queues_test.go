@@ -124,3 +124,36 @@ func TestQueuesUnsupported(t *testing.T) {
 		t.Fatalf("QueueNames of a zero Platform = %v, want ErrNotNew", err)
 	}
 }
+
+// CheckKnownQueue knows the queues the backend lists, and the paused ones;
+// any other name is an *UnknownQueueError naming it.
+func TestCheckKnownQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p, err := ap.New(memory.NewBroker().Connect(), ap.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Enqueue(ctx, &ap.Job{Type: "t", Queue: "mail"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckKnownQueue(ctx, "mail"); err != nil {
+		t.Errorf("mail: %v", err)
+	}
+	var ue *ap.UnknownQueueError
+	if err := p.CheckKnownQueue(ctx, "mial"); !errors.As(err, &ue) || ue.Queue != "mial" {
+		t.Errorf("mial: %v, want an UnknownQueueError naming it", err)
+	}
+	if err := p.Pause(ctx, "later"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckKnownQueue(ctx, "later"); err != nil {
+		t.Errorf("a paused queue: %v", err)
+	}
+	if err := p.PauseGroup(ctx, "grouped", "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckKnownQueue(ctx, "grouped"); err != nil {
+		t.Errorf("a queue with a paused group: %v", err)
+	}
+}

@@ -168,7 +168,7 @@ func TestBrowser(t *testing.T) {
 				t.Errorf("queue %s: dead %q, want %s", q, got, dead)
 			}
 		}
-		if got := text(t, ctx, `tr[data-queue="emails"] figcaption`); !strings.Contains(got, "12 succeeded, 25 failed") {
+		if got := text(t, ctx, `tr[data-queue="emails"] figcaption`); !strings.Contains(got, "12 succeeded, 0 retried, 25 dead-lettered (67.6 % of the jobs that ended)") {
 			t.Errorf("the attempts chart of emails says %q", got)
 		}
 	})

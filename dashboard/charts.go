@@ -185,17 +185,18 @@ func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
 
 // attemptsChart draws succeeded and failed attempts per interval.
 func attemptsChart(rec *Recorder, queue string, w, h int) chart {
-	c := chart{W: w, H: h, Label: "attempts per 10 s, last 10 min: succeeded and failed"}
+	c := chart{W: w, H: h, Label: "attempts per 10 s, last 10 min: succeeded and failed (retried or dead-lettered)"}
 	if rec == nil {
 		c.Empty, c.Note = true, "attempts are counted where the workers run (Config.Recorder)"
 		return c
 	}
 	win := rec.window(queue)
-	var max, ok, failed int64
+	var max, ok, failed, dead int64
 	for _, b := range win {
 		max = maxInt(max, b.succeeded+b.failed)
 		ok += b.succeeded
 		failed += b.failed
+		dead += b.dead
 	}
 	if max == 0 {
 		c.Empty, c.Note = true, "no attempts in the last 10 minutes"
@@ -219,10 +220,55 @@ func attemptsChart(rec *Recorder, queue string, w, h int) chart {
 		}
 	}
 	c.Max = group(max)
-	rate := float64(failed) / float64(ok+failed) * 100
-	c.Sum = fmt.Sprintf("%s succeeded, %s failed (%.1f %%) · %.1f/s", group(ok), group(failed), rate, float64(ok+failed)/(Buckets*BucketWidth.Seconds()))
+	c.Sum = attemptsSum(ok, failed, dead, recentRate(win, rec.now()))
 	c.Alerts = failed > 0
 	return c
+}
+
+// rateBuckets is how many intervals the attempts rate covers, the current
+// one included: the last minute, so that it reads what runs now.
+const rateBuckets = 6
+
+// recentRate returns the attempts per second over the last rateBuckets
+// intervals of win (oldest first, ending with the current one, which has
+// run until now).
+func recentRate(win []attemptBucket, now time.Time) float64 {
+	var n int64
+	for _, b := range win[len(win)-rateBuckets:] {
+		n += b.succeeded + b.failed
+	}
+	elapsed := time.Duration(now.UnixNano() % int64(BucketWidth))
+	secs := (time.Duration(rateBuckets-1)*BucketWidth + elapsed).Seconds()
+	return float64(n) / secs
+}
+
+// attemptsSum is the attempts chart's caption: the attempts that
+// succeeded, the failed attempts (those that will be retried and those
+// dead-lettered), and the share of the jobs that ended which ended dead
+// (dead-lettered over succeeded and dead-lettered: a failed attempt that
+// will be retried is no failed job), with the rate of the last minute.
+func attemptsSum(ok, failed, dead int64, rate float64) string {
+	retried := failed - min(dead, failed)
+	ended := ok + dead
+	share := 0.0
+	if ended > 0 {
+		share = float64(dead) / float64(ended) * 100
+	}
+	return fmt.Sprintf("%s succeeded, %s retried, %s dead-lettered (%.1f %% of the jobs that ended) · %s/s in the last minute",
+		group(ok), group(retried), group(dead), share, rateText(rate))
+}
+
+// rateText prints a rate with the precision it needs: "0.02", "1.5", "240".
+func rateText(r float64) string {
+	switch {
+	case r == 0:
+		return "0"
+	case r < 0.1:
+		return strconv.FormatFloat(r, 'f', 2, 64)
+	case r < 100:
+		return strconv.FormatFloat(r, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(r, 'f', 0, 64)
 }
 
 // depthChart draws the waiting jobs (ready + scheduled + in flight) and

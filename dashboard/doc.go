@@ -13,15 +13,19 @@
 // # Pages
 //
 //   - the queue list: every queue with its depths (ready, scheduled, in
-//     flight, dead), marked when it is paused, and small charts of the last ten minutes: attempts
-//     (succeeded and failed) per interval, with a Recorder, and the depths
-//     sampled at each view;
+//     flight, dead), marked when it is paused, with its paused groups and
+//     the jobs each holds (a group's held queue is not listed as a queue),
+//     and small charts of the last ten minutes: attempts (succeeded and
+//     failed) per interval, with a Recorder, captioned with the jobs
+//     dead-lettered among those that ended (an attempt to be retried is no
+//     failed job) and the rate of the last minute, and the depths sampled
+//     at each view;
 //   - a queue: its depths and charts, whether it is paused and its paused
 //     groups with the jobs each holds, its dead letters filtered by type,
 //     reason, age and text, paged with a cursor without any limit on how far
 //     (the filters are applied while paging, so a page is filled even when
 //     the matches are far apart), and the actions;
-//   - one dead letter in full: the payload as JSON, text or hex (and as a
+//   - one dead letter in full, addressed by the record's ID or its job's: the payload as JSON, text or hex (and as a
 //     download; the page shows at most its first 256 KiB, and JSON nested
 //     deeper than 64 levels or over 512 KiB once indented is shown as
 //     text, saying why), the headers, the last error with its stack, the error
@@ -77,5 +81,7 @@
 // The queue list shows every queue the backend holds (Platform.Queues), with
 // the age of its oldest dead letter, and the queues of Config.Queues it does
 // not hold yet; a backend that cannot list its queues shows Config.Queues
-// alone. Any other valid queue can be opened by name.
+// alone. Any other valid queue can be opened by name; its page says so
+// when the backend does not hold it (Platform.CheckKnownQueue), rather than
+// show an empty queue without a word.
 package dashboard

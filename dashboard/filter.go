@@ -319,7 +319,12 @@ func (e *lookupCut) Error() string {
 	return fmt.Sprintf("no such dead letter among the first %d dead letters", e.Scanned)
 }
 
-// find returns the record with the ID, looking first in the page at hint
+// named reports whether id names the record: its own ID (the job's ID
+// and copy number) or its job's ID, which names the oldest of the job's
+// records.
+func named(dl ap.DeadLetter, id string) bool { return dl.ID == id || dl.Job.ID == id }
+
+// find returns the record with the ID (named), looking first in the page at hint
 // (where a listing saw it), then through the queue from its start: in all,
 // at most limit records and until deadline (zero: none). Past them it
 // returns a *lookupCut.
@@ -328,7 +333,7 @@ func find(ctx context.Context, p *ap.Platform, queue, id string, hint position, 
 		page, err := p.DeadLetters(ctx, queue, hint.Cursor, min(maxBatch, limit))
 		if err == nil {
 			for i, dl := range page.Letters {
-				if dl.ID == id {
+				if named(dl, id) {
 					return found{DL: dl, Pos: hint.Off + int64(i), Page: position{Off: hint.Off, Cursor: hint.Cursor}}, nil
 				}
 			}
@@ -340,7 +345,7 @@ func find(ctx context.Context, p *ap.Platform, queue, id string, hint position, 
 	}
 	var hit *found
 	res, err := scan(ctx, p, queue, filter{}, position{}, -1, limit, deadline, func(fd found) bool {
-		if fd.DL.ID != id {
+		if !named(fd.DL, id) {
 			return true // not this one: go on
 		}
 		hit = &fd

@@ -3,11 +3,13 @@ package dashboard_test
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/backend/memory"
 	"github.com/asyncplatform/asyncplatform/dashboard"
 	"github.com/asyncplatform/asyncplatform/driver"
@@ -86,5 +88,33 @@ func TestLookupByIDBounded(t *testing.T) {
 	}
 	if read := b.listed.Load() - before; read > limit {
 		t.Errorf("opening the last record from its listing read %d records, want at most %d", read, limit)
+	}
+}
+
+// A dead letter's page opens by its job's ID too, not only by the record's
+// own ID (the job's ID and its copy number).
+func TestLetterByJobID(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{queues: []string{"mail"}})
+	job := &ap.Job{ID: "job-by-id", Type: "fail.email", Payload: []byte(`{}`)}
+	f.enqueue("mail", 1, job)
+	// Redriven and dead-lettered again, its record's ID has a copy number.
+	if _, err := f.p.Redrive(context.Background(), "mail"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitDead("mail", 1)
+	dl := f.deadLetters("mail")[0]
+	if dl.ID == dl.Job.ID {
+		t.Fatalf("the record's ID %q is its job's", dl.ID)
+	}
+	c := newClient(t, f)
+	for _, id := range []string{dl.ID, dl.Job.ID} {
+		resp, body := c.get("/letter?q=mail&id=" + url.QueryEscape(id))
+		if resp.StatusCode != http.StatusOK || !strings.Contains(body, "job-by-id") {
+			t.Errorf("GET /letter by %q: %d", id, resp.StatusCode)
+		}
+		if resp, _ := c.get("/raw?q=mail&id=" + url.QueryEscape(id)); resp.StatusCode != http.StatusOK {
+			t.Errorf("GET /raw by %q: %d", id, resp.StatusCode)
+		}
 	}
 }

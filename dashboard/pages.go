@@ -108,11 +108,14 @@ func (d *Dashboard) link(path string, kv ...any) string {
 	return u
 }
 
+// reasonNames returns ap.Reasons as strings, for the reason filter.
 func reasonNames() []string {
-	return []string{
-		string(ap.ReasonRetriesExceeded), string(ap.ReasonInvalid), string(ap.ReasonPermanent),
-		string(ap.ReasonPoisoned), string(ap.ReasonUnhandled), string(ap.ReasonExpired), string(ap.ReasonPayloadMissing),
+	rs := ap.Reasons()
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = string(r)
 	}
+	return out
 }
 
 // reasonClass returns the CSS class of a record's reason: one of a fixed
@@ -251,6 +254,7 @@ type queueRow struct {
 	Link       string
 	Stats      ap.QueueStats
 	OldestDead time.Time
+	Groups     []ap.HeldGroup // paused groups, and groups with jobs held still
 	Err        string
 	Attempts   chart
 	Depth      chart
@@ -276,7 +280,7 @@ func (d *Dashboard) queueList(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	for _, qi := range infos {
-		row := queueRow{Name: qi.Name, Link: d.link("/queue", "q", qi.Name), Stats: qi.QueueStats, OldestDead: qi.OldestDead}
+		row := queueRow{Name: qi.Name, Link: d.link("/queue", "q", qi.Name), Stats: qi.QueueStats, OldestDead: qi.OldestDead, Groups: qi.Groups}
 		if qi.Err != nil {
 			row.Err = qi.Err.Error()
 		} else {
@@ -305,6 +309,7 @@ type queuePage struct {
 	pauseState
 	Stats     ap.QueueStats
 	StatsErr  string
+	Unknown   bool // the backend holds no such queue (ap.UnknownQueueError)
 	Attempts  chart
 	Depth     chart
 	Filter    filter
@@ -341,6 +346,9 @@ func (d *Dashboard) queuePage(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	data := &queuePage{base: d.newBase(w, r, q, q), PageSize: d.cfg.PageSize}
 	data.Refresh = true
+	// Before Stats: a backend may list a queue once its depths are read.
+	var unknown *ap.UnknownQueueError
+	data.Unknown = errors.As(d.p.CheckKnownQueue(ctx, q), &unknown)
 	if s, err := d.p.Stats(ctx, q); err != nil {
 		data.StatsErr = err.Error()
 	} else {

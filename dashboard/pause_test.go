@@ -154,6 +154,12 @@ func TestPauseGroupAndResume(t *testing.T) {
 			t.Fatal("a job of the paused group ran")
 		}
 	}
+	// The queue list shows the group on its queue, and its held queue
+	// not as a queue of its own (with Pause buttons on its page).
+	_, body := c.get("/")
+	if err := contains(body, `<span class="badge group">group acme paused, 3 held</span>`); err != nil || strings.Contains(body, `data-queue="mail.held.acme"`) {
+		t.Errorf("the queue list with a paused group: %v, or its held queue is a row:\n%s", err, body)
+	}
 
 	flash = c.flashOf(c.post("/resume", url.Values{"q": {"mail"}, "group": {"acme"}, "csrf": {tok}}))
 	if !strings.Contains(flash, "Resumed group acme of queue mail: moved 3 held jobs back to the queue.") {
@@ -164,6 +170,9 @@ func TestPauseGroupAndResume(t *testing.T) {
 	})
 	if _, body := c.get("/queue?q=mail"); !strings.Contains(body, `id="no-paused-groups"`) || strings.Contains(body, `data-group="acme"`) {
 		t.Fatalf("acme is still listed after its resume:\n%s", body)
+	}
+	if _, body := c.get("/"); strings.Contains(body, "acme") {
+		t.Errorf("the queue list names acme after its resume:\n%s", body)
 	}
 }
 
@@ -194,6 +203,11 @@ func TestHostileGroupIsText(t *testing.T) {
 		}
 	}
 	checkInert("the queue's page", body)
+	_, list := c.get("/")
+	checkInert("the queue list", list)
+	if strings.Contains(list, "window.__xss") {
+		t.Errorf("the queue list shows a store key that is not a group name:\n%s", list)
+	}
 	// PausedGroups leaves out a key that is not a group name: a name
 	// written into the store around the platform is not listed at all.
 	if strings.Contains(body, "window.__xss") {

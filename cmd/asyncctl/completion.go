@@ -14,6 +14,7 @@ import (
 func completionCmd() *command {
 	return &command{
 		name:    "completion",
+		noJSON:  true,
 		args:    "bash|zsh|fish",
 		summary: "print the shell completion script: commands, flags and queue names",
 		help: `

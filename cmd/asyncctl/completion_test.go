@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/internal/testenv"
 )
 
@@ -120,5 +122,38 @@ func TestCompletionInShells(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// TestReasonsEverywhere ties --reason (its check and its help), its
+// completion and both READMEs to ap.Reasons.
+func TestReasonsEverywhere(t *testing.T) {
+	t.Parallel()
+	help := mustCtl(t, exitOK, "", "dead", "list", "--help")
+	completed := completions(t, "bash", "asyncctl dead list --reason ")
+	var readmes []string
+	for _, path := range []string{"README.md", "../../README.md"} {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readmes = append(readmes, string(b))
+	}
+	url := memURL(t)
+	for _, r := range ap.Reasons() {
+		name := string(r)
+		if !strings.Contains(help, name) {
+			t.Errorf("dead list --help does not name %s", name)
+		}
+		if !slices.Contains(completed, name) {
+			t.Errorf("--reason completes %q, without %s", completed, name)
+		}
+		for i, s := range readmes {
+			if !strings.Contains(s, "`"+name+"`") {
+				t.Errorf("README %d does not name `%s`", i, name)
+			}
+		}
+		// Accepted by --reason: nothing matches (exit 3), no usage error.
+		mustCtl(t, exitNotFound, "", "dead", "list", "--url", url, "--queue", "q", "--reason", name)
 	}
 }

@@ -14,11 +14,13 @@ import (
 
 	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/dashboard"
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 func dashboardCmd() *command {
 	return &command{
 		name:    "dashboard",
+		noJSON:  true,
 		args:    "",
 		summary: "serve the web dashboard: queues, dead letters, redrive, purge, enqueue",
 		help: `
@@ -32,7 +34,8 @@ The dashboard has no login. --listen takes a loopback address unless
 anyone else, or use --read-only, which refuses every action.
 
 It sees depths only: the attempts charts need the dashboard mounted in the
-workers' own process (see package dashboard's Recorder).
+workers' own process (see package dashboard's Recorder). It does not start
+when the backend does not answer (exit code 1).
 
 Examples:
 
@@ -109,10 +112,14 @@ func (c *cli) dashboard(ctx context.Context, o dashboardOptions) error {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if c.verbose {
 		logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		verboseLogger.Store(logger)
 	}
 	p, err := ap.New(b, ap.Config{Logger: logger, WorkerName: "asyncctl-dashboard"})
 	if err != nil {
 		return fmt.Errorf("opening %s: %w", redactURL(raw), err)
+	}
+	if err := reach(ctx, b, p); err != nil {
+		return fmt.Errorf("the backend %s is unreachable, so the dashboard did not start: %w", redactURL(raw), err)
 	}
 	d, err := dashboard.New(p, dashboard.Config{
 		Prefix:   o.prefix,
@@ -152,6 +159,24 @@ func (c *cli) dashboard(ctx context.Context, o dashboardOptions) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+// reachTimeout bounds the dashboard's first call to the backend.
+const reachTimeout = 15 * time.Second
+
+// reach makes one call to the backend (Ping where it has one, else a
+// listing of its queues), so that a dashboard whose every page would wait
+// for an unreachable broker does not start.
+func reach(ctx context.Context, b driver.Backend, p *ap.Platform) error {
+	ctx, cancel := context.WithTimeout(ctx, reachTimeout)
+	defer cancel()
+	if pg, ok := b.(driver.Pinger); ok {
+		return pg.Ping(ctx)
+	}
+	if _, err := p.QueueNames(ctx); err != nil && !errors.Is(err, errors.ErrUnsupported) {
 		return err
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,24 +52,16 @@ func (f *filter) match(dl ap.DeadLetter) bool {
 		(f.ids == nil || f.ids[dl.Job.ID])
 }
 
-var reasons = []ap.Reason{ap.ReasonRetriesExceeded, ap.ReasonInvalid, ap.ReasonPermanent, ap.ReasonPoisoned, ap.ReasonUnhandled, ap.ReasonExpired, ap.ReasonPayloadMissing}
-
 func reasonNames() []string {
-	out := make([]string, len(reasons))
-	for i, r := range reasons {
+	rs := ap.Reasons()
+	out := make([]string, len(rs))
+	for i, r := range rs {
 		out[i] = string(r)
 	}
 	return out
 }
 
-func knownReason(s string) bool {
-	for _, r := range reasons {
-		if string(r) == s {
-			return true
-		}
-	}
-	return false
-}
+func knownReason(s string) bool { return slices.Contains(reasonNames(), s) }
 
 // listPage is how many records asyncctl reads from the backend at a time.
 const listPage = 100
@@ -128,6 +121,49 @@ func queueFlag(fs *flag.FlagSet, q *string) {
 	fs.StringVar(q, "queue", ap.DefaultQueue, "the `QUEUE` whose dead letters to work on")
 }
 
+// lookFlag is the --queue of the commands that only look (dead list, dead
+// show): none means every queue.
+func lookFlag(fs *flag.FlagSet, q *string) {
+	fs.StringVar(q, "queue", "", "the `QUEUE` whose dead letters to look at; none: every queue")
+}
+
+// flagSet reports whether the flag was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// deadQueues returns the queues that hold dead letters (or cannot tell),
+// of every queue the backend lists, and how many queues it lists. A
+// backend that cannot list its queues is a usage error: name one.
+func deadQueues(ctx context.Context, p *ap.Platform) (withDead []string, all int, err error) {
+	qs, err := p.Queues(ctx)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return nil, 0, usageErrorf("this backend cannot list its queues: name one with --queue")
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, q := range qs {
+		if q.Err != nil {
+			return nil, 0, fmt.Errorf("queue %q: %w", q.Name, q.Err)
+		}
+		if q.Dead != 0 { // -1: the backend cannot tell, so look
+			withDead = append(withDead, q.Name)
+		}
+	}
+	return withDead, len(qs), nil
+}
+
+// inQueues says which queues a search covered, for a "found nothing".
+func inQueues(queue string, all int) string {
+	if queue != "" {
+		return fmt.Sprintf("in queue %q", queue)
+	}
+	return fmt.Sprintf("in any of the %s the backend holds", plural(all, "queue"))
+}
+
 // checkQueue refuses a bad queue name as a bad command line (exit 2), before
 // the backend is opened.
 func checkQueue(flag, q string) error {
@@ -145,8 +181,11 @@ func deadListCmd() *command {
 		help: `
 It changes nothing. A page shows --limit records; when more follow, it ends
 with the --cursor that shows the next page (on stderr in a table, as "next"
-in JSON). --all shows every record at once. Exit code 3 when no record
-matches.
+in JSON). --all shows every record at once. Without --queue it looks in
+every queue the backend holds: when one holds dead letters it lists that
+one (and says which on stderr), when several do it names them and asks for
+--queue (exit code 2). Exit code 3 when no record matches, in the queue
+named or in any queue.
 
 Examples:
 
@@ -162,7 +201,7 @@ Examples:
 				all           bool
 				f             filter
 			)
-			queueFlag(fs, &queue)
+			lookFlag(fs, &queue)
 			f.flags(fs)
 			fs.IntVar(&limit, "limit", 50, "show `N` records per page")
 			fs.StringVar(&cursor, "cursor", "", "start at this `CURSOR`, printed by the previous page")
@@ -180,8 +219,16 @@ Examples:
 				if err := f.check(); err != nil {
 					return err
 				}
-				if err := checkQueue("--queue: ", queue); err != nil {
+				if queue != "" || flagSet(fs, "queue") {
+					if err := checkQueue("--queue: ", queue); err != nil {
+						return err
+					}
+				}
+				if _, _, err := decodeCursor(cursor); err != nil {
 					return err
+				}
+				if cursor != "" && queue == "" {
+					return usageErrorf("--cursor goes with the --queue of the listing that printed it")
 				}
 				return c.deadList(ctx, queue, &f, cursor, limit)
 			}
@@ -195,6 +242,22 @@ func (c *cli) deadList(ctx context.Context, queue string, f *filter, cursor stri
 		return err
 	}
 	defer closeFn()
+	all, chosen := 0, false
+	if queue == "" {
+		var qs []string
+		if qs, all, err = deadQueues(ctx, p); err != nil {
+			return err
+		}
+		switch len(qs) {
+		case 0:
+			return notFoundf("no dead letters %s", inQueues("", all))
+		case 1:
+			queue, chosen = qs[0], true
+			fmt.Fprintf(c.stderr, "queue %s (the only one with dead letters)\n", field(queue))
+		default:
+			return usageErrorf("%d queues hold dead letters: %s; name one with --queue", len(qs), strings.Join(fields(qs), ", "))
+		}
+	}
 	dls, next, err := collect(ctx, p, queue, f, cursor, limit)
 	if err != nil {
 		return err
@@ -215,7 +278,10 @@ func (c *cli) deadList(ctx context.Context, queue string, f *filter, cursor stri
 		if err := table(c.stdout, deadHeader, deadRows(time.Now(), dls)); err != nil {
 			return err
 		}
-		if next != "" {
+		switch {
+		case next != "" && chosen:
+			fmt.Fprintf(c.stderr, "more: add --queue %s --cursor %s\n", field(queue), next)
+		case next != "":
 			fmt.Fprintf(c.stderr, "more: add --cursor %s\n", next)
 		}
 	}
@@ -240,23 +306,26 @@ func deadShowCmd() *command {
 		help: `
 A payload that is not text is shown as a hex dump, cut at 4 KiB; --json
 prints it all (base64, and as text in payload_text when it is text). Records
-sharing an ID (a rare duplicate) are all shown. Exit code 3 when there is
-none.
+sharing an ID (a rare duplicate) are all shown. Without --queue it looks in every queue that holds dead letters. Exit
+code 3 when there is none.
 
 Examples:
 
 	asyncctl dead show --queue emails 0193a3b2-7c1e-7d40-9a55-2f0c4e8b1a77
-	asyncctl dead show 0193a3b2-7c1e-7d40-9a55-2f0c4e8b1a77 --json | jq -r .payload_text
+	asyncctl dead show --queue emails 0193a3b2-7c1e-7d40-9a55-2f0c4e8b1a77 --json | jq -r .payload_text
+	asyncctl dead show 0193a3b2-7c1e-7d40-9a55-2f0c4e8b1a77
 `,
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			var queue string
-			queueFlag(fs, &queue)
+			lookFlag(fs, &queue)
 			return func(ctx context.Context, c *cli, args []string) error {
 				if len(args) != 1 {
 					return usageErrorf("give one dead letter ID")
 				}
-				if err := checkQueue("--queue: ", queue); err != nil {
-					return err
+				if queue != "" || flagSet(fs, "queue") {
+					if err := checkQueue("--queue: ", queue); err != nil {
+						return err
+					}
 				}
 				return c.deadShow(ctx, queue, args[0])
 			}
@@ -270,12 +339,22 @@ func (c *cli) deadShow(ctx context.Context, queue, id string) error {
 		return err
 	}
 	defer closeFn()
-	dls, _, err := collect(ctx, p, queue, &filter{ids: map[string]bool{id: true}}, "", 0)
-	if err != nil {
-		return err
+	queues, all := []string{queue}, 0
+	if queue == "" {
+		if queues, all, err = deadQueues(ctx, p); err != nil {
+			return err
+		}
+	}
+	var dls []ap.DeadLetter
+	for _, q := range queues {
+		found, _, err := collect(ctx, p, q, &filter{ids: map[string]bool{id: true}}, "", 0)
+		if err != nil {
+			return err
+		}
+		dls = append(dls, found...)
 	}
 	if len(dls) == 0 {
-		return notFoundf("no dead letter %q in queue %q", id, queue)
+		return notFoundf("no dead letter %q %s", id, inQueues(queue, all))
 	}
 	for i, dl := range dls {
 		if c.json {

@@ -306,3 +306,28 @@ func printBytes(w io.Writer, b []byte) {
 func indent(s string) string {
 	return "  " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n  ")
 }
+
+// plural is n and the noun, with an "s" unless n is 1: "1 queue", "3 queues".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
+}
+
+// fields is field of each string.
+func fields(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = field(s)
+	}
+	return out
+}
+
+// pluralWord is the noun, with an "s" unless n is 1.
+func pluralWord(n int, noun string) string {
+	if n == 1 {
+		return noun
+	}
+	return noun + "s"
+}

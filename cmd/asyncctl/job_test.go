@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,5 +231,58 @@ func TestJobHostile(t *testing.T) {
 	code, _, errOut = ctl(t, "", "job", "show", "--url", url, "no"+hostile)
 	if r := raw(errOut); code != exitNotFound || len(r) > 0 {
 		t.Errorf("job show of a missing hostile ID: exit %d, %v raw:\n%s", code, r, errOut)
+	}
+}
+
+// After a redrive by asyncctl (which tracks no queue itself), job show says
+// the job waits again, not dead_lettered, and then follows its new run.
+func TestJobShowAfterRedrive(t *testing.T) {
+	t.Parallel()
+	url := memURL(t)
+	var runs atomic.Int32
+	p := trackedWorker(t, url, "w1", map[string]ap.Handler{
+		"once": func(context.Context, *ap.Job) error {
+			if runs.Add(1) == 1 {
+				return errors.New("first try fails")
+			}
+			return nil
+		},
+	})
+	job := &ap.Job{Type: "once"}
+	if err := p.Enqueue(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	reader := readerOf(t, url)
+	waitState(t, reader, job.ID, ap.StateDeadLettered)
+	mustCtl(t, exitOK, "", "pause", "--url", url, "default") // the redriven job waits
+	time.Sleep(2 * ap.PausePoll)                             // the worker reads the pause
+	mustCtl(t, exitOK, "", "dead", "redrive", "--url", url, "--queue", "default", job.ID)
+	var st ap.JobStatus
+	if err := json.Unmarshal([]byte(mustCtl(t, exitOK, "", "job", "show", "--url", url, "--json", job.ID)), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.State != ap.StateWaiting || st.Copy != 1 {
+		t.Errorf("job show after the redrive: %s copy %d, want waiting copy 1", st.State, st.Copy)
+	}
+	mustCtl(t, exitOK, "", "resume", "--url", url, "default")
+	waitState(t, reader, job.ID, ap.StateSucceeded)
+}
+
+// A job enqueued by asyncctl with --track-status has a status at once, on
+// a queue no worker has taken it from yet.
+func TestEnqueueTrackStatus(t *testing.T) {
+	t.Parallel()
+	url := memURL(t)
+	id := strings.TrimSpace(mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "reports", "--type", "t", "--payload", "x", "--track-status"))
+	var st ap.JobStatus
+	if err := json.Unmarshal([]byte(mustCtl(t, exitOK, "", "job", "show", "--url", url, "--json", id)), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.State != ap.StateWaiting || st.Queue != "reports" {
+		t.Errorf("job show of a job enqueued with --track-status: %+v", st)
+	}
+	id = strings.TrimSpace(mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "reports", "--type", "t", "--payload", "x", "--delay", "1h", "--track-status"))
+	if out := mustCtl(t, exitOK, "", "job", "show", "--url", url, id); !strings.Contains(out, "State:     scheduled") {
+		t.Errorf("job show of a delayed job enqueued with --track-status:\n%s", out)
 	}
 }

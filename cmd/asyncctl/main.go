@@ -18,9 +18,12 @@ import (
 	"os/signal"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	ap "github.com/asyncplatform/asyncplatform"
+
+	"github.com/asyncplatform/asyncplatform/backend/redis"
 
 	// Every backend, so that its URL schemes are registered with the driver.
 	_ "github.com/asyncplatform/asyncplatform/backend/all"
@@ -42,12 +45,34 @@ func main() {
 	// The first Ctrl-C (or SIGTERM) cancels ctx: a long operation stops
 	// between two records. Then the signals' default comes back, so a
 	// second one ends the process at once.
+	// go-redis logs its dial failures on its own, before the error that
+	// asyncctl prints: they go where the platform's logs go (stderr with
+	// -v, nowhere without).
+	redis.SetClientLogger(slog.New(clientLogs{}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	context.AfterFunc(ctx, stop)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
+
+// verboseLogger is the logger of -v, once a command has opened the
+// backend with it; nil without -v.
+var verboseLogger atomic.Pointer[slog.Logger]
+
+// clientLogs is the handler of the broker clients' own logs: it hands them
+// to verboseLogger, and drops them without one.
+type clientLogs struct{}
+
+func (clientLogs) Enabled(context.Context, slog.Level) bool { return verboseLogger.Load() != nil }
+func (clientLogs) Handle(ctx context.Context, r slog.Record) error {
+	if l := verboseLogger.Load(); l != nil {
+		return l.Handler().Handle(ctx, r)
+	}
+	return nil
+}
+func (h clientLogs) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h clientLogs) WithGroup(string) slog.Handler      { return h }
 
 // exitErr carries an exit code other than exitError.
 type exitErr struct {
@@ -76,6 +101,8 @@ type cli struct {
 	url     string
 	json    bool
 	verbose bool
+
+	trackStatus bool // the platform writes the status of the jobs it enqueues (enqueue --track-status)
 }
 
 // command is one (sub)command.
@@ -84,6 +111,7 @@ type command struct {
 	args    string // the synopsis after the flags
 	summary string // one line, for the command list
 	help    string // the rest of its --help: what it does, examples
+	noJSON  bool   // it prints nothing --json could change: its help leaves --json out
 	// setup defines the command's own flags and returns its action.
 	setup func(fs *flag.FlagSet) func(ctx context.Context, c *cli, args []string) error
 }
@@ -110,7 +138,7 @@ Flags (every command takes them, before or after its name):
 Backend URLs (a backend's scheme is there when its package registers it):
 
 	memory://NAME                             in-process; gone when asyncctl exits (for trying it out)
-	redis://[:PASSWORD@]HOST:6379/DB
+	redis://[:PASSWORD@]HOST:6379/DB[?prefix=NAME]   prefix: the key prefix of the platform's keys (default asyncplatform)
 	amqp://USER:PASSWORD@HOST:5672/VHOST      RabbitMQ
 	nats://HOST:4222
 	the Azure form registered by backend/azure (see its package doc)
@@ -123,7 +151,7 @@ Exit codes:
 	0  done
 	1  the command failed (the broker is unreachable, say)
 	2  bad command line
-	3  nothing found: no such dead letter, an empty dead-letter queue
+	3  nothing found: no such dead letter, an empty dead-letter queue, an unknown queue
 	4  answered no at a confirmation prompt; nothing was changed
 	130  interrupted (Ctrl-C) between two records; it says how far it got
 
@@ -283,8 +311,14 @@ func printMain(w io.Writer, cmds []*command) {
 func printHelp(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	cmd.setup(fs)
 	fmt.Fprintf(w, "Usage: asyncctl %s [flags] %s\n\n%s\n\n%s\nFlags:\n\n", cmd.name, cmd.args, cmd.summary, strings.TrimSpace(cmd.help)+"\n")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != "json" || !cmd.noJSON {
+			shown.Var(f.Value, f.Name, f.Usage)
+		}
+	})
+	shown.SetOutput(w)
+	shown.PrintDefaults()
 	fmt.Fprintf(w, "\nExit codes: 0 done, 1 failed, 2 bad command line, 3 nothing found, 4 declined at a prompt, 130 interrupted.\n")
 }
 
@@ -308,8 +342,13 @@ func (c *cli) open(ctx context.Context) (p *ap.Platform, closeFn func(), err err
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if c.verbose {
 		logger = slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		verboseLogger.Store(logger)
 	}
-	p, err = ap.New(b, ap.Config{Logger: logger, WorkerName: "asyncctl"})
+	p, err = ap.New(b, ap.Config{Logger: logger, WorkerName: "asyncctl", TrackStatus: c.trackStatus})
+	if errors.Is(err, ap.ErrInvalidConfig) && c.trackStatus {
+		b.Close()
+		return nil, nil, &exitErr{exitUsage, fmt.Errorf("--track-status: %w", err)}
+	}
 	if err != nil {
 		b.Close()
 		return nil, nil, fmt.Errorf("opening %s: %w", redactURL(raw), err)

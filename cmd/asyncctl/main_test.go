@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -155,7 +156,26 @@ func TestHelp(t *testing.T) {
 			t.Errorf("help lacks %q", want)
 		}
 	}
+	if !strings.Contains(out, "?prefix=NAME") {
+		t.Errorf("help does not document the Redis URL's ?prefix=:\n%s", out)
+	}
 	mustCtl(t, exitOK, "", "--help")
+	// --json only where it changes what is printed.
+	for _, name := range []string{"top", "completion", "dashboard"} {
+		if out := mustCtl(t, exitOK, "", name, "--help"); strings.Contains(out, "\n  -json") {
+			t.Errorf("%s --help offers --json, which it has no use for:\n%s", name, out)
+		}
+	}
+	if out := mustCtl(t, exitOK, "", "queues", "--help"); !strings.Contains(out, "\n  -json") {
+		t.Errorf("queues --help does not offer --json:\n%s", out)
+	}
+	pause, resume := mustCtl(t, exitOK, "", "pause", "--help"), mustCtl(t, exitOK, "", "resume", "--help")
+	if strings.Contains(resume, "A paused queue keeps its jobs") || !strings.Contains(resume, "asyncctl resume emails") || !strings.Contains(pause, "exit code 3") || !strings.Contains(resume, "exit code 3") {
+		t.Errorf("resume --help repeats pause's, or either does not say exit code 3:\n%s\n----\n%s", pause, resume)
+	}
+	if out := mustCtl(t, exitOK, "", "dead", "show", "--help"); !strings.Contains(out, "asyncctl dead show --queue emails 0193a3b2-7c1e-7d40-9a55-2f0c4e8b1a77 --json") {
+		t.Errorf("dead show's --json example has no --queue:\n%s", out)
+	}
 	for _, cmd := range commands() {
 		for _, args := range [][]string{append(strings.Fields(cmd.name), "--help"), append([]string{"help"}, strings.Fields(cmd.name)...)} {
 			out := mustCtl(t, exitOK, "", args...)
@@ -217,6 +237,7 @@ func getenvIs(t *testing.T, v string) {
 func TestURLFromEnvironment(t *testing.T) {
 	// Not parallel: it replaces getenv.
 	getenvIs(t, memURL(t))
+	mustCtl(t, exitOK, "", "enqueue", "--queue", "q", "--type", "t", "--payload", "x")
 	if code, out, errOut := ctl(t, "", "queues", "q"); code != exitOK || !strings.Contains(out, "q ") {
 		t.Errorf("queues with the URL from the environment: exit %d\n%s%s", code, out, errOut)
 	}
@@ -252,10 +273,11 @@ func TestQueues(t *testing.T) {
 	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "emails", "--type", "email.send", "--payload", "a")
 	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "emails", "--type", "email.send", "--payload", "b", "--delay", "1h")
 
+	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "other", "--type", "t", "--payload", "c", "--delay", "1h")
 	out := mustCtl(t, exitOK, "", "queues", "--url", url, "emails", "--queue", "other")
 	want := regexp.MustCompile(`^QUEUE   READY  SCHEDULED  IN FLIGHT  DEAD  OLDEST DEAD
 emails  1      1          0          1     [0-9]s
-other   0      0          0          0     -
+other   0      1          0          0     -
 $`)
 	if !want.MatchString(out) {
 		t.Errorf("queues:\n%s\nwant:\n%s", out, want)
@@ -264,7 +286,7 @@ $`)
 	if time.Since(s.OldestDead) > time.Minute {
 		t.Errorf("queues --json: oldest_dead %v", s.OldestDead)
 	}
-	if s.OldestDead = (time.Time{}); s != (queueJSON{Queue: "emails", Ready: 1, Scheduled: 1, Dead: 1}) {
+	if s.OldestDead = (time.Time{}); !reflect.DeepEqual(s, queueJSON{Queue: "emails", Ready: 1, Scheduled: 1, Dead: 1}) {
 		t.Errorf("queues --json = %+v", s)
 	}
 
@@ -279,7 +301,7 @@ $`)
 	if err := json.Unmarshal([]byte(out), &qs); err != nil {
 		t.Fatal(err)
 	}
-	if len(qs) != 2 || qs[0] != (queueJSON{Queue: "alpha.x", Scheduled: 1}) || qs[1] != (queueJSON{Queue: "zeta", Ready: 1}) {
+	if len(qs) != 2 || !reflect.DeepEqual(qs[0], queueJSON{Queue: "alpha.x", Scheduled: 1}) || !reflect.DeepEqual(qs[1], queueJSON{Queue: "zeta", Ready: 1}) {
 		t.Errorf("queues with no name: %+v", qs)
 	}
 	if out := mustCtl(t, exitOK, "", "--url", url, "queues"); !strings.HasPrefix(out, "QUEUE    READY") || !strings.Contains(out, "\nalpha.x  0      1 ") || !strings.Contains(out, "\nzeta     1      0 ") {
@@ -618,5 +640,37 @@ func TestSchemes(t *testing.T) {
 		if !strings.Contains(","+registered+",", ","+s+",") {
 			t.Logf("scheme %s:// is not registered (yet): %s", s, registered)
 		}
+	}
+}
+
+// Without --queue, dead list and dead show look in every queue, never in
+// "default" alone: "no dead letters" is said only when no queue has one.
+func TestDeadWithoutQueue(t *testing.T) {
+	t.Parallel()
+	url := memURL(t)
+	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "quiet", "--type", "t", "--payload", "x")
+	code, _, errOut := ctl(t, "", "dead", "list", "--url", url)
+	if code != exitNotFound || !strings.Contains(errOut, "no dead letters in any of the 1 queue the backend holds") {
+		t.Errorf("dead list with no dead letters anywhere: exit %d, %s", code, errOut)
+	}
+	emails := seed(t, url, "emails", seedJob("email.send", "a"))
+	code, out, errOut := ctl(t, "", "dead", "list", "--url", url)
+	if code != exitOK || !strings.Contains(out, emails[0].ID) || !strings.Contains(errOut, "queue emails (the only one with dead letters)") {
+		t.Errorf("dead list, one queue with dead letters: exit %d\n%s\n%s", code, out, errOut)
+	}
+	billing := seed(t, url, "billing", seedJob("report.build", "b"))
+	code, _, errOut = ctl(t, "", "dead", "list", "--url", url)
+	if code != exitUsage || !strings.Contains(errOut, "2 queues hold dead letters: billing, emails; name one with --queue") {
+		t.Errorf("dead list, two queues with dead letters: exit %d, %s", code, errOut)
+	}
+	for _, j := range []*ap.Job{emails[0], billing[0]} {
+		out := mustCtl(t, exitOK, "", "dead", "show", "--url", url, j.ID)
+		if !strings.Contains(out, "Queue:     "+j.Queue) {
+			t.Errorf("dead show %s without --queue:\n%s", j.ID, out)
+		}
+	}
+	code, _, errOut = ctl(t, "", "dead", "show", "--url", url, "no-such-id")
+	if code != exitNotFound || !strings.Contains(errOut, `no dead letter "no-such-id" in any of the 3 queues the backend holds`) {
+		t.Errorf("dead show of a missing ID without --queue: exit %d, %s", code, errOut)
 	}
 }

@@ -187,8 +187,8 @@ func TestInterrupted(t *testing.T) {
 	if s := stats(t, url, "q"); s.Ready != 30 || s.Dead != 120 {
 		t.Fatalf("the popped records, enqueued again, went back to their own queue: %+v", s)
 	}
-	if s := stats(t, url, "other"); s.Ready != 0 {
-		t.Fatalf("--queue is only the default of lines without a queue: %+v", s)
+	if code, out, _ := ctl(t, "", "queues", "--url", url, "--json", "other"); code != exitNotFound {
+		t.Fatalf("--queue is only the default of lines without a queue: queue other is known: exit %d\n%s", code, out)
 	}
 	again := drain(t, url, "q")
 	for _, id := range again {

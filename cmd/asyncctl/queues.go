@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,8 +30,12 @@ With no queue named, it shows every queue the backend holds: each one that
 holds jobs or dead letters, and each one declared (on NATS: once a worker
 received from it). Name queues as arguments or with --queue (repeatable)
 to show only those. OLDEST DEAD is how long ago the oldest dead letter
-died; a paused queue is marked "(paused)". A depth the backend cannot tell is printed as "-" (-1 in JSON).
-Exit code 3 when the backend holds no queue.
+died; a paused queue is marked "(paused)", a queue with a paused group
+"(group NAME paused, N held)" (a group's held queue is not a queue of its
+own). A depth the backend cannot tell
+is printed as "-" (-1 in JSON). Exit code 3 when the backend holds no
+queue, or does not hold a queue named (a typo is not shown as an empty
+queue).
 
 Examples:
 
@@ -57,14 +62,50 @@ Examples:
 
 // queueJSON is one queue's depths as --json prints them.
 type queueJSON struct {
-	Queue      string    `json:"queue"`
-	Ready      int64     `json:"ready"`
-	Scheduled  int64     `json:"scheduled"`
-	InFlight   int64     `json:"in_flight"`
-	Dead       int64     `json:"dead"`
-	Paused     bool      `json:"paused"`
-	OldestDead time.Time `json:"oldest_dead,omitzero"`
-	Error      string    `json:"error,omitempty"`
+	Queue      string      `json:"queue"`
+	Ready      int64       `json:"ready"`
+	Scheduled  int64       `json:"scheduled"`
+	InFlight   int64       `json:"in_flight"`
+	Dead       int64       `json:"dead"`
+	Paused     bool        `json:"paused"`
+	OldestDead time.Time   `json:"oldest_dead,omitzero"`
+	Groups     []groupJSON `json:"groups,omitempty"` // paused groups, and groups with jobs held still
+	Error      string      `json:"error,omitempty"`
+}
+
+// groupJSON is a queue's paused (or still held) group as --json prints it.
+type groupJSON struct {
+	Group  string `json:"group"`
+	Paused bool   `json:"paused"`
+	Held   int64  `json:"held"` // jobs on its held queue; -1: unknown
+}
+
+func groupsJSON(gs []ap.HeldGroup) []groupJSON {
+	var out []groupJSON
+	for _, g := range gs {
+		out = append(out, groupJSON{Group: g.Group, Paused: g.Paused, Held: g.Held})
+	}
+	return out
+}
+
+// groupsNote says, after a queue's name, which of its groups are paused
+// and how many jobs each holds: " (group acme paused, 3 held)".
+func groupsNote(gs []groupJSON) string {
+	if len(gs) == 0 {
+		return ""
+	}
+	parts := make([]string, len(gs))
+	for i, g := range gs {
+		state := "paused"
+		if !g.Paused {
+			state = "resumed"
+		}
+		parts[i] = "group " + field(g.Group) + " " + state
+		if g.Held >= 0 {
+			parts[i] += ", " + strconv.FormatInt(g.Held, 10) + " held"
+		}
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
 }
 
 // queueInfos returns the named queues' figures, or every queue's when none
@@ -87,6 +128,9 @@ func queueInfos(ctx context.Context, p *ap.Platform, names []string) ([]ap.Queue
 			return nil, err
 		}
 		qi := ap.QueueInfo{Name: q, QueueStats: s}
+		if qi.Groups, err = p.HeldGroups(ctx, q); err != nil && !errors.Is(err, ap.ErrNoStore) {
+			return nil, err
+		}
 		if s.Dead != 0 {
 			page, err := p.DeadLetters(ctx, q, "", 1)
 			if err != nil {
@@ -107,6 +151,9 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 		return err
 	}
 	defer closeFn()
+	if err := checkKnown(ctx, p, names, ""); err != nil {
+		return err
+	}
 	qs, err := queueInfos(ctx, p, names)
 	if err != nil {
 		return err
@@ -114,7 +161,7 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 	out := make([]queueJSON, len(qs))
 	failed := 0
 	for i, q := range qs {
-		out[i] = queueJSON{Queue: q.Name, Ready: q.Ready, Scheduled: q.Scheduled, InFlight: q.InFlight, Dead: q.Dead, Paused: q.Paused, OldestDead: q.OldestDead}
+		out[i] = queueJSON{Queue: q.Name, Ready: q.Ready, Scheduled: q.Scheduled, InFlight: q.InFlight, Dead: q.Dead, Paused: q.Paused, OldestDead: q.OldestDead, Groups: groupsJSON(q.Groups)}
 		if q.Err != nil {
 			out[i] = queueJSON{Queue: q.Name, Ready: -1, Scheduled: -1, InFlight: -1, Dead: -1, Error: c.redact(q.Err.Error())}
 			failed++
@@ -132,6 +179,7 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 			if s.Paused {
 				name += " (paused)"
 			}
+			name += groupsNote(s.Groups)
 			rows[i] = []string{name, count(s.Ready), count(s.Scheduled), count(s.InFlight), count(s.Dead), age(now, s.OldestDead)}
 		}
 		if err := table(c.stdout, []string{"QUEUE", "READY", "SCHEDULED", "IN FLIGHT", "DEAD", "OLDEST DEAD"}, rows); err != nil {
@@ -145,7 +193,7 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 	}
 	switch {
 	case failed > 0:
-		return fmt.Errorf("the figures of %d of %d queues could not be read", failed, len(out))
+		return fmt.Errorf("the figures of %d of %s could not be read", failed, plural(len(out), "queue"))
 	case len(out) == 0:
 		return notFoundf("the backend holds no queue")
 	}
@@ -174,6 +222,12 @@ duplicate). It shows its progress on stderr when it is a terminal; Ctrl-C
 stops it between two lines and says which --skip goes on from there.
 Exit code 130 when interrupted.
 
+The workers' platforms decide which queues track status; asyncctl cannot
+tell. On a queue that does, give --track-status: asyncctl then writes each
+job's status as it enqueues it (the backend needs a store), so that "job
+show" finds the job before a worker takes it. Without it, the job has a
+status from the moment a worker takes it.
+
 Examples:
 
 	asyncctl enqueue --type email.send --queue emails --payload '{"to":"ann@example.com"}'
@@ -181,6 +235,7 @@ Examples:
 	echo -n hello | asyncctl enqueue --type greet --retry-limit 0 --header tenant=acme
 	asyncctl enqueue --from popped.jsonl --new-ids
 	asyncctl enqueue --from popped.jsonl --skip 1200
+	asyncctl enqueue --type report.build --queue reports --payload '{}' --track-status
 `,
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
 			var e enqueueOpts
@@ -198,10 +253,12 @@ Examples:
 			fs.StringVar(&e.from, "from", "", "enqueue every job of this JSON-lines `FILE` (- for stdin)")
 			fs.IntVar(&e.skip, "skip", 0, "with --from, skip the first `N` lines (to go on after an interruption)")
 			fs.BoolVar(&e.newIDs, "new-ids", false, "with --from, give every job a new ID")
+			track := fs.Bool("track-status", false, "write each job's status (waiting, or scheduled) now, for a queue whose workers track status: job show finds it before a worker takes it")
 			return func(ctx context.Context, c *cli, args []string) error {
 				if len(args) > 0 {
 					return usageErrorf("unexpected arguments %q", args)
 				}
+				c.trackStatus = *track
 				fs.Visit(func(f *flag.Flag) { e.payloadSet = e.payloadSet || f.Name == "payload" })
 				e.headers = headers
 				return c.enqueue(ctx, e)

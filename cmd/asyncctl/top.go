@@ -21,6 +21,7 @@ import (
 func topCmd() *command {
 	return &command{
 		name:    "top",
+		noJSON:  true,
 		args:    "[QUEUE...]",
 		summary: "a live view of every queue: depths, their change per second, the oldest dead letter",
 		help: `
@@ -36,8 +37,9 @@ done, so these are net changes: the platform's metrics (package otel)
 count jobs processed and failed.
 
 Keys: q (or Ctrl-C) quits, s sorts by name, dead letters or ready jobs in
-turn, p pauses the refreshing (not the queues), r refreshes now. It needs a terminal; for scripts, use
-"asyncctl queues --json".
+turn, p pauses the refreshing (not the queues), r refreshes now. It needs
+a terminal; for scripts, use "asyncctl queues --json". A queue named that
+the backend does not hold is refused as unknown (exit code 3).
 
 Examples:
 
@@ -60,10 +62,6 @@ Examples:
 				if c.json {
 					return usageErrorf("top is for people: for JSON, use asyncctl queues --json")
 				}
-				out, ok := c.stdout.(*os.File)
-				if !ok || !term.IsTerminal(int(out.Fd())) {
-					return usageErrorf("top needs a terminal; for scripts, use asyncctl queues (--json)")
-				}
 				return c.top(ctx, args, interval)
 			}
 		},
@@ -76,6 +74,13 @@ func (c *cli) top(ctx context.Context, names []string, interval time.Duration) e
 		return err
 	}
 	defer closeFn()
+	if err := checkKnown(ctx, p, names, ""); err != nil {
+		return err
+	}
+	out, ok := c.stdout.(*os.File)
+	if !ok || !term.IsTerminal(int(out.Fd())) {
+		return usageErrorf("top needs a terminal; for scripts, use asyncctl queues (--json)")
+	}
 	m := &topModel{
 		fetch: func(ctx context.Context) ([]ap.QueueInfo, error) {
 			return queueInfos(ctx, p, names)
@@ -259,7 +264,7 @@ func (m *topModel) View() string {
 	if !m.at.IsZero() {
 		when = m.at.Format("15:04:05")
 	}
-	fmt.Fprintf(&b, "asyncctl top · %s · %d queues · %s · %s\n", field(m.url), len(m.rows), state, when)
+	fmt.Fprintf(&b, "asyncctl top · %s · %s · %s · %s\n", field(m.url), plural(len(m.rows), "queue"), state, when)
 
 	now := time.Now()
 	cells := [][]string{topHeader}
@@ -271,6 +276,9 @@ func (m *topModel) View() string {
 		}
 		if r.Err == nil && r.Paused {
 			name += " (paused)"
+		}
+		if r.Err == nil {
+			name += groupsNote(groupsJSON(r.Groups))
 		}
 		if r.Err != nil {
 			cells = append(cells, []string{name, "-", "-", "-", "-", "-", "-", "error"})
@@ -320,7 +328,7 @@ func (m *topModel) View() string {
 		b.WriteString(m.cut(line(row)) + "\n")
 	}
 	if shown < len(cells) {
-		fmt.Fprintf(&b, "… %d more queues (a taller terminal shows them)\n", len(cells)-shown)
+		fmt.Fprintf(&b, "… %s more (a taller terminal shows them)\n", plural(len(cells)-shown, "queue"))
 	}
 	if len(m.rows) > 1 {
 		b.WriteString(m.cut(line([]string{"TOTAL", count(total.Ready), count(total.Scheduled), count(total.InFlight), count(total.Dead), "", "", ""})) + "\n")

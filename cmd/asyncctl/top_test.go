@@ -45,3 +45,17 @@ func TestTopMarksPausedQueues(t *testing.T) {
 		t.Errorf("after p, the header does not say the refreshing is paused:\n%s", view)
 	}
 }
+
+// top's header counts its queues in English: "1 queue", "2 queues".
+func TestTopHeaderCountsQueues(t *testing.T) {
+	t.Parallel()
+	m := &topModel{redact: func(s string) string { return s }, url: "memory://", interval: time.Second, prev: map[string][]topSample{}}
+	m.update([]ap.QueueInfo{{Name: "emails"}}, time.Now())
+	if view := m.View(); !strings.Contains(view, " · 1 queue · ") {
+		t.Errorf("one queue:\n%s", view)
+	}
+	m.update([]ap.QueueInfo{{Name: "emails"}, {Name: "billing"}}, time.Now())
+	if view := m.View(); !strings.Contains(view, " · 2 queues · ") {
+		t.Errorf("two queues:\n%s", view)
+	}
+}

@@ -8,6 +8,7 @@ package decide
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -197,7 +198,7 @@ func Decide(in Input) Decision {
 			d.Why = fmt.Sprintf("deadline %s passed before the job could run", in.Deadline.Format(time.RFC3339Nano))
 		case in.Crashes > in.Policy.PoisonLimit:
 			d.Outcome, d.Reason = DeadLettered, Poisoned
-			d.Why = fmt.Sprintf("the job's worker crashed or lost it %d times; the poison limit is %d", in.Crashes, in.Policy.PoisonLimit)
+			d.Why = fmt.Sprintf("the job's worker crashed or lost it %s; the poison limit is %d", times(in.Crashes), in.Policy.PoisonLimit)
 		case !in.HasHandler && in.Unhandled < in.UnhandledRetries:
 			d.Outcome, d.RetryAt = Requeued, in.Now.Add(in.UnhandledDelay)
 			d.Unhandled++
@@ -281,4 +282,15 @@ func Backoff(p Policy, failures int, jitter float64) time.Duration {
 		return d
 	}
 	return time.Duration(v)
+}
+
+// times says how many times: "once", "twice", "3 times".
+func times(n int) string {
+	switch n {
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	}
+	return strconv.Itoa(n) + " times"
 }

@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -71,6 +72,17 @@ func TestDecide(t *testing.T) {
 	for o := Run; o <= Parked; o++ {
 		if s := o.String(); s == "" || s[0] == 'o' {
 			t.Errorf("outcome %d has no name: %q", int(o), s)
+		}
+	}
+}
+
+// The poison dead letter's reason counts its crashes in words a person
+// reads: "once", never "1 times".
+func TestPoisonWhy(t *testing.T) {
+	for crashes, want := range map[int]string{1: "crashed or lost it once;", 2: "crashed or lost it twice;", 4: "crashed or lost it 4 times;"} {
+		d := Decide(Input{Type: "t", HasHandler: true, Now: time.Unix(1, 0), Crashes: crashes, Policy: Policy{PoisonLimit: crashes - 1}})
+		if d.Reason != Poisoned || !strings.Contains(d.Why, want) {
+			t.Errorf("%d crashes: %s %q, want poisoned with %q", crashes, d.Reason, d.Why, want)
 		}
 	}
 }

@@ -235,6 +235,39 @@ func (e *Engine) Groups(ctx context.Context, queue string) ([]string, error) {
 	return out, nil
 }
 
+// AllGroups returns the paused groups of every queue, each queue's sorted,
+// in one listing of the store. A key that is no queue and group name is
+// left out; a backend without a store has none.
+func (e *Engine) AllGroups(ctx context.Context) (map[string][]string, error) {
+	s, err := e.store()
+	if errors.Is(err, driver.ErrNoStore) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	err = s.ListAll(ctx, groupPrefix, func(k string) (bool, error) {
+		q, g, ok := strings.Cut(strings.TrimPrefix(k, groupPrefix), "/")
+		if ok && driver.CheckQueue(q) == nil && CheckGroup(q, g) == nil {
+			out[q] = append(out[q], g)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("asyncplatform: listing paused groups: %w", err)
+	}
+	return out, nil
+}
+
+// SplitHeld returns the queue and the group of a held queue's name
+// (HeldQueue), and false for any other name. A queue of a user's never
+// has ".held." in its name, so the first one marks it.
+func SplitHeld(name string) (queue, group string, ok bool) {
+	queue, group, ok = strings.Cut(name, heldSuffix)
+	return queue, group, ok && queue != "" && group != ""
+}
+
 // pollGroups reads the paused groups of every queue.
 func (e *Engine) pollGroups(ctx context.Context) error {
 	var set map[string]bool

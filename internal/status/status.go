@@ -389,6 +389,39 @@ func (t *Tracker) Enqueued(ctx context.Context, jobs []Job) {
 	wg.Wait()
 }
 
+// Recorded returns which of the IDs have a status record, whatever this
+// tracker tracks: a platform that does not track a queue (an operator's
+// tool) redriving its jobs writes the waiting state of those the workers
+// tracked. A read that fails counts as no record. Without a store: none.
+func (t *Tracker) Recorded(ctx context.Context, ids []string) map[string]bool {
+	out := map[string]bool{}
+	if t.cfg.Store == nil {
+		return out
+	}
+	for _, id := range ids {
+		if _, _, err := t.read(ctx, key(id)); err == nil {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// Requeued writes the waiting (or scheduled) record of each job, whatever
+// this tracker tracks: the jobs are those Recorded found, stored again (a
+// redrive). A failed write is logged, as Enqueued's.
+func (t *Tracker) Requeued(ctx context.Context, jobs []Job) {
+	if t.cfg.Store == nil {
+		return
+	}
+	now := t.cfg.Now()
+	for i := range jobs {
+		r := waitingRecord(&jobs[i], now)
+		if err := t.create(ctx, &r); err != nil {
+			t.cfg.Logger.Warn("asyncplatform: writing a job's status failed", "queue", jobs[i].Queue, "id", jobs[i].ID, "error", err)
+		}
+	}
+}
+
 // waitingRecord is the record of j stored at now.
 func waitingRecord(j *Job, now time.Time) Record {
 	r := Record{ID: j.ID, Queue: j.Queue, Type: j.Type, State: Waiting, EnqueuedAt: j.EnqueuedAt, UpdatedAt: now, Copy: j.Copy, Nonce: j.Nonce}
