@@ -199,6 +199,7 @@ type riverSys struct {
 	pool   *pgxpool.Pool
 	client *river.Client[pgx.Tx] // insert-only
 	queue  string
+	fast   bool // FetchCooldown 1 ms, FetchPollInterval 100 ms
 }
 
 // riverURL is dsn with its database replaced by riverDB, which it creates
@@ -229,6 +230,15 @@ func riverURL(ctx context.Context, dsn string) (string, error) {
 // riverMigrate serializes River's migrations across the bench's processes
 // of one run (they run one after another anyway).
 var riverMigrate sync.Mutex
+
+func openRiverFast(ctx context.Context, tag string, srv servers) (system, error) {
+	s, err := openRiver(ctx, tag, srv)
+	if err != nil {
+		return nil, err
+	}
+	s.(*riverSys).fast = true
+	return s, nil
+}
 
 func openRiver(ctx context.Context, tag string, srv servers) (system, error) {
 	dsn, err := riverURL(ctx, srv.Postgres)
@@ -276,11 +286,15 @@ func (r *riverSys) consume(ctx context.Context, c int, handle func([]byte)) (fun
 	if err := river.AddWorkerSafely(workers, &riverWorker{handle: handle}); err != nil {
 		return nil, err
 	}
-	client, err := river.NewClient(riverpgxv5.New(r.pool), &river.Config{
+	cfg := &river.Config{
 		Logger:  quiet,
 		Queues:  map[string]river.QueueConfig{r.queue: {MaxWorkers: c}},
 		Workers: workers,
-	})
+	}
+	if r.fast {
+		cfg.FetchCooldown, cfg.FetchPollInterval = time.Millisecond, 100*time.Millisecond
+	}
+	client, err := river.NewClient(riverpgxv5.New(r.pool), cfg)
 	if err != nil {
 		return nil, err
 	}

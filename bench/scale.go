@@ -428,6 +428,7 @@ type depthResult struct {
 	Enqueue, Claim        time.Duration
 	NextDead, NextDeadPop time.Duration // NextDeadLetter keeping, popping the record
 	ListPage              time.Duration // DeadLetters: the first page of listPage records
+	DeleteOne             time.Duration // the backend's DeleteDead of one record by ID (PostgreSQL only)
 	Fill                  time.Duration // time to build the depth
 	Redrive               time.Duration // Redrive of every dead letter, at redriveAt
 	Redriven              int           // how many it redrove
@@ -439,6 +440,9 @@ func (d depthResult) summary() string {
 		return "error: " + d.Err
 	}
 	s := fmt.Sprintf("enqueue %v, claim %v, NextDeadLetter keep %v pop %v, DeadLetters page %v (fill %v)", d.Enqueue, d.Claim, d.NextDead, d.NextDeadPop, d.ListPage, d.Fill.Round(time.Second))
+	if d.DeleteOne > 0 {
+		s += fmt.Sprintf(", DeleteDead(1) %v", d.DeleteOne)
+	}
 	if d.Redriven > 0 {
 		s += fmt.Sprintf(", Redrive of %d %v", d.Redriven, d.Redrive.Round(time.Millisecond))
 	}
@@ -541,6 +545,25 @@ func measureDepth(backend string, d depth, srv servers) depthResult {
 	})
 	if err != nil {
 		return fail("DeadLetters", err)
+	}
+	if backend == "postgres" {
+		// DeleteDead of one record (the dashboard's delete; Redrive and
+		// purge delete by IDs too), a record of the first page each time.
+		res.DeleteOne, err = median(listSamples, func() error {
+			page, err := f.enq.DeadLetters(ctx, f.queue, "", 1)
+			if err != nil || len(page.Letters) == 0 {
+				return errors.Join(err, errors.New("no dead letter to delete"))
+			}
+			t := time.Now()
+			n, err := f.be.DeleteDead(ctx, f.queue, []string{page.Letters[0].ID})
+			if err == nil && n != 1 {
+				err = fmt.Errorf("DeleteDead deleted %d records, want 1", n)
+			}
+			return timedErr{time.Since(t), err}
+		})
+		if err != nil {
+			return fail("DeleteDead", err)
+		}
 	}
 	res.NextDeadPop, err = median(min(depthSamples, d.Dead), func() error {
 		return f.enq.NextDeadLetter(ctx, f.queue, func(context.Context, ap.DeadLetter) (bool, error) { return true, nil })
