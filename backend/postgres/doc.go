@@ -30,16 +30,16 @@
 // from a URL owns the pool it made and closes it on Close.
 //
 // Behind PgBouncer in transaction pool mode, add
-// default_query_exec_mode=simple_protocol to the URL (a pgx parameter):
-// pgx's default prepares and caches named statements on a connection,
-// and PgBouncer (before 1.21, or without max_prepared_statements) hands
-// the next transaction another server connection, which knows none of
-// them. The exec mode is not enough: it describes and executes an unnamed
-// statement in two round trips, which PgBouncer may send to two server
-// connections. Point listen_url (Config.ListenURL) at the server itself or
-// at a session-mode pool: LISTEN needs a session. Enqueue, claims, leases,
-// dead letters, the store and the migrations (a transaction-scoped
-// advisory lock) all work through the transaction pool (TestPgBouncer):
+// default_query_exec_mode=simple_protocol (or exec) to the URL, a pgx
+// parameter: pgx's default prepares and caches named statements on a
+// connection, and PgBouncer (before 1.21, or without
+// max_prepared_statements) hands the next transaction another server
+// connection, which knows none of them ("prepared statement ... already
+// exists" or "does not exist"). Point listen_url (Config.ListenURL) at the
+// server itself or at a session-mode pool: LISTEN needs a session.
+// Enqueue, claims, leases, dead letters, the store and the migrations (a
+// transaction-scoped advisory lock) all work through the transaction pool
+// (TestPgBouncer, in simple_protocol mode):
 //
 //	postgres://app@pgbouncer:6432/app?default_query_exec_mode=simple_protocol&listen_url=postgres%3A%2F%2Fapp%40db%3A5432%2Fapp
 //
