@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -227,10 +226,6 @@ func riverURL(ctx context.Context, dsn string) (string, error) {
 	return u.String(), nil
 }
 
-// riverMigrate serializes River's migrations across the bench's processes
-// of one run (they run one after another anyway).
-var riverMigrate sync.Mutex
-
 func openRiverFast(ctx context.Context, tag string, srv servers) (system, error) {
 	s, err := openRiver(ctx, tag, srv)
 	if err != nil {
@@ -249,12 +244,12 @@ func openRiver(ctx context.Context, tag string, srv servers) (system, error) {
 	if err != nil {
 		return nil, err
 	}
-	riverMigrate.Lock()
+	// The bench's systems run one child process at a time, so no two
+	// migrate at once.
 	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
 	if err == nil {
 		_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
 	}
-	riverMigrate.Unlock()
 	if err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("river migrations: %w", err)
