@@ -69,10 +69,15 @@
 // DeleteDead.
 //
 // Idle receivers are woken by LISTEN/NOTIFY on the channel
-// <prefix>_wake: Enqueue, a Requeue due now and a cancelled Receive's put
-// back notify "<jobs> <queue>" in the statement that writes the rows, so
-// the notification is delivered when it commits (never for a rolled back
-// transaction). Each Backend holds one session connection for LISTEN (not
+// <prefix>_wake: an Enqueue within WithTx, a Requeue due now and a
+// cancelled Receive's put back notify "<jobs> <queue>" in the statement
+// that writes the rows, so the notification is delivered when it commits
+// (never for a rolled back transaction). An Enqueue outside a caller's
+// transaction notifies after its INSERT committed, in a statement of its
+// own, the wake-ups of concurrent enqueues summed per queue: a notifying
+// transaction holds PostgreSQL's notify lock while its commit is flushed,
+// so a NOTIFY in every enqueue's statement made concurrent enqueues wait
+// for each other's flush (see docs/benchmarks.md). Each Backend holds one session connection for LISTEN (not
 // from the pool; Config.ListenURL points it elsewhere, as behind PgBouncer
 // in transaction mode, which cannot LISTEN) and wakes as many of its idle
 // Receives as the notification announces jobs. An idle Receive waits for
