@@ -11,7 +11,7 @@
 //
 // Flags:
 //
-//	-backends  comma-separated backends (memory, redis, rabbit, nats, azure)
+//	-backends  comma-separated backends (memory, redis, rabbit, nats, azure, postgres)
 //	-n         jobs per phase (Azure uses -azure-n: Azurite is slow)
 //	-rate      offered jobs/s in the latency phase (Azure uses -azure-rate)
 //	-quick     small N and short phases, for trying the tool
@@ -99,7 +99,7 @@ func main() {
 		worker   string
 		only     string
 	)
-	flag.StringVar(&backends, "backends", "memory,redis,rabbit,nats,azure", "comma-separated backends to measure")
+	flag.StringVar(&backends, "backends", "memory,redis,rabbit,nats,azure,postgres", "comma-separated backends to measure")
 	flag.IntVar(&o.N, "n", 10000, "jobs per phase")
 	flag.IntVar(&o.AzureN, "azure-n", 1000, "jobs per phase on Azure (Azurite is slow)")
 	flag.BoolVar(&o.Quick, "quick", false, "small N and short phases, to try the tool")
@@ -116,7 +116,7 @@ func main() {
 	flag.BoolVar(&o.Churn, "churn", false, "measure the Redis commands a backlog held back by a rate costs (give -redis a server of its own)")
 	flag.StringVar(&only, "only", "", "run only these parts, comma-separated: throughput, scale, depth, store, unique, limits, features, churn")
 	flag.DurationVar(&o.StoreDur, "store-time", 5*time.Second, "length of each store operation's run")
-	flag.StringVar(&o.Srv.Postgres, "postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (RabbitMQ's companion store)")
+	flag.StringVar(&o.Srv.Postgres, "postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (RabbitMQ's companion store; the PostgreSQL backend, its raw loop, and River in the database bench_river beside it)")
 	flag.IntVar(&o.BigDepth, "big-depth", 1000000, "the large queue depth on memory and Redis")
 	flag.IntVar(&o.MaxDead, "max-dead", 0, "measure only the depth points with at most this many dead letters (0: all)")
 	flag.IntVar(&o.Rate, "rate", 1000, "offered jobs/s in the latency phase")
@@ -248,7 +248,7 @@ func run(o options) error {
 	}
 	if o.Scale {
 		for _, b := range o.Backends {
-			if b == "memory" || (b == "azure" && o.Srv.Azure == "") {
+			if b == "memory" || b == "postgres" || (b == "azure" && o.Srv.Azure == "") {
 				continue
 			}
 			n := o.N
@@ -397,7 +397,7 @@ func openSystem(ctx context.Context, spec childSpec) (system, string, error) {
 }
 
 // rawBatch is the batch size of each batched raw loop.
-var rawBatch = map[string]int{"memory": 32, "redis": 10, "rabbit": 10, "nats": 64, "azure": 32}
+var rawBatch = map[string]int{"memory": 32, "redis": 10, "rabbit": 10, "nats": 64, "azure": 32, "postgres": 10}
 
 // rawNotes say what each raw loop does (one per round trip, batched).
 var rawNotes = map[string][2]string{
@@ -406,6 +406,8 @@ var rawNotes = map[string][2]string{
 	"rabbit": {"amqp091-go: quorum queue, persistent, confirm per publish; prefetch 2c, ack each", "100 publishes then their confirms; ack multiple every c"},
 	"nats":   {"nats.go jetstream: work-queue stream on file; sync publish; Fetch(1), double ack", "100 async publishes; Fetch(64), double ack each"},
 	"azure":  {"azqueue: base64 text, TTL -1; dequeue 1, delete", "dequeue 32, delete each (no batch send in Azure)"},
+	"postgres": {"pgx: committed INSERT; claim UPDATE (lease, count) of 1 row picked FOR UPDATE SKIP LOCKED; committed DELETE; idle poll 5 ms",
+		"INSERT of 100 (unnest); claim of 10 rows; one DELETE of the 10"},
 }
 
 // startAzurite starts an Azurite of our own on a free port; stop ends it.

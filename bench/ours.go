@@ -30,7 +30,8 @@ type servers struct {
 	AMQP  string // amqp:// URL
 	NATS  string // nats:// URL
 	Azure string // connection string
-	// Postgres is a postgres:// URL: RabbitMQ's companion store.
+	// Postgres is a postgres:// URL: RabbitMQ's companion store, and the
+	// server of the PostgreSQL backend, its raw loop and River.
 	Postgres string
 }
 
@@ -87,6 +88,12 @@ func openBackend(ctx context.Context, name, tag string, owner bool, srv servers)
 		return b, func() {
 			deleteStreams(srv.NATS, stream, stream+"_DELAY", stream+"_DEAD", stream+"_CLAIM", stream+"_HOLD", "KV_"+stream+"_STORE")
 		}, nil
+	case "postgres":
+		b, cleanup, err := openPostgres(ctx, tag, owner, srv)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, cleanup, nil
 	case "azure":
 		if srv.Azure == "" {
 			return nil, nil, fmt.Errorf("%w: no Azurite connection string", errUnavailable)

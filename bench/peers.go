@@ -45,6 +45,8 @@ var peers = []peer{
 	{"machinery", "redis", "machinery v2.0.13 go-redis broker: BLPOP, no ack (a crash loses the job), null result backend", openMachineryRedis},
 	{"watermill", "rabbit", "watermill-amqp v3.0.2: durable quorum queue, persistent, publisher confirms, prefetch 1 per subscriber, one subscriber per handler", openWatermillAMQP},
 	{"machinery", "rabbit", "machinery v2.0.13 AMQP broker: durable classic queue, persistent, confirms, prefetch = concurrency, null result backend", openMachineryAMQP},
+	{"river", "postgres", "River v0.51.2, riverpgxv5, defaults (FetchCooldown 100 ms: a queue fetches at most MaxWorkers jobs per 100 ms; FetchPollInterval 1 s; LISTEN/NOTIFY wake-ups; completions batched), database bench_river on the same server", openRiver},
+	{"river-fast", "postgres", "River as above with FetchCooldown at its minimum, 1 ms (FetchPollInterval 100 ms)", openRiverFast},
 	{"watermill", "nats", "watermill-nats v2.1.3 jetstream: work-queue stream on file, durable grouped consumer, double ack; one subscription per handler", openWatermillNATS},
 }
 

@@ -38,6 +38,8 @@ func newRaw(ctx context.Context, backend, tag string, batch int, srv servers) (s
 		return newRawRabbit(srv.AMQP, name, batch)
 	case "nats":
 		return newRawNATS(ctx, srv.NATS, name, batch)
+	case "postgres":
+		return newRawPostgres(ctx, srv.Postgres, tag, batch)
 	case "azure":
 		if srv.Azure == "" {
 			return nil, fmt.Errorf("%w: no Azurite connection string", errUnavailable)
@@ -464,5 +466,7 @@ func releaseRaw(s system) {
 		r.conn.Close()
 	case *rawNATS:
 		r.nc.Close()
+	case *rawPostgres:
+		r.pool.Close()
 	}
 }

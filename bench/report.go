@@ -293,14 +293,15 @@ func (rep *report) writeDepth(w func(string, ...any)) {
 		return
 	}
 	w("## Cost against queue depth\n\n")
-	w("Median of %d calls each, with *work* jobs waiting and *dead* records in the dead-letter queue (made by handlers failing permanently): `Enqueue` of one job, a claim (the backend's `Receive` of one job; its `Ack` not timed) and `NextDeadLetter`, keeping the record (so the depth stays) and popping it (over at most %d calls, fewer when there are fewer records), and `DeadLetters`, the first page of %d records (median of %d calls). None should grow with depth. At %d dead letters, `Redrive` of all of them (the pops made again first) is timed once. On RabbitMQ the broker pushes deliveries ahead of a claim (the consumer's prefetch), so a claim is mostly a hand-off inside the client; its dead letters live in its companion store, PostgreSQL. The depths are 1,000, 10,000 and 100,000 dead letters (Azure to 10,000), with as many jobs waiting (%d at the last point on memory and Redis).\n\n", depthSamples, depthSamples, listPage, listSamples, redriveAt, max(rep.Options.BigDepth, 100000))
-	w("| backend | work | dead | Enqueue | claim | NextDeadLetter keep | NextDeadLetter pop | DeadLetters page | Redrive (all) | time to fill | |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	w("Median of %d calls each, with *work* jobs waiting and *dead* records in the dead-letter queue (made by handlers failing permanently): `Enqueue` of one job, a claim (the backend's `Receive` of one job; its `Ack` not timed) and `NextDeadLetter`, keeping the record (so the depth stays) and popping it (over at most %d calls, fewer when there are fewer records), and `DeadLetters`, the first page of %d records (median of %d calls). None should grow with depth. At %d dead letters, `Redrive` of all of them (the pops made again first) is timed once. On RabbitMQ the broker pushes deliveries ahead of a claim (the consumer's prefetch), so a claim is mostly a hand-off inside the client; its dead letters live in its companion store, PostgreSQL. The depths are 1,000, 10,000 and 100,000 dead letters (Azure to 10,000), with as many jobs waiting (%d at the last point on memory and Redis; on PostgreSQL %d of each, the dead letters beyond 10,000 copies of one record made by a failing handler, written in one statement).\n\n", depthSamples, depthSamples, listPage, listSamples, redriveAt, max(rep.Options.BigDepth, 100000), max(rep.Options.BigDepth, 100000))
+	w("On PostgreSQL, **DeleteDead (1)** is the backend's `DeleteDead` of one record by its ID (the dashboard's delete; `Redrive` and a purge with a payload store delete by IDs too), median of %d calls; the other backends are not timed on it (–).\n\n", listSamples)
+	w("| backend | work | dead | Enqueue | claim | NextDeadLetter keep | NextDeadLetter pop | DeadLetters page | DeleteDead (1) | Redrive (all) | time to fill | |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, d := range rep.Depth {
 		redrive := ""
 		if d.Redriven > 0 {
 			redrive = fmt.Sprintf("%d in %v", d.Redriven, d.Redrive.Round(time.Millisecond))
 		}
-		w("| %s | %d | %d | %s | %s | %s | %s | %s | %s | %v | %s |\n", d.Backend, d.Depth.Work, d.Depth.Dead, durCell(d.Enqueue), durCell(d.Claim), durCell(d.NextDead), durCell(d.NextDeadPop), durCell(d.ListPage), redrive, d.Fill.Round(time.Second), d.Err)
+		w("| %s | %d | %d | %s | %s | %s | %s | %s | %s | %s | %v | %s |\n", d.Backend, d.Depth.Work, d.Depth.Dead, durCell(d.Enqueue), durCell(d.Claim), durCell(d.NextDead), durCell(d.NextDeadPop), durCell(d.ListPage), durCell(d.DeleteOne), redrive, d.Fill.Round(time.Second), d.Err)
 	}
 	w("\n")
 }

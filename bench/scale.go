@@ -402,7 +402,8 @@ type depth struct{ Work, Dead int }
 
 // depthsFor returns the depth points for a backend: 1,000, 10,000 and
 // 100,000 dead letters (Azure to 10,000), as many jobs waiting, and
-// o.BigDepth jobs waiting at the last point on memory and Redis.
+// o.BigDepth jobs waiting at the last point on memory and Redis
+// (PostgreSQL: o.BigDepth jobs and as many dead letters).
 func depthsFor(backend string, o options) []depth {
 	out := []depth{{1000, 1000}, {10000, 10000}}
 	switch backend {
@@ -410,6 +411,8 @@ func depthsFor(backend string, o options) []depth {
 		return out
 	case "memory", "redis":
 		return append(out, depth{max(o.BigDepth, 100000), 100000})
+	case "postgres":
+		return append(out, depth{max(o.BigDepth, 100000), max(o.BigDepth, 100000)})
 	}
 	return append(out, depth{100000, 100000})
 }
@@ -425,6 +428,7 @@ type depthResult struct {
 	Enqueue, Claim        time.Duration
 	NextDead, NextDeadPop time.Duration // NextDeadLetter keeping, popping the record
 	ListPage              time.Duration // DeadLetters: the first page of listPage records
+	DeleteOne             time.Duration // the backend's DeleteDead of one record by ID (PostgreSQL only)
 	Fill                  time.Duration // time to build the depth
 	Redrive               time.Duration // Redrive of every dead letter, at redriveAt
 	Redriven              int           // how many it redrove
@@ -436,6 +440,9 @@ func (d depthResult) summary() string {
 		return "error: " + d.Err
 	}
 	s := fmt.Sprintf("enqueue %v, claim %v, NextDeadLetter keep %v pop %v, DeadLetters page %v (fill %v)", d.Enqueue, d.Claim, d.NextDead, d.NextDeadPop, d.ListPage, d.Fill.Round(time.Second))
+	if d.DeleteOne > 0 {
+		s += fmt.Sprintf(", DeleteDead(1) %v", d.DeleteOne)
+	}
 	if d.Redriven > 0 {
 		s += fmt.Sprintf(", Redrive of %d %v", d.Redriven, d.Redrive.Round(time.Millisecond))
 	}
@@ -478,7 +485,15 @@ func measureDepth(backend string, d depth, srv servers) depthResult {
 	if backend == "azure" {
 		round = min(round, 1000)
 	}
-	for made := 0; made < d.Dead; made += round {
+	if backend == "postgres" && d.Dead > redriveAt {
+		// Copies of one record, in one statement: the fill's own cost is
+		// not what is measured.
+		if err := fillPostgresDead(ctx, f, d.Dead, srv.Postgres); err != nil {
+			return fail("filling dead letters", err)
+		}
+		round = 0
+	}
+	for made := 0; round > 0 && made < d.Dead; made += round {
 		n := min(round, d.Dead-made)
 		if err := fill(ctx, f, n); err != nil {
 			return fail("filling", err)
@@ -530,6 +545,25 @@ func measureDepth(backend string, d depth, srv servers) depthResult {
 	})
 	if err != nil {
 		return fail("DeadLetters", err)
+	}
+	if backend == "postgres" {
+		// DeleteDead of one record (the dashboard's delete; Redrive and
+		// purge delete by IDs too), a record of the first page each time.
+		res.DeleteOne, err = median(listSamples, func() error {
+			page, err := f.enq.DeadLetters(ctx, f.queue, "", 1)
+			if err != nil || len(page.Letters) == 0 {
+				return errors.Join(err, errors.New("no dead letter to delete"))
+			}
+			t := time.Now()
+			n, err := f.be.DeleteDead(ctx, f.queue, []string{page.Letters[0].ID})
+			if err == nil && n != 1 {
+				err = fmt.Errorf("DeleteDead deleted %d records, want 1", n)
+			}
+			return timedErr{time.Since(t), err}
+		})
+		if err != nil {
+			return fail("DeleteDead", err)
+		}
 	}
 	res.NextDeadPop, err = median(min(depthSamples, d.Dead), func() error {
 		return f.enq.NextDeadLetter(ctx, f.queue, func(context.Context, ap.DeadLetter) (bool, error) { return true, nil })

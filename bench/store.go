@@ -65,8 +65,8 @@ type storeOp struct {
 func storeBackends(o options) []string {
 	var out []string
 	for _, b := range o.Backends {
-		if b == "azure" && o.Srv.Azure == "" {
-			continue
+		if b == "azure" && o.Srv.Azure == "" || b == "postgres" {
+			continue // PostgreSQL's store is pgstore, measured as RabbitMQ's
 		}
 		out = append(out, b)
 	}

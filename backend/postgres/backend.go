@@ -156,6 +156,7 @@ type Backend struct {
 	q       queries
 	channel string
 	wake    waker
+	notes   notifier
 
 	seen sync.Map // queue -> struct{}: names this Backend wrote to the queues table
 
@@ -347,7 +348,8 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 // queries are the statements, with the prefix in them.
 type queries struct {
 	declare, delJobs, delDead, delQueue, queues, stats                             string
-	enqueue, claim, nextDue, unclaim, ack, extend, requeue, deadLetter             string
+	enqueue, enqueueQuiet, notify                                                  string
+	claim, nextDue, unclaim, ack, extend, requeue, deadLetter                      string
 	nextDead, extendDead, removeDead, releaseDead, listDead, deleteDead, purgeDead string
 }
 
@@ -382,6 +384,12 @@ func makeQueries(p string) queries {
 				FROM picked WHERE j.id = picked.id
 				RETURNING j.id, j.token, substring(j.body FROM 1 FOR $4) AS body, j.deliveries, picked.run_at AS due)
 			SELECT id, token, body, deliveries FROM claimed ORDER BY due, id`),
+		enqueueQuiet: q(`WITH ins AS (
+				INSERT INTO {{p}}_jobs (queue, body, run_at)
+				SELECT $1, u.b, greatest(u.t, now()) FROM unnest($2::bytea[], $3::timestamptz[]) WITH ORDINALITY AS u(b, t, n) ORDER BY u.n
+				RETURNING run_at)
+			SELECT count(*) FROM ins WHERE run_at <= now()`),
+		notify:  q(`SELECT pg_notify($1, u.n || ' ' || u.q) FROM unnest($2::text[], $3::int[]) AS u(q, n)`),
 		nextDue: q(`SELECT extract(epoch FROM min(run_at) - now()) FROM {{p}}_jobs WHERE queue = $1 AND run_at > now()`),
 		unclaim: q(`WITH u AS (
 				UPDATE {{p}}_jobs SET token = 0, deliveries = deliveries - 1, run_at = now()

@@ -29,12 +29,28 @@
 // it does not know. Errors never show the password. The Backend opened
 // from a URL owns the pool it made and closes it on Close.
 //
+// Behind PgBouncer in transaction pool mode, add
+// default_query_exec_mode=simple_protocol (or exec) to the URL, a pgx
+// parameter: pgx's default prepares and caches named statements on a
+// connection, and PgBouncer (before 1.21, or without
+// max_prepared_statements) hands the next transaction another server
+// connection, which knows none of them ("prepared statement ... already
+// exists" or "does not exist"). Point listen_url (Config.ListenURL) at the
+// server itself or at a session-mode pool: LISTEN needs a session.
+// Enqueue, claims, leases, dead letters, the store and the migrations (a
+// transaction-scoped advisory lock) all work through the transaction pool
+// (TestPgBouncer, in simple_protocol mode):
+//
+//	postgres://app@pgbouncer:6432/app?default_query_exec_mode=simple_protocol&listen_url=postgres%3A%2F%2Fapp%40db%3A5432%2Fapp
+//
 // # Layout
 //
 // New applies the embedded migrations (migrations/*.sql, versioned) under
 // an advisory lock, each in a transaction of its own, and records them in
 // <prefix>_migrations; Config.SkipMigrate leaves that to Migrate (or
-// asyncctl migrate). With the default prefix "asyncplatform":
+// asyncctl migrate). A released migration is never changed; an upgrade
+// from every earlier version keeps every row (TestUpgradeKeepsData). With
+// the default prefix "asyncplatform":
 //
 //	asyncplatform_jobs        id, queue, body, run_at, deliveries, token: one row per stored copy
 //	asyncplatform_dead        id, queue, rec_id, body, held_until, token: one row per dead letter
@@ -47,13 +63,21 @@
 // waits (token 0), its lease's end while it is out (token set). Queue names
 // are stored as they are (every valid name is a valid text value). One
 // index, (queue, run_at, id), serves the claim, the next due time and the
-// queue listing (a skip scan).
+// queue listing (a skip scan); on the dead letters, (queue, id) serves
+// NextDead, ListDead and the listing, and a hash index on rec_id (version
+// 2; a hash, as a record's ID may be longer than a B-tree entry allows)
+// DeleteDead.
 //
 // Idle receivers are woken by LISTEN/NOTIFY on the channel
-// <prefix>_wake: Enqueue, a Requeue due now and a cancelled Receive's put
-// back notify "<jobs> <queue>" in the statement that writes the rows, so
-// the notification is delivered when it commits (never for a rolled back
-// transaction). Each Backend holds one session connection for LISTEN (not
+// <prefix>_wake: an Enqueue within WithTx, a Requeue due now and a
+// cancelled Receive's put back notify "<jobs> <queue>" in the statement
+// that writes the rows, so the notification is delivered when it commits
+// (never for a rolled back transaction). An Enqueue outside a caller's
+// transaction notifies after its INSERT committed, in a statement of its
+// own, the wake-ups of concurrent enqueues summed per queue: a notifying
+// transaction holds PostgreSQL's notify lock while its commit is flushed,
+// so a NOTIFY in every enqueue's statement made concurrent enqueues wait
+// for each other's flush (see docs/benchmarks.md). Each Backend holds one session connection for LISTEN (not
 // from the pool; Config.ListenURL points it elsewhere, as behind PgBouncer
 // in transaction mode, which cannot LISTEN) and wakes as many of its idle
 // Receives as the notification announces jobs. An idle Receive waits for
@@ -92,9 +116,9 @@
 // each matching the token and a hold not yet passed. A holder that
 // vanished leaves a hold that simply runs out. ListDead pages by id (the
 // cursor is the last id of the page) and includes held records. DeleteDead
-// is one DELETE of the queue's unheld records with those IDs, PurgeDead one
-// DELETE of them all, held or not: both cost an index scan of the queue's
-// records.
+// is one DELETE of the queue's unheld records with those IDs, found by the
+// rec_id index whatever the queue's depth; PurgeDead one DELETE of them
+// all, held or not, an index scan of the queue's records.
 //
 // # Limits
 //

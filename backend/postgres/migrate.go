@@ -65,6 +65,11 @@ func SchemaVersion() int {
 // own under an advisory lock, so that processes starting together apply
 // each one once. New calls it unless Config.SkipMigrate is set.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, prefix string) error {
+	return migrateTo(ctx, pool, prefix, SchemaVersion())
+}
+
+// migrateTo applies the missing migrations up to version, and none after.
+func migrateTo(ctx context.Context, pool *pgxpool.Pool, prefix string, version int) error {
 	if !validPrefix(prefix) {
 		return fmt.Errorf("postgres: prefix %q: want 1 to 40 bytes of [a-z0-9_], starting with a letter", prefix)
 	}
@@ -73,6 +78,9 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, prefix string) error {
 		return fmt.Errorf("postgres: reading migrations: %w", err)
 	}
 	for _, m := range ms {
+		if m.version > version {
+			break
+		}
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('asyncplatform postgres ' || $1))`, prefix); err != nil {
 				return err

@@ -14,9 +14,11 @@ import (
 // handle is a delivery's receipt: the row and the token its claim wrote.
 type handle struct{ id, token int64 }
 
-// Enqueue implements driver.Backend: one INSERT of every message, which
-// notifies the queue's waiting receivers when it commits. Within a
-// transaction given by WithTx or WithSQLTx it writes with that transaction.
+// Enqueue implements driver.Backend: one INSERT of every message. Within a
+// transaction given by WithTx or WithSQLTx it writes with that transaction,
+// and notifies the queue's waiting receivers in the same statement, so
+// they are woken when it commits. Outside one, the INSERT commits on its
+// own and the wake-ups follow in a statement of their own (notifier).
 func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Message) error {
 	if err := b.check(); err != nil {
 		return err
@@ -32,8 +34,18 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 		}
 		bodies[i], due[i] = nonNil(m.Body), m.NotBefore
 	}
-	if _, err := b.db(ctx).Exec(ctx, b.q.enqueue, queue, bodies, due, b.channel); err != nil {
+	if tx := txOf(ctx); tx != nil {
+		if _, err := tx.Exec(ctx, b.q.enqueue, queue, bodies, due, b.channel); err != nil {
+			return b.wrap("enqueue "+queue, err)
+		}
+		return nil
+	}
+	var n int
+	if err := b.pool.QueryRow(ctx, b.q.enqueueQuiet, queue, bodies, due).Scan(&n); err != nil {
 		return b.wrap("enqueue "+queue, err)
+	}
+	if n > 0 {
+		b.notifyLater(queue, n)
 	}
 	return nil
 }
