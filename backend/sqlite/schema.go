@@ -77,11 +77,11 @@ func (b *Backend) migrate(ctx context.Context) error {
 // queries are the statements, with the prefix in them. Times are
 // milliseconds since the Unix epoch.
 type queries struct {
-	declare, delJobs, delDead, delQueue, queues, stats                          string
-	enqueue, ready, pick, claim, nextDue, unclaim, ack, extend, requeue         string
-	takeJob, insertDead                                                         string
-	nextDead, extendDead, removeDead, releaseDead, listDead, deleteDead, purge  string
-	get, create, update, deleteKey, deleteRev, list, nextRev, sweep             string
+	declare, delJobs, delDead, delQueue, queues, stats                         string
+	enqueue, ready, pick, claim, nextDue, unclaim, ack, extend, requeue        string
+	takeJob, insertDead                                                        string
+	nextDead, extendDead, removeDead, releaseDead, listDead, deleteDead, purge string
+	get, create, update, deleteKey, deleteRev, list, nextRev, sweep            string
 }
 
 func makeQueries(p string) queries {
