@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"sync"
 )
 
@@ -58,8 +59,9 @@ func txOf(ctx context.Context) *txConn {
 
 // write runs fn in a write transaction: the caller's (WithTx), or one of
 // the Backend's own, begun IMMEDIATE under the process's writer lock of
-// the file (so the process's own writers queue in Go rather than in
-// SQLite's busy handler) and committed when fn returns nil.
+// the file and then the processes' (so writers queue in Go and on the
+// flock rather than in SQLite's busy handler) and committed when fn
+// returns nil.
 func (b *Backend) write(ctx context.Context, fn func(c conn) error) error {
 	if c := txOf(ctx); c != nil {
 		c.mu.Lock()
@@ -68,6 +70,10 @@ func (b *Backend) write(ctx context.Context, fn func(c conn) error) error {
 	}
 	b.hub.mu.Lock()
 	defer b.hub.mu.Unlock()
+	if err := b.hub.file.lock(); err != nil {
+		return fmt.Errorf("the writer lock file: %w", err)
+	}
+	defer b.hub.file.unlock()
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

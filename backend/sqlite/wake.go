@@ -19,7 +19,8 @@ type hub struct {
 	path string
 	refs int // under hubsMu
 
-	mu sync.Mutex // the process's writer lock of the file
+	mu   sync.Mutex // the process's writer lock of the file
+	file *fileLock  // the processes' writer lock, taken under mu
 
 	wmu     sync.Mutex
 	waiters map[string][]chan struct{}
@@ -48,8 +49,13 @@ func joinHub(path string, cfg Config) (*hub, error) {
 		return nil, fmt.Errorf("sqlite: opening %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
+	fl, err := openFileLock(path)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &hub{path: path, refs: 1, waiters: map[string][]chan struct{}{}, db: db, stop: cancel, done: make(chan struct{})}
+	h := &hub{path: path, refs: 1, waiters: map[string][]chan struct{}{}, file: fl, db: db, stop: cancel, done: make(chan struct{})}
 	go h.poll(ctx, cfg.Logger)
 	hubs[path] = h
 	return h, nil
@@ -68,6 +74,9 @@ func (h *hub) leave() {
 		h.stop()
 		<-h.done
 		h.db.Close()
+		h.mu.Lock() // a write of a closed Backend may hold it still
+		h.file.close()
+		h.mu.Unlock()
 	}
 }
 
