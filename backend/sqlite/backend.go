@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	sqlite "modernc.org/sqlite"
+	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/asyncplatform/asyncplatform/driver"
 )
@@ -346,10 +346,3 @@ func (b *Backend) wrap(op string, err error) error {
 
 // errLost wraps ErrLeaseLost for op.
 func errLost(op string) error { return fmt.Errorf("sqlite: %s: %w", op, driver.ErrLeaseLost) }
-
-// isBusy reports whether err is SQLite's SQLITE_BUSY (the busy timeout ran
-// out while another process held the write lock).
-func isBusy(err error) bool {
-	var e *sqlite.Error
-	return errors.As(err, &e) && e.Code()&0xff == 5
-}

@@ -46,11 +46,16 @@ func (h harness) Close() {}
 // are shared with other suites, and every write waits for the file's one
 // writer.
 
+// Each case has a database file of its own, named from the case (a child
+// process the case starts finds the same file): the cases run in parallel,
+// and on one file they would all queue for its one writer, as no
+// application's workers do.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Path: testPath(t, "conf"), DeadHold: time.Second}
+	dir := filepath.Dir(testPath(t, "conf"))
 	conformance.Run(t, func(ctx context.Context, t *testing.T) (conformance.Harness, error) {
-		return harness{cfg}, nil
+		name := strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())
+		return harness{Config{Path: filepath.Join(dir, name+".db"), DeadHold: time.Second}}, nil
 	}, conformance.Options{Lease: time.Second})
 }
 
