@@ -397,7 +397,7 @@ func openSystem(ctx context.Context, spec childSpec) (system, string, error) {
 }
 
 // rawBatch is the batch size of each batched raw loop.
-var rawBatch = map[string]int{"memory": 32, "redis": 10, "rabbit": 10, "nats": 64, "azure": 32}
+var rawBatch = map[string]int{"memory": 32, "redis": 10, "rabbit": 10, "nats": 64, "azure": 32, "sqlite": 32}
 
 // rawNotes say what each raw loop does (one per round trip, batched).
 var rawNotes = map[string][2]string{
@@ -406,6 +406,7 @@ var rawNotes = map[string][2]string{
 	"rabbit": {"amqp091-go: quorum queue, persistent, confirm per publish; prefetch 2c, ack each", "100 publishes then their confirms; ack multiple every c"},
 	"nats":   {"nats.go jetstream: work-queue stream on file; sync publish; Fetch(1), double ack", "100 async publishes; Fetch(64), double ack each"},
 	"azure":  {"azqueue: base64 text, TTL -1; dequeue 1, delete", "dequeue 32, delete each (no batch send in Azure)"},
+	"sqlite": {"the sqlite driver without the platform: Receive(1), Ack", "Receive(32), Ack each"},
 }
 
 // startAzurite starts an Azurite of our own on a free port; stop ends it.
