@@ -110,8 +110,12 @@ type server struct {
 }
 
 var servers = []server{
-	{"Redis", "redis", func(*testing.T) string { return "redis://" + testenv.Getenv("ASYNCPLATFORM_REDIS_ADDR", "127.0.0.1:6379") + "/0" }, true},
-	{"RabbitMQ", "amqp", func(*testing.T) string { return testenv.Getenv("ASYNCPLATFORM_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/") }, true},
+	{"Redis", "redis", func(*testing.T) string {
+		return "redis://" + testenv.Getenv("ASYNCPLATFORM_REDIS_ADDR", "127.0.0.1:6379") + "/0"
+	}, true},
+	{"RabbitMQ", "amqp", func(*testing.T) string {
+		return testenv.Getenv("ASYNCPLATFORM_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	}, true},
 	{"NATS", "nats", func(*testing.T) string { return testenv.Getenv("ASYNCPLATFORM_NATS_URL", "nats://127.0.0.1:4222") }, false},
 	{"PostgreSQL", "postgres", func(*testing.T) string {
 		u := testenv.Getenv("ASYNCPLATFORM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
