@@ -17,8 +17,8 @@ import (
 var ErrUnknownScheme = errors.New("no backend registered for this URL scheme")
 
 // Open opens a backend from a URL such as memory://, redis://host:6379/0,
-// amqp://user:pass@host:5672/ or nats://host:4222, provided the backend's
-// package is imported. The caller closes the backend. Errors never include
+// amqp://user:pass@host:5672/, nats://host:4222 or sqlite:///path/jobs.db,
+// provided the backend's package is imported. The caller closes the backend. Errors never include
 // the URL's credentials, in any form a backend's error may quote them: the
 // user part (a user with no password is taken for a token, as NATS token
 // auth has it), the password raw or percent-decoded, and the values of query

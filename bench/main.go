@@ -397,7 +397,7 @@ func openSystem(ctx context.Context, spec childSpec) (system, string, error) {
 }
 
 // rawBatch is the batch size of each batched raw loop.
-var rawBatch = map[string]int{"memory": 32, "redis": 10, "rabbit": 10, "nats": 64, "azure": 32, "postgres": 10}
+var rawBatch = map[string]int{"memory": 32, "redis": 10, "rabbit": 10, "nats": 64, "azure": 32, "postgres": 10, "sqlite": 32}
 
 // rawNotes say what each raw loop does (one per round trip, batched).
 var rawNotes = map[string][2]string{
@@ -408,6 +408,7 @@ var rawNotes = map[string][2]string{
 	"azure":  {"azqueue: base64 text, TTL -1; dequeue 1, delete", "dequeue 32, delete each (no batch send in Azure)"},
 	"postgres": {"pgx: committed INSERT; claim UPDATE (lease, count) of 1 row picked FOR UPDATE SKIP LOCKED; committed DELETE; idle poll 5 ms",
 		"INSERT of 100 (unnest); claim of 10 rows; one DELETE of the 10"},
+	"sqlite": {"the sqlite driver without the platform: Receive(1), Ack", "Receive(32), Ack each"},
 }
 
 // startAzurite starts an Azurite of our own on a free port; stop ends it.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -17,6 +19,7 @@ import (
 	apnats "github.com/asyncplatform/asyncplatform/backend/nats"
 	"github.com/asyncplatform/asyncplatform/backend/rabbit"
 	apredis "github.com/asyncplatform/asyncplatform/backend/redis"
+	"github.com/asyncplatform/asyncplatform/backend/sqlite"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/pgstore"
 )
@@ -100,6 +103,8 @@ func openBackend(ctx context.Context, name, tag string, owner bool, srv servers)
 		}
 		b, err := azure.New(ctx, azure.Config{ConnectionString: srv.Azure, Prefix: "bench", Logger: quiet})
 		return b, cleanup, err
+	case "sqlite":
+		return openSQLite(ctx, tag, owner)
 	}
 	return nil, nil, fmt.Errorf("unknown backend %q", name)
 }
@@ -186,4 +191,22 @@ func withPool(u string, n int) string {
 		sep = "&"
 	}
 	return fmt.Sprintf("%s%spool_max_conns=%d", u, sep, n)
+}
+
+// openSQLite opens the SQLite backend on a file of the run's own in the
+// temporary directory (named from tag, so the run's processes share it);
+// its owner removes the file.
+func openSQLite(ctx context.Context, tag string, owner bool) (driver.Backend, func(), error) {
+	path := filepath.Join(os.TempDir(), "asyncplatform-bench-"+notTableByte.ReplaceAllString(tag, "_")+".db")
+	b, err := sqlite.New(ctx, sqlite.Config{Path: path, Logger: quiet})
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, func() {
+		if owner {
+			for _, suffix := range []string{"", "-wal", "-shm", "-writer.lock"} {
+				os.Remove(path + suffix)
+			}
+		}
+	}, nil
 }

@@ -45,6 +45,12 @@ func newRaw(ctx context.Context, backend, tag string, batch int, srv servers) (s
 			return nil, fmt.Errorf("%w: no Azurite connection string", errUnavailable)
 		}
 		return newRawAzure(ctx, srv.Azure, name, batch)
+	case "sqlite":
+		be, done, err := openSQLite(ctx, tag+"-raw", true)
+		if err != nil {
+			return nil, err
+		}
+		return &rawMemory{be: be, queue: name, batch: batch, done: done}, nil
 	}
 	return nil, fmt.Errorf("unknown backend %q", backend)
 }
@@ -66,9 +72,10 @@ func workers(c int, loop func(ctx context.Context)) func() {
 // ---- memory: the driver without the platform ----
 
 type rawMemory struct {
-	be    *memory.Backend
+	be    driver.Backend
 	queue string
 	batch int
+	done  func() // after Close, when set
 }
 
 func (r *rawMemory) enqueue(ctx context.Context, p []byte) error {
@@ -90,7 +97,13 @@ func (r *rawMemory) consume(_ context.Context, c int, handle func([]byte)) (func
 	}), nil
 }
 
-func (r *rawMemory) close() error { return r.be.Close() }
+func (r *rawMemory) close() error {
+	err := r.be.Close()
+	if r.done != nil {
+		r.done()
+	}
+	return err
+}
 
 // ---- Redis: LPUSH in, BLMOVE to a processing list, LREM to ack ----
 

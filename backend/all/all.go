@@ -1,7 +1,8 @@
 // Package all registers every backend of this module for
 // asyncplatform.Open: importing it, for its side effects only, makes the
 // memory, redis and rediss (each also +cluster and +sentinel), amqp and
-// amqps, nats, azure, and postgres and postgresql URL schemes openable.
+// amqps, nats, azure, postgres and postgresql, and sqlite URL schemes
+// openable.
 //
 //	import _ "github.com/asyncplatform/asyncplatform/backend/all"
 //
@@ -17,4 +18,5 @@ import (
 	_ "github.com/asyncplatform/asyncplatform/backend/postgres"
 	_ "github.com/asyncplatform/asyncplatform/backend/rabbit"
 	_ "github.com/asyncplatform/asyncplatform/backend/redis"
+	_ "github.com/asyncplatform/asyncplatform/backend/sqlite"
 )

@@ -105,28 +105,33 @@ func TestBinaryExitCodes(t *testing.T) {
 type server struct {
 	name     string // as testenv.Unreachable names it
 	scheme   string
-	url      func() string
+	url      func(t *testing.T) string
 	required bool // skipping it is a failure under ASYNCPLATFORM_REQUIRE_SERVERS
 }
 
 var servers = []server{
-	{"Redis", "redis", func() string { return "redis://" + testenv.Getenv("ASYNCPLATFORM_REDIS_ADDR", "127.0.0.1:6379") + "/0" }, true},
-	{"RabbitMQ", "amqp", func() string { return testenv.Getenv("ASYNCPLATFORM_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/") }, true},
-	{"NATS", "nats", func() string { return testenv.Getenv("ASYNCPLATFORM_NATS_URL", "nats://127.0.0.1:4222") }, false},
-	{"PostgreSQL", "postgres", func() string {
+	{"Redis", "redis", func(*testing.T) string {
+		return "redis://" + testenv.Getenv("ASYNCPLATFORM_REDIS_ADDR", "127.0.0.1:6379") + "/0"
+	}, true},
+	{"RabbitMQ", "amqp", func(*testing.T) string {
+		return testenv.Getenv("ASYNCPLATFORM_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	}, true},
+	{"NATS", "nats", func(*testing.T) string { return testenv.Getenv("ASYNCPLATFORM_NATS_URL", "nats://127.0.0.1:4222") }, false},
+	{"PostgreSQL", "postgres", func(*testing.T) string {
 		u := testenv.Getenv("ASYNCPLATFORM_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 		if strings.Contains(u, "?") {
 			return u + "&prefix=asyncctl_test"
 		}
 		return u + "?prefix=asyncctl_test"
 	}, false},
+	{"SQLite", "sqlite", func(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "asyncctl.db") }, true},
 }
 
 func TestServers(t *testing.T) {
 	for _, s := range servers {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
-			rawURL := s.url()
+			rawURL := s.url(t)
 			if driver.Lookup(s.scheme) == nil {
 				err := fmt.Errorf("no backend registers %s:// (registered: %v)", s.scheme, driver.Schemes())
 				if !s.required {

@@ -26,7 +26,7 @@ func TestSIGINTRedrive(t *testing.T) {
 	for _, s := range servers {
 		t.Run(s.name, func(t *testing.T) {
 			t.Parallel()
-			rawURL := s.url()
+			rawURL := s.url(t)
 			if driver.Lookup(s.scheme) == nil {
 				testenv.Unreachable(t, s.name, fmt.Errorf("no backend registers %s://", s.scheme))
 			}

@@ -104,7 +104,7 @@ func prefixedRedis(t *testing.T) string {
 	s := servers[0]
 	b := make([]byte, 4)
 	rand.Read(b)
-	rawURL := s.url() + "?prefix=asyncctl-tmux-" + hex.EncodeToString(b)
+	rawURL := s.url(t) + "?prefix=asyncctl-tmux-" + hex.EncodeToString(b)
 	reachable(t, s.name, rawURL)
 	return rawURL
 }

@@ -56,7 +56,8 @@ type Target struct {
 	// runs one; SharedPrivate boots a slow one once for every scenario).
 	// Nil: BrokerRestart restarts the broker as the worker sees it, through
 	// a proxy that cuts every connection and refuses new ones for a while
-	// (the shared broker itself is never touched), and BrokerKill skips.
+	// (the shared broker itself is never touched), and BrokerKill skips;
+	// with HostPort nil too (a database file, no server), both skip.
 	Private func(t *testing.T) *Broker
 
 	// Garbage writes raw bytes straight to the queue with the broker's own

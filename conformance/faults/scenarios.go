@@ -273,6 +273,9 @@ func brokerRestart(t *testing.T, r *run, kill bool) *Report {
 	if r.tg.InProcess != "" {
 		t.Skipf("no broker to restart: %s", r.tg.InProcess)
 	}
+	if r.tg.Private == nil && r.tg.HostPort == nil {
+		t.Skip("no broker of the test's own (Target.Private) and no network connection (Target.HostPort): nothing to restart")
+	}
 	var restart func() error
 	var killAge time.Duration
 	if r.tg.Private != nil {
@@ -995,6 +998,8 @@ func randomFaults(t *testing.T, r *run) *Report {
 	var cut func()
 	switch {
 	case r.tg.InProcess != "":
+	case r.tg.Private == nil && r.tg.HostPort == nil:
+		// Faults hit the workers only: no broker, no connection.
 	case r.tg.Private != nil:
 		b := r.tg.Private(t)
 		px := startProxy(t, r.tg.HostPort(b.Addr))
