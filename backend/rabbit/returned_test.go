@@ -43,8 +43,10 @@ func TestReturnMatchesItsPublish(t *testing.T) {
 	a := outMsg{key: "gone", pub: amqp.Publishing{MessageId: "rec"}}
 	back(a)
 	back(a)
-	if !p.wasReturned(a) || !p.wasReturned(a) {
-		t.Error("two returns of one key matched fewer than two publishes")
+	for i := range 2 {
+		if !p.wasReturned(a) {
+			t.Errorf("two returns of one key: publish %d of them not matched", i+1)
+		}
 	}
 	if p.wasReturned(a) {
 		t.Error("a third publish of the key matched a return that was not there")
