@@ -63,7 +63,10 @@
 //     while it reads (see Dead letters); it exists only meanwhile.
 //
 // Every publish is persistent, mandatory, and waits for its publisher
-// confirm; a returned (unroutable) publish fails with ErrUnroutable, and a
+// confirm; a returned (unroutable) publish fails with ErrUnroutable (a
+// return is matched to its publish by queue, message-id and instance, so
+// that of two publishes of one job at once only the one that came back
+// fails: TestReturnedTwinsOnTheBroker), and a
 // nacked one is tried again three times (25, 50, 100 ms later: a delay queue
 // just declared nacked its first publishes now and then) before it fails
 // with ErrNacked, each time on a new channel; the old channel takes no new

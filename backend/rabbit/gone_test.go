@@ -235,3 +235,44 @@ func BenchmarkReleaseRedelivered(b *testing.B) {
 		})
 	}
 }
+
+// TestGoingMarkLeftByCrash: a writer that dies between its going mark and
+// the successor's write (here the Backend closed with the delivery held,
+// its going mark written and never settled) leaves the message live: its
+// redelivery is handed out, counted, once the lookup's wait for the
+// writer (goneWait) is over; a going mark alone never drops a message.
+func TestGoingMarkLeftByCrash(t *testing.T) {
+	t.Parallel()
+	st := pgCompanion(t)
+	ctx := longCtx(t)
+	b2 := newBackend(t, Config{Store: st})
+	q := queueName(t, b2)
+	b := newBackend(t, Config{Store: st})
+	if err := b.Enqueue(ctx, q, []driver.Message{{ID: "live", Body: []byte("live")}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := b.Receive(ctx, q, 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := ds[0].Handle.(*receipt)
+	if r.inst == "" {
+		t.Fatal("the delivery carries no instance")
+	}
+	b.replacing(ctx, r.inst) // the going mark; the writer dies before its successor
+	if err := b.Close(); err != nil {
+		t.Logf("Close: %v", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	got, err := b2.Receive(rctx, q, 1, time.Minute)
+	if err != nil {
+		t.Fatalf("the message whose replacement died after its going mark: %v; want it handed out", err)
+	}
+	if string(got[0].Body) != "live" || got[0].Deliveries != 2 {
+		t.Errorf("got %q (Deliveries %d); want live, Deliveries 2", got[0].Body, got[0].Deliveries)
+	}
+	if err := b2.Ack(ctx, got[0]); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -21,9 +21,9 @@ type publisher struct {
 	closed  chan struct{} // closed once the channel is closed
 
 	mu       sync.Mutex
-	returned map[string]time.Time // MessageId → when it came back
-	users    int                  // publishes under way on ch (see use)
-	retired  bool                 // no new publish takes it; ch closes when users is 0
+	returned map[returnKey]returns // the publishes that came back, not yet matched
+	users    int                   // publishes under way on ch (see use)
+	retired  bool                  // no new publish takes it; ch closes when users is 0
 }
 
 // use counts one more publish under way on p, unless p is retired.
@@ -95,7 +95,7 @@ func (b *Backend) publisher(ctx context.Context) (*publisher, error) {
 		ch:       ch,
 		returns:  ch.NotifyReturn(make(chan amqp.Return, returnBuffer)),
 		closed:   make(chan struct{}),
-		returned: map[string]time.Time{},
+		returned: map[returnKey]returns{},
 		users:    1,
 	}
 	closeCh := ch.NotifyClose(make(chan *amqp.Error, 1))
@@ -126,9 +126,9 @@ func (p *publisher) watch(b *Backend, closeCh <-chan *amqp.Error) {
 		case <-t.C:
 			p.mu.Lock()
 			p.drainLocked()
-			for id, at := range p.returned {
-				if time.Since(at) > time.Minute {
-					delete(p.returned, id)
+			for k, r := range p.returned {
+				if time.Since(r.at) > time.Minute {
+					delete(p.returned, k)
 				}
 			}
 			p.mu.Unlock()
@@ -143,22 +143,46 @@ func (p *publisher) drainLocked() {
 			if !ok {
 				return
 			}
-			p.returned[r.MessageId] = time.Now()
+			k := returnKey{queue: r.RoutingKey, id: r.MessageId, inst: instanceOf(r.Headers)}
+			p.returned[k] = returns{n: p.returned[k].n + 1, at: time.Now()}
 		default:
 			return
 		}
 	}
 }
 
-// wasReturned reports whether the broker returned the publish with this
-// message ID. Call it only after the publish was confirmed.
-func (p *publisher) wasReturned(id string) bool {
+// returnKey names a publish that came back: its queue, message ID and
+// instance (see instanceHeader; empty for a publish without one). A
+// return is matched to the publish it names, not to another of the same
+// message ID: two publishes of one job at once, one to a queue that is
+// gone, must not take each other's return (the unroutable one would be
+// reported stored, and the message it replaces acked: a lost job).
+type returnKey struct{ queue, id, inst string }
+
+// returns counts the returns of one returnKey not yet matched.
+type returns struct {
+	n  int
+	at time.Time // the last one's arrival
+}
+
+// wasReturned reports whether the broker returned the publish m, and
+// matches one return of its key. Call it only after m was confirmed.
+func (p *publisher) wasReturned(m outMsg) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.drainLocked()
-	_, ok := p.returned[id]
-	delete(p.returned, id)
-	return ok
+	k := returnKey{queue: m.key, id: m.pub.MessageId, inst: instanceOf(m.pub.Headers)}
+	r, ok := p.returned[k]
+	switch {
+	case !ok:
+		return false
+	case r.n > 1:
+		r.n--
+		p.returned[k] = r
+	default:
+		delete(p.returned, k)
+	}
+	return true
 }
 
 // outMsg is one publish to the default exchange.
@@ -290,7 +314,7 @@ func (b *Backend) publishOn(ctx context.Context, p *publisher, msgs []outMsg) (r
 		}
 		switch {
 		case f.dc.Acked():
-			if p.wasReturned(f.m.pub.MessageId) {
+			if p.wasReturned(f.m) {
 				b.forget(f.m.key)
 				failed = errors.Join(failed, fmt.Errorf("%w: no queue %q", ErrUnroutable, f.m.key))
 			}

@@ -33,7 +33,12 @@ type batcher struct {
 	// afterGetEach, when set, runs after each GetEach has read its values,
 	// before it returns them.
 	afterGetEach func()
+	// failEach, when set, fails every GetEach, CreateEach and UpdateEach
+	// before it reaches the store.
+	failEach atomic.Bool
 }
+
+var errEachFailed = errors.New("batch call failed (test)")
 
 func (b *batcher) Get(ctx context.Context, key string) ([]byte, string, error) {
 	b.gets.Add(1)
@@ -72,6 +77,9 @@ func (b *batcher) Update(ctx context.Context, key string, value []byte, rev stri
 }
 
 func (b *batcher) UpdateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if b.failEach.Load() {
+		return nil, errEachFailed
+	}
 	if err := b.wait(ctx); err != nil {
 		return nil, err
 	}
@@ -82,6 +90,9 @@ func (b *batcher) UpdateEach(ctx context.Context, items []driver.BatchItem) ([]d
 }
 
 func (b *batcher) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
+	if b.failEach.Load() {
+		return nil, errEachFailed
+	}
 	b.mu.Lock()
 	b.getEach = append(b.getEach, append([]string(nil), keys...))
 	after := b.afterGetEach
@@ -94,6 +105,9 @@ func (b *batcher) GetEach(ctx context.Context, keys []string) ([]driver.BatchRes
 }
 
 func (b *batcher) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if b.failEach.Load() {
+		return nil, errEachFailed
+	}
 	b.mu.Lock()
 	b.createEach = append(b.createEach, len(items))
 	b.mu.Unlock()
@@ -386,4 +400,36 @@ func TestMarksReadWhileChanged(t *testing.T) {
 		}
 	}
 	<-done
+}
+
+// A batch whose calls fail loses no end: the ends of a batch whose read,
+// create or update failed are read again and written one by one, over a
+// record (its waiting state) as over none.
+func TestEndsWrittenWhenBatchCallsFail(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := &batcher{Store: newStore(t)}
+	tk := newTracker(b, "w1")
+	jobs := make([]Job, 20)
+	for i := range jobs {
+		jobs[i] = Job{ID: fmt.Sprintf("j%d", i), Queue: "q", Type: "t", Nonce: "n"}
+	}
+	tk.Enqueued(ctx, jobs[:10]) // the others have no record yet
+	if r := get(t, newTracker(b, "w0"), jobs[0].ID); r.State != Waiting {
+		t.Fatalf("after Enqueued: %+v; want waiting", r)
+	}
+	b.failEach.Store(true)
+	open := b.shut() // the ends wait, then go in batches
+	for _, j := range jobs {
+		settle(t, tk, j)
+	}
+	open()
+	flush(t, tk)
+	b.failEach.Store(false)
+	other := newTracker(b, "w2")
+	for _, j := range jobs {
+		if r := get(t, other, j.ID); r.State != Succeeded || r.Tries != 1 || string(r.Result) != "ok" {
+			t.Errorf("%s after its batch's calls failed: %+v; want succeeded, 1 try, result ok", j.ID, r)
+		}
+	}
 }
