@@ -41,19 +41,34 @@ func testExactlyOnce(t *testing.T, e *env) {
 	if excuse == "" {
 		excuse = e.stallExcuse()
 	}
-	dups := 0
+	// A duplicate is allowed where the process stalled (any job), and
+	// where a worker reported the job's lease lost (that job's, one for
+	// each lease reported lost): a lease that lapsed on a loaded machine
+	// is the at-least-once the contract allows (§5), and the worker knew.
+	dups, lostDups := 0, 0
 	for _, j := range jobs {
+		lost := 0
+		for _, o := range e.rec.outcomes(j.ID) {
+			if o.Outcome == ap.OutcomeLeaseLost {
+				lost++
+			}
+		}
 		switch n := done[j.ID]; {
 		case n == 0:
 			t.Errorf("job %s never processed", j.ID)
 		case n > 1 && excuse != "":
 			dups += n - 1
+		case n > 1 && n-1 <= lost:
+			lostDups += n - 1
 		case n > 1:
-			t.Errorf("job %s processed %d times", j.ID, n)
+			t.Errorf("job %s processed %d times (%d leases reported lost)", j.ID, n, lost)
 		}
 	}
 	if dups > 0 {
 		t.Logf("%d duplicate deliveries, allowed because: %s", dups, excuse)
+	}
+	if lostDups > 0 {
+		t.Logf("%d duplicate deliveries, each of a job whose lease a worker reported lost", lostDups)
 	}
 	st, err := workers[0].P.Stats(context.Background(), e.queue)
 	if err != nil {
