@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -76,5 +77,16 @@ func TestMutations(t *testing.T) {
 		Everything: os.Getenv("ASYNCPLATFORM_CONFORMANCE_MUTATIONS_ALL") != "",
 		Only:       mutharness.OnlyFrom("ASYNCPLATFORM_CONFORMANCE_MUTATIONS"),
 		Noun:       "mutations",
+		// A survivor's retries run with the suite's timings stretched 2×
+		// and 4× (times the scale this run was given): on a loaded
+		// machine a case can miss the short window where a twin breaks
+		// its rule (ExtendLateNoop: an Extend in a lease's last tenth).
+		RetryEnv: func(try int) []string {
+			f := 1.0
+			if v, err := strconv.ParseFloat(os.Getenv(conformance.ScaleEnv), 64); err == nil && v >= 1 {
+				f = v
+			}
+			return []string{conformance.ScaleEnv + "=" + strconv.FormatFloat(min(f*float64(int(1)<<try), 100), 'g', -1, 64)}
+		},
 	}, mutants)
 }

@@ -14,7 +14,11 @@ import (
 // scaleEnv names the environment variable that stretches the suite's
 // timings for a slow or shared machine: a number, 1 by default, that
 // multiplies Options.Lease, Options.Wait and the suite's own short delays.
-const scaleEnv = "ASYNCPLATFORM_CONFORMANCE_SCALE"
+const scaleEnv = ScaleEnv
+
+// ScaleEnv names the variable that stretches the suite's timings (see
+// scaleEnv): the mutation runs set it for a survivor's retries.
+const ScaleEnv = "ASYNCPLATFORM_CONFORMANCE_SCALE"
 
 // timeScale reads scaleEnv.
 func timeScale() (float64, error) {

@@ -52,6 +52,11 @@ type Config struct {
 	Only map[string]bool
 	// Noun names the mutants in the summary line ("mutations").
 	Noun string
+	// RetryEnv, when set, is added to the child's environment for a
+	// survivor's retry (try 1, 2, ...): a suite's timings stretched, so
+	// that a case whose timing a loaded machine pushed past the window
+	// where the mutation acts gets a wider window.
+	RetryEnv func(try int) []string
 }
 
 // OnlyFrom reads a comma-separated list of mutant names from the
@@ -102,12 +107,17 @@ func Run(t *testing.T, cfg Config, mutants []Mutant) {
 				sem <- struct{}{}
 				defer func() { <-sem }()
 				start := time.Now()
-				failed, out, err := cfg.runMutant(m)
+				failed, out, err := cfg.runMutant(m, nil)
 				// Some cases catch a mutation only when their timing
-				// exercises it (a race, a Receive cancelled at random):
-				// a survivor runs twice more before it counts as one.
+				// exercises it (a race, a Receive cancelled at random, an
+				// Extend landing in a lease's last tenth): a survivor runs
+				// twice more, with RetryEnv's, before it counts as one.
 				for try := 1; try < tries && len(failed) == 0 && err == nil; try++ {
-					failed, out, err = cfg.runMutant(m)
+					var env []string
+					if cfg.RetryEnv != nil {
+						env = cfg.RetryEnv(try)
+					}
+					failed, out, err = cfg.runMutant(m, env)
 				}
 				took := time.Since(start).Round(100 * time.Millisecond)
 				mu.Lock()
@@ -146,7 +156,7 @@ func Run(t *testing.T, cfg Config, mutants []Mutant) {
 // runMutant runs the cases of m (or, with cfg.Everything, every case)
 // against the implementation broken by m, in a child process (this test
 // binary), and returns the cases that failed.
-func (cfg Config) runMutant(m Mutant) (failed []string, out string, err error) {
+func (cfg Config) runMutant(m Mutant, env []string) (failed []string, out string, err error) {
 	var groups, names []string
 	for _, c := range m.Cases {
 		g, n, _ := strings.Cut(c, "/")
@@ -161,7 +171,7 @@ func (cfg Config) runMutant(m Mutant) (failed []string, out string, err error) {
 	defer cancel()
 	args := append([]string{"-test.run=" + run, "-test.count=1", "-test.timeout=2m"}, cfg.ChildArgs...)
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	cmd.Env = append(append(os.Environ(), cfg.Env+"="+m.Name), cfg.ChildEnv...)
+	cmd.Env = append(append(append(os.Environ(), cfg.Env+"="+m.Name), cfg.ChildEnv...), env...)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	err = cmd.Run()
