@@ -119,8 +119,8 @@ func (b *Backend) holdRecord(ctx context.Context, queue string, m *gonats.Msg, s
 		return 0, errSkip
 	}
 	if err != nil {
+		b.dropMarkerWait(ctx, hseq) // before the nak: a live marker keeps the next caller off
 		b.release(m)
-		b.dropMarker(hseq)
 		return 0, fmt.Errorf("nats: read dead letter seq %d: %w", seq, err)
 	}
 	return hseq, nil
@@ -387,8 +387,8 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 		r.done = true
 		return driver.ErrLeaseLost
 	}
-	defer b.dropMarker(r.holdSeq)
 	if remove {
+		defer b.dropMarker(r.holdSeq)
 		err := b.dead.DeleteMsg(ctx, r.seq)
 		if err != nil && !gone(err) {
 			return fmt.Errorf("nats: delete dead letter seq %d: %w", r.seq, err)
@@ -397,6 +397,9 @@ func (b *Backend) SettleDead(ctx context.Context, d *driver.DeadDelivery, remove
 		r.done = true // deleted: the consumer skips it even if the ack was lost
 		return err
 	}
+	// Kept: the marker goes before the nak, so the next caller, handed the
+	// record at once, finds no live hold on it (see hold.go).
+	b.dropMarkerWait(ctx, r.holdSeq)
 	if err := b.ackSync(ctx, r, ackNak); err != nil {
 		return err
 	}

@@ -29,12 +29,15 @@ import (
 // reader's clock (keep the clocks of the processes in sync, as for
 // NotBefore).
 //
-// NextDead marks the record it pulled "h" over any hold (the consumer
-// handed it out, so an earlier holder's delivery has lapsed) or a lapsed
-// "d", and then reads the record: a record a DeleteDead deleted meanwhile
-// is acked and skipped. A live "d" means a DeleteDead is deleting the
-// record: NextDead naks it until that marker's lease ends and takes the
-// next. ExtendDead writes the hold again with every InProgress, so a
+// NextDead marks the record it pulled "h" over no marker or a lapsed one,
+// and then reads the record: a record a DeleteDead deleted meanwhile is
+// acked and skipped. A live "d" means a DeleteDead is deleting the record;
+// a live "h", that its holder still renews it, though the consumer handed
+// it out again (the holder's delivery lapsed on a late renewal, or a
+// nats-server before 2.10.14 handed a withdrawn pull's copy out again,
+// #5305): either way NextDead naks it until that marker's lease ends and
+// takes the next. So a holder hands its marker back before its nak (a
+// keep, Close), and a record kept is at once the next caller's. ExtendDead writes the hold again with every InProgress, so a
 // renewing holder's marker is never older than a third of its lease; SettleDead
 // checks that its marker is still the last one (else the hold was lost,
 // ErrLeaseLost) and deletes it once the record is settled, as Close does.
@@ -185,16 +188,15 @@ func (b *Backend) dropMarkerWait(ctx context.Context, seq uint64) {
 	}
 }
 
-// errDeleting reports a record that a DeleteDead is deleting; until is
-// when its marker lapses.
+// errDeleting reports a record that a DeleteDead is deleting or another
+// NextDead caller holds (a live marker); until is when its marker lapses.
 type errDeleting struct{ until time.Time }
 
-func (e errDeleting) Error() string { return "the dead letter is being deleted" }
+func (e errDeleting) Error() string { return "the dead letter is held or being deleted" }
 
 // hold marks the dead letter at seq of queue held for lease and returns
-// the marker's sequence: over a hold (the consumer handed the record out
-// again, so that hold's delivery lapsed) or a lapsed deletion. A live
-// deletion is errDeleting.
+// the marker's sequence: over no marker or a lapsed one. A live marker (a
+// holder that renews it, or a deletion) is errDeleting.
 func (b *Backend) hold(ctx context.Context, queue string, seq uint64, lease time.Duration) (uint64, error) {
 	s, err := b.holdStream(ctx)
 	if err != nil {
@@ -206,7 +208,12 @@ func (b *Backend) hold(ctx context.Context, queue string, seq uint64, lease time
 		if err != nil {
 			return 0, err
 		}
-		if mk.kind == holdDelete && mk.live() {
+		if mk.live() {
+			// A live "d": a DeleteDead is deleting the record. A live "h":
+			// its holder renews it, so the consumer handed the record out
+			// while that holder still has it (its delivery lapsed on a
+			// slow renewal, or nats-server before 2.10.14 handed a
+			// withdrawn pull's copy out again, #5305): not this caller's.
 			return 0, errDeleting{until: mk.until}
 		}
 		hseq, err := b.writeMarker(ctx, subj, holdKeep, lease, mk.seq)
