@@ -116,7 +116,10 @@
 //     handed out cut to MaxBody+1 bytes, and the platform dead-letters it
 //     as not a job; a dead letter's ID is read up to 4 KiB+1 bytes and its
 //     body up to MaxBody + 1 MiB + 1 (DeadLetter refuses a record over
-//     those limits with driver.ErrTooLarge).
+//     those limits with driver.ErrTooLarge). The store's Get reads a value
+//     up to driver.MaxValueLen+1 bytes and List a key up to
+//     driver.MaxStoreKeyLen+1 (as bytes, whatever the column's type): a row
+//     over either limit is refused with a *StoreRowError naming its key.
 //   - Stats counts jobs whose lease ran out as ready; it counts rows, so it
 //     costs a scan of the queue's index entries. Queues reads the distinct
 //     queue names of both tables' indexes.
