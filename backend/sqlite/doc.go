@@ -11,7 +11,9 @@
 // may work the same file at once. The Backend is its own driver.Store (a
 // table in the same file). Jobs can be enqueued inside the caller's own
 // transaction on the file, with their unique keys and status records: see
-// WithTx.
+// WithTx; and a handler can complete its job in its own transaction on the
+// file, so its writes and the completion commit together: see
+// Backend.CompleteTx.
 //
 // # URLs
 //
@@ -80,6 +82,11 @@
 // claim counts one more. A claim whose Receive context ended meanwhile is
 // put back with the count decremented and its old run_at (the transaction
 // itself is never cancelled halfway).
+//
+// A process killed inside a write transaction (its own claim, or a
+// caller's WithTx transaction) leaves none of it: WAL frames of a
+// transaction never committed are ignored, the kernel drops the dead
+// process's flock and SQLite's locks, and the next writer goes on at once.
 //
 // Ack (DELETE), Extend (UPDATE run_at), Requeue (an UPDATE in place: the
 // new body, run_at at its NotBefore, deliveries 0, token 0) and DeadLetter
