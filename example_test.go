@@ -5,18 +5,28 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
-	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/backend/sqlite"
 )
 
-// The quick start: a backend, a platform working one queue, a handler for a
-// job type, Start, Enqueue, and a graceful Stop. The other examples, one file
+// The quick start: a backend (a SQLite file, whose jobs survive a restart),
+// a platform working one queue, a handler for a job type, Start, Enqueue,
+// and a graceful Stop. The other examples, one file
 // per feature (example_<feature>_test.go), build on this.
 func Example() {
 	ctx := context.Background()
-	backend, err := memory.New(ctx, memory.Config{}) // or redis.New, rabbit.New, nats.New, azure.New
+	dir, err := os.MkdirTemp("", "example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	// A SQLite file: durable on one machine, no server. Or memory.New,
+	// postgres.New, redis.New, rabbit.New, nats.New, azure.New.
+	backend, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(dir, "jobs.db")})
 	if err != nil {
 		log.Fatal(err)
 	}

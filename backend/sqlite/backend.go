@@ -163,6 +163,12 @@ type Backend struct {
 
 	seen sync.Map // queue -> struct{}: names this Backend wrote to the queues table
 
+	// completed holds the deliveries a handler completed in its own
+	// transaction (CompleteTx), until their settle: their row is gone (or
+	// going) by the handler's doing, so Ack and Extend finding none is no
+	// lost lease.
+	completed sync.Map // handle -> struct{}
+
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup

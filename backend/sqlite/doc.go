@@ -11,7 +11,9 @@
 // may work the same file at once. The Backend is its own driver.Store (a
 // table in the same file). Jobs can be enqueued inside the caller's own
 // transaction on the file, with their unique keys and status records: see
-// WithTx.
+// WithTx; and a handler can complete its job in its own transaction on the
+// file, so its writes and the completion commit together: see
+// Backend.CompleteTx.
 //
 // # URLs
 //
@@ -81,6 +83,11 @@
 // put back with the count decremented and its old run_at (the transaction
 // itself is never cancelled halfway).
 //
+// A process killed inside a write transaction (its own claim, or a
+// caller's WithTx transaction) leaves none of it: WAL frames of a
+// transaction never committed are ignored, the kernel drops the dead
+// process's flock and SQLite's locks, and the next writer goes on at once.
+//
 // Ack (DELETE), Extend (UPDATE run_at), Requeue (an UPDATE in place: the
 // new body, run_at at its NotBefore, deliveries 0, token 0) and DeadLetter
 // (a DELETE and an INSERT into the dead table, one transaction) each match
@@ -116,7 +123,10 @@
 //     handed out cut to MaxBody+1 bytes, and the platform dead-letters it
 //     as not a job; a dead letter's ID is read up to 4 KiB+1 bytes and its
 //     body up to MaxBody + 1 MiB + 1 (DeadLetter refuses a record over
-//     those limits with driver.ErrTooLarge).
+//     those limits with driver.ErrTooLarge). The store's Get reads a value
+//     up to driver.MaxValueLen+1 bytes and List a key up to
+//     driver.MaxStoreKeyLen+1 (as bytes, whatever the column's type): a row
+//     over either limit is refused with a *StoreRowError naming its key.
 //   - Stats counts jobs whose lease ran out as ready; it counts rows, so it
 //     costs a scan of the queue's index entries. Queues reads the distinct
 //     queue names of both tables' indexes.

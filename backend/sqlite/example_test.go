@@ -108,3 +108,67 @@ func ExampleWithTx() {
 	// Output:
 	// confirmed order 42
 }
+
+// ExampleBackend_CompleteTx ships an order and completes its job in one
+// transaction: the order is marked shipped if and only if the job is
+// done.
+func ExampleBackend_CompleteTx() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "ship")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	backend, err := sqlite.New(ctx, sqlite.Config{Path: filepath.Join(dir, "shop.db")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer backend.Close()
+	db := backend.DB()
+	if _, err := db.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY, shipped BOOLEAN NOT NULL DEFAULT false)`); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO orders (id) VALUES (42)`); err != nil {
+		log.Fatal(err)
+	}
+	shipped := make(chan ap.Outcome, 1)
+	p, err := ap.New(backend, ap.Config{
+		Logger: slog.New(slog.DiscardHandler),
+		Hooks: ap.Hooks{AfterAttempt: func(_ context.Context, a ap.Attempt) {
+			shipped <- a.Outcome
+		}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = p.Handle("order.ship", func(ctx context.Context, job *ap.Job) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, `UPDATE orders SET shipped = true WHERE id = ?`, string(job.Payload)); err != nil {
+			return err
+		}
+		if err := backend.CompleteTx(ctx, tx); err != nil {
+			return err
+		}
+		return tx.Commit() // the job is done when tx commits
+	})
+	if err := p.Enqueue(ctx, &ap.Job{Type: "order.ship", Payload: []byte("42")}); err != nil {
+		log.Fatal(err)
+	}
+	if err := p.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer p.Stop(ctx)
+	fmt.Println("outcome:", <-shipped)
+	var ok bool
+	if err := db.QueryRowContext(ctx, `SELECT shipped FROM orders WHERE id = 42`).Scan(&ok); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("shipped:", ok)
+	// Output:
+	// outcome: succeeded
+	// shipped: true
+}

@@ -265,7 +265,13 @@ func (b *Backend) settle(ctx context.Context, op string, d *driver.Delivery, stm
 	if err != nil {
 		return b.wrap(op, err)
 	}
-	if n == 0 {
+	var done bool
+	if stmt == b.q.extend {
+		_, done = b.completed.Load(h)
+	} else {
+		_, done = b.completed.LoadAndDelete(h)
+	}
+	if n == 0 && !done {
 		return errLost(op)
 	}
 	return nil
@@ -294,6 +300,7 @@ func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Me
 	if !ok {
 		return errLost("requeue")
 	}
+	b.completed.Delete(h) // a completion rolled back: the row is there to requeue
 	var dueNow bool
 	err := b.write(ctx, func(c conn) error {
 		return c.QueryRowContext(ctx, b.q.requeue, nonNil(msg.Body), notBefore(msg.NotBefore), h.id, h.token).Scan(&dueNow)
@@ -323,6 +330,7 @@ func (b *Backend) DeadLetter(ctx context.Context, d *driver.Delivery, rec driver
 	if !ok {
 		return errLost("dead-letter")
 	}
+	b.completed.Delete(h)
 	err := b.write(ctx, func(c conn) error {
 		var queue string
 		if err := c.QueryRowContext(ctx, b.q.takeJob, h.id, h.token).Scan(&queue); err != nil {

@@ -3,7 +3,10 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 // SchemaVersion is the version of the tables New creates, recorded in
@@ -84,6 +87,15 @@ type queries struct {
 	get, create, update, deleteKey, deleteRev, list, nextRev, sweep            string
 }
 
+// readValue and readKey bound a store value and key read off the file:
+// one byte past driver.MaxValueLen and driver.MaxStoreKeyLen, which the
+// store never writes. They are cut as bytes (CAST AS BLOB): substr counts
+// the characters of a TEXT value, up to four bytes each.
+var (
+	readValue = strconv.Itoa(driver.MaxValueLen + 1)
+	readKey   = strconv.Itoa(driver.MaxStoreKeyLen + 1)
+)
+
 func makeQueries(p string) queries {
 	r := strings.NewReplacer("{{p}}", p, "NOW", now)
 	q := r.Replace
@@ -125,7 +137,9 @@ func makeQueries(p string) queries {
 		deleteDead:  q(`DELETE FROM {{p}}_dead WHERE queue = ? AND rec_id = ? AND held_until <= NOW`),
 		purge:       q(`DELETE FROM {{p}}_dead WHERE queue = ?`),
 
-		get: q(`SELECT value, rev FROM {{p}}_store WHERE key = ? AND ` + present),
+		// A value or key read back is cut one byte past its limit
+		// (readValue, readKey): the rows are untrusted.
+		get: q(`SELECT substr(CAST(value AS BLOB), 1, ` + readValue + `), rev FROM {{p}}_store WHERE key = ? AND ` + present),
 		create: q(`INSERT INTO {{p}}_store (key, value, rev, expires_at) VALUES (?1, ?2, ?3, CASE WHEN ?4 = 0 THEN 0 ELSE NOW + ?4 END)
 			ON CONFLICT (key) DO UPDATE SET value = excluded.value, rev = excluded.rev, expires_at = excluded.expires_at
 			WHERE expires_at <> 0 AND expires_at <= NOW`),
@@ -133,7 +147,7 @@ func makeQueries(p string) queries {
 			WHERE key = ?4 AND rev = ?5 AND ` + present),
 		deleteKey: q(`DELETE FROM {{p}}_store WHERE key = ?`),
 		deleteRev: q(`DELETE FROM {{p}}_store WHERE key = ? AND rev = ? AND ` + present),
-		list: q(`SELECT key FROM {{p}}_store WHERE key >= ?1 AND key < ?1 || char(127) AND key > ?2 AND ` + present + `
+		list: q(`SELECT CAST(substr(CAST(key AS BLOB), 1, ` + readKey + `) AS TEXT) FROM {{p}}_store WHERE key >= ?1 AND key < ?1 || char(127) AND key > ?2 AND ` + present + `
 			ORDER BY key LIMIT ?3`),
 		nextRev: q(`UPDATE {{p}}_seq SET n = n + 1 WHERE name = 'rev' RETURNING n`),
 		sweep: q(`DELETE FROM {{p}}_store WHERE key IN

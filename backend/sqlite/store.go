@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -18,6 +19,34 @@ const sweepEvery = time.Minute
 func parseRev(rev string) (int64, bool) {
 	n, err := strconv.ParseInt(rev, 10, 64)
 	return n, err == nil && n > 0 && strconv.FormatInt(n, 10) == rev
+}
+
+// StoreRowError is returned by Get and List for a row of the store table
+// that the store never writes (someone else wrote the file): a value over
+// driver.MaxValueLen bytes or a key over driver.MaxStoreKeyLen bytes. It
+// names the key (cut to 64 bytes, quoted) and matches
+// driver.ErrValueTooLarge or driver.ErrBadKey.
+type StoreRowError struct {
+	Key string // the key, cut to 64 bytes
+	Len int    // the bytes read of the value or key: one past its limit
+	Err error  // driver.ErrValueTooLarge or driver.ErrBadKey
+}
+
+func (e *StoreRowError) Error() string {
+	what, limit := "value", driver.MaxValueLen
+	if e.Err == driver.ErrBadKey {
+		what, limit = "key", driver.MaxStoreKeyLen
+	}
+	return fmt.Sprintf("sqlite: store row %q: its %s is over the %d-byte limit", e.Key, what, limit)
+}
+
+func (e *StoreRowError) Unwrap() error { return e.Err }
+
+func rowError(key string, n int, err error) error {
+	if len(key) > 64 {
+		key = key[:64]
+	}
+	return &StoreRowError{Key: key, Len: n, Err: err}
 }
 
 // Get implements driver.Store.
@@ -37,6 +66,9 @@ func (b *Backend) Get(ctx context.Context, key string) ([]byte, string, error) {
 	}
 	if err != nil {
 		return nil, "", b.wrap("store get", err)
+	}
+	if len(value) > driver.MaxValueLen {
+		return nil, "", rowError(key, len(value), driver.ErrValueTooLarge)
 	}
 	return nonNil(value), strconv.FormatInt(rev, 10), nil
 }
@@ -163,10 +195,17 @@ func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]
 			if err := rows.Scan(&k); err != nil {
 				return err
 			}
+			if len(k) > driver.MaxStoreKeyLen {
+				return rowError(k, len(k), driver.ErrBadKey)
+			}
 			keys = append(keys, k)
 		}
 		return rows.Err()
 	})
+	var re *StoreRowError
+	if errors.As(err, &re) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, b.wrap("store list", err)
 	}

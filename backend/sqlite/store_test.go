@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -63,4 +65,50 @@ func restartable(t *testing.T) (storetest.Maker, func(*testing.T)) {
 
 func BenchmarkStore(b *testing.B) {
 	storetest.Bench(b, storeOn(testPath(b, "bstore")))
+}
+
+// TestStorePlantedRows: a value or key the store never writes, planted in
+// the file by someone else, is refused by Get and List with a
+// *StoreRowError naming the key, and never read whole.
+func TestStorePlantedRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, err := New(ctx, Config{Path: filepath.Join(t.TempDir(), "planted.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	plant := func(key string, value any) {
+		t.Helper()
+		if _, err := b.DB().ExecContext(ctx, `INSERT INTO asyncplatform_store (key, value, rev, expires_at) VALUES (?, ?, 1, 0)`, key, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plant("big/blob", make([]byte, 1<<20))
+	plant("big/text", strings.Repeat("é", driver.MaxValueLen)) // 2 bytes a character
+	plant("fit/whole", make([]byte, driver.MaxValueLen))
+	for _, key := range []string{"big/blob", "big/text"} {
+		_, _, err := b.Get(ctx, key)
+		var re *StoreRowError
+		if !errors.As(err, &re) || re.Key != key || re.Len != driver.MaxValueLen+1 || !errors.Is(err, driver.ErrValueTooLarge) {
+			t.Errorf("Get(%q): %v (%#v), want a *StoreRowError naming the key, %d bytes read, matching ErrValueTooLarge", key, err, re, driver.MaxValueLen+1)
+		}
+		if err != nil && !strings.Contains(err.Error(), key) {
+			t.Errorf("Get(%q): %q does not name the key", key, err)
+		}
+	}
+	if v, _, err := b.Get(ctx, "fit/whole"); err != nil || len(v) != driver.MaxValueLen {
+		t.Errorf("Get of a value at the limit: %d bytes, %v", len(v), err)
+	}
+
+	long := "long/" + strings.Repeat("k", 10<<10)
+	plant(long, []byte("v"))
+	_, err = b.List(ctx, "long/", "", 10)
+	var re *StoreRowError
+	if !errors.As(err, &re) || !strings.HasPrefix(long, re.Key) || len(re.Key) != 64 || re.Len != driver.MaxStoreKeyLen+1 || !errors.Is(err, driver.ErrBadKey) {
+		t.Errorf("List over a planted long key: %v (%#v), want a *StoreRowError with the key cut to 64 bytes, matching ErrBadKey", err, re)
+	}
+	if keys, err := b.List(ctx, "fit/", "", 10); err != nil || len(keys) != 1 {
+		t.Errorf("List(fit/): %q, %v", keys, err)
+	}
 }

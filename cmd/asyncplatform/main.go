@@ -1,13 +1,19 @@
 // Command asyncplatform runs a demonstration of asyncplatform's failure
-// handling on the embedded in-memory backend.
+// handling on the embedded in-memory backend, or on a SQLite file:
 //
 //	go run ./cmd/asyncplatform demo
+//	go run ./cmd/asyncplatform demo --backend sqlite [--db jobs.db]
 //
 // It enqueues a mix of jobs (one succeeds, one fails twice then succeeds, one
 // always fails, one has invalid input, one panics, one is rejected while a
 // dependency is "down", one crashes its worker process every time), shows
 // every attempt with its try count, then drains the dead-letter queue with
 // NextDeadLetter and prints each record.
+//
+// On SQLite the demo process enqueues the jobs into the file (a new one in
+// a temporary directory unless --db names one), closes it and exits
+// before working any; a new demo process, which it starts, finds the jobs
+// in the file and works them: the jobs survive a restart.
 package main
 
 import (
@@ -18,32 +24,102 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/backend/sqlite"
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 func main() {
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: asyncplatform demo [-v]\n\n"+
-			"demo  runs a tour of the failure handling on the in-memory backend\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: asyncplatform demo [-v] [--backend memory|sqlite] [--db path]\n\n"+
+			"demo  runs a tour of the failure handling on the in-memory backend, or on a SQLite file\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if flag.NArg() != 1 || flag.Arg(0) != "demo" {
+	if flag.NArg() < 1 || flag.Arg(0) != "demo" {
 		flag.Usage()
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("demo", flag.ExitOnError)
-	verbose := fs.Bool("v", false, "also print the platform's own debug log")
+	var o options
+	fs.BoolVar(&o.verbose, "v", false, "also print the platform's own debug log")
+	fs.StringVar(&o.backend, "backend", "memory", "memory, or sqlite: jobs in a database file that outlives the process")
+	fs.StringVar(&o.db, "db", "", "with --backend sqlite: the database file (default: a new one in a temporary directory)")
+	fs.BoolVar(&o.resume, "resume", false, "with --backend sqlite: work the jobs a previous demo process left in --db, enqueue none")
 	_ = fs.Parse(flag.Args()[1:])
-	if err := demo(context.Background(), os.Stdout, *verbose); err != nil {
+	if fs.NArg() != 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err := run(context.Background(), os.Stdout, o); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
+}
+
+// options are the demo's flags.
+type options struct {
+	verbose bool
+	backend string // "memory" or "sqlite"
+	db      string // the SQLite file
+	resume  bool   // work the jobs in db, enqueue none
+}
+
+// run runs the demo on the backend o names.
+func run(ctx context.Context, out io.Writer, o options) error {
+	switch o.backend {
+	case "memory", "":
+		return demo(ctx, out, o.verbose)
+	case "sqlite":
+		if o.resume {
+			if o.db == "" {
+				return errors.New("--resume needs --db")
+			}
+			return demoOn(ctx, out, o.verbose, sqliteWorld(o.db), false)
+		}
+		return demoSQLite(ctx, out, o)
+	default:
+		return fmt.Errorf("--backend %q: want memory or sqlite", o.backend)
+	}
+}
+
+// demoSQLite enqueues the jobs into the file and exits, in effect: it
+// closes the file and starts a new demo process (this program again) that
+// works them.
+func demoSQLite(ctx context.Context, out io.Writer, o options) error {
+	if o.db == "" {
+		dir, err := os.MkdirTemp("", "asyncplatform-demo")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.db = filepath.Join(dir, "jobs.db")
+	}
+	if err := demoOn(ctx, out, o.verbose, sqliteWorld(o.db), true); err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := []string{"demo", "--backend", "sqlite", "--db", o.db, "--resume"}
+	if o.verbose {
+		args = append(args, "-v")
+	}
+	fmt.Fprintf(out, "\nThis process (pid %d) has closed %s without working a job, and ends here. A new demo process opens the file:\n\n", os.Getpid(), o.db)
+	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Stdout, cmd.Stderr = out, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("the new demo process: %w", err)
+	}
+	return nil
 }
 
 // printer serialises output lines from concurrent workers.
@@ -60,19 +136,60 @@ func (p *printer) f(format string, args ...any) {
 
 const queue = "demo"
 
+// world is where the demo's "processes" connect: each connect is a new
+// connection to the jobs (a worker process's), which Close cuts.
+type world struct {
+	about   string // how the jobs are kept, for the first line
+	connect func(ctx context.Context) (backend, error)
+	lease   time.Duration
+}
+
+// backend is a connection of the demo's.
+type backend interface {
+	driver.Backend
+	Close() error
+}
+
+func memoryWorld() world {
+	broker := memory.NewBroker() // several "worker processes" share it
+	return world{
+		about:   "here, in memory",
+		connect: func(context.Context) (backend, error) { return broker.Connect(), nil },
+	}
+}
+
+// sqliteWorld keeps the jobs in the file path. A worker that dies leaves
+// its job leased: the job comes back when the lease (one second) runs out.
+func sqliteWorld(path string) world {
+	return world{
+		about: "here, in the SQLite file " + path,
+		connect: func(ctx context.Context) (backend, error) {
+			return sqlite.New(ctx, sqlite.Config{Path: path, IdleWait: 100 * time.Millisecond})
+		},
+		lease: time.Second,
+	}
+}
+
 func demo(ctx context.Context, out io.Writer, verbose bool) error {
+	return demoOn(ctx, out, verbose, memoryWorld(), false)
+}
+
+// demoOn runs the demo on w. With enqueueOnly it enqueues the jobs and
+// returns; a later demoOn on the same jobs with enqueueOnly false finds
+// and works them without enqueueing any.
+func demoOn(ctx context.Context, out io.Writer, verbose bool, w world, enqueueOnly bool) error {
 	pr := &printer{w: out}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if verbose {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	broker := memory.NewBroker() // several "worker processes" share it
 	terminal := make(chan string, 16)
-	names := map[string]string{} // job ID → short name, for the output
-	name := func(j *ap.Job) string { return names[j.ID] }
+	// Each job's type is its short name in the output.
+	name := func(j *ap.Job) string { return j.Type }
 
 	cfg := func(worker int) ap.Config {
 		return ap.Config{
+			Lease:  w.lease,
 			Queues: map[string]ap.QueueConfig{queue: {Concurrency: 1, Prefetch: ap.Limit(0)}},
 			Policy: ap.Policy{
 				RetryLimit:  ap.Limit(2),
@@ -138,8 +255,18 @@ func demo(ctx context.Context, out io.Writer, verbose bool) error {
 	// job kills the process it runs in: its connection vanishes mid-job with
 	// no outcome, and a supervisor starts a new process.
 	crashed := make(chan int, 1)
+	var conns []backend
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
 	startWorker := func(n int) (*ap.Platform, error) {
-		conn := broker.Connect()
+		conn, err := w.connect(ctx)
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, conn)
 		p, err := ap.New(conn, cfg(n))
 		if err != nil {
 			return nil, err
@@ -162,7 +289,12 @@ func demo(ctx context.Context, out io.Writer, verbose bool) error {
 		return p, p.Start(ctx)
 	}
 
-	producer, err := ap.New(broker.Connect(), ap.Config{Logger: logger})
+	pconn, err := w.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer pconn.Close()
+	producer, err := ap.New(pconn, ap.Config{Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -180,15 +312,30 @@ func demo(ctx context.Context, out io.Writer, verbose bool) error {
 		{"busy", "busy", `{}`, "is rejected while a dependency is down"},
 		{"crash", "crash", `{}`, "kills its worker process every time (poison limit 3)"},
 	}
-	fmt.Fprintln(out, "asyncplatform demo: the same failure semantics on every backend; here, in memory.")
-	fmt.Fprintln(out, "\nEnqueueing seven jobs on queue \"demo\":")
-	for _, j := range jobs {
-		job := &ap.Job{Type: j.typ, Queue: queue, Payload: []byte(j.payload)}
-		if err := producer.Enqueue(ctx, job); err != nil {
+	remaining := len(jobs)
+	if !enqueueOnly && w.lease > 0 { // a demo process that finds the jobs in the file
+		st, err := pconn.Stats(ctx, queue)
+		if err != nil {
 			return err
 		}
-		names[job.ID] = j.name
-		fmt.Fprintf(out, "  %-8s %s\n", j.name, j.about)
+		remaining = int(st.Ready + st.Scheduled + st.InFlight)
+		fmt.Fprintf(out, "Found %d jobs on queue %q, enqueued by the demo process before this one (this is pid %d).\n", remaining, queue, os.Getpid())
+		if remaining == 0 {
+			return errors.New("no jobs to work")
+		}
+	} else {
+		fmt.Fprintf(out, "asyncplatform demo: the same failure semantics on every backend; %s.\n", w.about)
+		fmt.Fprintln(out, "\nEnqueueing seven jobs on queue \"demo\":")
+		for _, j := range jobs {
+			job := &ap.Job{Type: j.typ, Queue: queue, Payload: []byte(j.payload)}
+			if err := producer.Enqueue(ctx, job); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "  %-8s %s\n", j.name, j.about)
+		}
+		if enqueueOnly {
+			return nil
+		}
 	}
 	fmt.Fprintln(out, "\nWorking (try = attempts so far, this one included):")
 
@@ -198,7 +345,6 @@ func demo(ctx context.Context, out io.Writer, verbose bool) error {
 		return err
 	}
 	live := []*ap.Platform{p}
-	remaining := len(jobs)
 	timeout := time.After(30 * time.Second)
 	for remaining > 0 {
 		select {
@@ -225,7 +371,7 @@ func demo(ctx context.Context, out io.Writer, verbose bool) error {
 	for {
 		err := producer.NextDeadLetter(ctx, queue, func(_ context.Context, dl ap.DeadLetter) (bool, error) {
 			fmt.Fprintf(out, "  %-8s reason=%-16s tries=%d (failures %d, crashes %d) by %s\n",
-				names[dl.Job.ID], dl.Reason, dl.Job.TryCount, dl.Job.Failures, dl.Job.Crashes, dl.Worker)
+				dl.Job.Type, dl.Reason, dl.Job.TryCount, dl.Job.Failures, dl.Job.Crashes, dl.Worker)
 			fmt.Fprintf(out, "           last error: %s\n", firstLine(dl.Error))
 			for _, e := range dl.Job.Errors {
 				fmt.Fprintf(out, "           history:    %s\n", e)
