@@ -118,7 +118,7 @@ func makeQueries(p string) queries {
 		ready:   q(`SELECT 1 FROM {{p}}_jobs WHERE queue = ? AND run_at <= NOW LIMIT 1`),
 		pick:    q(`SELECT id, run_at FROM {{p}}_jobs WHERE queue = ? AND run_at <= NOW ORDER BY run_at, id LIMIT ?`),
 		claim: q(`UPDATE {{p}}_jobs SET token = ?, deliveries = deliveries + 1, run_at = NOW + ?
-			WHERE id IN (SELECT value FROM json_each(?)) RETURNING id, deliveries, substr(body, 1, ?)`),
+			WHERE id IN (SELECT value FROM json_each(?)) RETURNING id, deliveries, substr(CAST(body AS BLOB), 1, ?)`),
 		nextDue: q(`SELECT min(run_at) - NOW FROM {{p}}_jobs WHERE queue = ? AND run_at > NOW`),
 		unclaim: q(`UPDATE {{p}}_jobs SET token = 0, deliveries = deliveries - 1, run_at = ? WHERE id = ? AND token = ?`),
 		ack:     q(`DELETE FROM {{p}}_jobs WHERE id = ? AND ` + held),
@@ -129,11 +129,11 @@ func makeQueries(p string) queries {
 		insertDead: q(`INSERT INTO {{p}}_dead (queue, rec_id, body) VALUES (?, ?, ?)`),
 		nextDead: q(`UPDATE {{p}}_dead SET token = ?, held_until = NOW + ?
 			WHERE id = (SELECT id FROM {{p}}_dead WHERE queue = ? AND held_until <= NOW ORDER BY id LIMIT 1)
-			RETURNING id, substr(rec_id, 1, ?), substr(body, 1, ?)`),
+			RETURNING id, substr(rec_id, 1, ?), substr(CAST(body AS BLOB), 1, ?)`),
 		extendDead:  q(`UPDATE {{p}}_dead SET held_until = NOW + ? WHERE id = ? AND token = ? AND held_until > NOW`),
 		removeDead:  q(`DELETE FROM {{p}}_dead WHERE id = ? AND token = ? AND held_until > NOW`),
 		releaseDead: q(`UPDATE {{p}}_dead SET held_until = 0, token = 0 WHERE id = ? AND token = ? AND held_until > NOW`),
-		listDead:    q(`SELECT id, substr(rec_id, 1, ?), substr(body, 1, ?) FROM {{p}}_dead WHERE queue = ? AND id > ? ORDER BY id LIMIT ?`),
+		listDead:    q(`SELECT id, substr(rec_id, 1, ?), substr(CAST(body AS BLOB), 1, ?) FROM {{p}}_dead WHERE queue = ? AND id > ? ORDER BY id LIMIT ?`),
 		deleteDead:  q(`DELETE FROM {{p}}_dead WHERE queue = ? AND rec_id = ? AND held_until <= NOW`),
 		purge:       q(`DELETE FROM {{p}}_dead WHERE queue = ?`),
 
