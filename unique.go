@@ -264,19 +264,8 @@ func enqueueClaiming(ctx context.Context, c *unique.Claims, jobs []*Job, put cla
 		return fmt.Errorf("asyncplatform: %w", err)
 	}
 	held := make([][]byte, len(jobs))
-	byQueue := map[string][]int{}
-	var order []string
-	for i, j := range jobs {
-		if _, dup := plan.Dups[i]; dup {
-			continue
-		}
-		if _, ok := byQueue[j.Queue]; !ok {
-			order = append(order, j.Queue)
-		}
-		byQueue[j.Queue] = append(byQueue[j.Queue], i)
-	}
-	for _, q := range order {
-		idx := byQueue[q]
+	for _, idx := range claimGroups(jobs, plan.Dups) {
+		q := jobs[idx[0]].Queue
 		for lo := 0; lo < len(idx); lo += driver.MaxBatch {
 			part := idx[lo:min(lo+driver.MaxBatch, len(idx))]
 			out := make([]*Job, len(part))
@@ -312,6 +301,29 @@ func enqueueClaiming(ctx context.Context, c *unique.Claims, jobs []*Job, put cla
 		return errs[0]
 	}
 	return &BatchError{Errs: errs}
+}
+
+// claimGroups returns the jobs to send, by queue in the order of their
+// first job: the indexes of each queue's jobs, without those in dups.
+func claimGroups(jobs []*Job, dups map[int]int) [][]int {
+	if len(jobs) == 1 { // the common case, without a map
+		return [][]int{{0}}
+	}
+	at := map[string]int{}
+	var groups [][]int
+	for i, j := range jobs {
+		if _, dup := dups[i]; dup {
+			continue
+		}
+		g, ok := at[j.Queue]
+		if !ok {
+			g = len(groups)
+			at[j.Queue] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
 }
 
 // putGrouped stores jobs with one put per queue, in order.

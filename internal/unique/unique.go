@@ -425,6 +425,7 @@ func (c *Claims) Plan(reqs []Request) (Planned, error) {
 		return Planned{}, err
 	}
 	p := Planned{Claims: make([]Claim, len(reqs)), Items: make([]*driver.BatchItem, len(reqs))}
+	backing := make([]driver.BatchItem, len(reqs)) // one allocation for every item
 	var first map[string]int
 	for i, r := range reqs {
 		if r.Key == "" {
@@ -452,7 +453,8 @@ func (c *Claims) Plan(reqs []Request) (Planned, error) {
 			return Planned{}, fmt.Errorf("taking unique key %q of job %s: %w", r.Key, r.JobID, err)
 		}
 		p.Claims[i] = Claim{Key: r.Key, Rev: AnyRev, Token: tok, Window: r.Window, Release: r.Release}
-		p.Items[i] = &it
+		backing[i] = it
+		p.Items[i] = &backing[i]
 	}
 	return p, nil
 }
