@@ -385,6 +385,7 @@ type Platform struct {
 	pz       *pause.Engine            // paused queues and groups (internal/pause)
 	lim      *admit.Gate              // job-type limits (internal/admit)
 	claims   *unique.Claims           // unique-key claims (internal/unique)
+	claimer  driver.ClaimingEnqueuer  // claims with the enqueue, when the backend can (nil: Take, then Enqueue)
 	sched    *schedule.Scheduler[Job] // periodic jobs (internal/schedule)
 
 	mu      sync.Mutex // guards handlers writes and the fields below
@@ -446,6 +447,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	}
 	p.pz = newPauses(p)
 	p.claims = newClaims(backend, p.log, cfg.Lease)
+	p.claimer = claimingEnqueuer(backend)
 	if p.lim, err = newGate(backend, cfg); err != nil {
 		return nil, err
 	}
@@ -693,6 +695,11 @@ func (p *Platform) enqueueJobs(ctx context.Context, jobs []*Job) error {
 		}
 	}
 	if needsUnique(jobs) {
+		if p.claimer != nil {
+			return enqueueClaiming(ctx, p.claims, jobs, func(ctx context.Context, q string, js []*Job, items []*driver.BatchItem) ([][]byte, error) {
+				return p.putClaiming(ctx, p.claimer, q, js, items)
+			})
+		}
 		return enqueueUnique(ctx, p.claims, jobs, p.put)
 	}
 	if len(jobs) == 1 { // the common case, without grouping
@@ -781,33 +788,10 @@ func (p *Platform) putTracked(ctx context.Context, queue string, jobs []*Job, ch
 	if err := p.declare(ctx, queue); err != nil {
 		return err
 	}
-	var refs []payload.Key
-	msgs := make([]driver.Message, len(jobs))
-	tracked := p.status.Tracks(queue)
-	if track {
-		tracked = true
-	}
-	for i, j := range jobs {
-		if tracked || p.codec.Dedupe {
-			j = withStatusNonce(j)
-		}
-		if check && p.payloads != nil {
-			off, err := p.offload(ctx, j) // a copy: the caller's job keeps its payload
-			if err != nil {
-				p.payloads.DropAll(ctx, refs)
-				return err
-			}
-			if off != j {
-				refs = append(refs, payload.Key{Job: off.ID, Ref: off.payloadRef})
-				j = off
-			}
-		}
-		msgs[i] = encodeMessage(p.codec, j)
-		if check && len(msgs[i].Body) > p.codec.MaxBody-envelopeHeadroom {
-			p.payloads.DropAll(ctx, refs)
-			return fmt.Errorf("%w: job %s of type %q has a %d-byte payload; this backend carries at most %d bytes for it (see MaxPayload)",
-				ErrPayloadTooLarge, j.ID, j.Type, len(j.Payload), p.MaxPayload(*j))
-		}
+	tracked := p.status.Tracks(queue) || track
+	msgs, _, err := p.encodeJobs(ctx, jobs, check, tracked)
+	if err != nil {
+		return err
 	}
 	if err := p.backend.Enqueue(ctx, queue, msgs); err != nil {
 		// Some jobs may be stored and point at their payloads: keep them all
@@ -824,6 +808,95 @@ func (p *Platform) putTracked(ctx context.Context, queue string, jobs []*Job, ch
 		p.status.Requeued(ctx, statusJobs(jobs))
 	}
 	return nil
+}
+
+// encodeJobs encodes jobs as messages, with their payloads offloaded when
+// check (refs: the payloads offloaded, one entry a job, zero where none)
+// and their status nonces when tracked or the backend deduplicates. On
+// error, the payloads offloaded are dropped.
+func (p *Platform) encodeJobs(ctx context.Context, jobs []*Job, check, tracked bool) ([]driver.Message, []payload.Key, error) {
+	var refs []payload.Key
+	msgs := make([]driver.Message, len(jobs))
+	for i, j := range jobs {
+		if tracked || p.codec.Dedupe {
+			j = withStatusNonce(j)
+		}
+		if check && p.payloads != nil {
+			off, err := p.offload(ctx, j) // a copy: the caller's job keeps its payload
+			if err != nil {
+				p.payloads.DropAll(ctx, refs)
+				return nil, nil, err
+			}
+			if off != j {
+				if refs == nil {
+					refs = make([]payload.Key, len(jobs))
+				}
+				refs[i] = payload.Key{Job: off.ID, Ref: off.payloadRef}
+				j = off
+			}
+		}
+		msgs[i] = encodeMessage(p.codec, j)
+		if check && len(msgs[i].Body) > p.codec.MaxBody-envelopeHeadroom {
+			p.payloads.DropAll(ctx, refs)
+			return nil, nil, fmt.Errorf("%w: job %s of type %q has a %d-byte payload; this backend carries at most %d bytes for it (see MaxPayload)",
+				ErrPayloadTooLarge, j.ID, j.Type, len(j.Payload), p.MaxPayload(*j))
+		}
+	}
+	return msgs, refs, nil
+}
+
+// putClaiming is put through the backend's driver.ClaimingEnqueuer: each
+// job with an item is stored only when the item's key is created, in the
+// same call. held has one entry a job: the value holding the key of each
+// job refused, nil for the others. The payloads of refused jobs are
+// dropped; their status is not written.
+func (p *Platform) putClaiming(ctx context.Context, ce driver.ClaimingEnqueuer, queue string, jobs []*Job, items []*driver.BatchItem) (held [][]byte, err error) {
+	if err := p.declare(ctx, queue); err != nil {
+		return nil, err
+	}
+	msgs, refs, err := p.encodeJobs(ctx, jobs, true, p.status.Tracks(queue))
+	if err != nil {
+		return nil, err
+	}
+	cms := make([]driver.ClaimMessage, len(msgs))
+	for i := range msgs {
+		cms[i] = driver.ClaimMessage{Message: msgs[i], Claim: items[i]}
+	}
+	rs, err := driver.EnqueueClaiming(ctx, ce, queue, cms)
+	if err != nil {
+		if errors.Is(err, driver.ErrTooLarge) {
+			return nil, fmt.Errorf("%w: queue %q: %w", ErrPayloadTooLarge, queue, err)
+		}
+		return nil, fmt.Errorf("asyncplatform: enqueue to queue %q: %w", queue, err)
+	}
+	stored := jobs
+	for i, r := range rs {
+		if r.Err == nil {
+			continue
+		}
+		if held == nil {
+			held = make([][]byte, len(jobs))
+			stored = nil
+		}
+		held[i] = r.Value
+		if held[i] == nil {
+			held[i] = []byte{}
+		}
+		if refs != nil && refs[i].Ref != "" {
+			p.payloads.Drop(ctx, refs[i].Job, refs[i].Ref)
+		}
+	}
+	if held != nil {
+		for i, j := range jobs {
+			if held[i] == nil {
+				stored = append(stored, j)
+			}
+		}
+	}
+	if p.status.Tracks(queue) && len(stored) > 0 {
+		p.status.Enqueued(ctx, statusJobs(stored))
+	}
+	return held, nil
 }
 
 // envelopeHeadroom is kept free below the backend's limit by MaxPayload: for

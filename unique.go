@@ -149,6 +149,20 @@ func newClaims(b driver.Backend, log *slog.Logger, lease time.Duration) *unique.
 	return unique.New(cfg)
 }
 
+// claimingEnqueuer returns the backend's driver.ClaimingEnqueuer when it
+// has one that claims with its enqueue in the store the platform's claims
+// live in (the backend is its own store), else nil.
+func claimingEnqueuer(b driver.Backend) driver.ClaimingEnqueuer {
+	ce, ok := b.(driver.ClaimingEnqueuer)
+	if !ok || !ce.ClaimsWithEnqueue() {
+		return nil
+	}
+	if st, err := driver.StoreOf(b); err != nil || any(st) != any(b) {
+		return nil
+	}
+	return ce
+}
+
 // uniqueError is the public form of the engine's refusal.
 func uniqueError(h *unique.HeldError) *UniqueError {
 	return &UniqueError{Key: h.Key, JobID: h.JobID, Holder: h.Holder}
@@ -164,14 +178,7 @@ type putFunc func(ctx context.Context, queue string, jobs []*Job, check bool) er
 // with refusals gets a *BatchError after the others are stored. When the
 // store fails, the keys taken are given back.
 func enqueueUnique(ctx context.Context, c *unique.Claims, jobs []*Job, put putFunc) error {
-	reqs := make([]unique.Request, len(jobs))
-	for i, j := range jobs {
-		w := j.UniqueWindow
-		if w == 0 {
-			w = DefaultUniqueWindow
-		}
-		reqs[i] = unique.Request{Key: j.UniqueKey, JobID: j.ID, Window: w, Release: unique.Release(j.UniqueRelease)}
-	}
+	reqs := uniqueRequests(jobs)
 	claims, refused, err := c.Take(ctx, reqs)
 	if err != nil {
 		return fmt.Errorf("asyncplatform: %w", err)
@@ -190,22 +197,10 @@ func enqueueUnique(ctx context.Context, c *unique.Claims, jobs []*Job, put putFu
 	}
 	out := make([]*Job, 0, len(jobs))
 	for i, j := range jobs {
-		_, stale := j.Headers[UniqueHeader]
-		switch {
-		case errs != nil && errs[i] != nil:
+		if errs != nil && errs[i] != nil {
 			continue
-		case j.UniqueKey != "":
-			cp := *j
-			cp.Headers = cloneHeaders(j.Headers)
-			cp.Headers[UniqueHeader] = claims[i].Header()
-			j = &cp
-		case stale: // a delivered job enqueued again: its claim is not its own
-			cp := *j
-			cp.Headers = cloneHeaders(j.Headers)
-			delete(cp.Headers, UniqueHeader)
-			j = &cp
 		}
-		out = append(out, j)
+		out = append(out, withClaim(j, claims[i]))
 	}
 	if err := putGrouped(ctx, out, put); err != nil {
 		c.GiveBack(ctx, claims)
@@ -215,6 +210,120 @@ func enqueueUnique(ctx context.Context, c *unique.Claims, jobs []*Job, put putFu
 		return &BatchError{Errs: errs}
 	}
 	return nil
+}
+
+// uniqueRequests returns the claim request of each job (prepared).
+func uniqueRequests(jobs []*Job) []unique.Request {
+	reqs := make([]unique.Request, len(jobs))
+	for i, j := range jobs {
+		w := j.UniqueWindow
+		if w == 0 {
+			w = DefaultUniqueWindow
+		}
+		reqs[i] = unique.Request{Key: j.UniqueKey, JobID: j.ID, Window: w, Release: unique.Release(j.UniqueRelease)}
+	}
+	return reqs
+}
+
+// withClaim returns the job as it is stored: a unique job a copy carrying
+// its claim cl in UniqueHeader, a job without a key and with a stale claim
+// (a delivered job enqueued again: its claim is not its own) a copy
+// without the header, any other job itself.
+func withClaim(j *Job, cl unique.Claim) *Job {
+	_, stale := j.Headers[UniqueHeader]
+	switch {
+	case j.UniqueKey != "":
+		cp := *j
+		cp.Headers = cloneHeaders(j.Headers)
+		cp.Headers[UniqueHeader] = cl.Header()
+		return &cp
+	case stale:
+		cp := *j
+		cp.Headers = cloneHeaders(j.Headers)
+		delete(cp.Headers, UniqueHeader)
+		return &cp
+	}
+	return j
+}
+
+// claimPutFunc stores jobs of one queue, each with its claim's store item
+// (nil: none), in one call (Platform.putClaiming).
+type claimPutFunc func(ctx context.Context, queue string, jobs []*Job, items []*driver.BatchItem) (held [][]byte, err error)
+
+// enqueueClaiming is enqueueUnique on a backend that creates each claim in
+// the same call as its job's enqueue (driver.ClaimingEnqueuer): the claims
+// (keys, values, windows, release policies) are the ones Take would write,
+// carried at unique.AnyRev, and the refusals the same, a job refused by a
+// held key not stored. The jobs go with one call per queue and up to
+// driver.MaxBatch jobs; when a call fails, the claims it may have created
+// are given back, those of the calls before it stay with their stored jobs.
+func enqueueClaiming(ctx context.Context, c *unique.Claims, jobs []*Job, put claimPutFunc) error {
+	reqs := uniqueRequests(jobs)
+	plan, err := c.Plan(reqs)
+	if err != nil {
+		return fmt.Errorf("asyncplatform: %w", err)
+	}
+	held := make([][]byte, len(jobs))
+	for _, idx := range claimGroups(jobs, plan.Dups) {
+		q := jobs[idx[0]].Queue
+		for lo := 0; lo < len(idx); lo += driver.MaxBatch {
+			part := idx[lo:min(lo+driver.MaxBatch, len(idx))]
+			out := make([]*Job, len(part))
+			items := make([]*driver.BatchItem, len(part))
+			for k, i := range part {
+				out[k], items[k] = withClaim(jobs[i], plan.Claims[i]), plan.Items[i]
+			}
+			h, err := put(ctx, q, out, items)
+			if err != nil {
+				given := make([]unique.Claim, len(jobs))
+				for _, i := range part {
+					given[i] = plan.Claims[i]
+				}
+				c.GiveBackPlanned(ctx, reqs, given)
+				return err
+			}
+			for k, v := range h {
+				held[part[k]] = v
+			}
+		}
+	}
+	refused := plan.Refused(reqs, held)
+	if refused == nil {
+		return nil
+	}
+	errs := make([]error, len(jobs))
+	for i, h := range refused {
+		if h != nil {
+			errs[i] = uniqueError(h)
+		}
+	}
+	if len(jobs) == 1 {
+		return errs[0]
+	}
+	return &BatchError{Errs: errs}
+}
+
+// claimGroups returns the jobs to send, by queue in the order of their
+// first job: the indexes of each queue's jobs, without those in dups.
+func claimGroups(jobs []*Job, dups map[int]int) [][]int {
+	if len(jobs) == 1 { // the common case, without a map
+		return [][]int{{0}}
+	}
+	at := map[string]int{}
+	var groups [][]int
+	for i, j := range jobs {
+		if _, dup := dups[i]; dup {
+			continue
+		}
+		g, ok := at[j.Queue]
+		if !ok {
+			g = len(groups)
+			at[j.Queue] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
 }
 
 // putGrouped stores jobs with one put per queue, in order.

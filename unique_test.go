@@ -335,3 +335,110 @@ func TestUniqueRedriveSkipsBadClaim(t *testing.T) {
 		t.Fatalf("left %d letters; want the two bad ones", len(page.Letters))
 	}
 }
+
+// countingMemory is a memory backend that counts the claims it is asked
+// for apart from the enqueue (Create, CreateEach) and the claiming
+// enqueues.
+type countingMemory struct {
+	*memory.Backend
+	creates, claiming atomic.Int32
+}
+
+func (b *countingMemory) Create(ctx context.Context, key string, value []byte, ttl time.Duration) (string, error) {
+	b.creates.Add(1)
+	return b.Backend.Create(ctx, key, value, ttl)
+}
+
+func (b *countingMemory) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	b.creates.Add(1)
+	return b.Backend.CreateEach(ctx, items)
+}
+
+func (b *countingMemory) EnqueueClaiming(ctx context.Context, queue string, msgs []driver.ClaimMessage) ([]driver.ClaimResult, error) {
+	b.claiming.Add(1)
+	return b.Backend.EnqueueClaiming(ctx, queue, msgs)
+}
+
+// hiddenClaims is a backend whose store is a companion (StoreProvider):
+// its ClaimingEnqueuer is not the store's, so the platform takes claims
+// with CreateEach before the Enqueue.
+type hiddenClaims struct {
+	driver.Backend
+	store driver.Store
+}
+
+func (b hiddenClaims) Store() (driver.Store, error) { return b.store, nil }
+
+// On a backend that is its own store and claims with its enqueue, a unique
+// job costs one call (EnqueueClaiming), no Create of its own; on one that
+// is not, the claim is a CreateEach before the Enqueue; the refusals, the
+// jobs stored and the releases are the same.
+func TestUniqueClaimsWithEnqueue(t *testing.T) {
+	t.Parallel()
+	for _, claiming := range []bool{true, false} {
+		t.Run(map[bool]string{true: "claiming", false: "fallback"}[claiming], func(t *testing.T) {
+			t.Parallel()
+			mem := &countingMemory{Backend: memory.NewBroker().Connect()}
+			var b driver.Backend = mem
+			if !claiming {
+				b = hiddenClaims{Backend: struct{ driver.Backend }{mem}, store: mem}
+			}
+			p, err := New(b, Config{Logger: quietLog})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			first := &Job{Type: "t", UniqueKey: "a"}
+			if err := p.Enqueue(ctx, first); err != nil {
+				t.Fatal(err)
+			}
+			var ue *UniqueError
+			if err := p.Enqueue(ctx, &Job{Type: "t", UniqueKey: "a"}); !errors.As(err, &ue) || ue.Holder != first.ID {
+				t.Fatalf("Enqueue of a held key = %v; want a *UniqueError naming %s", err, first.ID)
+			}
+			jobs := []*Job{{Type: "t", UniqueKey: "a"}, {Type: "t"}, {Type: "t", UniqueKey: "b"}, {Type: "t", UniqueKey: "b"}, {Type: "t", Queue: "other", UniqueKey: "c"}}
+			var be *BatchError
+			if err := p.EnqueueBatch(ctx, jobs); !errors.As(err, &be) {
+				t.Fatalf("EnqueueBatch = %v; want a *BatchError", err)
+			}
+			for i, holder := range []string{first.ID, "", "", jobs[2].ID, ""} {
+				var ue *UniqueError
+				if (be.Errs[i] != nil) != (holder != "") || (holder != "" && (!errors.As(be.Errs[i], &ue) || ue.Holder != holder)) {
+					t.Errorf("Errs[%d] = %v; want held by %q", i, be.Errs[i], holder)
+				}
+			}
+			if s, _ := p.Stats(ctx, DefaultQueue); s.Ready != 3 {
+				t.Fatalf("%d ready; want 3 (a, the keyless one, b)", s.Ready)
+			}
+			creates, calls := mem.creates.Load(), mem.claiming.Load()
+			if claiming && (creates != 0 || calls != 4) {
+				t.Errorf("%d Creates and %d EnqueueClaiming; want 0 and 4 (one a call, one a queue of the batch)", creates, calls)
+			}
+			if !claiming && (creates == 0 || calls != 0) {
+				t.Errorf("%d Creates and %d EnqueueClaiming; want some and 0", creates, calls)
+			}
+			// The claims are released as before: on success.
+			done := make(chan struct{}, 8)
+			if err := p.Handle("t", func(context.Context, *Job) error { done <- struct{}{}; return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer p.Stop(ctx)
+			for range 3 {
+				<-done
+			}
+			for deadline := time.Now().Add(time.Minute); ; {
+				err := p.Enqueue(ctx, &Job{Type: "x", UniqueKey: "a", NotBefore: time.Now().Add(time.Hour)})
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, ErrDuplicate) || time.Now().After(deadline) {
+					t.Fatalf("Enqueue of key a after its job succeeded: %v; want it free", err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}

@@ -124,6 +124,7 @@ func cases() []testCase {
 		{"Unique/FreeAfterDeadLetter", testUniqueAfterDeadLetter},
 		{"Unique/FreeAfterWindow", testUniqueAfterWindow},
 		{"Unique/ConcurrentProcesses", testUniqueProcesses},
+		{"Unique/BatchPartlyHeld", testUniqueBatchPartlyHeld},
 		{"Schedule/OnePerTick", testScheduleOnePerTick},
 		{"Schedule/OnePerTickProcesses", testScheduleProcesses},
 		{"Schedule/RestartSkipsMissed", testScheduleRestartSkips},

@@ -236,3 +236,67 @@ func uniqueChild(t *testing.T, k *kid, _ string) {
 	wg.Wait()
 	k.waitStdin()
 }
+
+// testUniqueBatchPartlyHeld: a held key refuses a single Enqueue (naming
+// the holder); an EnqueueBatch with some keys held (by a stored job, or by
+// an earlier job of the batch) stores the others and returns a BatchError
+// with one entry a job; no refused job is ever handled; each key is
+// released as its job succeeds.
+func testUniqueBatchPartlyHeld(t *testing.T, e *env) {
+	p := e.producer()
+	ctx := ctxT(t, e.opts.Wait)
+	k1, k2 := e.queue+"/b1", e.queue+"/b2"
+	a := &ap.Job{Type: "u", Queue: e.queue, UniqueKey: k1}
+	e.enqueue(p, a)
+	var ue *ap.UniqueError
+	if err := p.Enqueue(ctx, &ap.Job{Type: "u", Queue: e.queue, UniqueKey: k1}); !errors.As(err, &ue) || ue.Holder != a.ID {
+		t.Fatalf("a second job of a held key: %v; want a *UniqueError naming holder %s", err, a.ID)
+	}
+	batch := []*ap.Job{
+		{Type: "u", Queue: e.queue, UniqueKey: k1}, // held by a
+		{Type: "u", Queue: e.queue, UniqueKey: k2}, // free
+		{Type: "u", Queue: e.queue},                // no key
+		{Type: "u", Queue: e.queue, UniqueKey: k2}, // held by the batch's second
+	}
+	err := p.EnqueueBatch(ctx, batch)
+	var be *ap.BatchError
+	if !errors.As(err, &be) || len(be.Errs) != len(batch) {
+		t.Fatalf("EnqueueBatch with held keys: %v; want a *BatchError with %d entries", err, len(batch))
+	}
+	for i, want := range []string{a.ID, "", "", batch[1].ID} {
+		var ue *ap.UniqueError
+		switch {
+		case want == "" && be.Errs[i] != nil:
+			t.Errorf("batch job %d: %v; want it stored", i, be.Errs[i])
+		case want != "" && (!errors.As(be.Errs[i], &ue) || ue.Holder != want || ue.JobID != batch[i].ID):
+			t.Errorf("batch job %d: %v; want a *UniqueError of job %s naming holder %s", i, be.Errs[i], batch[i].ID, want)
+		}
+	}
+	var mu sync.Mutex
+	handled := map[string]int{}
+	e.worker(e.config()).handle(t, "u", func(_ context.Context, j *ap.Job) error {
+		mu.Lock()
+		handled[j.ID]++
+		mu.Unlock()
+		return nil
+	}).start(t)
+	stored := []string{a.ID, batch[1].ID, batch[2].ID}
+	e.waitFor("the stored jobs to run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range stored {
+			if handled[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	e.settle()
+	mu.Lock()
+	if len(handled) != len(stored) {
+		t.Errorf("jobs handled: %v; want only %v (a refused job is not stored)", handled, stored)
+	}
+	mu.Unlock()
+	enqueueFree(t, e, p, &ap.Job{Type: "u", Queue: e.queue, UniqueKey: k1})
+	enqueueFree(t, e, p, &ap.Job{Type: "u", Queue: e.queue, UniqueKey: k2})
+}

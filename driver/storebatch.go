@@ -282,18 +282,20 @@ func each(ctx context.Context, n int, sentinel error, call func(context.Context,
 }
 
 // StoreValueDeleter is an optional interface of a Store: DeleteValue
-// removes key only when it is present at revision rev and holds exactly
-// value, in one round trip; ErrRevision otherwise (nothing removed).
+// removes key only when it is present at revision rev (any revision, when
+// rev is empty) and holds exactly value, in one round trip; ErrRevision
+// otherwise (nothing removed).
 // Callers reach it through DeleteValue, which falls back to a Get and a
 // Delete at the revision on a Store without it.
 type StoreValueDeleter interface {
 	DeleteValue(ctx context.Context, key, rev string, value []byte) error
 }
 
-// DeleteValue removes key when it is at revision rev and holds exactly
-// value, through s's StoreValueDeleter, or with a Get and a Delete at rev
-// on a Store without it: nil when removed, ErrRevision when the key is
-// absent, at another revision or holds another value.
+// DeleteValue removes key when it is at revision rev (any, when rev is
+// empty) and holds exactly value, through s's StoreValueDeleter, or with a
+// Get and a Delete at the revision read on a Store without it: nil when
+// removed, ErrRevision when the key is absent, at another revision or
+// holds another value.
 func DeleteValue(ctx context.Context, s Store, key, rev string, value []byte) error {
 	if d, ok := s.(StoreValueDeleter); ok {
 		return d.DeleteValue(ctx, key, rev, value)
@@ -304,8 +306,8 @@ func DeleteValue(ctx context.Context, s Store, key, rev string, value []byte) er
 		return ErrRevision
 	case err != nil:
 		return err
-	case cur != rev || !bytes.Equal(v, value):
+	case (rev != "" && cur != rev) || !bytes.Equal(v, value):
 		return ErrRevision
 	}
-	return s.Delete(ctx, key, rev)
+	return s.Delete(ctx, key, cur)
 }

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"bytes"
 	"container/heap"
 	"context"
 	"fmt"
@@ -240,4 +241,37 @@ func (b *Backend) Close() error {
 		}
 	})
 	return nil
+}
+
+var _ driver.ClaimingEnqueuer = (*Backend)(nil)
+
+// ClaimsWithEnqueue implements driver.ClaimingEnqueuer: always.
+func (b *Backend) ClaimsWithEnqueue() bool { return true }
+
+// EnqueueClaiming implements driver.ClaimingEnqueuer: under one hold of
+// the broker's lock and the store's.
+func (b *Backend) EnqueueClaiming(ctx context.Context, name string, msgs []driver.ClaimMessage) ([]driver.ClaimResult, error) {
+	if err := b.lock(); err != nil {
+		return nil, err
+	}
+	defer b.broker.mu.Unlock()
+	kv, err := b.kv()
+	if err != nil {
+		return nil, err
+	}
+	defer kv.mu.Unlock()
+	q := b.broker.queue(name)
+	now := time.Now()
+	out := make([]driver.ClaimResult, len(msgs))
+	for i, m := range msgs {
+		if c := m.Claim; c != nil {
+			if e := kv.entries[c.Key]; e.live(now) {
+				out[i] = driver.ClaimResult{Err: driver.ErrKeyExists, Value: bytes.Clone(e.value)}
+				continue
+			}
+			kv.put(c.Key, c.Value, c.TTL, now)
+		}
+		b.broker.put(q, &message{id: m.ID, body: m.Body, notBefore: m.NotBefore}, now)
+	}
+	return out, nil
 }

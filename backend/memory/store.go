@@ -226,7 +226,12 @@ func (b *Backend) DeleteValue(ctx context.Context, key, rev string, value []byte
 		return err
 	}
 	defer kv.mu.Unlock()
-	e := kv.at(key, rev, time.Now())
+	e := kv.entries[key]
+	if rev != "" {
+		e = kv.at(key, rev, time.Now())
+	} else if !e.live(time.Now()) {
+		e = nil
+	}
 	if e == nil || !bytes.Equal(e.value, value) {
 		return driver.ErrRevision
 	}

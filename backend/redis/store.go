@@ -419,10 +419,11 @@ func (b *Backend) ListEach(ctx context.Context, prefixes []string, limit int) ([
 
 var _ driver.StoreValueDeleter = (*Backend)(nil)
 
-// ARGV: key, revision, value. Returns 1 when the key was at that revision
+// ARGV: key, revision ("": any), value. Returns 1 when the key was at that revision
 // with that value and is deleted, else 0.
 var storeDeleteValueScript = goredis.NewScript(luaKV + `
-if meta(ARGV[1], now_us()) ~= ARGV[2] then return 0 end
+local r = meta(ARGV[1], now_us())
+if not r or (ARGV[2] ~= '' and r ~= ARGV[2]) then return 0 end
 if redis.call('HGET', KEYS[1], 'v:' .. ARGV[1]) ~= ARGV[3] then return 0 end
 drop(ARGV[1])
 return 1

@@ -1047,3 +1047,28 @@ func testDeleteValue(t *testing.T, e *env) {
 		t.Errorf("Get after DeleteValue: %v, want ErrKeyNotFound", err)
 	}
 }
+
+// testDeleteValueAnyRev: DeleteValue with an empty revision removes a key
+// at whatever revision it is, only when it holds exactly the value given.
+func testDeleteValueAnyRev(t *testing.T, e *env) {
+	s, ctx := e.raw, e.ctx()
+	key := e.ns + "/dva/k"
+	val := []byte("\x00token-of-22-bytes-yyyjob-2")
+	rev, err := s.Create(ctx, key, val, e.scaled(time.Hour))
+	must(t, "Create", err)
+	rev, err = s.Update(ctx, key, val, rev, e.scaled(time.Hour)) // a revision of its own, not the first
+	must(t, "Update", err)
+	if err := driver.DeleteValue(ctx, s, key, "", append(slices.Clone(val[:len(val)-1]), 'X')); !errors.Is(err, driver.ErrRevision) {
+		t.Errorf("DeleteValue at any revision with another value: %v, want ErrRevision", err)
+	}
+	if err := driver.DeleteValue(ctx, s, e.ns+"/dva/absent", "", val); !errors.Is(err, driver.ErrRevision) {
+		t.Errorf("DeleteValue at any revision of an absent key: %v, want ErrRevision", err)
+	}
+	if v, cur, err := s.Get(ctx, key); err != nil || cur != rev || !bytes.Equal(v, val) {
+		t.Fatalf("after refused DeleteValues: %q at %q (%v); want the key untouched", v, cur, err)
+	}
+	must(t, "DeleteValue at any revision", driver.DeleteValue(ctx, s, key, "", val))
+	if _, _, err := s.Get(ctx, key); !errors.Is(err, driver.ErrKeyNotFound) {
+		t.Errorf("Get after DeleteValue at any revision: %v, want ErrKeyNotFound", err)
+	}
+}

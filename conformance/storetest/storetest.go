@@ -112,6 +112,7 @@ func cases() []testCase {
 		{"Batch/EachAsSingle", testBatch},
 		{"Batch/UpdateEach", testUpdateEach},
 		{"Delete/IfValue", testDeleteValue},
+		{"Delete/IfValueAnyRev", testDeleteValueAnyRev},
 		{"Durability/Restart", testRestart},
 	}
 }

@@ -96,6 +96,20 @@ func (s *Store) Create(ctx context.Context, key string, value []byte, ttl time.D
 	return rev, opErr("create", key, err)
 }
 
+// Item returns the driver's item that creates key with value for ttl, as
+// Create would (checked, in the store's namespace), for a caller that
+// creates it through the driver itself (driver.ClaimingEnqueuer).
+func (s *Store) Item(key string, value []byte, ttl time.Duration) (driver.BatchItem, error) {
+	if s.zero() {
+		return driver.BatchItem{}, opErr("create", key, ErrNil)
+	}
+	ttl, err := checkWrite(key, value, ttl)
+	if err != nil {
+		return driver.BatchItem{}, opErr("create", key, err)
+	}
+	return driver.BatchItem{Key: s.ns + key, Value: value, TTL: ttl}, nil
+}
+
 // Update writes key only when it is present at revision rev;
 // driver.ErrRevision otherwise.
 func (s *Store) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (newRev string, err error) {
@@ -128,9 +142,9 @@ func (s *Store) Delete(ctx context.Context, key, rev string) error {
 	return opErr("delete", key, s.d.Delete(ctx, s.ns+key, rev))
 }
 
-// DeleteValue removes key only when it is at revision rev and holds
-// exactly value (driver.DeleteValue: one round trip on a store that has
-// it); driver.ErrRevision otherwise.
+// DeleteValue removes key only when it is at revision rev (any, when rev
+// is empty) and holds exactly value (driver.DeleteValue: one round trip on
+// a store that has it); driver.ErrRevision otherwise.
 func (s *Store) DeleteValue(ctx context.Context, key, rev string, value []byte) error {
 	if s.zero() {
 		return opErr("delete", key, ErrNil)
@@ -138,7 +152,7 @@ func (s *Store) DeleteValue(ctx context.Context, key, rev string, value []byte) 
 	if err := driver.CheckKey(key); err != nil {
 		return opErr("delete", key, err)
 	}
-	if !plausibleRev(rev) {
+	if rev != "" && !plausibleRev(rev) {
 		return opErr("delete", key, driver.ErrRevision)
 	}
 	return opErr("delete", key, driver.DeleteValue(ctx, s.d, s.ns+key, rev, value))

@@ -191,6 +191,8 @@ func CheckHeader(h string) (Claim, error) {
 		return Claim{}, fmt.Errorf("%w: key: %w", ErrBadClaim, driver.CheckKey(c.Key))
 	case c.Rev == "":
 		return Claim{}, fmt.Errorf("%w: no revision", ErrBadClaim)
+	case c.Rev == AnyRev && c.Token == "":
+		return Claim{}, fmt.Errorf("%w: revision %s without a token", ErrBadClaim, AnyRev)
 	case c.Token != "" && len(c.Token) != tokenLen:
 		return Claim{}, fmt.Errorf("%w: a token of %d bytes, want %d", ErrBadClaim, len(c.Token), tokenLen)
 	}
@@ -389,6 +391,103 @@ func (c *Claims) Take(ctx context.Context, reqs []Request) (claims []Claim, refu
 	return claims, refused, nil
 }
 
+// AnyRev is the revision a claim taken with its job's enqueue (Plan)
+// carries: the job's message is written with the key, in one step, so it
+// cannot carry the revision the store gives the key. Such a claim is
+// identified by its token alone (a header with AnyRev and no token is not
+// a claim) and released by a compare-and-delete of its value at whatever
+// revision the key has.
+const AnyRev = "*"
+
+// Planned is what Plan prepares for a claiming enqueue.
+type Planned struct {
+	// Claims has one claim a request: at AnyRev, with a new token, for each
+	// request whose key no earlier request asks; the zero Claim otherwise.
+	Claims []Claim
+
+	// Items has one entry a request: the store item that creates its claim
+	// (its key in the store's namespace), nil where Claims[i] is zero.
+	Items []*driver.BatchItem
+
+	// Dups maps each request whose key an earlier one asks to that first
+	// request; nil when none does.
+	Dups map[int]int
+}
+
+// Plan prepares the claims of reqs for a backend that creates them with
+// the enqueue of their jobs (driver.ClaimingEnqueuer), with the keys,
+// values and windows Take would write. A request whose key an earlier
+// request asks is refused, held by the first (Refused says so). A request
+// without a window fails the whole call.
+func (c *Claims) Plan(reqs []Request) (Planned, error) {
+	st, err := c.store()
+	if err != nil {
+		return Planned{}, err
+	}
+	p := Planned{Claims: make([]Claim, len(reqs)), Items: make([]*driver.BatchItem, len(reqs))}
+	backing := make([]driver.BatchItem, len(reqs)) // one allocation for every item
+	var first map[string]int
+	for i, r := range reqs {
+		if r.Key == "" {
+			continue
+		}
+		if r.Window <= 0 {
+			return Planned{}, fmt.Errorf("unique key %q of job %s: window %v, want a positive one", r.Key, r.JobID, r.Window)
+		}
+		if len(reqs) > 1 {
+			if first == nil {
+				first = make(map[string]int, len(reqs))
+			}
+			if j, dup := first[r.Key]; dup {
+				if p.Dups == nil {
+					p.Dups = map[int]int{}
+				}
+				p.Dups[i] = j
+				continue
+			}
+			first[r.Key] = i
+		}
+		tok := newToken()
+		it, err := st.Item(r.Key, value(r.JobID, tok), r.Window)
+		if err != nil {
+			return Planned{}, fmt.Errorf("taking unique key %q of job %s: %w", r.Key, r.JobID, err)
+		}
+		p.Claims[i] = Claim{Key: r.Key, Rev: AnyRev, Token: tok, Window: r.Window, Release: r.Release}
+		backing[i] = it
+		p.Items[i] = &backing[i]
+	}
+	return p, nil
+}
+
+// Refused returns Take's refusals for a planned call: held has, for each
+// request whose key the store held, the value holding it (nil for the
+// others). It zeroes the claims of the refused requests and returns nil
+// when none was refused.
+func (p Planned) Refused(reqs []Request, held [][]byte) []*HeldError {
+	var refused []*HeldError
+	for i, v := range held {
+		if v == nil {
+			continue
+		}
+		if refused == nil {
+			refused = make([]*HeldError, len(reqs))
+		}
+		p.Claims[i] = Claim{}
+		refused[i] = &HeldError{Key: reqs[i].Key, JobID: reqs[i].JobID, Holder: Holder(v)}
+	}
+	for i, j := range p.Dups {
+		if refused == nil {
+			refused = make([]*HeldError, len(reqs))
+		}
+		h := &HeldError{Key: reqs[i].Key, JobID: reqs[i].JobID, Holder: reqs[j].JobID}
+		if refused[j] != nil {
+			h.Holder = refused[j].Holder
+		}
+		refused[i] = h
+	}
+	return refused
+}
+
 // create creates items: with one Create for a single item, one
 // CreateEach otherwise.
 func (c *Claims) create(ctx context.Context, st *kv.Store, items []driver.BatchItem) ([]driver.BatchResult, error) {
@@ -422,6 +521,27 @@ func (c *Claims) giveBackUnknown(ctx context.Context, st *kv.Store, items []driv
 		}
 		if err != nil && !errors.Is(err, driver.ErrRevision) {
 			c.log.WarnContext(ctx, "asyncplatform: giving back a unique key failed; it is held until its window ends", "key", it.Key, "error", err)
+		}
+	}
+}
+
+// GiveBackPlanned releases the claims of a planned call (Plan) whose
+// enqueue failed, whatever their policy: each key still holding its
+// request's claim is deleted, whatever its revision. It runs to the end
+// even when ctx is cancelled; a failure is logged.
+func (c *Claims) GiveBackPlanned(ctx context.Context, reqs []Request, claims []Claim) {
+	st := c.cfg.Store
+	if st == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ReleaseTimeout)
+	defer cancel()
+	for i, cl := range claims {
+		if cl.Rev != AnyRev {
+			continue
+		}
+		if err := st.DeleteValue(ctx, cl.Key, "", value(reqs[i].JobID, cl.Token)); err != nil && !errors.Is(err, driver.ErrRevision) {
+			c.log.WarnContext(ctx, "asyncplatform: giving back a unique key failed; it is held until its window ends", "key", cl.Key, "error", err)
 		}
 	}
 }
@@ -485,6 +605,12 @@ var errNotHolder = errors.New("the claim's token is not the stored one")
 // round trip on a store with driver.StoreValueDeleter); when that finds
 // another value or revision, the key is read to say why.
 func (c *Claims) release(ctx context.Context, st *kv.Store, cl Claim, id string) error {
+	if cl.Rev == AnyRev { // identified by its token alone
+		if id == "" {
+			return driver.ErrRevision
+		}
+		return st.DeleteValue(ctx, cl.Key, "", value(id, cl.Token))
+	}
 	if cl.Token != "" && id != "" {
 		err := st.DeleteValue(ctx, cl.Key, cl.Rev, value(id, cl.Token))
 		if !errors.Is(err, driver.ErrRevision) {
