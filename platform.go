@@ -194,6 +194,15 @@ type Config struct {
 	// Defaults to false.
 	RequireBoundSignatures bool
 
+	// UniqueClaimsInEnqueue takes a unique job's key in the same round
+	// trip as its enqueue where the backend is its own store and can
+	// (driver.ClaimingEnqueuer: Redis on one server, memory): one round
+	// trip instead of two. Such a claim carries no store revision, and a
+	// worker of a release before this one cannot release it: the key
+	// would stay held until its UniqueWindow ends. Set it once every
+	// worker runs this version. Defaults to false.
+	UniqueClaimsInEnqueue bool
+
 	// ReplayWindow, when positive, makes workers refuse, as above, a signed
 	// job due more than ReplayWindow ago: due when it was signed (each
 	// retry, hand-back or redrive signs anew), or at its NotBefore when
@@ -447,7 +456,9 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	}
 	p.pz = newPauses(p)
 	p.claims = newClaims(backend, p.log, cfg.Lease)
-	p.claimer = claimingEnqueuer(backend)
+	if cfg.UniqueClaimsInEnqueue {
+		p.claimer = claimingEnqueuer(backend)
+	}
 	if p.lim, err = newGate(backend, cfg); err != nil {
 		return nil, err
 	}

@@ -383,7 +383,7 @@ func TestUniqueClaimsWithEnqueue(t *testing.T) {
 			if !claiming {
 				b = hiddenClaims{Backend: struct{ driver.Backend }{mem}, store: mem}
 			}
-			p, err := New(b, Config{Logger: quietLog})
+			p, err := New(b, Config{Logger: quietLog, UniqueClaimsInEnqueue: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -133,6 +133,9 @@ func (e *env) config() ap.Config {
 		UnhandledRetries: ap.Limit(2),
 		HealthInterval:   50 * time.Millisecond,
 		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// Every process of the suite runs this version: unique keys are
+		// taken with the enqueue where the backend can.
+		UniqueClaimsInEnqueue: true,
 	}
 }
 
