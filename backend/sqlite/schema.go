@@ -3,7 +3,10 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 // SchemaVersion is the version of the tables New creates, recorded in
@@ -74,6 +77,11 @@ func (b *Backend) migrate(ctx context.Context) error {
 	return nil
 }
 
+// readValue bounds a store value read off the file (any writer to it can
+// put a row there): one longer than driver.MaxValueLen, which the store
+// never writes, is read cut to MaxValueLen+1 bytes.
+var readValue = strconv.Itoa(driver.MaxValueLen + 1)
+
 // queries are the statements, with the prefix in them. Times are
 // milliseconds since the Unix epoch.
 type queries struct {
@@ -125,7 +133,7 @@ func makeQueries(p string) queries {
 		deleteDead:  q(`DELETE FROM {{p}}_dead WHERE queue = ? AND rec_id = ? AND held_until <= NOW`),
 		purge:       q(`DELETE FROM {{p}}_dead WHERE queue = ?`),
 
-		get: q(`SELECT value, rev FROM {{p}}_store WHERE key = ? AND ` + present),
+		get: q(`SELECT substr(value, 1, ` + readValue + `), rev FROM {{p}}_store WHERE key = ? AND ` + present),
 		create: q(`INSERT INTO {{p}}_store (key, value, rev, expires_at) VALUES (?1, ?2, ?3, CASE WHEN ?4 = 0 THEN 0 ELSE NOW + ?4 END)
 			ON CONFLICT (key) DO UPDATE SET value = excluded.value, rev = excluded.rev, expires_at = excluded.expires_at
 			WHERE expires_at <> 0 AND expires_at <= NOW`),

@@ -64,3 +64,23 @@ func restartable(t *testing.T) (storetest.Maker, func(*testing.T)) {
 func BenchmarkStore(b *testing.B) {
 	storetest.Bench(b, storeOn(testPath(b, "bstore")))
 }
+
+// TestStoreBoundedRead: a value someone else wrote to the file far over
+// driver.MaxValueLen is read cut to MaxValueLen+1 bytes (the store never
+// writes one that long), as pgstore reads its table.
+func TestStoreBoundedRead(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b, err := New(ctx, Config{Path: testPath(t, "bounded")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := b.DB().ExecContext(ctx, `INSERT INTO `+DefaultPrefix+`_store (key, value, rev) VALUES ('big', ?, 1)`, make([]byte, 4<<20)); err != nil {
+		t.Fatal(err)
+	}
+	v, _, err := b.Get(ctx, "big")
+	if err != nil || len(v) != driver.MaxValueLen+1 {
+		t.Fatalf("Get: %d bytes, %v; want %d", len(v), err, driver.MaxValueLen+1)
+	}
+}
