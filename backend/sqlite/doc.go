@@ -53,7 +53,8 @@
 // transaction begun IMMEDIATE (it takes the write lock at BEGIN, so it
 // never fails to upgrade a read lock); the Backends of one process queue
 // for the lock in Go (one writer lock per file per process), and processes
-// queue in SQLite's busy handler, for at most Config.BusyTimeout. Reads
+// queue on an flock of a file beside the database; a write waits for each
+// until its context ends or Config.BusyTimeout passes, then fails. Reads
 // (Stats, ListDead, the store's Get and List, and the look for a due job
 // before a claim) never wait for the writer.
 //
@@ -97,7 +98,8 @@
 // and a hold not yet passed. A holder that vanished leaves a hold that
 // simply runs out. ListDead pages by id (the cursor is the last id of the
 // page) and includes held records. DeleteDead is one DELETE per ID of the
-// queue's unheld records, in one transaction; PurgeDead one DELETE of them
+// queue's unheld records, each found by the index (queue, rec_id), in one
+// transaction; PurgeDead one DELETE of them
 // all, held or not.
 //
 // # Limits

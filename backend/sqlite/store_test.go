@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -82,5 +83,38 @@ func TestStoreBoundedRead(t *testing.T) {
 	v, _, err := b.Get(ctx, "big")
 	if err != nil || len(v) != driver.MaxValueLen+1 {
 		t.Fatalf("Get: %d bytes, %v; want %d", len(v), err, driver.MaxValueLen+1)
+	}
+}
+
+// TestDeleteDeadByIndex: DeleteDead (each redrive chunk, the dashboard's
+// delete) finds each record by an index on its ID, not by a scan of
+// every dead letter of the queue (O(records × queue) for a redrive).
+func TestDeleteDeadByIndex(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b, err := New(ctx, Config{Path: testPath(t, "deadindex")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	rows, err := b.DB().QueryContext(ctx, `EXPLAIN QUERY PLAN `+b.q.deleteDead, "q", []byte("id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) == 0 || !strings.Contains(strings.Join(plan, "; "), "rec_id=") {
+		t.Errorf("DeleteDead's plan %q: want a search by an index on rec_id", plan)
 	}
 }
