@@ -102,6 +102,10 @@ func (b *Backend) lockWriter(ctx context.Context) (unlock func(), err error) {
 	case <-timer.C:
 		return nil, errBusy(b.cfg.BusyTimeout)
 	}
+	release := func() { h.file.unlock(); <-h.writer }
+	if h.file.tryLock() {
+		return release, nil
+	}
 	got := make(chan error, 1)
 	go func() { got <- h.file.lock() }()
 	select {
@@ -110,7 +114,7 @@ func (b *Backend) lockWriter(ctx context.Context) (unlock func(), err error) {
 			<-h.writer
 			return nil, fmt.Errorf("the writer lock file: %w", err)
 		}
-		return func() { h.file.unlock(); <-h.writer }, nil
+		return release, nil
 	case <-ctx.Done():
 		err = fmt.Errorf("waiting for the writer lock: %w", ctx.Err())
 	case <-timer.C:
