@@ -53,8 +53,7 @@
 // transaction begun IMMEDIATE (it takes the write lock at BEGIN, so it
 // never fails to upgrade a read lock); the Backends of one process queue
 // for the lock in Go (one writer lock per file per process), and processes
-// queue on an flock of a file beside the database; a write waits for each
-// until its context ends or Config.BusyTimeout passes, then fails. Reads
+// queue in SQLite's busy handler, for at most Config.BusyTimeout. Reads
 // (Stats, ListDead, the store's Get and List, and the look for a due job
 // before a claim) never wait for the writer.
 //

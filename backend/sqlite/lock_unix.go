@@ -32,16 +32,6 @@ func (l *fileLock) lock() error {
 	}
 }
 
-// tryLock takes the lock if nobody holds it, without waiting.
-func (l *fileLock) tryLock() bool {
-	for {
-		err := syscall.Flock(int(l.f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err != syscall.EINTR {
-			return err == nil
-		}
-	}
-}
-
 func (l *fileLock) unlock() { _ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN) }
 
 func (l *fileLock) close() { l.f.Close() }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"sync"
-	"time"
 )
 
 // conn runs statements: the Backend's pool, one of its transactions, or
@@ -69,11 +68,12 @@ func (b *Backend) write(ctx context.Context, fn func(c conn) error) error {
 		defer c.mu.Unlock()
 		return fn(c.tx)
 	}
-	unlock, err := b.lockWriter(ctx)
-	if err != nil {
-		return err
+	b.hub.mu.Lock()
+	defer b.hub.mu.Unlock()
+	if err := b.hub.file.lock(); err != nil {
+		return fmt.Errorf("the writer lock file: %w", err)
 	}
-	defer unlock()
+	defer b.hub.file.unlock()
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -83,56 +83,6 @@ func (b *Backend) write(ctx context.Context, fn func(c conn) error) error {
 		return err
 	}
 	return tx.Commit()
-}
-
-// lockWriter takes the process's writer lock of the file, then the
-// processes' one, waiting until ctx ends or Config.BusyTimeout passes:
-// another process that holds the lock and does not let it go (stopped,
-// hung mid-write) fails the write, as SQLite's busy handler would. A wait
-// given up on the processes' lock leaves a goroutine that takes it and lets
-// both go at once.
-func (b *Backend) lockWriter(ctx context.Context) (unlock func(), err error) {
-	h := b.hub
-	timer := time.NewTimer(b.cfg.BusyTimeout)
-	defer timer.Stop()
-	select {
-	case h.writer <- struct{}{}:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("waiting for the writer lock: %w", ctx.Err())
-	case <-timer.C:
-		return nil, errBusy(b.cfg.BusyTimeout)
-	}
-	release := func() { h.file.unlock(); <-h.writer }
-	if h.file.tryLock() {
-		return release, nil
-	}
-	got := make(chan error, 1)
-	go func() { got <- h.file.lock() }()
-	select {
-	case err := <-got:
-		if err != nil {
-			<-h.writer
-			return nil, fmt.Errorf("the writer lock file: %w", err)
-		}
-		return release, nil
-	case <-ctx.Done():
-		err = fmt.Errorf("waiting for the writer lock: %w", ctx.Err())
-	case <-timer.C:
-		err = errBusy(b.cfg.BusyTimeout)
-	}
-	go func() {
-		if <-got == nil {
-			h.file.unlock()
-		}
-		<-h.writer
-	}()
-	return nil, err
-}
-
-// errBusy is the error of a write that waited busy for the processes'
-// writer lock.
-func errBusy(busy time.Duration) error {
-	return fmt.Errorf("another process held the writer lock of the file for %v (Config.BusyTimeout)", busy)
 }
 
 // read runs fn on the caller's transaction (WithTx), or on the pool.

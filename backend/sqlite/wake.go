@@ -19,8 +19,8 @@ type hub struct {
 	path string
 	refs int // under hubsMu
 
-	writer chan struct{} // the process's writer lock of the file: held while it holds a value
-	file   *fileLock     // the processes' writer lock, taken under writer
+	mu   sync.Mutex // the process's writer lock of the file
+	file *fileLock  // the processes' writer lock, taken under mu
 
 	wmu     sync.Mutex
 	waiters map[string][]chan struct{}
@@ -55,7 +55,7 @@ func joinHub(path string, cfg Config) (*hub, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &hub{path: path, refs: 1, writer: make(chan struct{}, 1), waiters: map[string][]chan struct{}{}, file: fl, db: db, stop: cancel, done: make(chan struct{})}
+	h := &hub{path: path, refs: 1, waiters: map[string][]chan struct{}{}, file: fl, db: db, stop: cancel, done: make(chan struct{})}
 	go h.poll(ctx, cfg.Logger)
 	hubs[path] = h
 	return h, nil
@@ -74,9 +74,9 @@ func (h *hub) leave() {
 		h.stop()
 		<-h.done
 		h.db.Close()
-		h.writer <- struct{}{} // a write of a closed Backend may hold it still
+		h.mu.Lock() // a write of a closed Backend may hold it still
 		h.file.close()
-		<-h.writer
+		h.mu.Unlock()
 	}
 }
 
