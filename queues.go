@@ -113,8 +113,9 @@ func (p *Platform) Queues(ctx context.Context) ([]QueueInfo, error) {
 		}
 		queues = append(queues, q)
 	}
+	listed := len(queues) // queues[:listed] is sorted: the search reads only those
 	for q := range held {
-		if _, found := slices.BinarySearch(queues, q); !found && validQueue(q) == nil {
+		if _, found := slices.BinarySearch(queues[:listed], q); !found && validQueue(q) == nil {
 			queues = append(queues, q) // only its held jobs are left
 		}
 	}

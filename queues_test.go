@@ -3,6 +3,7 @@ package asyncplatform_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -155,5 +156,44 @@ func TestCheckKnownQueue(t *testing.T) {
 	}
 	if err := p.CheckKnownQueue(ctx, "grouped"); err != nil {
 		t.Errorf("a queue with a paused group: %v", err)
+	}
+}
+
+// Queues lists each queue once when held queues (HeldQueue) of several
+// queues are listed, some of whose own queues the backend does not list:
+// those are added to the listing, which must not then hide the others
+// from the check that keeps a queue from being added twice.
+func TestQueuesOnceWithHeldQueues(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for round := range 10 {
+		b := memory.NewBroker().Connect()
+		held := []string{"mail"} // listed itself
+		for i := range 9 {
+			held = append(held, fmt.Sprintf("gone%d", i)) // only their held jobs are left
+		}
+		if err := b.Enqueue(ctx, "mail", []driver.Message{{Body: []byte("x")}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range held {
+			if err := b.Enqueue(ctx, ap.HeldQueue(q, "acme"), []driver.Message{{Body: []byte("x")}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p, err := ap.New(b, ap.Config{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs, err := p.Queues(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, q := range qs {
+			names = append(names, q.Name)
+		}
+		if len(names) != len(held) || !slices.IsSorted(names) || len(slices.Compact(slices.Clone(names))) != len(names) {
+			t.Fatalf("round %d: Queues listed %q; want each of the %d queues once, sorted", round, names, len(held))
+		}
 	}
 }

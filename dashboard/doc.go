@@ -25,7 +25,8 @@
 //     reason, age and text, paged with a cursor without any limit on how far
 //     (the filters are applied while paging, so a page is filled even when
 //     the matches are far apart), and the actions;
-//   - one dead letter in full, addressed by the record's ID or its job's: the payload as JSON, text or hex (and as a
+//   - one dead letter in full, addressed by the record's ID or its job's (a
+//     record's own ID wins: "v.1" is job v's copy 1 before job "v.1"): the payload as JSON, text or hex (and as a
 //     download; the page shows at most its first 256 KiB, and JSON nested
 //     deeper than 64 levels or over 512 KiB once indented is shown as
 //     text, saying why), the headers, the last error with its stack, the error

@@ -319,15 +319,21 @@ func (e *lookupCut) Error() string {
 	return fmt.Sprintf("no such dead letter among the first %d dead letters", e.Scanned)
 }
 
-// named reports whether id names the record: its own ID (the job's ID
-// and copy number) or its job's ID, which names the oldest of the job's
-// records.
-func named(dl ap.DeadLetter, id string) bool { return dl.ID == id || dl.Job.ID == id }
+// named reports whether id names the record by its own ID (the job's ID
+// and copy number), and byJob whether it names it by its job's ID, which
+// names the oldest of the job's records. One string can be both: "v.1" is
+// the record of job v's copy 1 and the job ID of another job, so a
+// record's own ID wins over a job's.
+func named(dl ap.DeadLetter, id string) bool { return dl.ID == id }
 
-// find returns the record with the ID (named), looking first in the page at hint
-// (where a listing saw it), then through the queue from its start: in all,
-// at most limit records and until deadline (zero: none). Past them it
-// returns a *lookupCut.
+func byJob(dl ap.DeadLetter, id string) bool { return dl.Job.ID == id }
+
+// find returns the record named by the ID (named; else the first byJob),
+// looking first in the page at hint (where a listing saw it), then through
+// the queue from its start: in all, at most limit records and until
+// deadline (zero: none). Past them it returns a *lookupCut, unless a
+// record of the job was found. A lookup by a job's ID reads up to limit
+// records, in case a record has that ID of its own.
 func find(ctx context.Context, p *ap.Platform, queue, id string, hint position, limit int, deadline time.Time) (found, error) {
 	if hint != (position{}) {
 		page, err := p.DeadLetters(ctx, queue, hint.Cursor, min(maxBatch, limit))
@@ -343,19 +349,25 @@ func find(ctx context.Context, p *ap.Platform, queue, id string, hint position, 
 	if limit < 1 {
 		return found{}, &lookupCut{}
 	}
-	var hit *found
+	var hit, jobHit *found
 	res, err := scan(ctx, p, queue, filter{}, position{}, -1, limit, deadline, func(fd found) bool {
-		if !named(fd.DL, id) {
-			return true // not this one: go on
+		switch {
+		case named(fd.DL, id):
+			hit = &fd
+			return false
+		case jobHit == nil && byJob(fd.DL, id):
+			jobHit = &fd
 		}
-		hit = &fd
-		return false
+		return true // go on
 	})
 	if err != nil {
 		return found{}, err
 	}
 	if hit != nil {
 		return *hit, nil
+	}
+	if jobHit != nil {
+		return *jobHit, nil
 	}
 	if res.Cut {
 		return found{}, &lookupCut{Scanned: res.Scanned}

@@ -118,3 +118,34 @@ func TestLetterByJobID(t *testing.T) {
 		}
 	}
 }
+
+// A dead letter's page opened by a record's own ID shows that record, even
+// when an earlier record's job has that ID (a job named "v.1" redriven and
+// dead again has the record "v.1.1"; job "v"'s second record is "v.1").
+func TestLetterByOwnIDFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFixture(t, fixtureOptions{queues: []string{"mail"}})
+	f.enqueue("mail", 1, &ap.Job{ID: "v.1", Type: "fail.email", Payload: []byte(`{}`)})
+	if _, err := f.p.Redrive(ctx, "mail", "v.1"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitDead("mail", 1)
+	f.enqueue("mail", 2, &ap.Job{ID: "v", Type: "fail.email", Payload: []byte(`{}`)})
+	if _, err := f.p.Redrive(ctx, "mail", "v"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitDead("mail", 2)
+	var ids []string
+	for _, dl := range f.deadLetters("mail") {
+		ids = append(ids, dl.ID+" (job "+dl.Job.ID+")")
+	}
+	if strings.Join(ids, ", ") != "v.1.1 (job v.1), v.1 (job v)" {
+		t.Fatalf("records %v: the setting is not the one this test needs", ids)
+	}
+	c := newClient(t, f)
+	_, body := c.get("/letter?q=mail&id=v.1")
+	if !strings.Contains(body, `name="id" value="v.1">`) {
+		t.Errorf("GET /letter by the record ID v.1 shows another record: its forms act on %v", regexp.MustCompile(`name="id" value="[^"]*"`).FindAllString(body, -1))
+	}
+}

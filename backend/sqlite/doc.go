@@ -104,7 +104,8 @@
 // and a hold not yet passed. A holder that vanished leaves a hold that
 // simply runs out. ListDead pages by id (the cursor is the last id of the
 // page) and includes held records. DeleteDead is one DELETE per ID of the
-// queue's unheld records, in one transaction; PurgeDead one DELETE of them
+// queue's unheld records, each found by the index (queue, rec_id), in one
+// transaction; PurgeDead one DELETE of them
 // all, held or not.
 //
 // # Limits

@@ -60,3 +60,36 @@ func TestLeaseFromClaim(t *testing.T) {
 		t.Errorf("%v of a %v lease left just after a claim that waited %v for the write lock: the lease ran from before the wait", got, lease, held)
 	}
 }
+
+// TestWakeUpOfItsPrefix: an Enqueue wakes an idle Receive of its own
+// tables, not one of a Backend of another prefix on the same file that
+// waits on a queue of the same name (which would find nothing and leave
+// the job to the next poll).
+func TestWakeUpOfItsPrefix(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "prefixes.db")
+	a, err := New(ctx, Config{Path: path, Prefix: "pa"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	other, err := New(ctx, Config{Path: path, Prefix: "pb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	// Idle Receives, as receiveOnce registers them: the other prefix's first.
+	_, doneOther := other.hub.wait(other.waitKey("q"))
+	defer doneOther(true)
+	woken, done := a.hub.wait(a.waitKey("q"))
+	defer done(true)
+	if err := a.Enqueue(ctx, "q", []driver.Message{{Body: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-woken:
+	default:
+		t.Fatal("the Enqueue did not wake the idle Receive of its own prefix (its wake-up went to the other prefix's)")
+	}
+}

@@ -70,10 +70,15 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 		return b.wrap("enqueue "+queue, err)
 	}
 	if txOf(ctx) == nil {
-		b.hub.wake(queue, len(msgs))
+		b.hub.wake(b.waitKey(queue), len(msgs))
 	}
 	return nil
 }
+
+// waitKey names the idle Receives of the queue in the hub: the Backends of
+// one process on one file share it, and those of another prefix have
+// other tables, so a wake-up of this one's jobs must not go to theirs.
+func (b *Backend) waitKey(queue string) string { return b.cfg.Prefix + "/" + queue }
 
 // Receive implements driver.Backend. It claims in one write transaction;
 // with nothing to claim it waits for a wake-up, the queue's next due time
@@ -101,7 +106,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 // receiveOnce claims, or else waits once. It is registered as a waiter
 // before it claims, so a wake-up sent meanwhile is not missed.
 func (b *Backend) receiveOnce(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
-	woken, done := b.hub.wait(queue)
+	woken, done := b.hub.wait(b.waitKey(queue))
 	ds, err := b.claim(ctx, queue, max, lease)
 	if err != nil || len(ds) > 0 {
 		done(false)
@@ -221,7 +226,7 @@ func (b *Backend) claim(ctx context.Context, queue string, max int, lease time.D
 		if err != nil {
 			return nil, errors.Join(ctx.Err(), b.wrap("putting back "+queue, err))
 		}
-		b.hub.wake(queue, len(ds))
+		b.hub.wake(b.waitKey(queue), len(ds))
 		return nil, ctx.Err()
 	}
 	return ds, nil
@@ -312,7 +317,7 @@ func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Me
 		return b.wrap("requeue", err)
 	}
 	if dueNow {
-		b.hub.wake(d.Queue, 1)
+		b.hub.wake(b.waitKey(d.Queue), 1)
 	}
 	return nil
 }

@@ -39,6 +39,7 @@ CREATE TABLE IF NOT EXISTS {{p}}_dead (
 	token      INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS {{p}}_dead_queue ON {{p}}_dead (queue, id);
+CREATE INDEX IF NOT EXISTS {{p}}_dead_rec ON {{p}}_dead (queue, rec_id);
 CREATE TABLE IF NOT EXISTS {{p}}_queues (name TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS {{p}}_store (
 	key        TEXT    PRIMARY KEY,
