@@ -248,6 +248,8 @@ func New(p *ap.Platform, cfg Config) (*Dashboard, error) {
 	mux.HandleFunc("GET /{$}", d.view(d.queueList))
 	mux.HandleFunc("GET /queue", d.view(d.queuePage))
 	mux.HandleFunc("GET /letter", d.view(d.letterPage))
+	mux.HandleFunc("GET /jobs", d.view(d.jobsPage))
+	mux.HandleFunc("GET /job", d.view(d.jobPage))
 	mux.HandleFunc("GET /raw", d.view(d.rawPayload))
 	mux.HandleFunc("GET /static/{file}", d.view(d.serveStatic))
 	mux.HandleFunc("POST /pop", d.act(ActionPop, d.pop))
