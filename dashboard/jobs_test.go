@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/kv"
 )
 
 // waitState waits until the job's status, as other processes read it,
@@ -85,6 +88,39 @@ func TestJobsPages(t *testing.T) {
 	} {
 		if resp, _ := c.get(p); resp.StatusCode != want {
 			t.Errorf("%s: %d, want %d", p, resp.StatusCode, want)
+		}
+	}
+}
+
+// A status record is whatever its writer wrote to the store: a forged one
+// with markup and terminal controls in every field is text on both pages,
+// its queue is linked nowhere (it is not a queue name), and its reason
+// picks no CSS class outside the fixed list.
+func TestForgedStatusRecord(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{queues: []string{"mail"}, track: true, noStart: true})
+	s, err := driver.StoreOf(f.backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bad = "<script>window.__xss=1</script>\x1b[2J\u202e\"><img src=x onerror=\"x\">"
+	rec := map[string]any{"id": "forged" + bad, "queue": "q" + bad, "type": "t" + bad, "state": "dead_lettered",
+		"reason": "x danger " + bad, "error": "e" + bad, "worker": "w" + bad, "updated_at": time.Now()}
+	v, _ := json.Marshal(rec)
+	if _, err := s.Create(context.Background(), kv.Status.Prefix()+"job/forged", v, 0); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, f)
+	for _, p := range []string{"/jobs", "/jobs?state=dead_lettered", "/job?id=forged"} {
+		resp, body := c.get(p)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d", p, resp.StatusCode)
+		}
+		if n := strings.Count(body, "<script"); n != 1 || strings.Contains(body, "<img") || strings.Contains(body, "\x1b") || strings.Contains(body, "\u202e") {
+			t.Errorf("%s: markup or controls from the record reached the page:\n%s", p, body)
+		}
+		if strings.Contains(body, "reason-x") || strings.Contains(body, "jobs?q=q") || strings.Contains(body, `id="dead-letter"`) {
+			t.Errorf("%s: the forged reason picked a class, or the forged queue a link:\n%s", p, body)
 		}
 	}
 }
