@@ -38,7 +38,11 @@
 //     ap.MaxJobsScan records); a job of an untracked queue is not there;
 //   - one job (/job?id=): its status by job ID: state and reason, tries,
 //     failures and crashes, the last error, the result's size, the times,
-//     the worker, and a link to its dead letter when it is dead-lettered.
+//     the worker, and a link to its dead letter when it is dead-lettered;
+//   - schedules (/schedules): every schedule some process has run on the
+//     backend (Platform.Schedules), with its spec, job type and queue,
+//     catch-up, last and next tick, and who started it when (at most
+//     MaxSchedulesShown rows).
 //
 // # Actions
 //
