@@ -28,14 +28,7 @@ func TestSchedulesPage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) { // a safety net, not an assertion on time
-		if list, _ := f.p.Schedules(context.Background()); len(list) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the schedules were never published")
-		}
-	}
+	waitSchedules(t, f, 2)
 	resp, body := c.get("/schedules")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("/schedules: %d", resp.StatusCode)
@@ -48,5 +41,18 @@ func TestSchedulesPage(t *testing.T) {
 	}
 	if n := strings.Count(body, "<script"); n != 1 || strings.Contains(body, "<img") {
 		t.Errorf("/schedules: markup from a schedule reached the page")
+	}
+}
+
+// waitSchedules waits until n schedules are published.
+func waitSchedules(t *testing.T, f *fixture, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) { // a safety net, not an assertion on time
+		if list, _ := f.p.Schedules(context.Background()); len(list) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the schedules were never published")
+		}
 	}
 }
