@@ -76,7 +76,7 @@ func (t *Tracker) List(ctx context.Context, f Filter, cursor string, limit int) 
 		after = "job/" + cursor
 	}
 	var p Page
-	err = t.scan(ctx, s, after, MaxListScan, func(k string, r *Record, ok bool) bool {
+	err = t.scan(ctx, s, after, MaxListScan, limit, func(k string, r *Record, ok bool) bool {
 		p.Scanned++
 		if !ok {
 			p.Unreadable++
@@ -112,7 +112,7 @@ func (t *Tracker) Count(ctx context.Context, queue string) (Counts, error) {
 	}
 	c := Counts{ByQueue: map[string]map[State]int{}}
 	var next string
-	err = t.scan(ctx, s, "", MaxCountScan, func(_ string, r *Record, ok bool) bool {
+	err = t.scan(ctx, s, "", MaxCountScan, kv.MaxListLimit, func(_ string, r *Record, ok bool) bool {
 		c.Scanned++
 		if !ok {
 			c.Unreadable++
@@ -139,12 +139,18 @@ func (t *Tracker) Count(ctx context.Context, queue string) (Counts, error) {
 // scan calls fn with the key segment and record of each job key after
 // after, in key order, at most budget of them, until fn returns false (ok:
 // the value decoded as a record). *next is left as the segment of the
-// last key fn was called with when more may follow, else set empty.
-func (t *Tracker) scan(ctx context.Context, s *kv.Store, after string, budget int, fn func(k string, r *Record, ok bool) bool, next *string) error {
+// last key fn was called with when more may follow, else set empty. It
+// reads first records in its first round trip, and twice as many in each
+// next (up to kv.MaxListLimit): a page whose filter matches most records
+// reads about as many as it returns, one that matches few reads on in
+// larger steps.
+func (t *Tracker) scan(ctx context.Context, s *kv.Store, after string, budget, first int, fn func(k string, r *Record, ok bool) bool, next *string) error {
 	cursor := after
 	seen := 0
+	step := max(first, 1)
 	for {
-		keys, more, err := s.List(ctx, "job/", cursor, min(kv.MaxListLimit, budget-seen))
+		keys, more, err := s.List(ctx, "job/", cursor, min(step, kv.MaxListLimit, budget-seen))
+		step *= 2
 		if err != nil {
 			return err
 		}
