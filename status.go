@@ -167,3 +167,94 @@ func withStatusNonce(j *Job) *Job {
 	cp.Headers[wire.StatusHeader] = j.statusNonce
 	return &cp
 }
+
+// JobsQuery selects tracked jobs for Platform.Jobs; an empty Queue, State
+// or Type selects every one.
+type JobsQuery struct {
+	Queue string
+	State JobState
+	Type  string
+	// Limit is the most jobs a page holds. Defaults to 50; at most 500.
+	Limit int
+	// Cursor is the Next of the page before; empty: from the first.
+	Cursor string
+}
+
+// JobsPage is one page of Platform.Jobs.
+type JobsPage struct {
+	Jobs []JobStatus
+	// Next is the cursor of the next page; empty when the records ran
+	// out. A page can be short, or empty, and still have a Next: each page
+	// reads at most MaxJobsScan records.
+	Next string
+	// Scanned is how many status records the page read; Unreadable how
+	// many of those were not status records (skipped).
+	Scanned, Unreadable int
+}
+
+// Bounds of Platform.Jobs and Platform.JobCounts.
+const (
+	// MaxJobsScan is the most status records one page of Platform.Jobs
+	// reads.
+	MaxJobsScan = status.MaxListScan
+	// MaxCountScan is the most status records one Platform.JobCounts
+	// reads.
+	MaxCountScan = status.MaxCountScan
+)
+
+// ErrBadCursor is matched by the error of Platform.Jobs given a cursor it
+// did not return.
+var ErrBadCursor = status.ErrBadCursor
+
+// Jobs lists the tracked jobs that q selects, from their status records
+// (see Status): only the jobs of queues that track status are there, as
+// last written to the store, in the order of their IDs (not of time). The
+// store keeps no index by queue, state or type: a page reads at most
+// MaxJobsScan records and filters them.
+func (p *Platform) Jobs(ctx context.Context, q JobsQuery) (JobsPage, error) {
+	if p == nil || p.backend == nil {
+		return JobsPage{}, ErrNotNew
+	}
+	pg, err := p.status.List(ctx, status.Filter{Queue: q.Queue, State: status.State(q.State), Type: q.Type}, q.Cursor, q.Limit)
+	if err != nil {
+		return JobsPage{}, err
+	}
+	out := JobsPage{Jobs: make([]JobStatus, len(pg.Records)), Next: pg.Next, Scanned: pg.Scanned, Unreadable: pg.Unreadable}
+	for i := range pg.Records {
+		out.Jobs[i] = jobStatus(&pg.Records[i])
+	}
+	return out, nil
+}
+
+// JobCounts is how many tracked jobs each queue has in each state.
+type JobCounts struct {
+	ByQueue map[string]map[JobState]int
+	// Scanned is how many status records were read; Unreadable how many
+	// of those were not status records. Complete: every record was read;
+	// else the counts are of the first MaxCountScan records in the order
+	// of their IDs.
+	Scanned, Unreadable int
+	Complete            bool
+}
+
+// JobCounts counts the tracked jobs by queue and state (of queue alone,
+// when it is not empty) from their status records, reading at most
+// MaxCountScan of them.
+func (p *Platform) JobCounts(ctx context.Context, queue string) (JobCounts, error) {
+	if p == nil || p.backend == nil {
+		return JobCounts{}, ErrNotNew
+	}
+	c, err := p.status.Count(ctx, queue)
+	if err != nil {
+		return JobCounts{}, err
+	}
+	out := JobCounts{ByQueue: make(map[string]map[JobState]int, len(c.ByQueue)), Scanned: c.Scanned, Unreadable: c.Unreadable, Complete: c.Complete}
+	for q, m := range c.ByQueue {
+		mm := make(map[JobState]int, len(m))
+		for s, n := range m {
+			mm[JobState(s)] = n
+		}
+		out.ByQueue[q] = mm
+	}
+	return out, nil
+}

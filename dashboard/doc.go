@@ -31,7 +31,19 @@
 //     deeper than 64 levels or over 512 KiB once indented is shown as
 //     text, saying why), the headers, the last error with its stack, the error
 //     history, the worker, the counters, and the raw bytes of a record that
-//     was not a job.
+//     was not a job;
+//   - jobs (/jobs, of one queue with ?q=): the jobs of the queues that track
+//     status, from their status records, with their counts by state (at
+//     most ap.MaxCountScan records read, "partial" past it), filtered by
+//     state and type and paged by cursor (each page reads at most
+//     ap.MaxJobsScan records); a job of an untracked queue is not there;
+//   - one job (/job?id=): its status by job ID: state and reason, tries,
+//     failures and crashes, the last error, the result's size, the times,
+//     the worker, and a link to its dead letter when it is dead-lettered;
+//   - schedules (/schedules): every schedule some process has run on the
+//     backend (Platform.Schedules), with its spec, job type and queue,
+//     catch-up, last and next tick, and who started it when (at most
+//     MaxSchedulesShown rows).
 //
 // # Actions
 //

@@ -96,6 +96,7 @@ type fixtureOptions struct {
 	queues  []string
 	config  dashboard.Config
 	noStart bool
+	track   bool // the platform tracks every queue's job status
 }
 
 // newFixture starts a platform on the queues, with handlers:
@@ -134,6 +135,7 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 		UnhandledRetries: ap.Limit(0),
 		Lease:            5 * time.Second,
 		Hooks:            ap.Hooks{AfterAttempt: f.rec.AfterAttempt},
+		TrackStatus:      o.track,
 	})
 	if err != nil {
 		t.Fatal(err)

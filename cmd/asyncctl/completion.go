@@ -170,6 +170,8 @@ func (c *cli) candidates(ctx context.Context, before []string, cur string) (file
 			return false, c.queueNames(ctx)
 		case "reason":
 			return false, reasonNames()
+		case "state":
+			return false, jobStateNames()
 		case "file", "from":
 			return true, nil
 		case "url", "type", "payload", "id", "header", "cursor":

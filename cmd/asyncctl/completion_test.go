@@ -31,7 +31,7 @@ func TestComplete(t *testing.T) {
 		line string
 		want []string
 	}{
-		{"asyncctl ", []string{":words", "completion", "dashboard", "dead", "enqueue", "help", "job", "migrate", "pause", "queues", "resume", "schedules", "top"}},
+		{"asyncctl ", []string{":words", "completion", "dashboard", "dead", "enqueue", "help", "job", "jobs", "migrate", "pause", "queues", "resume", "schedules", "top"}},
 		{"asyncctl de", []string{":words", "dead"}},
 		{"asyncctl dead ", []string{":words", "list", "pop", "purge", "redrive", "show"}},
 		{"asyncctl -v dead re", []string{":words", "redrive"}},
@@ -40,6 +40,7 @@ func TestComplete(t *testing.T) {
 		{"asyncctl queues --", []string{":words", "--json", "--queue", "--url"}},
 		{"asyncctl dead list --reason po", []string{":words", "poisoned"}},
 		{"asyncctl dead list --reason=pa", []string{":words", "payload_missing"}},
+		{"asyncctl jobs --state re", []string{":words", "retrying"}},
 		{"asyncctl --url " + url + " queues ", []string{":words", "billing", "emails"}},
 		{"asyncctl --url=" + url + " top e", []string{":words", "emails"}},
 		{"asyncctl dead list --url " + url + " --queue b", []string{":words", "billing"}},
