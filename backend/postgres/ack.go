@@ -13,15 +13,22 @@ import (
 // maxAckBatch bounds the acks one statement commits.
 const maxAckBatch = 1000
 
+// ackFlights is how many ack statements a Backend runs at once: acks
+// wait for company only while every one of them is in flight.
+const ackFlights = 4
+
 // acker commits the Acks of concurrent callers together, like a group
-// commit: one goroutine per Backend (run) takes every ack queued, up to
-// maxAckBatch, and deletes their rows in one statement, a transaction of
-// its own; acks arriving while that statement runs wait for the next one.
-// The window is the statement itself: an ack alone goes out at once, and
-// under load each commit carries every ack that arrived during the one
-// before it. Each caller gets its own result: its row deleted (nil), not
-// deleted (lease lost), or the statement's error. A caller returns only
-// after the statement that deletes its row committed.
+// commit. A caller that finds fewer than ackFlights statements in flight
+// runs one itself, deleting the rows of every ack queued (its own among
+// them, up to maxAckBatch) in one statement, a transaction of its own;
+// otherwise it queues its ack and waits. A statement that ends with acks
+// queued keeps its flight and runs the next one, on a goroutine of its
+// own so that its caller returns at once, until the queue is empty. An
+// ack alone thus goes out at once on its caller's goroutine, and under
+// load each statement carries every ack that arrived while all were in
+// flight. Each caller gets its own result: its row deleted (nil), not
+// deleted (lease lost), or the statement's error, once the statement
+// that carries it has committed.
 type acker struct {
 	// exec deletes the rows of handles whose token matches and whose lease
 	// holds, in one statement, and returns the handles it deleted.
@@ -29,8 +36,7 @@ type acker struct {
 
 	mu      sync.Mutex
 	queue   []*ackReq
-	stopped error         // set when run has returned: acks fail with it
-	kick    chan struct{} // wakes run: the queue is not empty
+	flights int // statements in flight, or about to be
 
 	stmts atomic.Int64 // statements run, for tests and benchmarks
 }
@@ -44,7 +50,7 @@ type ackReq struct {
 }
 
 func newAcker(exec func(ctx context.Context, hs []handle) ([]handle, error)) *acker {
-	return &acker{exec: exec, kick: make(chan struct{}, 1)}
+	return &acker{exec: exec}
 }
 
 // ack queues h and waits until the statement that carries it has
@@ -53,15 +59,14 @@ func newAcker(exec func(ctx context.Context, hs []handle) ([]handle, error)) *ac
 func (a *acker) ack(ctx context.Context, h handle) (gone bool, err error) {
 	r := &ackReq{h: h, done: make(chan struct{})}
 	a.mu.Lock()
-	if a.stopped != nil {
-		a.mu.Unlock()
-		return false, a.stopped
-	}
 	a.queue = append(a.queue, r)
+	lead := a.flights < ackFlights
+	if lead {
+		a.flights++
+	}
 	a.mu.Unlock()
-	select {
-	case a.kick <- struct{}{}:
-	default:
+	if lead && a.flush() {
+		go a.drain()
 	}
 	select {
 	case <-r.done:
@@ -71,48 +76,42 @@ func (a *acker) ack(ctx context.Context, h handle) (gone bool, err error) {
 	}
 }
 
-// run flushes the queue until stop ends, then fails what is left with
-// errStop. Each statement runs under a context of its own (bounded by
-// DefaultQueryWait), so one caller's ended context never fails the others.
-func (a *acker) run(stop context.Context, errStop error) {
-	for {
-		select {
-		case <-a.kick:
-			for a.flush() {
-			}
-		case <-stop.Done():
-			a.mu.Lock()
-			rest := a.queue
-			a.queue, a.stopped = nil, errStop
-			a.mu.Unlock()
-			for _, r := range rest {
-				r.err = errStop
-				close(r.done)
-			}
-			return
-		}
+// drain runs statements until the queue is empty.
+func (a *acker) drain() {
+	for a.flush() {
 	}
 }
 
-// flush runs one statement for up to maxAckBatch queued acks and reports
-// whether more are queued.
+// flush runs one statement for up to maxAckBatch queued acks, holding a
+// flight. It reports whether acks are queued after it: the flight is then
+// still held, for the caller to flush again; else it is given back.
+// Each statement runs under a context of its own (bounded by
+// DefaultQueryWait), so one caller's ended context never fails another.
 func (a *acker) flush() (more bool) {
 	a.mu.Lock()
 	n := min(len(a.queue), maxAckBatch)
 	batch := a.queue[:n:n]
 	a.queue = a.queue[n:]
-	more = len(a.queue) > 0
-	if !more {
-		a.queue = nil
-	}
 	a.mu.Unlock()
-	if n == 0 {
-		return more
+	if n > 0 {
+		a.run(batch)
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.queue) == 0 {
+		a.queue = nil
+		a.flights--
+		return false
+	}
+	return true
+}
+
+// run deletes the batch's rows and tells each caller its result.
+func (a *acker) run(batch []*ackReq) {
 	// The statement meets the rows in id order where its plan follows the
 	// input's.
 	slices.SortFunc(batch, func(x, y *ackReq) int { return cmp.Compare(x.h.id, y.h.id) })
-	hs := make([]handle, n)
+	hs := make([]handle, len(batch))
 	for i, r := range batch {
 		hs[i] = r.h
 	}
@@ -133,7 +132,6 @@ func (a *acker) flush() (more bool) {
 		}
 		close(r.done)
 	}
-	return more
 }
 
 // deleteAcked is the acker's statement on the pool.

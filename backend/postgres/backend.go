@@ -231,12 +231,8 @@ func open(ctx context.Context, cfg Config, pool *pgxpool.Pool, own bool) (*Backe
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.acks = newAcker(b.deleteAcked)
-	b.wg.Add(2)
+	b.wg.Add(1)
 	go b.listen(conn, listenCfg)
-	go func() {
-		defer b.wg.Done()
-		b.acks.run(b.ctx, driver.ErrClosed)
-	}()
 	return b, nil
 }
 

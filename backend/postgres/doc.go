@@ -107,14 +107,14 @@
 // passed; no row matched is driver.ErrLeaseLost, so a lapsed or stale
 // receipt never acts on a newer delivery.
 //
-// Acks are committed together, like a group commit: one goroutine per
-// Backend deletes the rows of every Ack queued, up to 1000, in one
-// DELETE ... USING unnest(ids, tokens) ... RETURNING id, token, and Acks
-// arriving while it commits go out in the next one. An Ack alone goes out
-// at once (no wait for company); each returns once the statement holding
-// it committed, and finds its own row among those returned or else
-// reports its lease lost. An Ack within WithTx deletes its row in that
-// transaction.
+// Acks are committed together, like a group commit: four goroutines per
+// Backend each delete the rows of every Ack queued, up to 1000, in one
+// DELETE ... USING unnest(ids, tokens) ... RETURNING id, token. An Ack
+// goes out at once while one of them is free (no wait for company), and
+// with every Ack that arrived meanwhile once one is; each returns once the
+// statement holding it committed, and finds its own row among those
+// returned or else reports its lease lost. An Ack within WithTx deletes
+// its row in that transaction.
 //
 // # Dead letters
 //
