@@ -106,3 +106,22 @@ func TestAckBatch(t *testing.T) {
 		t.Errorf("%d rows left; want the 6 whose acks lost their lease", left)
 	}
 }
+
+// TestAckOwnResult: two receipts of one row in one statement, a stale one
+// and its current holder's, each get their own result: the row deleted
+// under the current token is no success for the stale receipt.
+func TestAckOwnResult(t *testing.T) {
+	t.Parallel()
+	a := newAcker(func(ctx context.Context, hs []handle) ([]handle, error) {
+		return []handle{{id: 1, token: 2}}, nil
+	})
+	stale := &ackReq{h: handle{id: 1, token: 1}, done: make(chan struct{})}
+	current := &ackReq{h: handle{id: 1, token: 2}, done: make(chan struct{})}
+	a.run([]*ackReq{stale, current})
+	if !stale.gone || stale.err != nil {
+		t.Errorf("the stale receipt: gone %v, %v; want its row not deleted", stale.gone, stale.err)
+	}
+	if current.gone || current.err != nil {
+		t.Errorf("the current receipt: gone %v, %v; want its row deleted", current.gone, current.err)
+	}
+}
