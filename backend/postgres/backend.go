@@ -166,6 +166,8 @@ type Backend struct {
 	// lost lease.
 	completed sync.Map // handle -> struct{}
 
+	acks *acker // commits concurrent Acks together
+
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -228,6 +230,7 @@ func open(ctx context.Context, cfg Config, pool *pgxpool.Pool, own bool) (*Backe
 		return nil, err
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.acks = newAcker(b.deleteAcked)
 	b.wg.Add(1)
 	go b.listen(conn, listenCfg)
 	return b, nil
@@ -349,7 +352,7 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 type queries struct {
 	declare, delJobs, delDead, delQueue, queues, stats                             string
 	enqueue, enqueueQuiet, notify                                                  string
-	claim, nextDue, unclaim, ack, extend, requeue, deadLetter                      string
+	claim, nextDue, unclaim, ack, ackMany, extend, requeue, deadLetter             string
 	nextDead, extendDead, removeDead, releaseDead, listDead, deleteDead, purgeDead string
 }
 
@@ -395,7 +398,9 @@ func makeQueries(p string) queries {
 				UPDATE {{p}}_jobs SET token = 0, deliveries = deliveries - 1, run_at = now()
 				WHERE id = ANY($1::bigint[]) AND token = ANY($2::bigint[]) RETURNING queue)
 			SELECT pg_notify($3, count(*) || ' ' || queue) FROM u GROUP BY queue`),
-		ack:    q(`DELETE FROM {{p}}_jobs WHERE id = $1 AND token = $2 AND ` + held),
+		ack: q(`DELETE FROM {{p}}_jobs WHERE id = $1 AND token = $2 AND ` + held),
+		ackMany: q(`DELETE FROM {{p}}_jobs j USING unnest($1::bigint[], $2::bigint[]) AS u(id, token)
+			WHERE j.id = u.id AND j.token = u.token AND j.token <> 0 AND j.run_at > now() RETURNING j.id, j.token`),
 		extend: q(`UPDATE {{p}}_jobs SET run_at = clock_timestamp() + $3 * interval '1 microsecond' WHERE id = $1 AND token = $2 AND ` + held),
 		requeue: q(`WITH u AS (
 				UPDATE {{p}}_jobs SET body = $3, run_at = greatest($4, now()), deliveries = 0, token = 0

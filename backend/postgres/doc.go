@@ -107,6 +107,15 @@
 // passed; no row matched is driver.ErrLeaseLost, so a lapsed or stale
 // receipt never acts on a newer delivery.
 //
+// Acks are committed together, like a group commit: four goroutines per
+// Backend each delete the rows of every Ack queued, up to 1000, in one
+// DELETE ... USING unnest(ids, tokens) ... RETURNING id, token. An Ack
+// goes out at once while one of them is free (no wait for company), and
+// with every Ack that arrived meanwhile once one is; each returns once the
+// statement holding it committed, and finds its own row among those
+// returned or else reports its lease lost. An Ack within WithTx deletes
+// its row in that transaction.
+//
 // # Dead letters
 //
 // NextDead takes the oldest record of the queue not held (held_until NULL
@@ -141,7 +150,8 @@
 //   - Close abandons unsettled deliveries; they come back when their lease
 //     runs out (Capabilities.RedeliversOnClose is false).
 //   - Every write is a committed transaction: a job costs three (enqueue,
-//     claim, ack), each waiting for PostgreSQL's WAL flush unless the
+//     claim, ack; claims and acks are shared by the jobs taken or settled
+//     together), each waiting for PostgreSQL's WAL flush unless the
 //     server runs with synchronous_commit off (a crash of the server then
 //     loses the last moments of writes).
 //   - Rows are deleted as they settle: run autovacuum (the default), as a

@@ -189,9 +189,29 @@ func (b *Backend) settle(ctx context.Context, op string, d *driver.Delivery, stm
 	return nil
 }
 
-// Ack implements driver.Backend.
+// Ack implements driver.Backend. Within a transaction given by WithTx it
+// deletes the row in that transaction; outside one, the acker commits it
+// together with the Acks of concurrent callers, in one statement, and Ack
+// returns once that statement committed.
 func (b *Backend) Ack(ctx context.Context, d *driver.Delivery) error {
-	return b.settle(ctx, "ack", d, b.q.ack)
+	if txOf(ctx) != nil {
+		return b.settle(ctx, "ack", d, b.q.ack)
+	}
+	if err := b.check(); err != nil {
+		return err
+	}
+	h, ok := d.Handle.(handle)
+	if !ok {
+		return errLost("ack")
+	}
+	gone, err := b.acks.ack(ctx, h)
+	if err != nil {
+		return b.wrap("ack", err)
+	}
+	if _, done := b.completed.LoadAndDelete(h); gone && !done {
+		return errLost("ack")
+	}
+	return nil
 }
 
 // Extend implements driver.Backend.
