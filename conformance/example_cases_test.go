@@ -93,6 +93,7 @@ func ExampleCases() {
 	// Unique/FreeAfterDeadLetter
 	// Unique/FreeAfterWindow
 	// Unique/ConcurrentProcesses
+	// Unique/BatchPartlyHeld
 	// Schedule/OnePerTick
 	// Schedule/OnePerTickProcesses
 	// Schedule/RestartSkipsMissed
