@@ -477,6 +477,11 @@ func measureDepth(backend string, d depth, srv servers) depthResult {
 		res.Err = fmt.Sprintf("%s: %v", what, err)
 		return res
 	}
+	// phase logs each step of a point as it ends, so that a point that
+	// does not finish shows where its time went.
+	phase := func(what string) {
+		log.Printf("%s depth %d/%d: %s done at %v", backend, d.Work, d.Dead, what, time.Since(start).Round(time.Millisecond))
+	}
 	// Azurite walks every message of the account in every queue operation
 	// (backend/azure, TestAzuriteDequeueCostFact): dead-lettering 10,000
 	// waiting jobs at once runs at a few jobs a second there, so Azure's
@@ -501,11 +506,13 @@ func measureDepth(backend string, d depth, srv servers) depthResult {
 		if err := dead(ctx, f, n); err != nil {
 			return fail("dead-lettering", err)
 		}
+		phase(fmt.Sprintf("%d dead letters made", made+n))
 	}
 	if err := fill(ctx, f, d.Work); err != nil {
 		return fail("filling", err)
 	}
 	res.Fill = time.Since(start)
+	phase("fill")
 
 	res.Enqueue, err = median(depthSamples, func() error { return f.enqueue(ctx, newPayload(time.Now())) })
 	if err != nil {
@@ -530,12 +537,14 @@ func measureDepth(backend string, d depth, srv servers) depthResult {
 	if err != nil {
 		return fail("claim", err)
 	}
+	phase("enqueue and claim")
 	res.NextDead, err = median(depthSamples, func() error {
 		return f.enq.NextDeadLetter(ctx, f.queue, func(context.Context, ap.DeadLetter) (bool, error) { return false, nil })
 	})
 	if err != nil {
 		return fail("NextDeadLetter", err)
 	}
+	phase("keep")
 	res.ListPage, err = median(listSamples, func() error {
 		page, err := f.enq.DeadLetters(ctx, f.queue, "", listPage)
 		if err == nil && len(page.Letters) != min(listPage, d.Dead) {
@@ -546,6 +555,7 @@ func measureDepth(backend string, d depth, srv servers) depthResult {
 	if err != nil {
 		return fail("DeadLetters", err)
 	}
+	phase("page")
 	if backend == "postgres" {
 		// DeleteDead of one record (the dashboard's delete; Redrive and
 		// purge delete by IDs too), a record of the first page each time.
@@ -571,6 +581,7 @@ func measureDepth(backend string, d depth, srv servers) depthResult {
 	if err != nil {
 		return fail("NextDeadLetter (pop)", err)
 	}
+	phase("pop")
 	if d.Dead == redriveAt {
 		// The pops took up to depthSamples records: make them again, so
 		// that the redrive moves redriveAt.

@@ -150,16 +150,15 @@ func (b *Backend) holdRecord(ctx context.Context, queue string, m *gonats.Msg, s
 // else at or below its ack floor (every pending sequence is above the
 // floor); an acknowledged record was deleted before its ack. A stranded
 // record above the floor waits until the records held below it are
-// settled. Nothing is looked at unless the subject's count (which is right)
-// exceeds what the consumer holds and the consumer has nothing left to
-// deliver; then the stream is scanned (one lookup per message of any
-// queue) from where the last rescue of this Backend stopped.
+// settled, and so does one with a live marker (a holder renews it: the
+// consumer's figures are not trusted to keep a held record in place). With
+// an ack floor of 0 (the oldest record held) nothing is moved. Nothing is
+// looked at unless the subject's count (which is right), read after the
+// consumer's figures, exceeds what the consumer holds and the consumer has
+// nothing left to deliver; then the stream is scanned (one lookup per
+// message of any queue) from where the last rescue of this Backend stopped.
 func (b *Backend) rescueDead(ctx context.Context, qs *queueState, queue string) (bool, error) {
 	subj := b.deadSubject(queue)
-	n, err := b.subjectCount(ctx, b.dead, subj)
-	if err != nil || n == 0 {
-		return false, err
-	}
 	c, err := b.dead.Consumer(ctx, deadConsumer(queue))
 	if err != nil {
 		return false, fmt.Errorf("nats: dead-letter consumer of %s: %w", queue, err)
@@ -168,12 +167,18 @@ func (b *Backend) rescueDead(ctx context.Context, qs *queueState, queue string) 
 	if info.NumPending > 0 {
 		return true, nil
 	}
-	if uint64(n) <= uint64(info.NumAckPending) {
-		return false, nil
+	// Counted after the consumer's figures: a pop in between then lowers
+	// the count, never the figures below it.
+	n, err := b.subjectCount(ctx, b.dead, subj)
+	if err != nil || n == 0 || uint64(n) <= uint64(info.NumAckPending) {
+		return false, err
 	}
 	limit := info.AckFloor.Stream
 	if info.NumAckPending == 0 {
 		limit = info.Delivered.Stream
+	}
+	if limit == 0 {
+		return false, nil // nothing at or below the floor (scan's 0 means the end)
 	}
 	qs.mu.Lock()
 	from := qs.rescued + 1
@@ -189,18 +194,42 @@ func (b *Backend) rescueDead(ctx context.Context, qs *queueState, queue string) 
 	if err != nil {
 		return false, err
 	}
+	moved, marked := 0, false
 	for _, m := range stranded {
+		// A live marker means a caller holds the record (or a DeleteDead
+		// deletes it), whatever the figures said: a move would hand it
+		// out again under a new sequence, without its marker.
+		if live, err := b.marked(ctx, queue, m.Sequence); err != nil {
+			return false, err
+		} else if live {
+			marked = true
+			continue
+		}
 		if err := b.moveDead(ctx, m); err != nil {
 			return false, err
 		}
+		moved++
 	}
-	qs.mu.Lock()
-	qs.rescued = limit
-	qs.mu.Unlock()
-	if len(stranded) > 0 {
-		b.log.Warn("nats: moved dead letters the server's subject index had lost", "queue", queue, "moved", len(stranded))
+	if !marked {
+		qs.mu.Lock()
+		qs.rescued = limit
+		qs.mu.Unlock()
 	}
-	return len(stranded) > 0, nil
+	if moved > 0 {
+		b.log.Warn("nats: moved dead letters the server's subject index had lost", "queue", queue, "moved", moved)
+	}
+	return moved > 0, nil
+}
+
+// marked reports whether the dead letter at seq of queue has a live marker
+// (see hold.go).
+func (b *Backend) marked(ctx context.Context, queue string, seq uint64) (bool, error) {
+	s, err := b.holdStream(ctx)
+	if err != nil {
+		return false, err
+	}
+	mk, err := b.readMarker(ctx, s, b.holdSubject(queue, seq))
+	return err == nil && mk.live(), err
 }
 
 // moveDead publishes a copy of the dead letter m at the end of the stream

@@ -76,3 +76,59 @@ func TestHeldRecordNotHandedOutAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHeldRecordNotRescued: the oldest record a is held (the consumer's ack
+// floor is then 0) while a record b sits in the stream that the consumer
+// will not deliver again (acked and not deleted: what the server's subject
+// index can make of a record, see rescueDead). A NextDead that finds
+// nothing to pull looks for stranded records; it must not move a, which
+// would hand it out under a new sequence, without its hold marker, while
+// its holder lives (DeadLetterHolderKilled on nats-server 2.9.10: "moved
+// dead letters the server's subject index had lost", moved=1, the held
+// record handed to a drain caller). Once a is popped, b is rescued.
+func TestHeldRecordNotRescued(t *testing.T) {
+	t.Parallel()
+	b := deadEnv(t, realURL(t), jetstream.FileStorage)
+	b.cfg.DeadHold = 30 * time.Second // a outlives the test without renewals
+	q := queueName(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	deadLetter(t, b, q, "a")
+	deadLetter(t, b, q, "b")
+
+	held, err := b.NextDead(ctx, q)
+	if err != nil || held.ID != "a" {
+		t.Fatalf("NextDead: %v, %v; want record a", held, err)
+	}
+	passed, err := b.NextDead(ctx, q)
+	if err != nil || passed.ID != "b" {
+		t.Fatalf("NextDead: %v, %v; want record b", passed, err)
+	}
+	r, err := deadReceipt(passed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.nc.Request(r.reply, ackAck, 10*time.Second); err != nil { // the consumer is done with b; the stream keeps it
+		t.Fatal(err)
+	}
+	b.dropMarkerWait(ctx, r.holdSeq)
+
+	for range 3 {
+		if dd, err := b.NextDead(ctx, q); !errors.Is(err, driver.ErrNoDeadLetters) {
+			if dd != nil {
+				t.Fatalf("NextDead handed out %s while a live caller holds a and b waits behind it; want ErrNoDeadLetters", dd.ID)
+			}
+			t.Fatalf("NextDead while a is held: %v; want ErrNoDeadLetters", err)
+		}
+	}
+	if err := b.SettleDead(ctx, held, true); err != nil {
+		t.Fatalf("the holder's pop of a: %v", err)
+	}
+	dd, err := b.NextDead(ctx, q)
+	if err != nil || dd.ID != "b" {
+		t.Fatalf("NextDead once a is popped: %v, %v; want record b, rescued", dd, err)
+	}
+	if err := b.SettleDead(ctx, dd, true); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -906,7 +906,22 @@ func deadLetterHolderKilled(t *testing.T, r *run) *Report {
 		}
 	}
 	rep := r.finish(popped, false)
-	r.judge(rep, false)
+	// A job dead-lettered twice while the queue was filled (its lease lost
+	// on a loaded machine) is no fault of the holds: each record past a
+	// job's first needs a lost lease.
+	perJob := map[string]int{}
+	for k := range pops {
+		perJob[k.id]++
+	}
+	lost := r.history().count(KindAck, string(ap.OutcomeLeaseLost))
+	explained := true
+	for _, id := range rep.dups {
+		if perJob[id]-1 > lost[id] {
+			explained = false
+			rep.note("job %s has %d dead letters and %d leases reported lost: a record past its first needs a lost lease", id, perJob[id], lost[id])
+		}
+	}
+	r.judge(rep, explained)
 	return rep
 }
 
