@@ -42,7 +42,7 @@ func newExecutor(p *Platform) *executor.Executor[Job] {
 		Status:      p.status,
 		Admission:   p.lim,
 		Release: func(j *executor.Job, dead bool) {
-			p.claims.Release(context.Background(), j.Queue, j.ID, j.Headers[UniqueHeader], dead)
+			p.claims.ReleaseLater(j.Queue, j.ID, j.Headers[UniqueHeader], dead)
 		},
 	}
 	if p.cfg.levels != nil {

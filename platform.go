@@ -1102,6 +1102,11 @@ func (p *Platform) Stop(ctx context.Context) error {
 	if ferr := p.status.Flush(ctx); ferr != nil && err == nil {
 		err = ferr
 	}
+	// So are the releases of their unique keys: a key its job released is
+	// free for every process once Stop returns.
+	if ferr := p.claims.Flush(ctx); ferr != nil && err == nil {
+		err = ferr
+	}
 	p.bgCancel()
 	p.sched.Stop()
 	p.background.Wait()

@@ -14,9 +14,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
@@ -105,8 +109,14 @@ func measureFeatures(o options) []featuresResult {
 		r := featuresResult{Backend: b, N: n, Runs: map[string][]featureRun{}}
 		for round := range featureRounds {
 			for _, f := range features {
+				if o.FeatureSet != "" && !slices.Contains(strings.Split(o.FeatureSet, ","), f.Name) {
+					continue
+				}
 				run := featureRun{Backend: b, Feature: f.Name}
 				spec := childSpec{Backend: b, System: featuresSystem, Feature: f.Name, Plan: plan{N: n}, Srv: o.Srv}
+				if o.Profile != "" {
+					spec.Profile, _ = filepath.Abs(filepath.Join(o.Profile, fmt.Sprintf("features-%s-%s-r%d.pprof", b, f.Name, round+1)))
+				}
 				if err := runJSONChild(spec, 10*time.Minute, &run); err != nil {
 					run.Err = err.Error()
 				}
@@ -194,6 +204,14 @@ func featureLoop(ctx context.Context, spec childSpec, r *featureRun) (err error)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
+	if spec.Profile != "" { // from Start to the N-th handler call
+		if pf, perr := os.Create(spec.Profile); perr == nil {
+			defer pf.Close()
+			if perr := pprof.StartCPUProfile(pf); perr == nil {
+				defer pprof.StopCPUProfile()
+			}
+		}
+	}
 	start := time.Now()
 	if err := p.Start(ctx); err != nil {
 		return err
@@ -204,6 +222,7 @@ func featureLoop(ctx context.Context, spec childSpec, r *featureRun) (err error)
 		err = fmt.Errorf("%d of %d jobs handled in 5 min", count, target)
 	}
 	elapsed := time.Since(start)
+	pprof.StopCPUProfile()
 	runtime.ReadMemStats(&after)
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	serr := p.Stop(sctx)

@@ -70,6 +70,7 @@ type options struct {
 	Unique     bool
 	Limits     bool
 	Features   bool
+	FeatureSet string // the features measured, comma-separated names; empty: all
 	Churn      bool
 	BigDepth   int
 	MaxDead    int
@@ -113,6 +114,7 @@ func main() {
 	flag.BoolVar(&o.Unique, "unique", true, "measure what a unique key costs an enqueue")
 	flag.BoolVar(&o.Limits, "limits", true, "measure cluster-wide limits: the rate achieved, the concurrency reached")
 	flag.BoolVar(&o.Features, "features", true, "measure what each feature costs the processing rate when switched on")
+	flag.StringVar(&o.FeatureSet, "feature-set", "", "the features phase measures only these, comma-separated (none, status, unique, cluster, rate); empty: all")
 	flag.BoolVar(&o.Churn, "churn", false, "measure the Redis commands a backlog held back by a rate costs (give -redis a server of its own)")
 	flag.StringVar(&only, "only", "", "run only these parts, comma-separated: throughput, scale, depth, store, unique, limits, features, churn")
 	flag.DurationVar(&o.StoreDur, "store-time", 5*time.Second, "length of each store operation's run")

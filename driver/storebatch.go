@@ -65,9 +65,9 @@ type StoreBatchUpdater interface {
 // BatchItem is one key of a batch call.
 type BatchItem struct {
 	Key   string
-	Value []byte        // CreateEach, UpdateEach
+	Value []byte        // CreateEach, UpdateEach; DeleteValueEach: the value to find
 	TTL   time.Duration // CreateEach, UpdateEach: zero, none
-	Rev   string        // DeleteEach: empty, whatever is there; UpdateEach: required
+	Rev   string        // DeleteEach, DeleteValueEach: empty, whatever is there; UpdateEach: required
 }
 
 // BatchResult is the result of one item of a batch call, in the order of
@@ -310,4 +310,38 @@ func DeleteValue(ctx context.Context, s Store, key, rev string, value []byte) er
 		return ErrRevision
 	}
 	return s.Delete(ctx, key, cur)
+}
+
+// StoreBatchValueDeleter is an optional interface of a Store: DeleteValue
+// of many keys in one round trip (one commit where the store has
+// commits). Callers reach it through DeleteValueEach, which falls back to
+// one DeleteValue a key on a Store without it. Each item behaves as its
+// single DeleteValue would, on its own, as the items of a StoreBatcher's
+// calls do; keys are distinct and at most MaxBatch (the helper checks
+// both). A batch that returns an error may have applied any subset of its
+// items.
+type StoreBatchValueDeleter interface {
+	// DeleteValueEach is DeleteValue of each item's Key at its Rev (empty:
+	// any revision) when the key holds exactly its Value: Err nil when
+	// removed, ErrRevision otherwise (absent, at another revision, another
+	// value; nothing removed).
+	DeleteValueEach(ctx context.Context, items []BatchItem) ([]BatchResult, error)
+}
+
+// DeleteValueEach removes each item's key when it is at the item's Rev
+// (any, when empty) and holds exactly its Value, through s's
+// StoreBatchValueDeleter, or with one DeleteValue an item (eachWorkers at
+// once) on a Store without it. A result's Err is nil or ErrRevision; any
+// other error of an item fails the call.
+func DeleteValueEach(ctx context.Context, s Store, items []BatchItem) ([]BatchResult, error) {
+	if err := checkBatch(len(items), func(i int) string { return items[i].Key }); err != nil {
+		return nil, err
+	}
+	if b, ok := s.(StoreBatchValueDeleter); ok {
+		rs, err := b.DeleteValueEach(ctx, items)
+		return checkResults(rs, err, len(items), ErrRevision)
+	}
+	return each(ctx, len(items), ErrRevision, func(ctx context.Context, i int) (BatchResult, error) {
+		return BatchResult{}, DeleteValue(ctx, s, items[i].Key, items[i].Rev, items[i].Value)
+	})
 }

@@ -170,7 +170,7 @@ var (
 type queries struct {
 	get, create, update, del, delAt, list, sweep     string
 	getEach, createEach, deleteEach, listEach, count string
-	updateEach                                       string
+	updateEach, delValue, delValueEach               string
 }
 
 // readValue bounds a value read off the table (anyone can write a row):
@@ -210,6 +210,11 @@ func makeQueries(t string) queries {
 		// rev while it is live.
 		deleteEach: `DELETE FROM ` + t + ` AS t USING unnest($1::text[], $2::bigint[]) AS u(k, r)
 			WHERE t.key = u.k AND (u.r = 0 OR t.rev = u.r AND ` + live + `) RETURNING t.key`,
+		// A rev of 0 deletes the live row whatever its rev; another, the
+		// live row at that rev; either only when it holds the value.
+		delValue: `DELETE FROM ` + t + ` WHERE key = $1 AND ($2::bigint = 0 OR rev = $2) AND value = $3 AND ` + live,
+		delValueEach: `DELETE FROM ` + t + ` AS t USING unnest($1::text[], $2::bigint[], $3::bytea[]) AS u(k, r, v)
+			WHERE t.key = u.k AND (u.r = 0 OR t.rev = u.r) AND t.value = u.v AND ` + live + ` RETURNING t.key`,
 		listEach: `SELECT u.i, l.key FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(p, hi, i)
 			CROSS JOIN LATERAL (SELECT key FROM ` + t + ` WHERE key >= u.p COLLATE "C" AND key < u.hi COLLATE "C" AND ` + live + `
 				ORDER BY key LIMIT $3) AS l
@@ -635,6 +640,79 @@ func (s *Store) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]dri
 	}
 	for i, it := range items {
 		if it.Rev != "" && !deleted[it.Key] {
+			out[i].Err = driver.ErrRevision
+		}
+	}
+	return out, nil
+}
+
+var (
+	_ driver.StoreValueDeleter      = (*Store)(nil)
+	_ driver.StoreBatchValueDeleter = (*Store)(nil)
+)
+
+// DeleteValue implements driver.StoreValueDeleter: one statement.
+func (s *Store) DeleteValue(ctx context.Context, key, rev string, value []byte) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	var r int64
+	if rev != "" {
+		var ok bool
+		if r, ok = parseRev(rev); !ok {
+			return driver.ErrRevision
+		}
+	}
+	tag, err := s.db(ctx).Exec(ctx, s.q.delValue, key, r, nonNil(value))
+	if err != nil {
+		return fmt.Errorf("pgstore: delete value: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return driver.ErrRevision
+	}
+	return nil
+}
+
+// DeleteValueEach implements driver.StoreBatchValueDeleter: one statement,
+// one commit.
+func (s *Store) DeleteValueEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	out := make([]driver.BatchResult, len(items))
+	var (
+		keys   []string
+		revs   []int64
+		values [][]byte
+	)
+	for i, it := range items {
+		var rev int64
+		if it.Rev != "" {
+			var ok bool
+			if rev, ok = parseRev(it.Rev); !ok {
+				out[i].Err = driver.ErrRevision
+				continue
+			}
+		}
+		keys, revs, values = append(keys, it.Key), append(revs, rev), append(values, nonNil(it.Value))
+	}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	rows, err := s.db(ctx).Query(ctx, s.q.delValueEach, keys, revs, values)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: delete value each: %w", err)
+	}
+	gone, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: delete value each: %w", err)
+	}
+	deleted := make(map[string]bool, len(gone))
+	for _, k := range gone {
+		deleted[k] = true
+	}
+	for i, it := range items {
+		if out[i].Err == nil && !deleted[it.Key] {
 			out[i].Err = driver.ErrRevision
 		}
 	}

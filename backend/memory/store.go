@@ -355,6 +355,34 @@ func (b *Backend) UpdateEach(ctx context.Context, items []driver.BatchItem) ([]d
 	return out, nil
 }
 
+var _ driver.StoreBatchValueDeleter = (*Backend)(nil)
+
+// DeleteValueEach implements driver.StoreBatchValueDeleter: under one hold
+// of the store's lock.
+func (b *Backend) DeleteValueEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	kv, err := b.kv()
+	if err != nil {
+		return nil, err
+	}
+	defer kv.mu.Unlock()
+	now := time.Now()
+	out := make([]driver.BatchResult, len(items))
+	for i, it := range items {
+		e := kv.entries[it.Key]
+		if it.Rev != "" {
+			e = kv.at(it.Key, it.Rev, now)
+		} else if !e.live(now) {
+			e = nil
+		}
+		if e == nil || !bytes.Equal(e.value, it.Value) {
+			out[i].Err = driver.ErrRevision
+			continue
+		}
+		kv.remove(it.Key)
+	}
+	return out, nil
+}
+
 // ListEach implements driver.StoreBatcher: one List a prefix.
 func (b *Backend) ListEach(ctx context.Context, prefixes []string, limit int) ([][]string, error) {
 	out := make([][]string, len(prefixes))

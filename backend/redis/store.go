@@ -390,6 +390,44 @@ func (b *Backend) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]d
 	return out, nil
 }
 
+var _ driver.StoreBatchValueDeleter = (*Backend)(nil)
+
+// ARGV: key, revision ("": any), value, for each item. Returns per item 1
+// when the key was at that revision with that value and is deleted, else
+// 0.
+var storeDeleteValueEachScript = goredis.NewScript(luaKV + `
+local now, out = now_us(), {}
+for i = 1, #ARGV, 3 do
+  local r = meta(ARGV[i], now)
+  if not r or (ARGV[i + 1] ~= '' and r ~= ARGV[i + 1]) or redis.call('HGET', KEYS[1], 'v:' .. ARGV[i]) ~= ARGV[i + 2] then
+    out[#out + 1] = 0
+  else
+    drop(ARGV[i])
+    out[#out + 1] = 1
+  end
+end
+return out
+`)
+
+// DeleteValueEach implements driver.StoreBatchValueDeleter: one script.
+func (b *Backend) DeleteValueEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	args := make([]any, 0, 3*len(items))
+	for _, it := range items {
+		args = append(args, it.Key, it.Rev, it.Value)
+	}
+	v, err := b.runEach(ctx, storeDeleteValueEachScript, "delete", args, len(items))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]driver.BatchResult, len(items))
+	for i, x := range v {
+		if n, _ := x.(int64); n != 1 {
+			out[i].Err = driver.ErrRevision
+		}
+	}
+	return out, nil
+}
+
 // ListEach implements driver.StoreBatcher: one script.
 func (b *Backend) ListEach(ctx context.Context, prefixes []string, limit int) ([][]string, error) {
 	args := make([]any, 0, 1+2*len(prefixes))

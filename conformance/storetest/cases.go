@@ -1072,3 +1072,58 @@ func testDeleteValueAnyRev(t *testing.T, e *env) {
 		t.Errorf("Get after DeleteValue at any revision: %v, want ErrKeyNotFound", err)
 	}
 }
+
+// testDeleteValueEach drives driver.DeleteValueEach on the raw store:
+// through its StoreBatchValueDeleter when it has one, else through the
+// fallback. Each item behaves as its single DeleteValue: the key removed
+// when it holds exactly the item's value at the item's revision (any,
+// when empty); ErrRevision and the key untouched for another value, a
+// stale revision or an absent key. A key twice is refused before the
+// store is called.
+func testDeleteValueEach(t *testing.T, e *env) {
+	s, ctx := e.raw, e.ctx()
+	key := func(i int) string { return e.ns + "/dve/" + strconv.Itoa(i) }
+	val := func(i int) []byte { return []byte("\x00token-of-22-bytes-zzzjob-" + strconv.Itoa(i)) }
+	revs := make([]string, 4)
+	for i := range revs {
+		var err error
+		revs[i], err = s.Create(ctx, key(i), val(i), e.scaled(time.Hour))
+		must(t, "Create", err)
+	}
+	moved, err := s.Update(ctx, key(1), val(1), revs[1], e.scaled(time.Hour)) // a revision of its own
+	must(t, "Update", err)
+	items := []driver.BatchItem{
+		{Key: key(0), Value: val(0), Rev: revs[0]},                            // removed
+		{Key: key(1), Value: val(1)},                                          // removed, at any revision
+		{Key: key(2), Value: append(slices.Clone(val(2)), 'x'), Rev: revs[2]}, // another value
+		{Key: key(3), Value: val(3), Rev: neverIssued},                        // another revision
+		{Key: key(9), Value: val(9)},                                          // absent
+	}
+	res, err := driver.DeleteValueEach(ctx, s, items)
+	must(t, "DeleteValueEach", err)
+	if len(res) != len(items) {
+		t.Fatalf("DeleteValueEach gave %d results for %d items", len(res), len(items))
+	}
+	for i, r := range res {
+		refused := i >= 2
+		if refused != errors.Is(r.Err, driver.ErrRevision) || !refused && r.Err != nil {
+			t.Errorf("DeleteValueEach of %s at %q: %v; want ErrRevision: %v, else nil", items[i].Key, items[i].Rev, r.Err, refused)
+		}
+	}
+	for i := range 2 {
+		if _, _, err := s.Get(ctx, key(i)); !errors.Is(err, driver.ErrKeyNotFound) {
+			t.Errorf("Get of %s after DeleteValueEach removed it: %v, want ErrKeyNotFound", key(i), err)
+		}
+	}
+	for i := 2; i < 4; i++ {
+		if v, cur, err := s.Get(ctx, key(i)); err != nil || cur != revs[i] || !bytes.Equal(v, val(i)) {
+			t.Errorf("Get of %s after a refused DeleteValueEach = %q at %q (%v); want it untouched", key(i), v, cur, err)
+		}
+	}
+	if again, err := driver.DeleteValueEach(ctx, s, []driver.BatchItem{{Key: key(1), Value: val(1), Rev: moved}}); err != nil || !errors.Is(again[0].Err, driver.ErrRevision) {
+		t.Errorf("DeleteValueEach of a key removed: %v, %v; want ErrRevision", again, err)
+	}
+	if _, err := driver.DeleteValueEach(ctx, s, []driver.BatchItem{{Key: key(2), Value: val(2)}, {Key: key(2), Value: val(2)}}); err == nil {
+		t.Error("DeleteValueEach with a key twice: no error")
+	}
+}

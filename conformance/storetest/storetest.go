@@ -113,6 +113,7 @@ func cases() []testCase {
 		{"Batch/UpdateEach", testUpdateEach},
 		{"Delete/IfValue", testDeleteValue},
 		{"Delete/IfValueAnyRev", testDeleteValueAnyRev},
+		{"Batch/DeleteValueEach", testDeleteValueEach},
 		{"Durability/Restart", testRestart},
 	}
 }

@@ -241,6 +241,43 @@ func (s *Store) UpdateEach(ctx context.Context, items []driver.BatchItem) ([]dri
 	return out, nil
 }
 
+// DeleteValueEach removes each item's Key when it is at its Rev (any,
+// when empty) and holds exactly its Value (driver.DeleteValueEach: one
+// round trip on a store that batches, at most driver.MaxBatch distinct
+// keys): a result's Err is nil or driver.ErrRevision (an item whose Rev
+// the store cannot have given gets it without being sent). Its error may
+// follow any subset of the items' deletes.
+func (s *Store) DeleteValueEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	if s.zero() {
+		return nil, opErr("delete", "", ErrNil)
+	}
+	out := make([]driver.BatchResult, len(items))
+	full := make([]driver.BatchItem, 0, len(items))
+	sent := make([]int, 0, len(items)) // full[j] is items[sent[j]]
+	for i, it := range items {
+		if err := driver.CheckKey(it.Key); err != nil {
+			return nil, opErr("delete", it.Key, err)
+		}
+		if it.Rev != "" && !plausibleRev(it.Rev) {
+			out[i].Err = driver.ErrRevision
+			continue
+		}
+		full = append(full, driver.BatchItem{Key: s.ns + it.Key, Value: it.Value, Rev: it.Rev})
+		sent = append(sent, i)
+	}
+	if len(full) == 0 {
+		return out, nil
+	}
+	rs, err := driver.DeleteValueEach(ctx, s.d, full)
+	if err != nil {
+		return nil, opErr("delete", items[sent[0]].Key, err)
+	}
+	for j, r := range rs {
+		out[sent[j]] = r
+	}
+	return out, nil
+}
+
 // firstKey names a batch in its error: its first key.
 func firstKey(keys []string) string {
 	if len(keys) == 0 {

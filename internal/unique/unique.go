@@ -269,6 +269,7 @@ const DefaultReleaseTimeout = 30 * time.Second
 type Claims struct {
 	cfg Config
 	log *slog.Logger
+	rel releases // ReleaseLater's writer
 }
 
 // New returns the Claims of cfg.
@@ -581,6 +582,12 @@ func (c *Claims) Release(ctx context.Context, queue, id, header string, dead boo
 	if !ok || !cl.ReleasedBy(dead) {
 		return
 	}
+	c.releaseOne(ctx, queue, id, cl)
+}
+
+// releaseOne releases cl, the claim of the job id of queue, as Release
+// says, and logs what it could not do.
+func (c *Claims) releaseOne(ctx context.Context, queue, id string, cl Claim) {
 	st, err := c.store()
 	if err == nil {
 		dctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
