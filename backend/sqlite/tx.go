@@ -23,8 +23,9 @@ type txKey struct{}
 // call at a time: the platform writes a batch's status records from
 // several goroutines.
 type txConn struct {
-	mu sync.Mutex
-	tx *sql.Tx
+	mu     sync.Mutex
+	tx     *sql.Tx
+	outbox bool // OutboxTx: Enqueue writes to the outbox table
 }
 
 // WithTx returns a context under which the Backend's Enqueue writes with
