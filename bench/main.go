@@ -18,7 +18,7 @@
 //	-out       where benchmarks.md and benchmarks.png go (default ../docs)
 //	-throughput, -peers, -scale, -depth, -store, -unique, -limits, -features  turn those parts off with =false
 //	-churn     measure a rate-limited backlog's Redis commands (off by default: give -redis a server of its own)
-//	-only      run only the parts named, e.g. -only limits
+//	-only      run only the parts named, e.g. -only limits (or relay: the outbox relay, PostgreSQL to Redis, RabbitMQ, NATS)
 //	-max-dead  the depth phase's points up to this many dead letters only
 //	-scale-rounds  rounds of each process count in the scaling phase, ours and the raw loop alternating (medians)
 //	-cpuprofile DIR  write a CPU profile of each facade run, and of each worker of the 4-process scaling runs (see go tool pprof)
@@ -72,6 +72,7 @@ type options struct {
 	Features   bool
 	FeatureSet string // the features measured, comma-separated names; empty: all
 	Churn      bool
+	Relay      bool
 	BigDepth   int
 	MaxDead    int
 	Rate       int
@@ -115,6 +116,7 @@ func main() {
 	flag.BoolVar(&o.Limits, "limits", true, "measure cluster-wide limits: the rate achieved, the concurrency reached")
 	flag.BoolVar(&o.Features, "features", true, "measure what each feature costs the processing rate when switched on")
 	flag.StringVar(&o.FeatureSet, "feature-set", "", "the features phase measures only these, comma-separated (none, status, unique, cluster, rate); empty: all")
+	flag.BoolVar(&o.Relay, "relay", true, "measure the outbox relay from PostgreSQL to Redis, RabbitMQ and NATS")
 	flag.BoolVar(&o.Churn, "churn", false, "measure the Redis commands a backlog held back by a rate costs (give -redis a server of its own)")
 	flag.StringVar(&only, "only", "", "run only these parts, comma-separated: throughput, scale, depth, store, unique, limits, features, churn")
 	flag.DurationVar(&o.StoreDur, "store-time", 5*time.Second, "length of each store operation's run")
@@ -135,7 +137,7 @@ func main() {
 	o.Backends = strings.Split(backends, ",")
 	if only != "" {
 		parts := map[string]*bool{"throughput": &o.Throughput, "scale": &o.Scale, "depth": &o.Depth,
-			"store": &o.Store, "unique": &o.Unique, "limits": &o.Limits, "features": &o.Features, "churn": &o.Churn}
+			"store": &o.Store, "unique": &o.Unique, "limits": &o.Limits, "features": &o.Features, "churn": &o.Churn, "relay": &o.Relay}
 		for _, on := range parts {
 			*on = false
 		}
@@ -291,6 +293,9 @@ func run(o options) error {
 	}
 	if o.Churn {
 		rep.Churn = measureChurn(o)
+	}
+	if o.Relay {
+		rep.Relay = measureRelays(o)
 	}
 	rep.LoadAfter = loadAvg()
 	if left := leftovers(o.Srv); len(left) > 0 {

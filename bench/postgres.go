@@ -59,7 +59,7 @@ func dropPrefix(dsn, prefix string) error {
 		return err
 	}
 	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `DROP TABLE IF EXISTS `+prefix+`_jobs, `+prefix+`_dead, `+prefix+`_queues, `+prefix+`_migrations, `+prefix+`_store;
+	_, err = conn.Exec(ctx, `DROP TABLE IF EXISTS `+prefix+`_jobs, `+prefix+`_dead, `+prefix+`_queues, `+prefix+`_migrations, `+prefix+`_store, `+prefix+`_outbox, `+prefix+`_outbox_aside;
 		DROP SEQUENCE IF EXISTS `+prefix+`_token, `+prefix+`_store_rev`)
 	return err
 }

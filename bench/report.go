@@ -31,6 +31,7 @@ type report struct {
 	Limits                []limitsResult
 	Features              []featuresResult
 	Churn                 *churnResult
+	Relay                 []relayResult
 	Notes                 []string
 }
 
@@ -180,6 +181,7 @@ func (rep *report) markdown() string {
 	rep.writeLimits(w)
 	rep.writeFeatures(w)
 	rep.writeChurn(w)
+	rep.writeRelay(w)
 	// The hand-written reading of the figures (where the time goes) lives
 	// beside the code, so a rerun keeps it.
 	if a, err := os.ReadFile("analysis.md"); err == nil {

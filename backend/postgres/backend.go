@@ -354,6 +354,7 @@ type queries struct {
 	enqueue, enqueueQuiet, notify                                                  string
 	claim, nextDue, unclaim, ack, ackMany, extend, requeue, deadLetter             string
 	nextDead, extendDead, removeDead, releaseDead, listDead, deleteDead, purgeDead string
+	outboxQueries
 }
 
 func makeQueries(p string) queries {
@@ -361,10 +362,11 @@ func makeQueries(p string) queries {
 	q := func(s string) string { return r.Replace(s) }
 	const held = `token <> 0 AND run_at > now()`
 	return queries{
-		declare:  q(`INSERT INTO {{p}}_queues (name) VALUES ($1) ON CONFLICT DO NOTHING`),
-		delJobs:  q(`DELETE FROM {{p}}_jobs WHERE queue = $1`),
-		delDead:  q(`DELETE FROM {{p}}_dead WHERE queue = $1`),
-		delQueue: q(`DELETE FROM {{p}}_queues WHERE name = $1`),
+		outboxQueries: makeOutboxQueries(q),
+		declare:       q(`INSERT INTO {{p}}_queues (name) VALUES ($1) ON CONFLICT DO NOTHING`),
+		delJobs:       q(`DELETE FROM {{p}}_jobs WHERE queue = $1`),
+		delDead:       q(`DELETE FROM {{p}}_dead WHERE queue = $1`),
+		delQueue:      q(`DELETE FROM {{p}}_queues WHERE name = $1`),
 		queues: q(`WITH RECURSIVE
 			j(q) AS (SELECT min(queue) FROM {{p}}_jobs UNION ALL SELECT (SELECT min(queue) FROM {{p}}_jobs WHERE queue > j.q) FROM j WHERE j.q IS NOT NULL),
 			d(q) AS (SELECT min(queue) FROM {{p}}_dead UNION ALL SELECT (SELECT min(queue) FROM {{p}}_dead WHERE queue > d.q) FROM d WHERE d.q IS NOT NULL)

@@ -54,7 +54,7 @@ func dropTables(t testing.TB, dsn, prefix string) {
 		return
 	}
 	defer c.Close(ctx)
-	_, err = c.Exec(ctx, `DROP TABLE IF EXISTS `+prefix+`_jobs, `+prefix+`_dead, `+prefix+`_queues, `+prefix+`_migrations, `+prefix+`_store;
+	_, err = c.Exec(ctx, `DROP TABLE IF EXISTS `+prefix+`_jobs, `+prefix+`_dead, `+prefix+`_queues, `+prefix+`_migrations, `+prefix+`_store, `+prefix+`_outbox, `+prefix+`_outbox_aside;
 		DROP SEQUENCE IF EXISTS `+prefix+`_token, `+prefix+`_store_rev`)
 	if err != nil {
 		t.Logf("dropping the tables of %s: %v", prefix, err)

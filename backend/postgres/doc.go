@@ -58,6 +58,18 @@
 //	asyncplatform_token       sequence: the lease and hold tokens
 //	asyncplatform_store       the pgstore table (and its sequence asyncplatform_store_rev)
 //	asyncplatform_migrations  version, applied_at
+//	asyncplatform_outbox      seq, queue, id, dedupe, body, not_before: jobs enqueued under OutboxTx (version 3)
+//	asyncplatform_outbox_aside  the outbox rows a relay could not publish, with the reason
+//
+// The outbox (OutboxTx, OutboxSQLTx) is read by an outbox.Relay through
+// the Backend's outbox.Source methods: a queue's lease is a session
+// advisory lock (pg_try_advisory_lock) held on a pool connection until the
+// relay releases it or its connection closes (a relay killed with SIGKILL
+// lets it go at once); rows are read in seq order, their bodies and IDs
+// bounded (Config.MaxBody, 4 KiB), and deleted by seq once the target
+// confirmed them. Rows of transactions in flight together may commit out
+// of seq order: each is relayed when visible, and only the rows read are
+// deleted. Not behind PgBouncer in transaction mode (session state).
 //
 // A job row's run_at is when it is next claimable: its NotBefore while it
 // waits (token 0), its lease's end while it is out (token set). Queue names

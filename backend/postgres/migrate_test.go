@@ -32,6 +32,10 @@ var seeds = map[int]func(ctx context.Context, pool *pgxpool.Pool, p string) erro
 	},
 }
 
+// Versions 2 and 3 changed indexes and added tables: the rows of version 1
+// are the rows of both.
+func init() { seeds[2] = seeds[1] }
+
 // TestUpgradeKeepsData applies each earlier schema version, writes a row
 // of every kind in its layout, upgrades to SchemaVersion and reads every
 // row back through the backend, each in the state it was left in.

@@ -34,6 +34,9 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 		}
 		bodies[i], due[i] = nonNil(m.Body), m.NotBefore
 	}
+	if inOutbox(ctx) {
+		return b.enqueueOutbox(ctx, queue, msgs)
+	}
 	if tx := txOf(ctx); tx != nil {
 		if _, err := tx.Exec(ctx, b.q.enqueue, queue, bodies, due, b.channel); err != nil {
 			return b.wrap("enqueue "+queue, err)

@@ -22,8 +22,9 @@ type txKey struct{}
 // one at a time: a transaction runs one statement at a time, and the
 // platform writes a batch's status records from several goroutines.
 type txConn struct {
-	mu sync.Mutex
-	db pgstore.DB
+	mu     sync.Mutex
+	db     pgstore.DB
+	outbox bool // OutboxTx: Enqueue writes to the outbox table
 }
 
 func (c *txConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {

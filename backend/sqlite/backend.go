@@ -161,6 +161,9 @@ type Backend struct {
 	hub *hub
 	q   queries
 
+	obOnce sync.Once
+	obq    outboxQueries
+
 	seen sync.Map // queue -> struct{}: names this Backend wrote to the queues table
 
 	// completed holds the deliveries a handler completed in its own

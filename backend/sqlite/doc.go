@@ -35,8 +35,9 @@
 //
 // New opens the file in WAL mode (journal_mode=WAL, synchronous=FULL, the
 // busy timeout) and creates, in one transaction, the tables it lacks,
-// recording SchemaVersion in <prefix>_schema (a file whose tables are of
-// another version is refused). With the default prefix "asyncplatform":
+// recording SchemaVersion in <prefix>_schema (a file whose tables are of a
+// later version is refused; an earlier one gains the tables it lacks:
+// version 2 added the outbox's). With the default prefix "asyncplatform":
 //
 //	asyncplatform_jobs    id, queue, body, run_at, deliveries, token: one row per stored copy
 //	asyncplatform_dead    id, queue, rec_id, body, held_until, token: one row per dead letter
@@ -44,6 +45,17 @@
 //	asyncplatform_store   key, value, rev, expires_at: the store
 //	asyncplatform_seq     the store's revision counter
 //	asyncplatform_schema  version
+//	asyncplatform_outbox        seq, queue, id, dedupe, body, not_before: jobs enqueued under OutboxTx
+//	asyncplatform_outbox_aside  the outbox rows a relay could not publish, with the reason
+//	asyncplatform_outbox_lease  queue, owner, until: a relay's lease of a queue's outbox rows
+//
+// The outbox (OutboxTx) is read by an outbox.Relay through the Backend's
+// outbox.Source methods: a queue's lease is a row that lapses at until
+// (outbox.Config.LeaseTTL after it was taken or last renewed; every delete
+// renews it in its transaction, and refuses with ErrLeaseLost once it
+// lapsed), so a relay killed holding it holds up that queue for the TTL.
+// Rows are read in seq order (commit order: SQLite has one writer), their
+// bodies and IDs bounded (Config.MaxBody, 4 KiB).
 //
 // Times are milliseconds since the Unix epoch. A job row's run_at is when
 // it is next claimable: its NotBefore while it waits (token 0), its lease's
@@ -54,8 +66,12 @@
 // SQLite lets one connection write at a time. Every write is a short
 // transaction begun IMMEDIATE (it takes the write lock at BEGIN, so it
 // never fails to upgrade a read lock); the Backends of one process queue
-// for the lock in Go (one writer lock per file per process), and processes
-// queue in SQLite's busy handler, for at most Config.BusyTimeout. Reads
+// for the lock in Go (one writer lock per file per process, waited for
+// until the write's context ends), and processes queue on an flock beside
+// the file: a write that waited Config.BusyTimeout for another process's
+// flock fails with a *LockTimeoutError, before it started (that process is
+// stopped or hung holding it), and SQLite's busy handler bounds the rest
+// by Config.BusyTimeout too. Reads
 // (Stats, ListDead, the store's Get and List, and the look for a due job
 // before a claim) never wait for the writer.
 //

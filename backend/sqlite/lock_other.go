@@ -10,3 +10,4 @@ func openFileLock(string) (*fileLock, error) { return &fileLock{}, nil }
 func (l *fileLock) lock() error              { return nil }
 func (l *fileLock) unlock()                  {}
 func (l *fileLock) close()                   {}
+func (l *fileLock) name() string             { return "" }

@@ -35,3 +35,5 @@ func (l *fileLock) lock() error {
 func (l *fileLock) unlock() { _ = syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN) }
 
 func (l *fileLock) close() { l.f.Close() }
+
+func (l *fileLock) name() string { return l.f.Name() }

@@ -53,6 +53,9 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 			return fmt.Errorf("sqlite: enqueue %s: a body of %d bytes: %w (at most %d)", queue, len(m.Body), driver.ErrTooLarge, b.cfg.MaxBody)
 		}
 	}
+	if inOutbox(ctx) {
+		return b.enqueueOutbox(ctx, queue, msgs)
+	}
 	err := b.write(ctx, func(c conn) error {
 		st, err := c.PrepareContext(ctx, b.q.enqueue)
 		if err != nil {

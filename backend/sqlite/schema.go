@@ -11,7 +11,7 @@ import (
 
 // SchemaVersion is the version of the tables New creates, recorded in
 // <prefix>_schema.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // now is the database's clock in milliseconds since the Unix epoch, read
 // once per statement after the statement has its locks (so a statement
@@ -50,10 +50,36 @@ CREATE TABLE IF NOT EXISTS {{p}}_store (
 CREATE INDEX IF NOT EXISTS {{p}}_store_expiry ON {{p}}_store (expires_at) WHERE expires_at <> 0;
 CREATE TABLE IF NOT EXISTS {{p}}_seq (name TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;
 INSERT OR IGNORE INTO {{p}}_seq (name, n) VALUES ('rev', 0);
+CREATE TABLE IF NOT EXISTS {{p}}_outbox (
+	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+	queue      TEXT    NOT NULL,
+	id         TEXT    NOT NULL,
+	dedupe     TEXT    NOT NULL,
+	body       BLOB    NOT NULL,
+	not_before INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS {{p}}_outbox_queue ON {{p}}_outbox (queue, seq);
+CREATE TABLE IF NOT EXISTS {{p}}_outbox_aside (
+	seq        INTEGER PRIMARY KEY,
+	queue      TEXT    NOT NULL,
+	id         TEXT    NOT NULL,
+	dedupe     TEXT    NOT NULL,
+	body       BLOB    NOT NULL,
+	not_before INTEGER NOT NULL,
+	reason     TEXT    NOT NULL,
+	moved_at   INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {{p}}_outbox_lease (
+	queue TEXT    PRIMARY KEY,
+	owner INTEGER NOT NULL,
+	until INTEGER NOT NULL
+) WITHOUT ROWID;
 `
 
 // migrate creates the tables when missing, in one write transaction, and
-// refuses a file whose tables are of another version.
+// refuses a file whose tables are of a later version. Every version adds
+// tables only (version 2: the outbox's), so an earlier file is brought up
+// to date by creating the missing ones.
 func (b *Backend) migrate(ctx context.Context) error {
 	err := b.write(ctx, func(c conn) error {
 		if _, err := c.ExecContext(ctx, strings.ReplaceAll(schema, "{{p}}", b.cfg.Prefix)); err != nil {
@@ -67,8 +93,11 @@ func (b *Backend) migrate(ctx context.Context) error {
 		case n == 0:
 			_, err := c.ExecContext(ctx, `INSERT INTO `+b.cfg.Prefix+`_schema (version) VALUES (?)`, SchemaVersion)
 			return err
-		case v != SchemaVersion:
+		case v > SchemaVersion:
 			return fmt.Errorf("the tables are at schema version %d, this backend knows %d", v, SchemaVersion)
+		case v < SchemaVersion:
+			_, err := c.ExecContext(ctx, `UPDATE `+b.cfg.Prefix+`_schema SET version = ?`, SchemaVersion)
+			return err
 		}
 		return nil
 	})

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"sync"
 )
 
@@ -24,8 +23,9 @@ type txKey struct{}
 // call at a time: the platform writes a batch's status records from
 // several goroutines.
 type txConn struct {
-	mu sync.Mutex
-	tx *sql.Tx
+	mu     sync.Mutex
+	tx     *sql.Tx
+	outbox bool // OutboxTx: Enqueue writes to the outbox table
 }
 
 // WithTx returns a context under which the Backend's Enqueue writes with
@@ -61,19 +61,19 @@ func txOf(ctx context.Context) *txConn {
 // the Backend's own, begun IMMEDIATE under the process's writer lock of
 // the file and then the processes' (so writers queue in Go and on the
 // flock rather than in SQLite's busy handler) and committed when fn
-// returns nil.
+// returns nil. The wait for the process's turn ends with ctx; the wait
+// for another process's flock ends with ctx or after Config.BusyTimeout,
+// with a *LockTimeoutError.
 func (b *Backend) write(ctx context.Context, fn func(c conn) error) error {
 	if c := txOf(ctx); c != nil {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return fn(c.tx)
 	}
-	b.hub.mu.Lock()
-	defer b.hub.mu.Unlock()
-	if err := b.hub.file.lock(); err != nil {
-		return fmt.Errorf("the writer lock file: %w", err)
+	if err := b.hub.lock.lock(ctx, b.cfg.BusyTimeout); err != nil {
+		return err
 	}
-	defer b.hub.file.unlock()
+	defer b.hub.lock.unlock()
 	tx, err := b.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

@@ -19,8 +19,7 @@ type hub struct {
 	path string
 	refs int // under hubsMu
 
-	mu   sync.Mutex // the process's writer lock of the file
-	file *fileLock  // the processes' writer lock, taken under mu
+	lock *writerLock // the process's writer turn, then the processes' flock
 
 	wmu     sync.Mutex
 	waiters map[string][]chan struct{}
@@ -55,7 +54,7 @@ func joinHub(path string, cfg Config) (*hub, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h := &hub{path: path, refs: 1, waiters: map[string][]chan struct{}{}, file: fl, db: db, stop: cancel, done: make(chan struct{})}
+	h := &hub{path: path, refs: 1, waiters: map[string][]chan struct{}{}, lock: newWriterLock(fl), db: db, stop: cancel, done: make(chan struct{})}
 	go h.poll(ctx, cfg.Logger)
 	hubs[path] = h
 	return h, nil
@@ -74,9 +73,7 @@ func (h *hub) leave() {
 		h.stop()
 		<-h.done
 		h.db.Close()
-		h.mu.Lock() // a write of a closed Backend may hold it still
-		h.file.close()
-		h.mu.Unlock()
+		h.lock.close() // after a write of a closed Backend that holds it still
 	}
 }
 
