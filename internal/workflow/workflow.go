@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
@@ -661,6 +662,13 @@ func (e *Engine) Advance(ctx context.Context, id, step string) error {
 		if refire {
 			attempt++
 		}
+		mine, err := e.claim(ctx, id, dep, step, attempt)
+		if err != nil {
+			return err
+		}
+		if !mine {
+			continue // another step enqueues it, or has
+		}
 		if err := e.cfg.Enqueue(ctx, []Ready{{Workflow: id, Step: dep, Attempt: attempt, Job: d.Job}}); err != nil {
 			return fmt.Errorf("enqueueing step %s of workflow %s: %w", dep, id, err)
 		}
@@ -680,6 +688,30 @@ func (e *Engine) Advance(ctx context.Context, id, step string) error {
 	return nil
 }
 
+// claim takes the right to enqueue the attempt of step dep for step
+// (create-if-absent of <id>/e/<dep>/<attempt>, holding step's name), and
+// reports whether step holds it: the first of the steps that find dep
+// ready takes it, and only it, or its redelivery after its worker died
+// between the claim and the enqueue, enqueues dep.
+func (e *Engine) claim(ctx context.Context, id, dep, step string, attempt int) (bool, error) {
+	key := id + "/e/" + dep + "/" + strconv.Itoa(attempt)
+	_, err := e.cfg.Store.Create(ctx, key, []byte(step), e.cfg.TTL)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, driver.ErrKeyExists) {
+		return false, err
+	}
+	holder, _, err := e.cfg.Store.Get(ctx, key)
+	if errors.Is(err, driver.ErrKeyNotFound) {
+		return false, nil // expired with the workflow
+	}
+	if err != nil {
+		return false, err
+	}
+	return string(holder) == step, nil
+}
+
 // depsEnded says whether every dependency of d has ended (with all
 // succeeded, when good). It reads them in batches starting at a random
 // one and stops at the first that has not: in a fan-in of n parents the
@@ -689,9 +721,9 @@ func (e *Engine) depsEnded(ctx context.Context, id string, d *Record, good bool)
 	if n == 0 {
 		return true, nil
 	}
-	const chunk = 50
+	chunk := 4 // doubled after each batch of ended ones, up to 256
 	start := mrand.IntN(n)
-	for off := 0; off < n; off += chunk {
+	for off := 0; off < n; off, chunk = off+chunk, min(2*chunk, 256) {
 		var names []string
 		for i := off; i < min(off+chunk, n); i++ {
 			names = append(names, d.Deps[(start+i)%n])
