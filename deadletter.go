@@ -46,7 +46,7 @@ const (
 func Reasons() []Reason {
 	return []Reason{
 		ReasonRetriesExceeded, ReasonInvalid, ReasonPermanent, ReasonPoisoned,
-		ReasonUnhandled, ReasonExpired, ReasonPayloadMissing, ReasonCancelled,
+		ReasonUnhandled, ReasonExpired, ReasonPayloadMissing, ReasonCancelled, ReasonDependencyFailed,
 	}
 }
 

@@ -66,6 +66,7 @@ func newExecutor(p *Platform) *executor.Executor[Job] {
 		}
 	}
 	cfg.OnDead = func(id string, rec *wire.Dead) {
+		p.workflowDead(rec)
 		if hook := p.cfg.Hooks.OnDeadLetter; hook != nil {
 			dl := deadLetterOf(id, rec)
 			dl.Job.Priority = p.cfg.levels[rec.Queue].level
@@ -150,6 +151,9 @@ func (p *Platform) policyOf(j *executor.Job, h executor.Handler[Job]) decide.Pol
 func classify(err error) (decide.Result, time.Duration) {
 	if err == nil {
 		return decide.OK, 0
+	}
+	if r, ok := classifyStep(err); ok {
+		return r, 0
 	}
 	if rej := asReject(err); rej != nil {
 		return decide.Rejection, rej.Delay

@@ -657,6 +657,7 @@ func (p *Platform) Handle(jobType string, h Handler, policy ...Policy) error {
 	for i := len(p.cfg.Middleware) - 1; i >= 0; i-- {
 		e.h = p.cfg.Middleware[i](e.h)
 	}
+	e.h = p.stepHandler(e.h)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := p.handlers.Load().byType

@@ -98,4 +98,10 @@ func ExampleCases() {
 	// Schedule/OnePerTickProcesses
 	// Schedule/RestartSkipsMissed
 	// Schedule/RestartCatchesUp
+	// Workflow/Chain
+	// Workflow/Diamond
+	// Workflow/FanIn
+	// Workflow/DependencyFailedRedrive
+	// Workflow/Cancel
+	// Workflow/BatchOnSuccess
 }

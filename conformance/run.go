@@ -129,6 +129,13 @@ func cases() []testCase {
 		{"Schedule/OnePerTickProcesses", testScheduleProcesses},
 		{"Schedule/RestartSkipsMissed", testScheduleRestartSkips},
 		{"Schedule/RestartCatchesUp", testScheduleRestartCatchUp},
+		// workflow.go
+		{"Workflow/Chain", testWorkflowChain},
+		{"Workflow/Diamond", testWorkflowDiamond},
+		{"Workflow/FanIn", testWorkflowFanIn},
+		{"Workflow/DependencyFailedRedrive", testWorkflowDependencyFailed},
+		{"Workflow/Cancel", testWorkflowCancel},
+		{"Workflow/BatchOnSuccess", testWorkflowBatchOnSuccess},
 	}
 }
 

@@ -66,6 +66,7 @@ const (
 	Expired         Reason = "expired"
 	PayloadMissing  Reason = "payload_missing"
 	Cancelled       Reason = "cancelled"
+	DepFailed       Reason = "dependency_failed"
 )
 
 // Result is the handler's result, as the platform classified its error.
@@ -89,6 +90,12 @@ const (
 	// PayloadGone: the job's offloaded payload is gone from the store; the
 	// handler cannot run.
 	PayloadGone
+	// DependencyFailed: a workflow step whose dependency failed for good
+	// (the handler did not run): dead-lettered uncounted.
+	DependencyFailed
+	// CancelledRun: a workflow step whose workflow was cancelled while it
+	// ran, and whose handler returned an error: dead-lettered uncounted.
+	CancelledRun
 )
 
 // Group is what a worker knows of the pause of a job's group.
@@ -220,6 +227,12 @@ func Decide(in Input) Decision {
 		return d
 	case PayloadGone:
 		d.Outcome, d.Reason = DeadLettered, PayloadMissing
+		return d
+	case DependencyFailed:
+		d.Outcome, d.Reason = DeadLettered, DepFailed
+		return d
+	case CancelledRun:
+		d.Outcome, d.Reason = DeadLettered, Cancelled
 		return d
 	}
 	if in.Cancelled { // its handler returned an error after Cancel: never retried

@@ -25,10 +25,11 @@ const (
 	ScheduleDefs Namespace = "_scheddef" // each schedule's definition, for operators
 	Status       Namespace = "_jobs"     // job status records and cancel marks
 	Unique       Namespace = "_unique"   // unique-key claims
+	Workflows    Namespace = "_workflow" // workflow and step records
 )
 
 // All lists every namespace of the platform.
-var All = []Namespace{Limits, Flow, Schedules, ScheduleDefs, Status, Unique}
+var All = []Namespace{Limits, Flow, Schedules, ScheduleDefs, Status, Unique, Workflows}
 
 // Prefix is the key prefix of the namespace: its name and a '/'.
 func (n Namespace) Prefix() string { return string(n) + "/" }

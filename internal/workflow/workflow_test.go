@@ -1,0 +1,378 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// fakeStore is a store in a map, with revisions.
+type fakeStore struct {
+	mu  sync.Mutex
+	m   map[string][]byte
+	rev map[string]int
+	n   int
+}
+
+func newFake() *fakeStore { return &fakeStore{m: map[string][]byte{}, rev: map[string]int{}} }
+
+func (f *fakeStore) Get(_ context.Context, key string) ([]byte, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, ok := f.m[key]
+	if !ok {
+		return nil, "", driver.ErrKeyNotFound
+	}
+	return append([]byte(nil), v...), strconv.Itoa(f.rev[key]), nil
+}
+
+func (f *fakeStore) Create(_ context.Context, key string, value []byte, _ time.Duration) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.m[key]; ok {
+		return "", driver.ErrKeyExists
+	}
+	f.n++
+	f.m[key], f.rev[key] = append([]byte(nil), value...), f.n
+	return strconv.Itoa(f.n), nil
+}
+
+func (f *fakeStore) Update(_ context.Context, key string, value []byte, rev string, _ time.Duration) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.m[key]; !ok || strconv.Itoa(f.rev[key]) != rev {
+		return "", driver.ErrRevision
+	}
+	f.n++
+	f.m[key], f.rev[key] = append([]byte(nil), value...), f.n
+	return strconv.Itoa(f.n), nil
+}
+
+func (f *fakeStore) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
+	out := make([]driver.BatchResult, len(keys))
+	for i, k := range keys {
+		out[i].Value, out[i].Rev, out[i].Err = f.Get(ctx, k)
+	}
+	return out, nil
+}
+
+func (f *fakeStore) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	out := make([]driver.BatchResult, len(items))
+	for i, it := range items {
+		out[i].Rev, out[i].Err = f.Create(ctx, it.Key, it.Value, it.TTL)
+	}
+	return out, nil
+}
+
+// queue records the enqueues.
+type queue struct {
+	mu    sync.Mutex
+	ready []Ready
+}
+
+func (q *queue) enqueue(_ context.Context, r []Ready) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.ready = append(q.ready, r...)
+	return nil
+}
+
+func (q *queue) take() []Ready {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	r := q.ready
+	q.ready = nil
+	return r
+}
+
+func spec(name string, deps ...string) Spec {
+	return Spec{Name: name, Deps: deps, Job: json.RawMessage(`{}`)}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	many := make([]Spec, MaxSteps+1)
+	for i := range many {
+		many[i] = spec("s" + strconv.Itoa(i))
+	}
+	for _, c := range []struct {
+		steps   []Spec
+		problem string
+		step    string
+	}{
+		{nil, "no steps", ""},
+		{many, "too many steps", ""},
+		{[]Spec{spec("a"), spec("a")}, "duplicate step", "a"},
+		{[]Spec{spec("a/b")}, "bad step name", "a/b"},
+		{[]Spec{spec("a", "x")}, "unknown dependency", "a"},
+		{[]Spec{spec("a", "a")}, "cycle", "a"},
+		{[]Spec{spec("a", "c"), spec("b", "a"), spec("c", "b")}, "cycle", "a"},
+		{[]Spec{spec("a"), spec("b", "a", "a")}, "duplicate dependency", "b"},
+	} {
+		err := Validate(c.steps)
+		var we *Error
+		if !errors.As(err, &we) || !errors.Is(err, ErrInvalid) || we.Problem != c.problem || we.Step != c.step {
+			t.Errorf("Validate(%d steps): %v; want %q at %q", len(c.steps), err, c.problem, c.step)
+		}
+	}
+	if err := Validate([]Spec{spec("a"), spec("b", "a"), spec("c", "a"), spec("d", "b", "c")}); err != nil {
+		t.Errorf("a diamond: %v", err)
+	}
+}
+
+// run plays workers: it takes every enqueued step, Begins it and ends it
+// as fn says, until nothing is enqueued.
+func run(t *testing.T, e *Engine, q *queue, fn func(r Ready, st Start) error) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	runs := map[string]int{}
+	for {
+		ready := q.take()
+		if len(ready) == 0 {
+			return runs
+		}
+		for _, r := range ready {
+			st, err := e.Begin(ctx, r.Workflow, r.Step, r.Attempt)
+			if err != nil {
+				t.Fatalf("Begin(%s): %v", r.Step, err)
+			}
+			switch st.Action {
+			case RunIt:
+				runs[r.Step]++
+				if err := fn(r, st); err != nil {
+					if err := e.Fail(ctx, r.Workflow, r.Step, "permanent"); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				if err := e.Succeed(ctx, r.Workflow, r.Step, []byte(r.Step)); err != nil {
+					t.Fatal(err)
+				}
+			case Done, SkipIt:
+				if err := e.Advance(ctx, r.Workflow, r.Step); err != nil {
+					t.Fatal(err)
+				}
+			case FailIt:
+				if err := e.Fail(ctx, r.Workflow, r.Step, ReasonDependencyFailed); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
+func states(t *testing.T, e *Engine, id string) string {
+	t.Helper()
+	st, err := e.Status(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := ""
+	for _, r := range st.Steps {
+		s += fmt.Sprintf("%s=%s%s ", r.Name, r.State, map[bool]string{true: "/" + r.Reason}[r.Reason != ""])
+	}
+	return s
+}
+
+func TestDiamond(t *testing.T) {
+	t.Parallel()
+	q := &queue{}
+	e := New(Config{Store: newFake(), Enqueue: q.enqueue})
+	id := NewID()
+	if err := e.Create(context.Background(), id, "d", []Spec{spec("a"), spec("b", "a"), spec("c", "a"), spec("d", "b", "c")}); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	runs := run(t, e, q, func(r Ready, st Start) error {
+		if r.Step == "d" {
+			got = string(st.Results["b"]) + string(st.Results["c"])
+		}
+		return nil
+	})
+	if got != "bc" || runs["d"] != 1 || states(t, e, id) != "a=succeeded b=succeeded c=succeeded d=succeeded " {
+		t.Errorf("d read %q, ran %d times, states %s", got, runs["d"], states(t, e, id))
+	}
+}
+
+// TestRedeliveredParent: the parent that ended last is delivered again
+// (its worker died before the ack): it does not run again and the join is
+// not enqueued a second time.
+func TestRedeliveredParent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := &queue{}
+	e := New(Config{Store: newFake(), Enqueue: q.enqueue})
+	id := NewID()
+	if err := e.Create(ctx, id, "", []Spec{spec("a"), spec("b"), spec("j", "a", "b")}); err != nil {
+		t.Fatal(err)
+	}
+	q.take()
+	for _, s := range []string{"a", "b"} {
+		if err := e.Succeed(ctx, id, s, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := q.take(); len(r) != 1 || r[0].Step != "j" {
+		t.Fatalf("enqueued %v; want j", r)
+	}
+	st, err := e.Begin(ctx, id, "b", 0) // b's redelivery
+	if err != nil || st.Action != Done {
+		t.Fatalf("Begin of b again: %v, %v; want Done", st.Action, err)
+	}
+	if err := e.Advance(ctx, id, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if r := q.take(); len(r) != 0 {
+		t.Errorf("the redelivered parent enqueued %v again", r)
+	}
+}
+
+// TestClaimHolderEnqueuesAgain: a parent whose worker died between the
+// claim and the enqueue enqueues the join when it is delivered again; the
+// other parent does not.
+func TestClaimHolderEnqueuesAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFake()
+	q := &queue{}
+	e := New(Config{Store: f, Enqueue: q.enqueue})
+	id := NewID()
+	if err := e.Create(ctx, id, "", []Spec{spec("a"), spec("b"), spec("j", "a", "b")}); err != nil {
+		t.Fatal(err)
+	}
+	q.take()
+	for _, s := range []string{"a", "b"} {
+		if err := e.finish(ctx, id, s, Succeeded, "", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, err := e.claim(ctx, id, "j", "b", 0); !ok || err != nil { // b died after this
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	if err := e.Advance(ctx, id, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if r := q.take(); len(r) != 0 {
+		t.Fatalf("a, not the claim's holder, enqueued %v", r)
+	}
+	if err := e.Advance(ctx, id, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if r := q.take(); len(r) != 1 || r[0].Step != "j" {
+		t.Fatalf("b's redelivery enqueued %v; want j", r)
+	}
+}
+
+// TestFailedThenRedriven: a fails; b (Fail) fails dependency_failed, c
+// (Run) runs, d (Skip) is skipped; a succeeds later (redriven): b comes
+// back at attempt 1 and runs.
+func TestFailedThenRedriven(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := &queue{}
+	e := New(Config{Store: newFake(), Enqueue: q.enqueue})
+	id := NewID()
+	c, d := spec("c", "a"), spec("d", "a")
+	c.OnFailed, d.OnFailed = Run, Skip
+	if err := e.Create(ctx, id, "", []Spec{spec("a"), spec("b", "a"), c, d}); err != nil {
+		t.Fatal(err)
+	}
+	broken := true
+	runs := run(t, e, q, func(r Ready, _ Start) error {
+		if r.Step == "a" && broken {
+			return errors.New("broken")
+		}
+		return nil
+	})
+	if s := states(t, e, id); s != "a=failed/permanent b=failed/dependency_failed c=succeeded d=skipped " || runs["b"] != 0 {
+		t.Fatalf("states %s, b ran %d times", s, runs["b"])
+	}
+	broken = false
+	q.ready = []Ready{{Workflow: id, Step: "a"}} // the redrive
+	runs = run(t, e, q, func(Ready, Start) error { return nil })
+	st, _ := e.Status(ctx, id)
+	if s := states(t, e, id); s != "a=succeeded b=succeeded c=succeeded d=skipped " || runs["b"] != 1 || st.Steps[1].Attempt != 1 {
+		t.Errorf("after the redrive: states %s, b ran %d times at attempt %d", s, runs["b"], st.Steps[1].Attempt)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := &queue{}
+	e := New(Config{Store: newFake(), Enqueue: q.enqueue})
+	id := NewID()
+	if err := e.Create(ctx, id, "", []Spec{spec("a"), spec("b", "a")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	runs := run(t, e, q, func(Ready, Start) error { return nil })
+	if s := states(t, e, id); len(runs) != 0 || s != "a=cancelled b=cancelled " {
+		t.Errorf("after Cancel: %v ran, states %s", runs, s)
+	}
+	if err := e.Cancel(ctx, NewID()); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Cancel of an unknown workflow: %v", err)
+	}
+}
+
+// TestUntrustedRecord: a record that does not decode is an error naming
+// the key, never a panic.
+func TestUntrustedRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFake()
+	e := New(Config{Store: f, Enqueue: (&queue{}).enqueue})
+	id := NewID()
+	if err := e.Create(ctx, id, "", []Spec{spec("a")}); err != nil {
+		t.Fatal(err)
+	}
+	f.m[stepKey(id, "a")] = []byte(`{"name":"a","deps":[1]}`)
+	if _, err := e.Begin(ctx, id, "a", 0); !errors.Is(err, ErrBadRecord) {
+		t.Errorf("Begin over a bad record: %v; want ErrBadRecord", err)
+	}
+	f.m[stepKey(id, "a")] = []byte(`{"name":"b"}`)
+	if _, err := e.Begin(ctx, id, "a", 0); !errors.Is(err, ErrBadRecord) {
+		t.Errorf("Begin over another step's record: %v; want ErrBadRecord", err)
+	}
+}
+
+// TestFanIn: 300 parents ending concurrently enqueue the join once.
+func TestFanIn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := &queue{}
+	e := New(Config{Store: newFake(), Enqueue: q.enqueue})
+	id := NewID()
+	specs := []Spec{}
+	var deps []string
+	for i := range 300 {
+		deps = append(deps, "p"+strconv.Itoa(i))
+		specs = append(specs, spec(deps[i]))
+	}
+	specs = append(specs, spec("j", deps...))
+	if err := e.Create(ctx, id, "", specs); err != nil {
+		t.Fatal(err)
+	}
+	q.take()
+	var wg sync.WaitGroup
+	for _, d := range deps {
+		wg.Go(func() {
+			if err := e.Succeed(ctx, id, d, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if r := q.take(); len(r) != 1 || r[0].Step != "j" {
+		t.Errorf("enqueued %d steps; want the join once", len(r))
+	}
+}
