@@ -47,6 +47,7 @@ const (
 // so comes back when that channel closes, instead of staying stuck on it.
 type qchan struct {
 	ch       *amqp.Channel
+	conn     *amqp.Connection // the connection ch is on
 	acks     *acker // every ack and nack of ch goes through it
 	queue    string // the queue's name, not its work queue's
 	gen      uint64
@@ -55,6 +56,20 @@ type qchan struct {
 	retired  atomic.Bool
 	closing  atomic.Bool  // closeRetired has begun
 	barrier  atomic.Int64 // acks.settles when the last settle barrier began
+}
+
+// alive returns ErrLeaseLost once q's channel, or the connection it is
+// on, has closed: the deliveries q holds then go back to the queue by
+// themselves. amqp091 marks a lost connection closed before it closes its
+// channels, and so before it resolves the publishing channel's confirms
+// as lost: a replacement whose confirm was lost with the connection always
+// finds here that the delivery it replaces is lost too, and does not
+// publish its successor again (see publishFor).
+func (q *qchan) alive() error {
+	if q.ch.IsClosed() || q.conn != nil && q.conn.IsClosed() {
+		return fmt.Errorf("rabbit: channel generation %d is closed: %w", q.gen, driver.ErrLeaseLost)
+	}
+	return nil
 }
 
 // retire marks q retired and closes it when nothing it handed out is still
@@ -225,7 +240,7 @@ func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*cons
 			ch.Close()
 			return nil, fmt.Errorf("rabbit: set prefetch %d: %w", prefetch, err)
 		}
-		qc = &qchan{ch: ch, acks: newAcker(ch), queue: queue, gen: b.chanGen.Add(1), prefetch: prefetch}
+		qc = &qchan{ch: ch, conn: conn, acks: newAcker(ch), queue: queue, gen: b.chanGen.Add(1), prefetch: prefetch}
 	}
 	tag := fmt.Sprintf("asyncplatform-%d-%d", os.Getpid(), consumerSeq.Add(1))
 	dl, err := qc.ch.Consume(b.workName(queue), tag, false, false, false, false, nil)
@@ -371,7 +386,7 @@ func (b *Backend) release(c *consumer) {
 				back = append(back, d)
 			}
 		}
-		if err := b.handBack(ctx, c.queue, back); err != nil {
+		if err := b.handBack(ctx, c.queue, back, c.alive); err != nil {
 			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "messages", len(back), "err", err)
 			for _, d := range back {
 				c.acks.nack(d.DeliveryTag, true)
@@ -449,8 +464,10 @@ collect:
 // never handed out: to the work queue with its count kept in baseHeader,
 // or on to its next delay queue when it still has delay left. The copies
 // are published together, and their marks (see replacing) written in one
-// store call before and one after.
-func (b *Backend) handBack(ctx context.Context, queue string, ds []amqp.Delivery) (err error) {
+// store call before and one after. held reports whether ds are still held
+// (see publishFor): once they are not, they come back by themselves, and
+// their copies are not published again.
+func (b *Backend) handBack(ctx context.Context, queue string, ds []amqp.Delivery, held func() error) (err error) {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -472,7 +489,7 @@ func (b *Backend) handBack(ctx context.Context, queue string, ds []amqp.Delivery
 	}
 	settle := b.replacing(ctx, insts...)
 	defer func() { settle(err == nil) }()
-	return b.publish(ctx, msgs...)
+	return b.publishFor(ctx, held, msgs...)
 }
 
 // copyOf returns the publish of a copy of d: none of its headers but a new
@@ -580,7 +597,7 @@ func (b *Backend) hop(ctx context.Context, c *consumer, d amqp.Delivery, rem tim
 	settle := b.replacing(ctx, instanceOf(d.Headers))
 	m, err := b.delayed(ctx, c.queue, copyOf(d), rem)
 	if err == nil {
-		err = b.publish(ctx, m)
+		err = b.publishFor(ctx, c.alive, m)
 	}
 	settle(err == nil)
 	if err != nil {
@@ -716,12 +733,7 @@ func (b *Backend) held(d *driver.Delivery) (*receipt, error) {
 }
 
 // check returns ErrLeaseLost when the delivering channel is gone.
-func (r *receipt) check() error {
-	if r.c.ch.IsClosed() {
-		return fmt.Errorf("rabbit: channel generation %d is closed: %w", r.c.gen, driver.ErrLeaseLost)
-	}
-	return nil
-}
+func (r *receipt) check() error { return r.c.alive() }
 
 // settle acks the delivery once; a second settle, or one on a closed
 // channel, is lease-lost. The tag is acked on the channel that delivered it,
