@@ -48,8 +48,8 @@ const (
 type qchan struct {
 	ch       *amqp.Channel
 	conn     *amqp.Connection // the connection ch is on
-	acks     *acker // every ack and nack of ch goes through it
-	queue    string // the queue's name, not its work queue's
+	acks     *acker           // every ack and nack of ch goes through it
+	queue    string           // the queue's name, not its work queue's
 	gen      uint64
 	prefetch int
 	held     atomic.Int64 // deliveries handed out and not yet settled
