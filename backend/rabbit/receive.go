@@ -56,6 +56,7 @@ type qchan struct {
 	retired  atomic.Bool
 	closing  atomic.Bool  // closeRetired has begun
 	barrier  atomic.Int64 // acks.settles when the last settle barrier began
+	recent   recentAcks   // what ch acked lately (see lostack.go)
 }
 
 // alive returns ErrLeaseLost once q's channel, or the connection it is
@@ -241,6 +242,14 @@ func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*cons
 			return nil, fmt.Errorf("rabbit: set prefetch %d: %w", prefetch, err)
 		}
 		qc = &qchan{ch: ch, conn: conn, acks: newAcker(ch), queue: queue, gen: b.chanGen.Add(1), prefetch: prefetch}
+		closeCh := ch.NotifyClose(make(chan *amqp.Error, 1))
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			if err, ok := <-closeCh; ok && err != nil {
+				b.lost(qc)
+			}
+		}()
 	}
 	tag := fmt.Sprintf("asyncplatform-%d-%d", os.Getpid(), consumerSeq.Add(1))
 	dl, err := qc.ch.Consume(b.workName(queue), tag, false, false, false, false, nil)
@@ -366,6 +375,7 @@ func (b *Backend) release(c *consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
 	defer cancel()
 	var tags []uint64 // originals whose copy is stored, markers, replaced messages
+	var insts []string // their instances
 	failed := false
 	// take hands back a burst of deliveries: looked up in one store call,
 	// their copies published together, marked in one call before and one
@@ -382,6 +392,7 @@ func (b *Backend) release(c *consumer) {
 		for i, d := range got {
 			if isMarker(d) || gone[i] {
 				tags = append(tags, d.DeliveryTag)
+				insts = append(insts, instanceOf(d.Headers))
 			} else {
 				back = append(back, d)
 			}
@@ -396,6 +407,7 @@ func (b *Backend) release(c *consumer) {
 		}
 		for _, d := range back {
 			tags = append(tags, d.DeliveryTag)
+			insts = append(insts, instanceOf(d.Headers))
 		}
 	}
 	// burst returns d and what else is buffered now, up to the window.
@@ -449,6 +461,8 @@ collect:
 	b.testBeforeAck()
 	if err := c.acks.ackAll(tags); err != nil {
 		b.log.Debug("acking the originals of handed-back messages failed", "queue", c.queue, "err", err)
+	} else {
+		b.acked(c.qchan, insts...)
 	}
 	if len(tags) > 0 {
 		b.log.Debug("handed back buffered messages", "queue", c.queue, "messages", len(tags))
@@ -570,6 +584,8 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 			case gone[i]:
 				if err := c.acks.ack(d.DeliveryTag); err != nil {
 					b.log.Debug("ack of a replaced message failed; it comes back and is dropped again", "queue", queue, "id", d.MessageId, "err", err)
+				} else {
+					b.acked(c.qchan, instanceOf(d.Headers))
 				}
 			case delayLeft(d.Headers) > 0:
 				b.hop(ctx, c, d, delayLeft(d.Headers))
@@ -607,6 +623,8 @@ func (b *Backend) hop(ctx context.Context, c *consumer, d amqp.Delivery, rem tim
 	}
 	if err := c.acks.ack(d.DeliveryTag); err != nil {
 		b.log.Debug("ack after a delay hop failed; the hop will repeat", "queue", c.queue, "id", d.MessageId, "err", err)
+	} else {
+		b.acked(c.qchan, instanceOf(d.Headers))
 	}
 }
 
@@ -749,6 +767,7 @@ func (b *Backend) settle(r *receipt) error {
 	if err := r.c.acks.ack(r.tag); err != nil {
 		return fmt.Errorf("rabbit: ack tag %d of channel generation %d: %w: %w", r.tag, r.c.gen, driver.ErrLeaseLost, err)
 	}
+	b.acked(r.c, r.inst)
 	return nil
 }
 

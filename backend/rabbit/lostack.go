@@ -1,0 +1,158 @@
+package rabbit
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Acks lost with their connection. AMQP acks are not confirmed: an ack
+// written just before its connection died (a killed node, a cut) may never
+// have been applied, and the queue then hands its message out again,
+// counted, although the platform had settled it: a job that succeeded runs
+// twice (TestCluster/NodeKill: 1 duplicate in 3 of 6 runs). So each
+// consumer channel remembers the instances (see instanceHeader) it acked
+// during its last ackDoubt, at most recentMax; when the channel is lost
+// (closed with an error: its connection died, or the broker closed it),
+// those become doubtful for doubtTTL, at most doubtMax of them, and a
+// redelivery (x-delivery-count or the redelivered flag) of a doubtful
+// instance is acked and never handed out, by this Backend alone, with no
+// store. With Config.Store, they are also written as gone marks (see
+// gone.go), so that a redelivery to another process is dropped too. An
+// ack that fails to be written is not remembered (the platform sees
+// ErrLeaseLost and the message comes back as a crash), and neither is an
+// ack of a message without an instance (written by an older version or
+// another writer). Dropping such a redelivery is right whatever the ack
+// was for: every ack this backend sends ends its message for good (a
+// success, or a replacement whose successor is stored).
+const (
+	// ackDoubt is how long before a channel's loss an ack may have been
+	// written and not applied: an ack frame is applied within a Raft
+	// round trip of the queue, far less than this under any load seen.
+	ackDoubt = 10 * time.Second
+
+	// recentMax bounds the acks a channel remembers.
+	recentMax = 4096
+
+	// doubtTTL is how long a doubtful ack is remembered: a lost channel's
+	// deliveries go back to the queue at once, but may be handed out
+	// again only behind the queue's backlog.
+	doubtTTL = 10 * time.Minute
+
+	// doubtMax bounds the doubtful acks a Backend remembers; the oldest go
+	// first.
+	doubtMax = 1 << 16
+)
+
+// recentAcks is what one consumer channel acked lately.
+type recentAcks struct {
+	mu   sync.Mutex
+	ring []ackedAt // oldest first from head, once full
+	head int
+	lost bool // the channel was lost: new acks are doubtful at once
+}
+
+type ackedAt struct {
+	inst string
+	at   time.Time
+}
+
+// acked remembers the instances insts, just acked on q's channel. Once q
+// was lost they are doubtful at once: the ack frame was written when the
+// connection may have been gone already.
+func (b *Backend) acked(q *qchan, insts ...string) {
+	r := &q.recent
+	now := time.Now()
+	r.mu.Lock()
+	if r.lost {
+		r.mu.Unlock()
+		b.doubt.add(now, insts)
+		return
+	}
+	for _, inst := range insts {
+		if inst == "" {
+			continue
+		}
+		if len(r.ring) < recentMax {
+			r.ring = append(r.ring, ackedAt{inst, now})
+			continue
+		}
+		r.ring[r.head] = ackedAt{inst, now}
+		r.head = (r.head + 1) % recentMax
+	}
+	r.mu.Unlock()
+}
+
+// lost makes the acks q sent during its last ackDoubt doubtful, once q's
+// channel was lost, and writes their gone marks when there is a store.
+func (b *Backend) lost(q *qchan) {
+	r := &q.recent
+	now := time.Now()
+	r.mu.Lock()
+	r.lost = true
+	var insts []string
+	for _, a := range r.ring {
+		if now.Sub(a.at) <= ackDoubt {
+			insts = append(insts, a.inst)
+		}
+	}
+	r.ring = nil
+	r.mu.Unlock()
+	if len(insts) == 0 {
+		return
+	}
+	b.doubt.add(now, insts)
+	b.log.Debug("acks sent just before a channel was lost are doubtful; their redeliveries are dropped", "queue", q.queue, "acks", len(insts))
+	if b.cfg.Store == nil {
+		return
+	}
+	b.later(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
+		defer cancel()
+		if err := b.markEach(ctx, insts, b.goneKey, goneValue, goneTTL); err != nil {
+			b.log.Debug("gone marks of doubtful acks not written; another process may run their redeliveries", "acks", len(insts), "err", err)
+		}
+	})
+}
+
+// doubtSet holds the doubtful acks of a Backend: instances whose ack may
+// have been lost with its channel.
+type doubtSet struct {
+	mu    sync.Mutex
+	until map[string]time.Time
+	order []ackedAt // in the order added; at is the expiry
+}
+
+// add makes insts doubtful from now for doubtTTL.
+func (s *doubtSet) add(now time.Time, insts []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.until == nil {
+		s.until = map[string]time.Time{}
+	}
+	exp := now.Add(doubtTTL)
+	for _, inst := range insts {
+		if inst == "" {
+			continue
+		}
+		s.until[inst] = exp
+		s.order = append(s.order, ackedAt{inst, exp})
+	}
+	// Drop the expired and the oldest beyond doubtMax.
+	n := 0
+	for n < len(s.order) && (len(s.order)-n > doubtMax || now.After(s.order[n].at)) {
+		if e := s.order[n]; s.until[e.inst] == e.at {
+			delete(s.until, e.inst)
+		}
+		n++
+	}
+	s.order = s.order[n:]
+}
+
+// has reports whether inst is doubtful at now.
+func (s *doubtSet) has(now time.Time, inst string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	exp, ok := s.until[inst]
+	return ok && !now.After(exp)
+}
