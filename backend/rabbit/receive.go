@@ -374,7 +374,7 @@ const quietRound = 20 * time.Millisecond
 func (b *Backend) release(c *consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
 	defer cancel()
-	var tags []uint64 // originals whose copy is stored, markers, replaced messages
+	var tags []uint64  // originals whose copy is stored, markers, replaced messages
 	var insts []string // their instances
 	failed := false
 	// take hands back a burst of deliveries: looked up in one store call,
