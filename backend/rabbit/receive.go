@@ -23,7 +23,8 @@ const (
 	// baseHeader carries deliveries that a copy inherits: a message that
 	// reached this backend's buffer but was never handed out is handed back
 	// as a copy (so its count does not rise), and the copy keeps the
-	// original's x-delivery-count here.
+	// original's x-delivery-count here. Any writer sets it: it counts only
+	// when bound or bounded (see base.go).
 	baseHeader = "x-asyncplatform-base"
 
 	// dueHeader carries, in Unix milliseconds, when a message in a delay
@@ -388,16 +389,19 @@ func (b *Backend) release(c *consumer) {
 			return
 		}
 		var back []amqp.Delivery
+		var backBases []int
 		gone := b.replacedEach(ctx, got)
+		bases := b.basesEach(ctx, got)
 		for i, d := range got {
 			if isMarker(d) || gone[i] {
 				tags = append(tags, d.DeliveryTag)
 				insts = append(insts, instanceOf(d.Headers))
 			} else {
 				back = append(back, d)
+				backBases = append(backBases, bases[i])
 			}
 		}
-		if err := b.handBack(ctx, c.queue, back, c.alive); err != nil {
+		if err := b.handBack(ctx, c.queue, back, backBases, c.alive); err != nil {
 			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "messages", len(back), "err", err)
 			for _, d := range back {
 				c.acks.nack(d.DeliveryTag, true)
@@ -475,13 +479,14 @@ collect:
 }
 
 // handBack stores an uncounted copy of each of ds, deliveries that were
-// never handed out: to the work queue with its count kept in baseHeader,
-// or on to its next delay queue when it still has delay left. The copies
-// are published together, and their marks (see replacing) written in one
-// store call before and one after. held reports whether ds are still held
-// (see publishFor): once they are not, they come back by themselves, and
-// their copies are not published again.
-func (b *Backend) handBack(ctx context.Context, queue string, ds []amqp.Delivery, held func() error) (err error) {
+// never handed out: to the work queue with its count (bases, the counted
+// base of each of ds, plus the broker's count) kept in baseHeader and
+// bound (see bindBases), or on to its next delay queue when it still has
+// delay left. The copies are published together, and their marks (see
+// replacing) written in one store call before and one after. held reports
+// whether ds are still held (see publishFor): once they are not, they come
+// back by themselves, and their copies are not published again.
+func (b *Backend) handBack(ctx context.Context, queue string, ds []amqp.Delivery, bases []int, held func() error) (err error) {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -496,10 +501,13 @@ func (b *Backend) handBack(ctx context.Context, queue string, ds []amqp.Delivery
 			}
 			continue
 		}
-		if base := baseOf(d.Headers) + deliveryCount(d.Headers); base > 0 {
+		if base := bases[i] + deliveryCount(d.Headers); base > 0 {
 			pub.Headers[baseHeader] = int64(base)
 		}
 		msgs[i] = outMsg{key: b.workName(queue), pub: pub}
+	}
+	if err := b.bindBases(ctx, msgs); err != nil {
+		return err
 	}
 	settle := b.replacing(ctx, insts...)
 	defer func() { settle(err == nil) }()
@@ -575,6 +583,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		}
 		var out []*driver.Delivery
 		gone := b.replacedEach(ctx, got)
+		bases := b.basesEach(ctx, got)
 		for i, d := range got {
 			switch {
 			case isMarker(d):
@@ -594,7 +603,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 				out = append(out, &driver.Delivery{
 					Queue:      queue,
 					Body:       d.Body,
-					Deliveries: baseOf(d.Headers) + deliveryCount(d.Headers) + 1,
+					Deliveries: bases[i] + deliveryCount(d.Headers) + 1,
 					Handle:     &receipt{c: c.qchan, tag: d.DeliveryTag, inst: instanceOf(d.Headers)},
 				})
 			}
@@ -694,13 +703,6 @@ func delayLeft(h amqp.Table) time.Duration {
 		return 0
 	}
 	return time.Duration(n) * time.Millisecond
-}
-
-// baseOf reads baseHeader: deliveries inherited from the original of a
-// handed-back copy.
-func baseOf(h amqp.Table) int {
-	n, _ := asInt(h[baseHeader])
-	return int(max(n, 0))
 }
 
 // deliveryCount reads the quorum queue's x-delivery-count: absent on a
