@@ -205,11 +205,10 @@
 //
 // Lost acks. An ack written just before its connection died may never
 // have been applied, and the queue then hands the message out again,
-// counted, though the platform had settled it. Each consumer channel
-// remembers the instances it acked in its last 10s (at most 4,096); when
-// it is lost (closed with an error), they are doubtful for 10 minutes (at
-// most 65,536 per Backend), and a redelivery of a doubtful instance is
-// acked and never handed out. With Config.Store they are written as gone
+// counted, though the platform had settled it. A Backend remembers the
+// instances its consumers acked in the last 10s (at most 4,096); when its
+// connection is lost, they are doubtful for 10 minutes (at most 65,536),
+// and a redelivery of a doubtful instance is acked and never handed out. With Config.Store they are written as gone
 // marks too, so another process drops such a redelivery as well; without
 // one only the Backend that acked does (TestLostAckNotRunAgain,
 // TestCluster/NodeKill).

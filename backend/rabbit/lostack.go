@@ -10,11 +10,11 @@ import (
 // written just before its connection died (a killed node, a cut) may never
 // have been applied, and the queue then hands its message out again,
 // counted, although the platform had settled it: a job that succeeded runs
-// twice (TestCluster/NodeKill: 1 duplicate in 3 of 6 runs). So each
-// consumer channel remembers the instances (see instanceHeader) it acked
-// during its last ackDoubt, at most recentMax; when the channel is lost
-// (closed with an error: its connection died, or the broker closed it),
-// those become doubtful for doubtTTL, at most doubtMax of them, and a
+// twice (TestCluster/NodeKill: 1 duplicate in 3 of 6 runs). So a Backend
+// remembers the instances (see instanceHeader) its consumer channels
+// acked during the last ackDoubt, at most recentMax; when its connection
+// is lost (the supervisor sees it closed), those become doubtful for
+// doubtTTL, at most doubtMax of them, and a
 // redelivery (x-delivery-count or the redelivered flag) of a doubtful
 // instance is acked and never handed out, by this Backend alone, with no
 // store. With Config.Store, they are also written as gone marks (see
@@ -31,7 +31,7 @@ const (
 	// round trip of the queue, far less than this under any load seen.
 	ackDoubt = 10 * time.Second
 
-	// recentMax bounds the acks a channel remembers.
+	// recentMax bounds the acks a Backend remembers.
 	recentMax = 4096
 
 	// doubtTTL is how long a doubtful ack is remembered: a lost channel's
@@ -44,12 +44,12 @@ const (
 	doubtMax = 1 << 16
 )
 
-// recentAcks is what one consumer channel acked lately.
+// recentAcks is what the consumer channels of a Backend's connection
+// acked lately.
 type recentAcks struct {
 	mu   sync.Mutex
 	ring []ackedAt // oldest first from head, once full
 	head int
-	lost bool // the channel was lost: new acks are doubtful at once
 }
 
 type ackedAt struct {
@@ -57,14 +57,17 @@ type ackedAt struct {
 	at   time.Time
 }
 
-// acked remembers the instances insts, just acked on q's channel. Once q
-// was lost they are doubtful at once: the ack frame was written when the
-// connection may have been gone already.
+// acked remembers the instances insts, just acked on q's channel. When
+// q's connection is closed already they are doubtful at once: the ack
+// frame may have been written to a dead socket. (amqp091 marks a
+// connection closed before it tells the supervisor, which then makes the
+// recent acks doubtful under the same lock: every ack is in one or the
+// other.)
 func (b *Backend) acked(q *qchan, insts ...string) {
-	r := &q.recent
+	r := &b.recent
 	now := time.Now()
 	r.mu.Lock()
-	if r.lost {
+	if q.conn != nil && q.conn.IsClosed() {
 		r.mu.Unlock()
 		b.doubt.add(now, insts)
 		return
@@ -83,26 +86,27 @@ func (b *Backend) acked(q *qchan, insts ...string) {
 	r.mu.Unlock()
 }
 
-// lost makes the acks q sent during its last ackDoubt doubtful, once q's
-// channel was lost, and writes their gone marks when there is a store.
-func (b *Backend) lost(q *qchan) {
-	r := &q.recent
+// lostAcks makes the acks sent on the Backend's lost connection during
+// its last ackDoubt doubtful, and writes their gone marks when there is a
+// store. The supervisor calls it once the connection is lost, before it
+// dials the next one.
+func (b *Backend) lostAcks() {
+	r := &b.recent
 	now := time.Now()
 	r.mu.Lock()
-	r.lost = true
 	var insts []string
 	for _, a := range r.ring {
 		if now.Sub(a.at) <= ackDoubt {
 			insts = append(insts, a.inst)
 		}
 	}
-	r.ring = nil
+	r.ring, r.head = nil, 0
 	r.mu.Unlock()
 	if len(insts) == 0 {
 		return
 	}
 	b.doubt.add(now, insts)
-	b.log.Debug("acks sent just before a channel was lost are doubtful; their redeliveries are dropped", "queue", q.queue, "acks", len(insts))
+	b.log.Debug("acks sent just before the connection was lost are doubtful; their redeliveries are dropped", "acks", len(insts))
 	if b.cfg.Store == nil {
 		return
 	}

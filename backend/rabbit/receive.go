@@ -57,7 +57,6 @@ type qchan struct {
 	retired  atomic.Bool
 	closing  atomic.Bool  // closeRetired has begun
 	barrier  atomic.Int64 // acks.settles when the last settle barrier began
-	recent   recentAcks   // what ch acked lately (see lostack.go)
 }
 
 // alive returns ErrLeaseLost once q's channel, or the connection it is
@@ -243,14 +242,6 @@ func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*cons
 			return nil, fmt.Errorf("rabbit: set prefetch %d: %w", prefetch, err)
 		}
 		qc = &qchan{ch: ch, conn: conn, acks: newAcker(ch), queue: queue, gen: b.chanGen.Add(1), prefetch: prefetch}
-		closeCh := ch.NotifyClose(make(chan *amqp.Error, 1))
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			if err, ok := <-closeCh; ok && err != nil {
-				b.lost(qc)
-			}
-		}()
 	}
 	tag := fmt.Sprintf("asyncplatform-%d-%d", os.Getpid(), consumerSeq.Add(1))
 	dl, err := qc.ch.Consume(b.workName(queue), tag, false, false, false, false, nil)
