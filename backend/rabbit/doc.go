@@ -206,12 +206,17 @@
 // Lost acks. An ack written just before its connection died may never
 // have been applied, and the queue then hands the message out again,
 // counted, though the platform had settled it. A Backend remembers the
-// instances its consumers acked in the last 10s (at most 4,096); when its
-// connection is lost, they are doubtful for 10 minutes (at most 65,536),
-// and a redelivery of a doubtful instance is acked and never handed out. With Config.Store they are written as gone
-// marks too, so another process drops such a redelivery as well; without
-// one only the Backend that acked does (TestLostAckNotRunAgain,
-// TestCluster/NodeKill).
+// instances its consumers acked on its live connection (the last 8,192);
+// when the connection is lost, those acked in its last 10s are doubtful
+// for 10 minutes (at most 65,536), and a delivery of a doubtful instance
+// is acked and never handed out (TestLostAckNotRunAgain). So is any
+// delivery of an instance among the remembered acks of the live
+// connection: one publish stored twice (an Enqueue whose confirm was lost
+// with a killed node is sent again) whose other copy this Backend already
+// ran (TestTwinOfAckedDropped). With Config.Store the doubtful ones are
+// written as gone marks too, so another process drops their redeliveries
+// as well; without one, and for twins, only the Backend that acked does
+// (TestCluster/NodeKill).
 //
 // Settle barrier. RabbitMQ 3.10 holds a channel's settles to a quorum
 // queue back once about 32 are unapplied and drops the held ones when the

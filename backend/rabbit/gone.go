@@ -219,15 +219,12 @@ func (b *Backend) replacedEach(ctx context.Context, ds []amqp.Delivery) []bool {
 	pending := map[string][]int{} // instance → indices in ds still to settle
 	now := time.Now()
 	for i, d := range ds {
-		if !redelivered(d) {
-			continue
-		}
 		inst := instanceOf(d.Headers)
 		switch {
 		case inst == "":
-		case b.doubt.has(now, inst): // its ack was lost with its channel (see lostack.go)
+		case b.doubt.has(now, inst) || b.recent.has(inst): // acked already (see lostack.go)
 			out[i] = true
-		case b.cfg.Store != nil:
+		case b.cfg.Store != nil && redelivered(d):
 			pending[inst] = append(pending[inst], i)
 		}
 	}

@@ -17,7 +17,12 @@ import (
 // doubtTTL, at most doubtMax of them, and a
 // redelivery (x-delivery-count or the redelivered flag) of a doubtful
 // instance is acked and never handed out, by this Backend alone, with no
-// store. With Config.Store, they are also written as gone marks (see
+// store. A delivery of an instance among the last recentMax acks of the
+// live connection is dropped too, first delivery or not: that is a second
+// stored message of one publish (an Enqueue whose confirm was lost with a
+// killed node is published again, and both copies are stored), whose
+// sibling this Backend already ran to its end. With Config.Store, the
+// doubtful ones are also written as gone marks (see
 // gone.go), so that a redelivery to another process is dropped too. An
 // ack that fails to be written is not remembered (the platform sees
 // ErrLeaseLost and the message comes back as a crash), and neither is an
@@ -32,7 +37,7 @@ const (
 	ackDoubt = 10 * time.Second
 
 	// recentMax bounds the acks a Backend remembers.
-	recentMax = 4096
+	recentMax = 8192
 
 	// doubtTTL is how long a doubtful ack is remembered: a lost channel's
 	// deliveries go back to the queue at once, but may be handed out
@@ -48,8 +53,17 @@ const (
 // acked lately.
 type recentAcks struct {
 	mu   sync.Mutex
-	ring []ackedAt // oldest first from head, once full
-	head int
+	ring []ackedAt            // oldest first from head, once full
+	head int                  // the oldest, once the ring is full
+	seen map[string]time.Time // the ring's instances, with their last ack
+}
+
+// has reports whether inst is among the recent acks.
+func (r *recentAcks) has(inst string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.seen[inst]
+	return ok
 }
 
 type ackedAt struct {
@@ -72,13 +86,20 @@ func (b *Backend) acked(q *qchan, insts ...string) {
 		b.doubt.add(now, insts)
 		return
 	}
+	if r.seen == nil {
+		r.seen = map[string]time.Time{}
+	}
 	for _, inst := range insts {
 		if inst == "" {
 			continue
 		}
+		r.seen[inst] = now
 		if len(r.ring) < recentMax {
 			r.ring = append(r.ring, ackedAt{inst, now})
 			continue
+		}
+		if old := r.ring[r.head]; r.seen[old.inst].Equal(old.at) {
+			delete(r.seen, old.inst)
 		}
 		r.ring[r.head] = ackedAt{inst, now}
 		r.head = (r.head + 1) % recentMax
@@ -100,7 +121,7 @@ func (b *Backend) lostAcks() {
 			insts = append(insts, a.inst)
 		}
 	}
-	r.ring, r.head = nil, 0
+	r.ring, r.head, r.seen = nil, 0, nil
 	r.mu.Unlock()
 	if len(insts) == 0 {
 		return

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
@@ -93,5 +95,42 @@ func TestDoubtSetBounded(t *testing.T) {
 	s.add(t0.Add(doubtTTL+time.Minute), []string{"z"})
 	if len(s.until) != 1 {
 		t.Errorf("%d doubtful acks kept after all others expired, want 1", len(s.until))
+	}
+}
+
+// TestTwinOfAckedDropped: one publish stored twice (an Enqueue whose
+// confirm was lost with a killed node is sent again, and both copies are
+// stored: the likely cause of TestCluster/NodeKill's duplicate of the job
+// enqueued at the kill) carries one instance. Once a Backend acked one
+// copy, it drops the other, unhanded, and acks it.
+func TestTwinOfAckedDropped(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t, Config{Logger: slog.New(slog.DiscardHandler)})
+	ctx := testCtx(t)
+	q := queueName(t, b)
+	if err := b.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	inst := newInstance()
+	publishRaw(t, b, q, "twin", amqp.Table{instanceHeader: inst})
+	publishRaw(t, b, q, "twin", amqp.Table{instanceHeader: inst})
+	ds, err := b.Receive(ctx, q, 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ack(ctx, ds[0]); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if again, err := b.Receive(rctx, q, 1, time.Minute); err == nil {
+		t.Fatalf("the twin of a message this Backend acked was handed out (Deliveries %d): its job runs twice", again[0].Deliveries)
+	}
+	st, err := b.Stats(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ready != 0 {
+		t.Errorf("Stats %+v: the twin was not acked", st)
 	}
 }
