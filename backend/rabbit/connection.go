@@ -167,6 +167,7 @@ func (b *Backend) supervise(closeCh <-chan *amqp.Error) {
 	b.up = make(chan struct{})
 	b.mu.Unlock()
 	b.log.Warn("connection lost; reconnecting", "err", cause)
+	b.lostAcks()
 
 	ceiling := b.cfg.ReconnectMin
 	for attempt := 1; ; attempt++ {

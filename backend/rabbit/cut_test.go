@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 // TestConnectionCutUnderLoad runs jobs through the platform while a TCP
@@ -167,5 +170,100 @@ func TestConnectionCutUnderLoad(t *testing.T) {
 	// duplicate to come, which at-least-once allows after a cut.
 	if st.Ready+st.Scheduled > 0 {
 		t.Logf("copies left on the queue at the end, duplicates to come after a cut: %+v", st)
+	}
+}
+
+// TestLostConfirmNotSentTwice: a release hands back the messages its
+// consumer buffered, and the connection is cut after the copies reached
+// the broker but before their confirms came back. The originals go back
+// to the queue by themselves with the connection, so the copies must not
+// be published again on the next connection: the first ones may be stored
+// (here they are), and a second publish under the same instance is a
+// second message with the same counters, whose crash the other does not
+// count (RandomFaults' wrong tries, s00098-3). Every message left must be
+// one of its own instance.
+func TestLostConfirmNotSentTwice(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := startProxy(t, u.Host)
+	direct := newBackend(t, Config{})
+	w := newBackend(t, Config{
+		URL: px.url(t, testURL()), Prefetch: 5, PublishTimeout: 30 * time.Second,
+		ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	ctx := testCtx(t)
+	q := queueName(t, direct)
+	var msgs []driver.Message
+	for i := range 5 {
+		msgs = append(msgs, driver.Message{ID: fmt.Sprint(i), Body: []byte{byte(i)}})
+	}
+	if err := direct.Enqueue(ctx, q, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Receive(ctx, q, 1, time.Minute); err != nil { // held; the rest buffered
+		t.Fatal(err)
+	}
+	px.dropConfirms.Store(true)
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		w.Receive(cctx, q, 5, time.Minute) // releases: hands back the buffered ones
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for px.dropped.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no confirm of a hand-back came in 30s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the confirms of the rest of the burst
+	px.cut()
+	px.dropConfirms.Store(false)
+	<-released
+
+	// Drain the queue: the 5 originals come back with the cut, beside the
+	// copies stored before it.
+	conn, err := amqp.Dial(testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	total, originals := 0, 0
+	quietSince := time.Now()
+	for originals < 5 || time.Since(quietSince) < 2*time.Second {
+		if time.Since(quietSince) > 30*time.Second {
+			t.Fatalf("%d of 5 originals back in 30s", originals)
+		}
+		d, ok, err := ch.Get(direct.workName(q), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		quietSince = time.Now()
+		total++
+		if deliveryCount(d.Headers) > 0 {
+			originals++
+		}
+		seen[instanceOf(d.Headers)]++
+	}
+	t.Logf("%d messages left: %d originals back, %d copies; %d confirms swallowed", total, originals, total-originals, px.dropped.Load())
+	for inst, n := range seen {
+		if n > 1 {
+			t.Errorf("instance %s stored %d times: a copy whose confirm was lost with the connection was published again", inst, n)
+		}
 	}
 }

@@ -73,7 +73,12 @@
 // publishes and closes once those under way on it are confirmed (closed at
 // once, it made the client take them as not confirmed, and they were sent
 // again although stored: two copies of a job). A publish not confirmed when its channel closed is sent
-// again, with the same message-id, on the next channel. When the new copy
+// again, with the same message-id, on the next channel, unless it is the
+// successor of a delivery (Requeue, DeadLetter, a hand-back, a delay hop
+// or sweep) whose channel or connection closed meanwhile: that delivery
+// comes back by itself, and the first publish may be stored, so a second
+// one would be a second message with the same counters
+// (TestLostConfirmNotSentTwice). When the new copy
 // of a Requeue or DeadLetter is not confirmed, the delivery is handed back
 // at once (basic.nack with requeue, counted), since nothing else would
 // release it before its channel closes.
@@ -148,7 +153,17 @@
 // buffer without having been handed out (after a settle opened the window).
 // Those are handed back uncounted, as a copy carrying the original's count in
 // x-asyncplatform-base, when Receive is cancelled, when no Receive comes for
-// a lease, and on Close. A release collects the consumer's deliveries,
+// a lease, and on Close. Any writer to the broker can set that header
+// (RabbitMQ overwrites a forged x-delivery-count, TestForgedDeliveryCountFact,
+// but not it), so a base counts only when bound or bounded: with
+// Config.Store a hand-back writes p:base/<instance> (the copy's instance,
+// the base as value, kept 7 days) before it publishes the copy, and a
+// delivery's base counts only when that key holds it; without a store a
+// base counts up to 16. A base that does not count is logged at WARN with
+// a *BaseError and the delivery counts the broker's deliveries alone
+// (TestForgedBaseNotCounted, TestHandBackBaseKept). A copy handed back by
+// an older version, or more than 7 days before its delivery, so loses its
+// inherited count. A release collects the consumer's deliveries,
 // handing each burst back as it comes, until its window is full or the
 // broker is quiet, then cancels it; the originals are acked together, in one
 // multiple ack when nothing below them is held. (Its copies go to the queue
@@ -187,6 +202,21 @@
 // and one read per Receive that takes a redelivery
 // (TestReplacedAckLost, TestReplacingPendingWaits, BenchmarkRequeue,
 // BenchmarkReleaseRedelivered).
+//
+// Lost acks. An ack written just before its connection died may never
+// have been applied, and the queue then hands the message out again,
+// counted, though the platform had settled it. A Backend remembers the
+// instances its consumers acked on its live connection (the last 8,192);
+// when the connection is lost, those acked in its last 10s are doubtful
+// for 10 minutes (at most 65,536), and a delivery of a doubtful instance
+// is acked and never handed out (TestLostAckNotRunAgain). So is any
+// delivery of an instance among the remembered acks of the live
+// connection: one publish stored twice (an Enqueue whose confirm was lost
+// with a killed node is sent again) whose other copy this Backend already
+// ran (TestTwinOfAckedDropped). With Config.Store the doubtful ones are
+// written as gone marks too, so another process drops their redeliveries
+// as well; without one, and for twins, only the Backend that acked does
+// (TestCluster/NodeKill).
 //
 // Settle barrier. RabbitMQ 3.10 holds a channel's settles to a quorum
 // queue back once about 32 are unapplied and drops the held ones when the
@@ -380,8 +410,10 @@
 //     connection or a broker restart after a Requeue's, DeadLetter's,
 //     delay hop's or release's copy was confirmed brings the original back
 //     beside its copy, counted, and the job runs on in two lines of copies
-//     (see Gone marks). With a store, a process that dies between the
-//     copy's confirm and its gone mark still leaves them.
+//     (see Gone marks), unless the original comes back to the Backend
+//     that acked it within 10 minutes (see Lost acks). With a store, a
+//     process that dies between the copy's confirm and its gone mark still
+//     leaves them.
 //
 // # Clusters
 //
@@ -405,8 +437,8 @@
 //     surviving node and jobs were claimed again within milliseconds of a
 //     SIGKILL. Unsettled deliveries of the lost connection come back counted
 //     (a crash each), and an ack written just before the loss can be lost
-//     with it, so a job can run twice (0 to 1 duplicate in runs of 2,000
-//     jobs).
+//     with it; its redelivery is dropped (see Lost acks) when it reaches
+//     the Backend that acked, or any Backend with a store.
 //     Quorum queues whose leader was on the lost node elect another in about
 //     a second; a publish meanwhile can be nacked, and a channel whose first
 //     publish to the queue was nacked so went on nacking every publish until

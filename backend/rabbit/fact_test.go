@@ -420,3 +420,68 @@ func TestQuorumRequeueFact(t *testing.T) {
 		t.Errorf("after a nack with requeue of the head a, the head is %q; want b (a quorum queue requeues at the back)", got)
 	}
 }
+
+// TestForgedDeliveryCountFact: a publisher cannot forge x-delivery-count.
+// A message published with x-delivery-count 1000 to a quorum queue
+// (RabbitMQ 3.10.8) is handed out with the queue's own count: 0 on its
+// first delivery (the header the publisher set is overwritten), 1 after a
+// nack with requeue. So the only count a writer to the broker sets is
+// x-asyncplatform-base, which this backend therefore checks (see
+// checkedBase).
+func TestForgedDeliveryCountFact(t *testing.T) {
+	t.Parallel()
+	conn, err := amqp.Dial(testURL())
+	if err != nil {
+		testenv.Unreachable(t, "RabbitMQ at "+redact(testURL()), err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "fact-forged-count-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := ch.QueueDeclare(name, true, false, false, false, workArgs()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if c, err := conn.Channel(); err == nil {
+			c.QueueDelete(name, false, false, false)
+			c.Close()
+		}
+	}()
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	c, err := ch.PublishWithDeferredConfirm("", name, true, false, amqp.Publishing{
+		DeliveryMode: amqp.Persistent, Headers: amqp.Table{"x-delivery-count": int64(1000)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Wait() {
+		t.Fatal("not confirmed")
+	}
+	var counts []any
+	for range 2 {
+		var d amqp.Delivery
+		for {
+			var ok bool
+			if d, ok, err = ch.Get(name, false); err != nil {
+				t.Fatal(err)
+			} else if ok {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		counts = append(counts, d.Headers["x-delivery-count"])
+		if err := ch.Nack(d.DeliveryTag, false, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("x-delivery-count on the first and second delivery of a message published with 1000: %v", counts)
+	if n, _ := asInt(counts[0]); n != 0 {
+		t.Errorf("first delivery: x-delivery-count %v, want 0 or none (the publisher's value kept)", counts[0])
+	}
+	if n, _ := asInt(counts[1]); n != 1 {
+		t.Errorf("second delivery: x-delivery-count %v, want 1", counts[1])
+	}
+}

@@ -203,10 +203,11 @@ func chunks[T any](s []T, n int) func(func([]T) bool) {
 	}
 }
 
-// lookedUp reports whether d is looked up for a gone mark: it went back to
-// the queue unsettled at least once, and carries an instance.
-func (b *Backend) lookedUp(d amqp.Delivery) bool {
-	return b.cfg.Store != nil && (deliveryCount(d.Headers) > 0 || d.Redelivered) && instanceOf(d.Headers) != ""
+// redelivered reports whether d went back to the queue unsettled at least
+// once: only such a delivery is looked up among the doubtful acks and the
+// gone marks.
+func redelivered(d amqp.Delivery) bool {
+	return deliveryCount(d.Headers) > 0 || d.Redelivered
 }
 
 // replacedEach reports, for each of ds, whether it is a message whose
@@ -216,9 +217,14 @@ func (b *Backend) lookedUp(d amqp.Delivery) bool {
 func (b *Backend) replacedEach(ctx context.Context, ds []amqp.Delivery) []bool {
 	out := make([]bool, len(ds))
 	pending := map[string][]int{} // instance → indices in ds still to settle
+	now := time.Now()
 	for i, d := range ds {
-		if b.lookedUp(d) {
-			inst := instanceOf(d.Headers)
+		inst := instanceOf(d.Headers)
+		switch {
+		case inst == "":
+		case b.doubt.has(now, inst) || b.recent.has(inst): // acked already (see lostack.go)
+			out[i] = true
+		case b.cfg.Store != nil && redelivered(d):
 			pending[inst] = append(pending[inst], i)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -23,6 +24,13 @@ type proxy struct {
 	paused bool
 	resume chan struct{} // closed when a pause ends
 	wg     sync.WaitGroup
+
+	// dropConfirms swallows the broker's basic.ack frames (publisher
+	// confirms) on their way to the clients; dropAcks swallows the
+	// clients' basic.ack frames (consumer acks) on their way to the
+	// broker. dropped counts the frames swallowed.
+	dropConfirms, dropAcks atomic.Bool
+	dropped                atomic.Int64
 }
 
 // pair is one proxied connection.
@@ -91,27 +99,49 @@ func (p *proxy) accept() {
 	}
 }
 
-// upstream copies client to server, holding back while paused.
+// upstream copies client to server frame by frame (after the 8-byte
+// protocol header), holding back while paused.
 func (p *proxy) upstream(pr *pair) {
 	defer p.wg.Done()
 	defer pr.client.Close()
 	defer pr.server.Close()
-	buf := make([]byte, 32<<10)
+	protocol := make([]byte, 8)
+	if _, err := io.ReadFull(pr.client, protocol); err != nil {
+		return
+	}
+	if _, err := pr.server.Write(protocol); err != nil {
+		return
+	}
+	hdr := make([]byte, 7)
 	for {
-		n, err := pr.client.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			resume := p.resume
-			p.mu.Unlock()
-			<-resume
-			if _, werr := pr.server.Write(buf[:n]); werr != nil {
-				return
-			}
+		if _, err := io.ReadFull(pr.client, hdr); err != nil {
+			return
 		}
-		if err != nil {
+		size := binary.BigEndian.Uint32(hdr[3:7])
+		frame := make([]byte, 7+int(size)+1)
+		copy(frame, hdr)
+		if _, err := io.ReadFull(pr.client, frame[7:]); err != nil {
+			return
+		}
+		p.mu.Lock()
+		resume := p.resume
+		p.mu.Unlock()
+		<-resume
+		if p.dropAcks.Load() && isBasicAck(frame) {
+			p.dropped.Add(1)
+			continue
+		}
+		if _, err := pr.server.Write(frame); err != nil {
 			return
 		}
 	}
+}
+
+// isBasicAck reports whether frame is a basic.ack method frame: a
+// consumer's ack going up, a publisher confirm coming down.
+func isBasicAck(frame []byte) bool {
+	return len(frame) >= 11 && frame[0] == 1 &&
+		binary.BigEndian.Uint16(frame[7:9]) == 60 && binary.BigEndian.Uint16(frame[9:11]) == 80
 }
 
 // downstream copies server to client frame by frame (after the 8-byte
@@ -130,6 +160,10 @@ func (p *proxy) downstream(pr *pair) {
 		copy(frame, hdr)
 		if _, err := io.ReadFull(pr.server, frame[7:]); err != nil {
 			return
+		}
+		if p.dropConfirms.Load() && isBasicAck(frame) {
+			p.dropped.Add(1)
+			continue
 		}
 		pr.wmu.Lock()
 		_, err := pr.client.Write(frame)

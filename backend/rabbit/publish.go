@@ -224,7 +224,12 @@ func (b *Backend) publish(ctx context.Context, msgs ...outMsg) error {
 // publishFor is publish on behalf of a delivery: before it publishes again
 // after a lost channel, it checks that the delivery is still held (held
 // returns nil), since a lost delivery comes back by itself and another copy
-// would only be a duplicate.
+// would only be a duplicate. Worse than a duplicate: the first publish,
+// whose confirm the connection took with it, may be stored, and a second
+// one under the same instance is a second message with the same counters,
+// so a crash of one is not counted by the other (RandomFaults' wrong
+// tries, TestLostConfirmNotSentTwice). Every replacement (Requeue,
+// DeadLetter, a hand-back, a delay hop or sweep) passes held.
 func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...outMsg) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.PublishTimeout)
 	defer cancel()

@@ -23,7 +23,8 @@ const (
 	// baseHeader carries deliveries that a copy inherits: a message that
 	// reached this backend's buffer but was never handed out is handed back
 	// as a copy (so its count does not rise), and the copy keeps the
-	// original's x-delivery-count here.
+	// original's x-delivery-count here. Any writer sets it: it counts only
+	// when bound or bounded (see base.go).
 	baseHeader = "x-asyncplatform-base"
 
 	// dueHeader carries, in Unix milliseconds, when a message in a delay
@@ -47,14 +48,29 @@ const (
 // so comes back when that channel closes, instead of staying stuck on it.
 type qchan struct {
 	ch       *amqp.Channel
-	acks     *acker // every ack and nack of ch goes through it
-	queue    string // the queue's name, not its work queue's
+	conn     *amqp.Connection // the connection ch is on
+	acks     *acker           // every ack and nack of ch goes through it
+	queue    string           // the queue's name, not its work queue's
 	gen      uint64
 	prefetch int
 	held     atomic.Int64 // deliveries handed out and not yet settled
 	retired  atomic.Bool
 	closing  atomic.Bool  // closeRetired has begun
 	barrier  atomic.Int64 // acks.settles when the last settle barrier began
+}
+
+// alive returns ErrLeaseLost once q's channel, or the connection it is
+// on, has closed: the deliveries q holds then go back to the queue by
+// themselves. amqp091 marks a lost connection closed before it closes its
+// channels, and so before it resolves the publishing channel's confirms
+// as lost: a replacement whose confirm was lost with the connection always
+// finds here that the delivery it replaces is lost too, and does not
+// publish its successor again (see publishFor).
+func (q *qchan) alive() error {
+	if q.ch.IsClosed() || q.conn != nil && q.conn.IsClosed() {
+		return fmt.Errorf("rabbit: channel generation %d is closed: %w", q.gen, driver.ErrLeaseLost)
+	}
+	return nil
 }
 
 // retire marks q retired and closes it when nothing it handed out is still
@@ -225,7 +241,7 @@ func (b *Backend) consumerFor(ctx context.Context, queue string, max int) (*cons
 			ch.Close()
 			return nil, fmt.Errorf("rabbit: set prefetch %d: %w", prefetch, err)
 		}
-		qc = &qchan{ch: ch, acks: newAcker(ch), queue: queue, gen: b.chanGen.Add(1), prefetch: prefetch}
+		qc = &qchan{ch: ch, conn: conn, acks: newAcker(ch), queue: queue, gen: b.chanGen.Add(1), prefetch: prefetch}
 	}
 	tag := fmt.Sprintf("asyncplatform-%d-%d", os.Getpid(), consumerSeq.Add(1))
 	dl, err := qc.ch.Consume(b.workName(queue), tag, false, false, false, false, nil)
@@ -350,7 +366,8 @@ const quietRound = 20 * time.Millisecond
 func (b *Backend) release(c *consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
 	defer cancel()
-	var tags []uint64 // originals whose copy is stored, markers, replaced messages
+	var tags []uint64  // originals whose copy is stored, markers, replaced messages
+	var insts []string // their instances
 	failed := false
 	// take hands back a burst of deliveries: looked up in one store call,
 	// their copies published together, marked in one call before and one
@@ -363,15 +380,19 @@ func (b *Backend) release(c *consumer) {
 			return
 		}
 		var back []amqp.Delivery
+		var backBases []int
 		gone := b.replacedEach(ctx, got)
+		bases := b.basesEach(ctx, got)
 		for i, d := range got {
 			if isMarker(d) || gone[i] {
 				tags = append(tags, d.DeliveryTag)
+				insts = append(insts, instanceOf(d.Headers))
 			} else {
 				back = append(back, d)
+				backBases = append(backBases, bases[i])
 			}
 		}
-		if err := b.handBack(ctx, c.queue, back); err != nil {
+		if err := b.handBack(ctx, c.queue, back, backBases, c.alive); err != nil {
 			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "messages", len(back), "err", err)
 			for _, d := range back {
 				c.acks.nack(d.DeliveryTag, true)
@@ -381,6 +402,7 @@ func (b *Backend) release(c *consumer) {
 		}
 		for _, d := range back {
 			tags = append(tags, d.DeliveryTag)
+			insts = append(insts, instanceOf(d.Headers))
 		}
 	}
 	// burst returns d and what else is buffered now, up to the window.
@@ -434,6 +456,8 @@ collect:
 	b.testBeforeAck()
 	if err := c.acks.ackAll(tags); err != nil {
 		b.log.Debug("acking the originals of handed-back messages failed", "queue", c.queue, "err", err)
+	} else {
+		b.acked(c.qchan, insts...)
 	}
 	if len(tags) > 0 {
 		b.log.Debug("handed back buffered messages", "queue", c.queue, "messages", len(tags))
@@ -446,11 +470,14 @@ collect:
 }
 
 // handBack stores an uncounted copy of each of ds, deliveries that were
-// never handed out: to the work queue with its count kept in baseHeader,
-// or on to its next delay queue when it still has delay left. The copies
-// are published together, and their marks (see replacing) written in one
-// store call before and one after.
-func (b *Backend) handBack(ctx context.Context, queue string, ds []amqp.Delivery) (err error) {
+// never handed out: to the work queue with its count (bases, the counted
+// base of each of ds, plus the broker's count) kept in baseHeader and
+// bound (see bindBases), or on to its next delay queue when it still has
+// delay left. The copies are published together, and their marks (see
+// replacing) written in one store call before and one after. held reports
+// whether ds are still held (see publishFor): once they are not, they come
+// back by themselves, and their copies are not published again.
+func (b *Backend) handBack(ctx context.Context, queue string, ds []amqp.Delivery, bases []int, held func() error) (err error) {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -465,14 +492,17 @@ func (b *Backend) handBack(ctx context.Context, queue string, ds []amqp.Delivery
 			}
 			continue
 		}
-		if base := baseOf(d.Headers) + deliveryCount(d.Headers); base > 0 {
+		if base := bases[i] + deliveryCount(d.Headers); base > 0 {
 			pub.Headers[baseHeader] = int64(base)
 		}
 		msgs[i] = outMsg{key: b.workName(queue), pub: pub}
 	}
+	if err := b.bindBases(ctx, msgs); err != nil {
+		return err
+	}
 	settle := b.replacing(ctx, insts...)
 	defer func() { settle(err == nil) }()
-	return b.publish(ctx, msgs...)
+	return b.publishFor(ctx, held, msgs...)
 }
 
 // copyOf returns the publish of a copy of d: none of its headers but a new
@@ -544,6 +574,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		}
 		var out []*driver.Delivery
 		gone := b.replacedEach(ctx, got)
+		bases := b.basesEach(ctx, got)
 		for i, d := range got {
 			switch {
 			case isMarker(d):
@@ -553,6 +584,8 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 			case gone[i]:
 				if err := c.acks.ack(d.DeliveryTag); err != nil {
 					b.log.Debug("ack of a replaced message failed; it comes back and is dropped again", "queue", queue, "id", d.MessageId, "err", err)
+				} else {
+					b.acked(c.qchan, instanceOf(d.Headers))
 				}
 			case delayLeft(d.Headers) > 0:
 				b.hop(ctx, c, d, delayLeft(d.Headers))
@@ -561,7 +594,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 				out = append(out, &driver.Delivery{
 					Queue:      queue,
 					Body:       d.Body,
-					Deliveries: baseOf(d.Headers) + deliveryCount(d.Headers) + 1,
+					Deliveries: bases[i] + deliveryCount(d.Headers) + 1,
 					Handle:     &receipt{c: c.qchan, tag: d.DeliveryTag, inst: instanceOf(d.Headers)},
 				})
 			}
@@ -580,7 +613,7 @@ func (b *Backend) hop(ctx context.Context, c *consumer, d amqp.Delivery, rem tim
 	settle := b.replacing(ctx, instanceOf(d.Headers))
 	m, err := b.delayed(ctx, c.queue, copyOf(d), rem)
 	if err == nil {
-		err = b.publish(ctx, m)
+		err = b.publishFor(ctx, c.alive, m)
 	}
 	settle(err == nil)
 	if err != nil {
@@ -590,6 +623,8 @@ func (b *Backend) hop(ctx context.Context, c *consumer, d amqp.Delivery, rem tim
 	}
 	if err := c.acks.ack(d.DeliveryTag); err != nil {
 		b.log.Debug("ack after a delay hop failed; the hop will repeat", "queue", c.queue, "id", d.MessageId, "err", err)
+	} else {
+		b.acked(c.qchan, instanceOf(d.Headers))
 	}
 }
 
@@ -661,13 +696,6 @@ func delayLeft(h amqp.Table) time.Duration {
 	return time.Duration(n) * time.Millisecond
 }
 
-// baseOf reads baseHeader: deliveries inherited from the original of a
-// handed-back copy.
-func baseOf(h amqp.Table) int {
-	n, _ := asInt(h[baseHeader])
-	return int(max(n, 0))
-}
-
 // deliveryCount reads the quorum queue's x-delivery-count: absent on a
 // copy's first delivery.
 func deliveryCount(h amqp.Table) int {
@@ -716,12 +744,7 @@ func (b *Backend) held(d *driver.Delivery) (*receipt, error) {
 }
 
 // check returns ErrLeaseLost when the delivering channel is gone.
-func (r *receipt) check() error {
-	if r.c.ch.IsClosed() {
-		return fmt.Errorf("rabbit: channel generation %d is closed: %w", r.c.gen, driver.ErrLeaseLost)
-	}
-	return nil
-}
+func (r *receipt) check() error { return r.c.alive() }
 
 // settle acks the delivery once; a second settle, or one on a closed
 // channel, is lease-lost. The tag is acked on the channel that delivered it,
@@ -737,6 +760,7 @@ func (b *Backend) settle(r *receipt) error {
 	if err := r.c.acks.ack(r.tag); err != nil {
 		return fmt.Errorf("rabbit: ack tag %d of channel generation %d: %w: %w", r.tag, r.c.gen, driver.ErrLeaseLost, err)
 	}
+	b.acked(r.c, r.inst)
 	return nil
 }
 

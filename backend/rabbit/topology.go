@@ -336,7 +336,10 @@ type look struct {
 func (b *Backend) sweepOnce(queues []string, every time.Duration, looks map[string]look) {
 	ctx, cancel := context.WithCancel(b.closing)
 	defer cancel()
-	var ch *amqp.Channel
+	var (
+		conn *amqp.Connection
+		ch   *amqp.Channel
+	)
 	defer func() {
 		if ch != nil {
 			ch.Close()
@@ -351,8 +354,8 @@ func (b *Backend) sweepOnce(queues []string, every time.Duration, looks map[stri
 				continue
 			}
 			if ch == nil || ch.IsClosed() {
-				conn, err := b.connection(ctx)
-				if err != nil {
+				var err error
+				if conn, err = b.connection(ctx); err != nil {
 					return
 				}
 				if ch, err = conn.Channel(); err != nil {
@@ -372,16 +375,26 @@ func (b *Backend) sweepOnce(queues []string, every time.Duration, looks map[stri
 				continue
 			}
 			looks[name] = look{next: now.Add(min(max(step(k), every), sweepMax))}
-			if err := b.sweepDelay(ctx, ch, q, k); err != nil && ctx.Err() == nil {
+			if err := b.sweepDelay(ctx, conn, ch, q, k); err != nil && ctx.Err() == nil {
 				b.log.Warn("sweeping a delay queue failed", "queue", q, "delay", step(k), "err", err)
 			}
 		}
 	}
 }
 
-// sweepDelay sweeps delay step k of queue once, on ch (see sweepDelays).
-func (b *Backend) sweepDelay(ctx context.Context, ch *amqp.Channel, queue string, k int) error {
+// sweepDelay sweeps delay step k of queue once, on ch of conn (see
+// sweepDelays).
+func (b *Backend) sweepDelay(ctx context.Context, conn *amqp.Connection, ch *amqp.Channel, queue string, k int) error {
 	name := b.delayName(queue, k)
+	// A message taken is held while ch lives; once ch or conn is lost it
+	// goes back by itself, and its successor is not published again (see
+	// qchan.alive).
+	held := func() error {
+		if ch.IsClosed() || conn.IsClosed() {
+			return fmt.Errorf("rabbit: sweeping %q: channel closed: %w", name, driver.ErrLeaseLost)
+		}
+		return nil
+	}
 	var moved uint64 // the tag of the last message moved
 	defer func() {
 		if moved > 0 {
@@ -408,7 +421,7 @@ func (b *Backend) sweepDelay(ctx context.Context, ch *amqp.Channel, queue string
 		}
 		if err == nil {
 			settle := b.replacing(ctx, instanceOf(d.Headers))
-			err = b.publish(ctx, m)
+			err = b.publishFor(ctx, held, m)
 			settle(err == nil)
 		}
 		if err != nil {
