@@ -25,10 +25,12 @@ const (
 	ScheduleDefs Namespace = "_scheddef" // each schedule's definition, for operators
 	Status       Namespace = "_jobs"     // job status records and cancel marks
 	Unique       Namespace = "_unique"   // unique-key claims
+	Workers      Namespace = "_workers"  // each running platform's heartbeat record
+	History      Namespace = "_history"  // throughput counts per minute
 )
 
 // All lists every namespace of the platform.
-var All = []Namespace{Limits, Flow, Schedules, ScheduleDefs, Status, Unique}
+var All = []Namespace{Limits, Flow, Schedules, ScheduleDefs, Status, Unique, Workers, History}
 
 // Prefix is the key prefix of the namespace: its name and a '/'.
 func (n Namespace) Prefix() string { return string(n) + "/" }
