@@ -42,8 +42,9 @@ const (
 	// MaxSeries is the most queue and type pairs a bucket keeps (and a
 	// worker counts per minute); the rest are counted under Other.
 	MaxSeries = 200
-	// MaxText bounds the queue and type of a series read, in bytes.
-	MaxText = 200
+	// MaxText bounds the queue and type of a series, in bytes: a bucket
+	// of MaxSeries+1 series then fits in a store value.
+	MaxText = 100
 	// Other is the queue and type of the series that counts the pairs
 	// past MaxSeries.
 	Other = "(other)"
@@ -128,7 +129,7 @@ func (c *Counter) Add(queue, typ string, o Outcome) {
 		return
 	}
 	m := c.cfg.Now().Unix() / int64(Bucket/time.Second)
-	k := seriesKey{m, queue, typ}
+	k := seriesKey{m, clip(queue), clip(typ)}
 	c.mu.Lock()
 	s := c.pending[k]
 	if s == nil {
@@ -212,6 +213,11 @@ func (c *Counter) merge(ctx context.Context, m int64, add []*Series) error {
 		}
 		b.merge(add)
 		nv, err := json.Marshal(b)
+		if err == nil && len(nv) > driver.MaxValueLen { // cannot happen with the bounds; never write what the store refuses
+			b = bucket{}
+			b.merge(add)
+			nv, err = json.Marshal(b)
+		}
 		if err != nil {
 			return err
 		}
