@@ -178,7 +178,8 @@ type List struct {
 // List reads the records of the running platforms, in key order, at most
 // MaxListed. A record whose heartbeat is older than Expiry of its own
 // intervals (or than Expiry of this registry's, when it gives none) is
-// left out even when the store has not expired it yet.
+// left out even when the store has not expired it yet. A forged interval
+// keeps a record no longer than the TTL its writer gave it.
 func (r *Registry) List(ctx context.Context) (List, error) {
 	s, err := r.store()
 	if err != nil {
@@ -216,8 +217,8 @@ func (r *Registry) List(ctx context.Context) (List, error) {
 				continue
 			}
 			in.ID = clip(keys[i+j])
-			iv := in.Interval
-			if iv <= 0 || iv > r.cfg.Interval*100 {
+			iv := in.Interval // the writer's: workers may beat at different rates
+			if iv <= 0 {
 				iv = r.cfg.Interval
 			}
 			if now.Sub(in.BeatAt) > Expiry*iv {
