@@ -61,6 +61,7 @@ func newExecutor(p *Platform) *executor.Executor[Job] {
 		}
 	}
 	cfg.AfterAttempt = func(w *executor.Work[Job], a executor.Attempt) {
+		p.countAttempt(w, a)
 		if hook := p.cfg.Hooks.AfterAttempt; hook != nil {
 			hook(context.Background(), attemptOf(w, a))
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/internal/admit"
 	"github.com/asyncplatform/asyncplatform/internal/executor"
 	"github.com/asyncplatform/asyncplatform/internal/health"
+	"github.com/asyncplatform/asyncplatform/internal/history"
 	"github.com/asyncplatform/asyncplatform/internal/pause"
 	"github.com/asyncplatform/asyncplatform/internal/payload"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
@@ -24,6 +25,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/internal/status"
 	"github.com/asyncplatform/asyncplatform/internal/unique"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
+	"github.com/asyncplatform/asyncplatform/internal/workers"
 )
 
 // Defaults of Config and QueueConfig.
@@ -253,6 +255,12 @@ type Config struct {
 	// StatusRetention is how long a tracked job's status is kept after
 	// its last change. Defaults to DefaultStatusRetention.
 	StatusRetention time.Duration
+
+	// WorkerHeartbeat is how often a started platform writes its worker
+	// record (Platform.Workers) and its throughput counts
+	// (Platform.History) to the backend's store; without a store it
+	// writes neither. Defaults to DefaultWorkerHeartbeat.
+	WorkerHeartbeat time.Duration
 }
 
 // QueueConfig configures one queue of Config.Queues.
@@ -396,6 +404,8 @@ type Platform struct {
 	claims   *unique.Claims           // unique-key claims (internal/unique)
 	claimer  driver.ClaimingEnqueuer  // claims with the enqueue, when the backend can (nil: Take, then Enqueue)
 	sched    *schedule.Scheduler[Job] // periodic jobs (internal/schedule)
+	reg      *workers.Registry        // this worker's record (workers.go)
+	hist     *history.Counter         // throughput history (workers.go)
 
 	mu      sync.Mutex // guards handlers writes and the fields below
 	started bool
@@ -412,6 +422,7 @@ type Platform struct {
 	workers     sync.WaitGroup          // worker loops
 	background  sync.WaitGroup          // lease keeper, health loop
 	stopDone    chan struct{}           // closed when workers have all returned
+	startedAt   time.Time
 }
 
 var errShutdown = errors.New("platform stopping")
@@ -464,6 +475,7 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	}
 	p.enqueue = p.enqueueJobs
 	p.sched = newScheduler(p)
+	newWorkers(p)
 	p.queuePolicy = make(map[string]Policy, len(cfg.Queues))
 	for name, q := range cfg.Queues {
 		p.queuePolicy[name] = q.Policy
@@ -537,6 +549,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"LimitDelay", &c.LimitDelay, DefaultLimitDelay},
 		{"HealthInterval", &c.HealthInterval, DefaultHealthInterval},
 		{"StatusRetention", &c.StatusRetention, DefaultStatusRetention},
+		{"WorkerHeartbeat", &c.WorkerHeartbeat, DefaultWorkerHeartbeat},
 	}
 	for _, d := range durations {
 		if *d.v < 0 {
@@ -1046,6 +1059,7 @@ func (p *Platform) Start(ctx context.Context) error {
 	p.background.Go(func() { p.status.Poll(bgCtx) })
 	p.background.Go(func() { p.pz.Run(bgCtx) })
 	p.background.Go(func() { p.lim.Run(bgCtx) })
+	p.startWorkers(bgCtx)
 	p.log.InfoContext(ctx, "asyncplatform: started", "queues", len(p.queues), "worker", p.cfg.WorkerName)
 	return nil
 }

@@ -251,6 +251,8 @@ func New(p *ap.Platform, cfg Config) (*Dashboard, error) {
 	mux.HandleFunc("GET /jobs", d.view(d.jobsPage))
 	mux.HandleFunc("GET /job", d.view(d.jobPage))
 	mux.HandleFunc("GET /schedules", d.view(d.schedulesPage))
+	mux.HandleFunc("GET /workers", d.view(d.workersPage))
+	mux.HandleFunc("GET /history", d.view(d.historyPage))
 	mux.HandleFunc("GET /raw", d.view(d.rawPayload))
 	mux.HandleFunc("GET /static/{file}", d.view(d.serveStatic))
 	mux.HandleFunc("POST /pop", d.act(ActionPop, d.pop))

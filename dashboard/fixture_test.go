@@ -136,6 +136,7 @@ func newFixture(t testing.TB, o fixtureOptions) *fixture {
 		Lease:            5 * time.Second,
 		Hooks:            ap.Hooks{AfterAttempt: f.rec.AfterAttempt},
 		TrackStatus:      o.track,
+		WorkerHeartbeat:  200 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,14 @@ func TestScreenshots(t *testing.T) {
 		Policy:           ap.Policy{RetryLimit: ap.Limit(0)},
 		UnhandledRetries: ap.Limit(0),
 		WorkerName:       "worker-7f9c4:4211",
-		Logger:           quiet(),
+		TrackStatus:      true,
+		WorkerHeartbeat:  200 * time.Millisecond,
+		Schedules: []ap.Schedule{
+			{Name: "reports.monthly", Cron: "0 0 6 1 * *", CatchUp: 1, Job: ap.Job{Type: "report.export", Queue: "reports"}},
+			{Name: "digest.weekly", Cron: "0 0 8 * * MON", Job: ap.Job{Type: "email.digest", Queue: "emails"}},
+			{Name: "cleanup", Every: time.Hour, Job: ap.Job{Type: "cleanup.tmp", Queue: "reports"}},
+		},
+		Logger: quiet(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -142,4 +149,17 @@ func TestScreenshots(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#letters td.id a`)), chromedp.WaitVisible(chromedp.CSS("#letter-id")))
 	checkNoScriptRan(t, ctx, true)
 	shot(t, ctx, "hostile")
+
+	// The pages of jobs, schedules, workers and history (docs/img).
+	do(t, ctx, chromedp.Navigate(srv.URL+"/jobs?q=emails"), chromedp.WaitVisible(chromedp.CSS("#jobs")))
+	shot(t, ctx, "jobs")
+	do(t, ctx, chromedp.Click(chromedp.CSS("#jobs tr.job td.mono a")), chromedp.WaitVisible(chromedp.CSS("#status")))
+	shot(t, ctx, "job")
+	do(t, ctx, chromedp.Navigate(srv.URL+"/schedules"), chromedp.WaitVisible(chromedp.CSS("#schedules")))
+	shot(t, ctx, "schedules")
+	do(t, ctx, chromedp.Navigate(srv.URL+"/workers"), chromedp.WaitVisible(chromedp.CSS("#workers")))
+	shot(t, ctx, "workers")
+	waitFor(t, "the history", func() bool { h, _ := p.History(context.Background(), time.Now().Add(-time.Hour)); return len(h) > 0 })
+	do(t, ctx, chromedp.Navigate(srv.URL+"/history"), chromedp.WaitVisible(chromedp.CSS("#history-totals")))
+	shot(t, ctx, "history")
 }

@@ -31,7 +31,10 @@ refreshes in place every --interval: the depths, how fast the pending jobs
 (PENDING/s and DEAD/s, the change per second over the last ten refreshes,
 at least 5s: a draining queue has a negative PENDING/s, a failing one a
 positive DEAD/s),
-and the age of the oldest dead letter. A paused queue (asyncctl pause) is
+the attempts that ended in the last five minutes (OK/5m: succeeded;
+FAILED/5m: failed or dead-lettered), from the history the workers keep
+in the store ("n/a" without one), and the age of the oldest dead letter.
+A paused queue (asyncctl pause) is
 marked "(paused)" after its name. The broker keeps no count of jobs
 done, so these are net changes: the platform's metrics (package otel)
 count jobs processed and failed.
@@ -85,6 +88,7 @@ func (c *cli) top(ctx context.Context, names []string, interval time.Duration) e
 		fetch: func(ctx context.Context) ([]ap.QueueInfo, error) {
 			return queueInfos(ctx, p, names)
 		},
+		history:  p.History,
 		redact:   c.redact,
 		url:      redactURL(c.url),
 		interval: interval,
@@ -105,12 +109,14 @@ func (c *cli) top(ctx context.Context, names []string, interval time.Duration) e
 // topModel is the live view: a bubbletea model.
 type topModel struct {
 	fetch    func(context.Context) ([]ap.QueueInfo, error)
+	history  func(ctx context.Context, since time.Time) ([]ap.HistoryMinute, error) // nil: no history
 	redact   func(string) string
 	url      string
 	interval time.Duration
 
 	width, height int
 	rows          []topRow
+	recent        map[string][2]int64    // each queue's attempts of the last topRecent: succeeded, failed or dead-lettered; nil: unknown
 	prev          map[string][]topSample // each queue's samples over the rate window, oldest first
 	at            time.Time              // of the rows
 	err           error                  // of the last refresh
@@ -137,9 +143,10 @@ type topSample struct {
 
 type (
 	topSnapshot struct {
-		qs  []ap.QueueInfo
-		err error
-		at  time.Time
+		qs     []ap.QueueInfo
+		err    error
+		at     time.Time
+		recent map[string][2]int64
 	}
 	topTick struct{}
 )
@@ -157,7 +164,7 @@ func (m *topModel) refresh() tea.Msg {
 	ctx, cancel := context.WithTimeout(context.Background(), max(5*m.interval, 10*time.Second))
 	defer cancel()
 	qs, err := m.fetch(ctx)
-	return topSnapshot{qs, err, time.Now()}
+	return topSnapshot{qs, err, time.Now(), m.readRecent(ctx)}
 }
 
 func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
@@ -184,6 +191,7 @@ func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		m.err = msg.err
 		if msg.err == nil {
 			m.update(msg.qs, msg.at)
+			m.recent = msg.recent
 		}
 		return m, tea.Tick(m.interval, func(time.Time) tea.Msg { return topTick{} })
 	case topTick:
@@ -249,7 +257,41 @@ func (m *topModel) sort() {
 }
 
 // The columns of the view.
-var topHeader = []string{"QUEUE", "READY", "SCHEDULED", "IN FLIGHT", "DEAD", "PENDING/s", "DEAD/s", "OLDEST DEAD"}
+var topHeader = []string{"QUEUE", "READY", "SCHEDULED", "IN FLIGHT", "DEAD", "PENDING/s", "DEAD/s", "OK/5m", "FAILED/5m", "OLDEST DEAD"}
+
+// topRecent is the span of the OK and FAILED columns.
+const topRecent = 5 * time.Minute
+
+// readRecent sums the history of the last topRecent by queue; nil when
+// there is none to read (no store).
+func (m *topModel) readRecent(ctx context.Context) map[string][2]int64 {
+	if m.history == nil {
+		return nil
+	}
+	mins, err := m.history(ctx, time.Now().Add(-topRecent))
+	if err != nil {
+		return nil
+	}
+	out := map[string][2]int64{}
+	for _, mi := range mins {
+		for _, s := range mi.Series {
+			c := out[s.Queue]
+			c[0] += s.Succeeded
+			c[1] += s.Failed + s.DeadLettered
+			out[s.Queue] = c
+		}
+	}
+	return out
+}
+
+// recentCells are a queue's OK and FAILED cells.
+func (m *topModel) recentCells(queue string) (string, string) {
+	if m.recent == nil {
+		return "n/a", "n/a"
+	}
+	c := m.recent[queue]
+	return count(c[0]), count(c[1])
+}
 
 // maxQueueWidth bounds the QUEUE column; a longer name is cut.
 const maxQueueWidth = 40
@@ -281,7 +323,7 @@ func (m *topModel) View() string {
 			name += groupsNote(groupsJSON(r.Groups))
 		}
 		if r.Err != nil {
-			cells = append(cells, []string{name, "-", "-", "-", "-", "-", "-", "error"})
+			cells = append(cells, []string{name, "-", "-", "-", "-", "-", "-", "-", "-", "error"})
 			continue
 		}
 		pr, dr := "", ""
@@ -292,7 +334,8 @@ func (m *topModel) View() string {
 		if !r.OldestDead.IsZero() {
 			oldest = age(now, r.OldestDead)
 		}
-		cells = append(cells, []string{name, count(r.Ready), count(r.Scheduled), count(r.InFlight), count(r.Dead), pr, dr, oldest})
+		ok, failed := m.recentCells(r.Name)
+		cells = append(cells, []string{name, count(r.Ready), count(r.Scheduled), count(r.InFlight), count(r.Dead), pr, dr, ok, failed, oldest})
 		total.Ready += max(r.Ready)
 		total.Scheduled += max(r.Scheduled)
 		total.InFlight += max(r.InFlight)
@@ -331,7 +374,7 @@ func (m *topModel) View() string {
 		fmt.Fprintf(&b, "… %s more (a taller terminal shows them)\n", plural(len(cells)-shown, "queue"))
 	}
 	if len(m.rows) > 1 {
-		b.WriteString(m.cut(line([]string{"TOTAL", count(total.Ready), count(total.Scheduled), count(total.InFlight), count(total.Dead), "", "", ""})) + "\n")
+		b.WriteString(m.cut(line([]string{"TOTAL", count(total.Ready), count(total.Scheduled), count(total.InFlight), count(total.Dead), "", "", "", "", ""})) + "\n")
 	}
 	if len(m.rows) == 0 && !m.at.IsZero() {
 		b.WriteString("the backend holds no queue yet\n")

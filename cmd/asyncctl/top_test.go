@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"regexp"
 	"strings"
@@ -57,5 +58,31 @@ func TestTopHeaderCountsQueues(t *testing.T) {
 	m.update([]ap.QueueInfo{{Name: "emails"}, {Name: "billing"}}, time.Now())
 	if view := m.View(); !strings.Contains(view, " · 2 queues · ") {
 		t.Errorf("two queues:\n%s", view)
+	}
+}
+
+// top shows each queue's attempts of the last five minutes from the
+// history, and n/a when there is none to read.
+func TestTopRecentHistory(t *testing.T) {
+	t.Parallel()
+	m := &topModel{redact: func(s string) string { return s }, url: "memory://", interval: time.Second, prev: map[string][]topSample{},
+		history: func(context.Context, time.Time) ([]ap.HistoryMinute, error) {
+			return []ap.HistoryMinute{
+				{Series: []ap.HistorySeries{{Queue: "emails", Type: "a", Succeeded: 7, Failed: 2}}},
+				{Series: []ap.HistorySeries{{Queue: "emails", Type: "b", Succeeded: 5, DeadLettered: 1}}},
+			}, nil
+		}}
+	m.update([]ap.QueueInfo{{Name: "emails"}, {Name: "billing"}}, time.Now())
+	m.recent = m.readRecent(context.Background())
+	view := m.View()
+	for _, re := range []string{`(?m)^emails(\s+\d+){4}\s+12\s+3$`, `(?m)^billing(\s+\d+){4}\s+0\s+0$`, `OK/5m\s+FAILED/5m`} {
+		if !regexp.MustCompile(re).MatchString(view) {
+			t.Errorf("the view does not match %s:\n%s", re, view)
+		}
+	}
+	m.history = func(context.Context, time.Time) ([]ap.HistoryMinute, error) { return nil, ap.ErrNoStore }
+	m.recent = m.readRecent(context.Background())
+	if view := m.View(); !regexp.MustCompile(`(?m)^emails(\s+\d+){4}\s+n/a\s+n/a$`).MatchString(view) {
+		t.Errorf("without a history, the view does not say n/a:\n%s", view)
 	}
 }

@@ -26,10 +26,12 @@ const (
 	Status       Namespace = "_jobs"     // job status records and cancel marks
 	Unique       Namespace = "_unique"   // unique-key claims
 	Workflows    Namespace = "_workflow" // workflow and step records
+	Workers      Namespace = "_workers"  // each running platform's heartbeat record
+	History      Namespace = "_history"  // throughput counts per minute
 )
 
 // All lists every namespace of the platform.
-var All = []Namespace{Limits, Flow, Schedules, ScheduleDefs, Status, Unique, Workflows}
+var All = []Namespace{Limits, Flow, Schedules, ScheduleDefs, Status, Unique, Workflows, Workers, History}
 
 // Prefix is the key prefix of the namespace: its name and a '/'.
 func (n Namespace) Prefix() string { return string(n) + "/" }

@@ -91,7 +91,7 @@ func TestNamespaces(t *testing.T) {
 			}
 		}
 	}
-	if len(All) != 7 {
+	if len(All) != 9 {
 		t.Errorf("All lists %d namespaces; every one the platform uses belongs there", len(All))
 	}
 }
