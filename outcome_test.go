@@ -78,6 +78,7 @@ func TestOutcomeTable(t *testing.T) {
 		{readme: "(its type is over a `Config.Limits` limit)", overLimit: true, cancelled: true, want: OutcomeDeadLettered, wantReason: ReasonCancelled},
 		{readme: "(its group is paused with `PauseGroup`)", group: decide.GroupPaused, cancelled: true, crashes: DefaultPoisonLimit + 1, want: outcomeParked},
 		{readme: "(its group is paused with `PauseGroup`)", group: decide.GroupUnknown, want: outcomeDeferred, wantDelay: PausePoll},
+		{readme: "(a workflow step whose dependency was dead-lettered, policy `FailOnDependency`)", err: &stepResult{result: decide.DependencyFailed, text: "dependency failed"}, failures: 1, retryLimit: 3, want: OutcomeDeadLettered, wantReason: ReasonDependencyFailed},
 	}
 	mem, err := memory.New(context.Background(), memory.Config{})
 	if err != nil {
