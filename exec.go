@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/decide"
 	"github.com/asyncplatform/asyncplatform/internal/executor"
 	"github.com/asyncplatform/asyncplatform/internal/outcomehook"
@@ -300,16 +299,3 @@ func (p *Platform) publishReport(ctx context.Context, out string, r *OutcomeRepo
 	job = &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b, statusNonce: nonce}
 	return p.enqueue(ctx, []*Job{job})
 }
-
-// encodeMessage encodes a job as the backend message of its current copy. A copy
-// that outgrew the backend's limit loses its oldest error lines until it
-// fits.
-func encodeMessage(c wire.Codec, j *Job) driver.Message {
-	w := toWire(j)
-	body := c.Encode(j.Queue, &w)
-	j.Errors = w.Errors
-	return driver.Message{ID: messageID(j), Dedupe: c.DedupeKey(&w), Body: body, NotBefore: j.NotBefore}
-}
-
-// messageID names the current copy of j: its ID, then ID.N for the N-th copy.
-func messageID(j *Job) string { return wire.MessageID(j.ID, j.copyNo) }
