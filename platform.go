@@ -404,8 +404,6 @@ type Platform struct {
 	stopped bool
 	queues  []*runner.Queue[executor.Work[Job]]
 
-	queuePolicy map[string]Policy // each queue worked → its policy
-
 	fetchCancel context.CancelFunc      // stops the fetchers
 	workCtx     context.Context         // parent of handler contexts
 	workCancel  context.CancelCauseFunc // cancels running handlers at Stop's deadline
@@ -465,10 +463,6 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	}
 	p.enqueue = enqueueJobs(&p.cfg, p.enq)
 	p.sched = newScheduler(p)
-	p.queuePolicy = make(map[string]Policy, len(cfg.Queues))
-	for name, q := range cfg.Queues {
-		p.queuePolicy[name] = q.Policy
-	}
 	p.exec = newExecutor(p)
 	for i := len(cfg.EnqueueMiddleware) - 1; i >= 0; i-- {
 		p.enqueue = cfg.EnqueueMiddleware[i](p.enqueue)
