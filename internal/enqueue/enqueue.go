@@ -126,9 +126,6 @@ func (e *Engine) Enqueue(ctx context.Context, jobs []Job) error {
 		}
 		return e.enqueueUnique(ctx, jobs)
 	}
-	if len(jobs) == 1 { // the common case, without grouping
-		return e.Put(ctx, jobs[0].Queue, jobs, true, false)
-	}
 	return e.putGrouped(ctx, jobs)
 }
 

@@ -184,6 +184,9 @@ func claimGroups(jobs []Job, dups map[int]int) [][]int {
 // putGrouped stores jobs with one Put per queue, in the order of each
 // queue's first job.
 func (e *Engine) putGrouped(ctx context.Context, jobs []Job) error {
+	if oneQueue(jobs) { // the common case, without copies
+		return e.Put(ctx, jobs[0].Queue, jobs, true, false)
+	}
 	byQueue := map[string][]Job{}
 	var order []string
 	for _, j := range jobs {
@@ -198,6 +201,16 @@ func (e *Engine) putGrouped(ctx context.Context, jobs []Job) error {
 		}
 	}
 	return nil
+}
+
+// oneQueue reports whether jobs, at least one, are all of one queue.
+func oneQueue(jobs []Job) bool {
+	for i := range jobs {
+		if jobs[i].Queue != jobs[0].Queue {
+			return false
+		}
+	}
+	return len(jobs) > 0
 }
 
 // needsUnique reports whether a batch has a unique key or a stale claim,
