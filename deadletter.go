@@ -8,6 +8,7 @@ import (
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/payload"
+	"github.com/asyncplatform/asyncplatform/internal/redrive"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
@@ -304,7 +305,7 @@ func (p *Platform) RedriveWith(ctx context.Context, queue string, opt RedriveOpt
 		}
 		refused, skipped = append(refused, ref...), append(skipped, skip...)
 		if len(chunk) > 0 {
-			n, err := p.redriveChunk(ctx, queue, chunk)
+			n, err := p.rd.Chunk(ctx, queue, redriveLetters(chunk))
 			done += n
 			if err != nil {
 				return done, err
@@ -334,108 +335,12 @@ func (p *Platform) RedriveWith(ctx context.Context, queue string, opt RedriveOpt
 	return done, errors.Join(errs...)
 }
 
-// redriveChunk enqueues the chunk's jobs in one batch, then deletes their
-// records in one call (a single scan on brokers that must read the queue to
-// delete from it).
-// putRedriven stores redriven jobs. Where p does not track their queue's
-// status (an operator's tool), the jobs that have a status record (the
-// workers track it) get their waiting state written, so that a status
-// never says dead-lettered of a job waiting again.
-func (p *Platform) putRedriven(ctx context.Context, queue string, jobs []*Job) error {
-	if p.status.Tracks(queue) {
-		return p.put(ctx, queue, jobs, false)
-	}
-	ids := make([]string, len(jobs))
-	for i, j := range jobs {
-		ids[i] = j.ID
-	}
-	recorded := p.status.Recorded(ctx, ids)
-	var with, without []*Job
-	for _, j := range jobs {
-		if recorded[j.ID] {
-			with = append(with, j)
-		} else {
-			without = append(without, j)
-		}
-	}
-	if len(without) > 0 {
-		if err := p.put(ctx, queue, without, false); err != nil {
-			return err
-		}
-	}
-	if len(with) > 0 {
-		return p.putTracked(ctx, queue, with, false, true)
-	}
-	return nil
-}
-
-func (p *Platform) redriveChunk(ctx context.Context, queue string, chunk []DeadLetter) (int, error) {
-	jobs := make([]*Job, 0, len(chunk))
-	var ids []string
-	var oldRefs, newRefs []payload.Key
-	for _, dl := range chunk {
-		j := dl.Job
-		j.Queue = queue
-		j.Failures, j.Crashes, j.TryCount, j.unhandled, j.suspect = 0, 0, 0, 0, false
-		j.NotBefore = time.Time{}
-		if !j.Deadline.IsZero() && !time.Now().Before(j.Deadline) {
-			j.Deadline = time.Time{}
-		}
-		j.copyNo++
-		// The job gets a payload reference of its own, so the record and
-		// the job never share one: whichever goes first cannot take the
-		// other's.
-		if dl.PayloadRef != "" && p.payloads != nil {
-			b, err := p.payloads.Get(ctx, dl.Job.ID, dl.PayloadRef)
-			if err == nil {
-				j.payloadRef, err = p.cfg.PayloadStore.Put(ctx, j.ID, b)
-			}
-			if err != nil {
-				p.payloads.DropAll(ctx, newRefs)
-				return 0, fmt.Errorf("asyncplatform: redriving job %s: copying its offloaded payload: %w", j.ID, err)
-			}
-			newRefs = append(newRefs, payload.Key{Job: j.ID, Ref: j.payloadRef})
-			oldRefs = append(oldRefs, payload.Key{Job: dl.Job.ID, Ref: dl.PayloadRef})
-		}
-		jobs = append(jobs, &j)
-		ids = append(ids, dl.ID)
-	}
-	if err := p.putRedriven(ctx, queue, jobs); err != nil {
-		return 0, fmt.Errorf("asyncplatform: redriving %d jobs of queue %q (their records stay): %w", len(jobs), queue, err)
-	}
-	n, err := p.backend.DeleteDead(ctx, queue, ids)
-	if err != nil {
-		return len(jobs), fmt.Errorf("asyncplatform: deleting %d redriven dead letters of queue %q (the jobs are enqueued; the records stay): %w", len(ids), queue, err)
-	}
-	if n < len(ids) {
-		p.log.WarnContext(ctx, "asyncplatform: some redriven dead letters were held or popped meanwhile; their jobs are enqueued and the held records stay",
-			"queue", queue, "redriven", len(ids), "deleted", n)
-		oldRefs = p.unreferenced(ctx, queue, oldRefs)
-	}
-	p.payloads.DropAll(ctx, oldRefs)
-	return len(jobs), nil
-}
-
-// unreferenced returns the refs no dead letter of the queue points at.
-func (p *Platform) unreferenced(ctx context.Context, queue string, refs []payload.Key) []payload.Key {
-	still := map[string]bool{}
-	for cursor := ""; ; {
-		page, err := p.DeadLetters(ctx, queue, cursor, 1000)
-		if err != nil {
-			return nil // cannot tell: keep them all
-		}
-		for _, dl := range page.Letters {
-			still[dl.PayloadRef] = true
-		}
-		if cursor = page.Next; cursor == "" {
-			break
-		}
-	}
-	var out []payload.Key
-	for _, r := range refs {
-		if !still[r.Ref] {
-			out = append(out, r)
-		}
+// redriveLetters is chunk as the redrive engine takes it.
+func redriveLetters(chunk []DeadLetter) []redrive.Letter {
+	out := make([]redrive.Letter, len(chunk))
+	for i := range chunk {
+		out[i] = redrive.Letter{ID: chunk[i].ID, Job: toWire(&chunk[i].Job)}
+		out[i].Job.PayloadRef = chunk[i].PayloadRef
 	}
 	return out
 }
@@ -475,7 +380,7 @@ func (p *Platform) PurgeDeadLetters(ctx context.Context, queue string) (int, err
 				return removed, fmt.Errorf("asyncplatform: purging dead letters of queue %q: %w", queue, err)
 			}
 			if n < len(ids) { // some were held: keep the payloads they still point at
-				refs = p.unreferenced(ctx, queue, refs)
+				refs = p.rd.Unreferenced(ctx, queue, refs)
 			}
 			p.payloads.DropAll(ctx, refs)
 			if n == 0 {

@@ -26,11 +26,6 @@ func fromWire(w *wire.Job, j *Job) {
 	j.delivered = true
 }
 
-func encodeJob(j *Job) []byte {
-	w := toWire(j)
-	return wire.EncodeJob(&w)
-}
-
 // decodeJob decodes an envelope into j; names, when set, holds the
 // registered types' names.
 func decodeJob(b []byte, j *Job, names map[string]string) error {

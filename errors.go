@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/enqueue"
 )
 
 // Sentinel errors, matched with errors.Is.
@@ -16,7 +17,7 @@ var (
 
 	// ErrPayloadTooLarge is returned by Enqueue when a job does not fit in a
 	// backend message and no PayloadStore is configured.
-	ErrPayloadTooLarge = errors.New("payload too large")
+	ErrPayloadTooLarge = enqueue.ErrTooLarge
 
 	// ErrLeaseLost means a job was no longer held by this worker when its
 	// outcome was reported: it will be delivered again, with the crash

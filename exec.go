@@ -2,17 +2,14 @@ package asyncplatform
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"runtime/debug"
 	"time"
 
-	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/decide"
 	"github.com/asyncplatform/asyncplatform/internal/executor"
-	"github.com/asyncplatform/asyncplatform/internal/outcomehook"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
 	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
@@ -35,7 +32,7 @@ func newExecutor(p *Platform) *executor.Executor[Job] {
 			RejectDelay: p.cfg.RejectDelay, GroupPoll: PausePoll, LimitDelay: p.cfg.LimitDelay,
 		},
 		Handlers:    func() executor.Registry[Job] { return p.handlers.Load() },
-		Policy:      p.policyOf,
+		Policies:    executor.Policies{Queues: make(map[string]wire.Policy, len(p.cfg.Queues)), Platform: wire.Policy(p.cfg.Policy), Defaults: defaultPolicy},
 		Classify:    classify,
 		ErrorDetail: errorDetail,
 		Groups:      p.pz,
@@ -44,6 +41,9 @@ func newExecutor(p *Platform) *executor.Executor[Job] {
 		Release: func(j *executor.Job, dead bool) {
 			p.claims.ReleaseLater(j.Queue, j.ID, j.Headers[UniqueHeader], dead)
 		},
+	}
+	for name, q := range p.cfg.Queues {
+		cfg.Policies.Queues[name] = wire.Policy(q.Policy)
 	}
 	if p.cfg.levels != nil {
 		cfg.Levels = make(map[string]int, len(p.cfg.levels))
@@ -54,10 +54,16 @@ func newExecutor(p *Platform) *executor.Executor[Job] {
 	if p.payloads != nil {
 		cfg.Payloads = p.payloads
 	}
-	for _, q := range p.cfg.Queues {
+	rep := &executor.Reporter{
+		Outputs: map[string]string{}, Worker: p.cfg.WorkerName, MaxErrorText: p.cfg.MaxErrorText, Lease: p.cfg.Lease,
+		Enqueue: func(ctx context.Context, id, out string, b []byte, nonce string) error {
+			return p.enqueue(ctx, []*Job{{ID: id, Type: ReportType, Queue: out, Payload: b, statusNonce: nonce}})
+		},
+	}
+	for name, q := range p.cfg.Queues {
 		if q.Output != "" {
-			cfg.Report = p.report
-			break
+			rep.Outputs[name] = q.Output
+			cfg.Report = rep.Report
 		}
 	}
 	cfg.AfterAttempt = func(w *executor.Work[Job], a executor.Attempt) {
@@ -138,15 +144,9 @@ func call(ctx context.Context, h Handler, j *Job) (err error) {
 	return h(ctx, j)
 }
 
-// policyOf is the failure policy of j: its own, then its type's, its
-// queue's and the platform's (see Policy).
-func (p *Platform) policyOf(j *executor.Job, h executor.Handler[Job]) decide.Policy {
-	pol := Policy(j.Policy)
-	if e, ok := h.(*handlerEntry); ok {
-		pol = pol.merge(e.policy)
-	}
-	return pol.merge(p.queuePolicy[j.Queue]).merge(p.cfg.Policy).resolve()
-}
+// Policy implements the executor's type policy: the policy given to
+// Handle.
+func (e *handlerEntry) Policy() wire.Policy { return wire.Policy(e.policy) }
 
 // classify turns a handler's error into the decision's input.
 func classify(err error) (decide.Result, time.Duration) {
@@ -234,87 +234,3 @@ func deadLetterOf(id string, rec *wire.Dead) DeadLetter {
 	dl.PayloadRef = rec.Job.PayloadRef
 	return dl
 }
-
-// report publishes the report of a decision that ends j on its queue's
-// output queue, when it has one (see executor.Config.Report).
-func (p *Platform) report(j *executor.Job, d decide.Decision, text string, result []byte) error {
-	out := p.cfg.Queues[j.Queue].Output
-	if out == "" {
-		return nil
-	}
-	r := OutcomeReport{
-		Key: reportKey(j.ID, j.Copy), JobID: j.ID, Queue: j.Queue, Type: j.Type, Copy: j.Copy,
-		Failures: d.Failures, Crashes: d.Crashes, Worker: p.cfg.WorkerName,
-		EnqueuedAt: j.EnqueuedAt, EndedAt: time.Now(), Headers: j.Headers,
-	}
-	r.TryCount = r.Failures + r.Crashes
-	if d.Outcome == decide.Succeeded {
-		r.Outcome, r.Result, r.ResultSize = OutcomeSucceeded, result, len(result)
-		r.TryCount = max(r.TryCount, j.TryCount) // the successful attempt
-	} else {
-		r.Outcome, r.Reason = OutcomeDeadLettered, Reason(d.Reason)
-		if text == "" {
-			text = d.Why
-		}
-		r.Error = text
-		if len(r.Error) > p.cfg.MaxErrorText {
-			r.Error = wire.CutUTF8(r.Error, p.cfg.MaxErrorText) + " …(cut)"
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease)
-	defer cancel()
-	if err := p.publishReport(ctx, out, &r); err != nil {
-		return fmt.Errorf("output queue %q: %w", out, err)
-	}
-	if hook := outcomehook.Published.Load(); hook != nil {
-		(*hook)(j.Queue, r.JobID)
-	}
-	return nil
-}
-
-// publishReport enqueues r on the output queue as a ReportType job whose ID
-// is r.Key, with the input's enqueue nonce (a backend that deduplicates
-// publishes then drops a second publish of the same end). A result too large for the backend is left
-// out, the report saying so, and a long error text cut.
-func (p *Platform) publishReport(ctx context.Context, out string, r *OutcomeReport) error {
-	// The report's enqueue nonce is the input's: every worker that reports
-	// this end derives the same deduplication key, and a writer who has not
-	// read the input cannot. It is the platform's, not a header the
-	// report's readers get (as the handler's Job.Headers leave it out).
-	nonce := r.Headers[wire.StatusHeader]
-	if _, ok := r.Headers[wire.StatusHeader]; ok {
-		r.Headers = maps.Clone(r.Headers)
-		delete(r.Headers, wire.StatusHeader)
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("asyncplatform: encoding an outcome report: %w", err)
-	}
-	job := &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b, statusNonce: nonce}
-	err = p.enqueue(ctx, []*Job{job})
-	if !errors.Is(err, ErrPayloadTooLarge) {
-		return err
-	}
-	// Too large for the backend: the result goes, then the error text is
-	// cut to its first KiB (the dead letter keeps all of it).
-	r.Result, r.ResultDropped = nil, len(r.Result) > 0
-	if len(r.Error) > 1024 {
-		r.Error = wire.CutUTF8(r.Error, 1024) + " …(cut to fit)"
-	}
-	b, _ = json.Marshal(r)
-	job = &Job{ID: r.Key, Type: ReportType, Queue: out, Payload: b, statusNonce: nonce}
-	return p.enqueue(ctx, []*Job{job})
-}
-
-// encodeMessage encodes a job as the backend message of its current copy. A copy
-// that outgrew the backend's limit loses its oldest error lines until it
-// fits.
-func encodeMessage(c wire.Codec, j *Job) driver.Message {
-	w := toWire(j)
-	body := c.Encode(j.Queue, &w)
-	j.Errors = w.Errors
-	return driver.Message{ID: messageID(j), Dedupe: c.DedupeKey(&w), Body: body, NotBefore: j.NotBefore}
-}
-
-// messageID names the current copy of j: its ID, then ID.N for the N-th copy.
-func messageID(j *Job) string { return wire.MessageID(j.ID, j.copyNo) }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 func startPlatform(t *testing.T, cfg Config, handlers map[string]Handler) *Platform {
@@ -41,3 +43,16 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// encodeMessage encodes a job as the backend message of its current copy. A copy
+// that outgrew the backend's limit loses its oldest error lines until it
+// fits.
+func encodeMessage(c wire.Codec, j *Job) driver.Message {
+	w := toWire(j)
+	body := c.Encode(j.Queue, &w)
+	j.Errors = w.Errors
+	return driver.Message{ID: messageID(j), Dedupe: c.DedupeKey(&w), Body: body, NotBefore: j.NotBefore}
+}
+
+// messageID names the current copy of j: its ID, then ID.N for the N-th copy.
+func messageID(j *Job) string { return wire.MessageID(j.ID, j.copyNo) }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/internal/decide"
+	"github.com/asyncplatform/asyncplatform/internal/executor"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // DefaultQueue is the queue a job goes to when Job.Queue is empty.
@@ -186,24 +188,7 @@ const (
 func Limit(n int) *int { return &n }
 
 // merge returns p with every unset field taken from q.
-func (p Policy) merge(q Policy) Policy {
-	if p.RetryLimit == nil {
-		p.RetryLimit = q.RetryLimit
-	}
-	if p.PoisonLimit == nil {
-		p.PoisonLimit = q.PoisonLimit
-	}
-	if p.BackoffBase == 0 {
-		p.BackoffBase = q.BackoffBase
-	}
-	if p.BackoffCap == 0 {
-		p.BackoffCap = q.BackoffCap
-	}
-	if p.Timeout == 0 {
-		p.Timeout = q.Timeout
-	}
-	return p
-}
+func (p Policy) merge(q Policy) Policy { return Policy(executor.Merge(wire.Policy(p), wire.Policy(q))) }
 
 // validate names the first bad setting of p, prefixed with where it was given.
 func (p Policy) validate(where string) error {
@@ -224,32 +209,17 @@ func (p Policy) validate(where string) error {
 	return nil
 }
 
-// resolve fills in the defaults of every unset field.
-func (p Policy) resolve() decide.Policy {
-	r := decide.Policy{
-		RetryLimit:  DefaultRetryLimit,
-		PoisonLimit: DefaultPoisonLimit,
-		BackoffBase: DefaultBackoffBase,
-		BackoffCap:  DefaultBackoffCap,
-		Timeout:     DefaultTimeout,
-	}
-	if p.RetryLimit != nil {
-		r.RetryLimit = *p.RetryLimit
-	}
-	if p.PoisonLimit != nil {
-		r.PoisonLimit = *p.PoisonLimit
-	}
-	if p.BackoffBase != 0 {
-		r.BackoffBase = p.BackoffBase
-	}
-	if p.BackoffCap != 0 {
-		r.BackoffCap = p.BackoffCap
-	}
-	if p.Timeout != 0 {
-		r.Timeout = p.Timeout
-	}
-	return r
+// defaultPolicy is the Policy defaults, resolved.
+var defaultPolicy = decide.Policy{
+	RetryLimit:  DefaultRetryLimit,
+	PoisonLimit: DefaultPoisonLimit,
+	BackoffBase: DefaultBackoffBase,
+	BackoffCap:  DefaultBackoffCap,
+	Timeout:     DefaultTimeout,
 }
+
+// resolve fills in the defaults of every unset field.
+func (p Policy) resolve() decide.Policy { return executor.Resolve(wire.Policy(p), defaultPolicy) }
 
 // Handler runs one attempt of a job. Its outcome decides what happens next:
 // nil acknowledges the job; Invalid, Permanent and Reject classify the error;

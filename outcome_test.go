@@ -131,7 +131,7 @@ func decideRow(p *Platform, h *handlerEntry, r outcomeRow, now time.Time) (Outco
 	if r.noHandler {
 		entry = nil
 	}
-	p.queuePolicy["q"] = Policy{RetryLimit: Limit(r.retryLimit)}
+	j.Policy.RetryLimit = Limit(r.retryLimit) // the row's limit, as the job's own
 	in := p.exec.Input(j, entry)
 	in.Now, in.Jitter = now, 1
 	in.Cancelled = r.cancelled

@@ -77,9 +77,3 @@ func DecodeReport(j *Job) (OutcomeReport, error) {
 	}
 	return r, nil
 }
-
-// reportKey names the end of copy copyNo of job id: the report's Key and
-// the ID of its job.
-func reportKey(id string, copyNo uint64) string {
-	return fmt.Sprintf("%s@%d", id, copyNo)
-}

@@ -22,7 +22,7 @@ const PausePoll = 500 * time.Millisecond
 // encoding.
 func newPauses(p *Platform) *pause.Engine {
 	cfg := pause.Config{
-		Backend: p.backend, Declare: p.declare, Log: p.log,
+		Backend: p.backend, Declare: p.enq.Declare, Log: p.log,
 		Poll: PausePoll, Lease: p.cfg.Lease, Worker: p.cfg.WorkerName,
 		Levels: make(map[string]string, len(p.cfg.levels)),
 		Hold: func(queue string) {

@@ -2,8 +2,8 @@ package asyncplatform
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/asyncplatform/asyncplatform/internal/enqueue"
 	"github.com/asyncplatform/asyncplatform/internal/payload"
 )
 
@@ -34,47 +34,7 @@ type PayloadStore interface {
 
 // DefaultOffloadThreshold is the largest payload kept in the message when a
 // PayloadStore is configured and the backend itself carries more.
-const DefaultOffloadThreshold = 16 << 20
-
-// offload returns j itself when its payload stays in the message, or else
-// a copy whose payload was moved to the store: when it is over the
-// configured threshold or over what the backend carries (MaxPayload). A
-// generous bound on the envelope's size spares most calls MaxPayload's
-// probe encoding.
-func (p *Platform) offload(ctx context.Context, j *Job) (*Job, error) {
-	if p.payloads == nil || j.payloadRef != "" {
-		return j, nil
-	}
-	t := DefaultOffloadThreshold
-	if p.cfg.OffloadThreshold > 0 {
-		t = p.cfg.OffloadThreshold
-	}
-	if len(j.Payload) <= t {
-		bound := 256 + len(j.ID) + len(j.Type) + len(j.Payload)
-		for k, v := range j.Headers {
-			bound += len(k) + len(v) + 10
-		}
-		for _, e := range j.Errors {
-			bound += len(e) + 5
-		}
-		if bound+p.codec.Overhead() <= p.codec.MaxBody-envelopeHeadroom {
-			return j, nil
-		}
-	}
-	if m := p.MaxPayload(*j); m >= 0 && m < t {
-		t = m
-	}
-	if len(j.Payload) <= t {
-		return j, nil
-	}
-	ref, err := p.payloads.Put(ctx, j.ID, j.Payload)
-	if err != nil {
-		return nil, fmt.Errorf("asyncplatform: offloading the %d-byte payload of job %s: %w", len(j.Payload), j.ID, err)
-	}
-	off := *j
-	off.payloadRef = ref
-	return &off, nil
-}
+const DefaultOffloadThreshold = enqueue.DefaultOffloadThreshold
 
 // JobPayloadStore is a PayloadStore that also checks that a reference was
 // made for the job that presents it, so a forged job cannot name another

@@ -15,11 +15,13 @@ import (
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/admit"
+	"github.com/asyncplatform/asyncplatform/internal/enqueue"
 	"github.com/asyncplatform/asyncplatform/internal/executor"
 	"github.com/asyncplatform/asyncplatform/internal/health"
 	"github.com/asyncplatform/asyncplatform/internal/history"
 	"github.com/asyncplatform/asyncplatform/internal/pause"
 	"github.com/asyncplatform/asyncplatform/internal/payload"
+	"github.com/asyncplatform/asyncplatform/internal/redrive"
 	"github.com/asyncplatform/asyncplatform/internal/runner"
 	"github.com/asyncplatform/asyncplatform/internal/schedule"
 	"github.com/asyncplatform/asyncplatform/internal/status"
@@ -394,7 +396,6 @@ type Platform struct {
 	log      *slog.Logger
 	enqueue  EnqueueFunc
 	handlers atomic.Pointer[registry]
-	declared sync.Map // queue name → struct{}
 	health   health.Gate
 	payloads *payload.Payloads        // offloaded payloads; nil without a PayloadStore
 	exec     *executor.Executor[Job]  // runs and settles deliveries (internal/executor)
@@ -402,7 +403,8 @@ type Platform struct {
 	pz       *pause.Engine            // paused queues and groups (internal/pause)
 	lim      *admit.Gate              // job-type limits (internal/admit)
 	claims   *unique.Claims           // unique-key claims (internal/unique)
-	claimer  driver.ClaimingEnqueuer  // claims with the enqueue, when the backend can (nil: Take, then Enqueue)
+	enq      *enqueue.Engine          // stores new jobs (internal/enqueue)
+	rd       *redrive.Engine          // redrives dead letters (internal/redrive)
 	sched    *schedule.Scheduler[Job] // periodic jobs (internal/schedule)
 	reg      *workers.Registry        // this worker's record (workers.go)
 	hist     *history.Counter         // throughput history (workers.go)
@@ -411,8 +413,6 @@ type Platform struct {
 	started bool
 	stopped bool
 	queues  []*runner.Queue[executor.Work[Job]]
-
-	queuePolicy map[string]Policy // each queue worked → its policy
 
 	fetchCancel context.CancelFunc      // stops the fetchers
 	workCtx     context.Context         // parent of handler contexts
@@ -465,21 +465,16 @@ func New(backend driver.Backend, cfg Config) (*Platform, error) {
 	if p.status, err = newTracker(backend, cfg); err != nil {
 		return nil, err
 	}
-	p.pz = newPauses(p)
 	p.claims = newClaims(backend, p.log, cfg.Lease)
-	if cfg.UniqueClaimsInEnqueue {
-		p.claimer = claimingEnqueuer(backend)
-	}
+	p.enq = newEnqueuer(p)
+	p.rd = redrive.New(redrive.Config{Backend: backend, Codec: p.codec, Enqueue: p.enq, Status: p.status, Log: p.log, Payloads: p.payloads})
+	p.pz = newPauses(p)
 	if p.lim, err = newGate(backend, cfg); err != nil {
 		return nil, err
 	}
-	p.enqueue = p.enqueueJobs
+	p.enqueue = enqueueJobs(&p.cfg, p.enq)
 	p.sched = newScheduler(p)
 	newWorkers(p)
-	p.queuePolicy = make(map[string]Policy, len(cfg.Queues))
-	for name, q := range cfg.Queues {
-		p.queuePolicy[name] = q.Policy
-	}
 	p.exec = newExecutor(p)
 	for i := len(cfg.EnqueueMiddleware) - 1; i >= 0; i-- {
 		p.enqueue = cfg.EnqueueMiddleware[i](p.enqueue)
@@ -712,225 +707,6 @@ func (p *Platform) EnqueueBatch(ctx context.Context, jobs []*Job) error {
 	return p.enqueue(ctx, jobs)
 }
 
-func (p *Platform) enqueueJobs(ctx context.Context, jobs []*Job) error {
-	now := time.Now()
-	for _, j := range jobs {
-		if err := p.cfg.prepare(j, now); err != nil {
-			return err
-		}
-	}
-	if needsUnique(jobs) {
-		if p.claimer != nil {
-			return enqueueClaiming(ctx, p.claims, jobs, func(ctx context.Context, q string, js []*Job, items []*driver.BatchItem) ([][]byte, error) {
-				return p.putClaiming(ctx, p.claimer, q, js, items)
-			})
-		}
-		return enqueueUnique(ctx, p.claims, jobs, p.put)
-	}
-	if len(jobs) == 1 { // the common case, without grouping
-		return p.put(ctx, jobs[0].Queue, jobs, true)
-	}
-	return putGrouped(ctx, jobs, p.put)
-}
-
-// prepare validates a new job and fills in its defaults.
-func (c *Config) prepare(j *Job, now time.Time) error {
-	if j == nil {
-		return fmt.Errorf("%w: job is nil", ErrInvalidJob)
-	}
-	if j.Type == "" {
-		return fmt.Errorf("%w: job %q has no Type", ErrInvalidJob, j.ID)
-	}
-	if j.Queue == "" {
-		j.Queue = DefaultQueue
-	}
-	if err := ownQueue(j.Queue, j.Priority); err != nil {
-		return err
-	}
-	if err := setPriority(j); err != nil {
-		return err
-	}
-	if err := setGroup(j); err != nil {
-		return err
-	}
-	// The headers the platform writes itself at every enqueue (a delivered
-	// job enqueued again carries them) are not the caller's: they are
-	// replaced, and maxHeadersLimit leaves room for them.
-	n, size := len(j.Headers), 0
-	for k, v := range j.Headers {
-		if k == "" {
-			return fmt.Errorf("%w: job of type %q has a header with an empty key", ErrInvalidJob, j.Type)
-		}
-		if k == wire.StatusHeader || k == wire.QueueHeader || k == wire.SignedAtHeader {
-			n--
-			continue
-		}
-		size += len(k) + len(v)
-	}
-	if n > c.MaxHeaders {
-		return &LimitError{Limit: "MaxHeaders", Type: j.Type, Got: n, Max: c.MaxHeaders}
-	}
-	if size > c.MaxHeaderBytes {
-		return &LimitError{Limit: "MaxHeaderBytes", Type: j.Type, Got: size, Max: c.MaxHeaderBytes}
-	}
-	if !j.Deadline.IsZero() && !j.NotBefore.IsZero() && !j.Deadline.After(j.NotBefore) {
-		return fmt.Errorf("%w: job of type %q has Deadline %v not after NotBefore %v", ErrInvalidJob, j.Type, j.Deadline, j.NotBefore)
-	}
-	if err := j.Policy.validate("Policy"); err != nil {
-		return fmt.Errorf("%w: job of type %q: %w", ErrInvalidJob, j.Type, err)
-	}
-	if err := checkUnique(j); err != nil {
-		return err
-	}
-	if j.ID == "" {
-		j.ID = wire.NewID(now)
-	}
-	if j.EnqueuedAt.IsZero() {
-		j.EnqueuedAt = now
-	}
-	j.TryCount, j.Failures, j.Crashes, j.suspect = 0, 0, 0, false
-	// A job re-enqueued from a dead letter or a handler starts afresh: its
-	// payload is offloaded again from Payload, and a new copy number keeps
-	// its message ID apart from the old copies' on deduplicating backends,
-	// and its status ahead of theirs (copy 0's too).
-	j.payloadRef, j.unhandled = "", 0
-	if j.copyNo > 0 || j.delivered {
-		j.copyNo++
-		j.statusNonce = "" // a new enqueue: a new status record and deduplication keys
-	}
-	return nil
-}
-
-// put encodes jobs of one queue and stores them. check reports the payload
-// limit as ErrPayloadTooLarge (for new jobs; copies were checked already).
-func (p *Platform) put(ctx context.Context, queue string, jobs []*Job, check bool) error {
-	return p.putTracked(ctx, queue, jobs, check, false)
-}
-
-// putTracked is put; with track, it writes the jobs' status records even
-// when p does not track the queue (a redrive of jobs the workers tracked).
-func (p *Platform) putTracked(ctx context.Context, queue string, jobs []*Job, check, track bool) error {
-	if err := p.declare(ctx, queue); err != nil {
-		return err
-	}
-	tracked := p.status.Tracks(queue) || track
-	msgs, _, err := p.encodeJobs(ctx, jobs, check, tracked)
-	if err != nil {
-		return err
-	}
-	if err := p.backend.Enqueue(ctx, queue, msgs); err != nil {
-		// Some jobs may be stored and point at their payloads: keep them all
-		// (a leak in the store, never a lost payload).
-		if errors.Is(err, driver.ErrTooLarge) {
-			return fmt.Errorf("%w: queue %q: %w", ErrPayloadTooLarge, queue, err)
-		}
-		return fmt.Errorf("asyncplatform: enqueue to queue %q: %w", queue, err)
-	}
-	switch {
-	case p.status.Tracks(queue):
-		p.status.Enqueued(ctx, statusJobs(jobs))
-	case tracked:
-		p.status.Requeued(ctx, statusJobs(jobs))
-	}
-	return nil
-}
-
-// encodeJobs encodes jobs as messages, with their payloads offloaded when
-// check (refs: the payloads offloaded, one entry a job, zero where none)
-// and their status nonces when tracked or the backend deduplicates. On
-// error, the payloads offloaded are dropped.
-func (p *Platform) encodeJobs(ctx context.Context, jobs []*Job, check, tracked bool) ([]driver.Message, []payload.Key, error) {
-	var refs []payload.Key
-	msgs := make([]driver.Message, len(jobs))
-	for i, j := range jobs {
-		if tracked || p.codec.Dedupe {
-			j = withStatusNonce(j)
-		}
-		if check && p.payloads != nil {
-			off, err := p.offload(ctx, j) // a copy: the caller's job keeps its payload
-			if err != nil {
-				p.payloads.DropAll(ctx, refs)
-				return nil, nil, err
-			}
-			if off != j {
-				if refs == nil {
-					refs = make([]payload.Key, len(jobs))
-				}
-				refs[i] = payload.Key{Job: off.ID, Ref: off.payloadRef}
-				j = off
-			}
-		}
-		msgs[i] = encodeMessage(p.codec, j)
-		if check && len(msgs[i].Body) > p.codec.MaxBody-envelopeHeadroom {
-			p.payloads.DropAll(ctx, refs)
-			return nil, nil, fmt.Errorf("%w: job %s of type %q has a %d-byte payload; this backend carries at most %d bytes for it (see MaxPayload)",
-				ErrPayloadTooLarge, j.ID, j.Type, len(j.Payload), p.MaxPayload(*j))
-		}
-	}
-	return msgs, refs, nil
-}
-
-// putClaiming is put through the backend's driver.ClaimingEnqueuer: each
-// job with an item is stored only when the item's key is created, in the
-// same call. held has one entry a job: the value holding the key of each
-// job refused, nil for the others. The payloads of refused jobs are
-// dropped; their status is not written.
-func (p *Platform) putClaiming(ctx context.Context, ce driver.ClaimingEnqueuer, queue string, jobs []*Job, items []*driver.BatchItem) (held [][]byte, err error) {
-	if err := p.declare(ctx, queue); err != nil {
-		return nil, err
-	}
-	msgs, refs, err := p.encodeJobs(ctx, jobs, true, p.status.Tracks(queue))
-	if err != nil {
-		return nil, err
-	}
-	cms := make([]driver.ClaimMessage, len(msgs))
-	for i := range msgs {
-		cms[i] = driver.ClaimMessage{Message: msgs[i], Claim: items[i]}
-	}
-	rs, err := driver.EnqueueClaiming(ctx, ce, queue, cms)
-	if err != nil {
-		if errors.Is(err, driver.ErrTooLarge) {
-			return nil, fmt.Errorf("%w: queue %q: %w", ErrPayloadTooLarge, queue, err)
-		}
-		return nil, fmt.Errorf("asyncplatform: enqueue to queue %q: %w", queue, err)
-	}
-	stored := jobs
-	for i, r := range rs {
-		if r.Err == nil {
-			continue
-		}
-		if held == nil {
-			held = make([][]byte, len(jobs))
-			stored = nil
-		}
-		held[i] = r.Value
-		if held[i] == nil {
-			held[i] = []byte{}
-		}
-		if refs != nil && refs[i].Ref != "" {
-			p.payloads.Drop(ctx, refs[i].Job, refs[i].Ref)
-		}
-	}
-	if held != nil {
-		for i, j := range jobs {
-			if held[i] == nil {
-				stored = append(stored, j)
-			}
-		}
-	}
-	if p.status.Tracks(queue) && len(stored) > 0 {
-		p.status.Enqueued(ctx, statusJobs(stored))
-	}
-	return held, nil
-}
-
-// envelopeHeadroom is kept free below the backend's limit by MaxPayload: for
-// the counters that grow as a job is retried, and for what a dead-letter
-// record adds around the job (reason, worker, queue, time and at least
-// minDeadError bytes of error text), so any job that fits can also be
-// dead-lettered.
-const envelopeHeadroom = 1024
-
 // minKey is the shortest signing or verifying key, in bytes.
 const minKey = 16
 
@@ -954,35 +730,7 @@ func (p *Platform) MaxPayload(j Job) int {
 	if j.Queue == "" {
 		j.Queue = DefaultQueue
 	}
-	j.Payload = nil
-	if p.codec.Dedupe || p.status.Tracks(j.Queue) {
-		j = *withStatusNonce(&j) // the enqueue nonce put adds
-	}
-	fixed := len(encodeJob(&j)) - 1 + p.codec.Overhead() // less the payload's one-byte length
-	n := p.codec.MaxBody - envelopeHeadroom - fixed
-	for n > 0 && n+uvarintLen(n)+fixed > p.codec.MaxBody-envelopeHeadroom {
-		n--
-	}
-	return max(n, 0)
-}
-
-func uvarintLen(n int) int {
-	l := 1
-	for ; n >= 0x80; n >>= 7 {
-		l++
-	}
-	return l
-}
-
-func (p *Platform) declare(ctx context.Context, queue string) error {
-	if _, ok := p.declared.Load(queue); ok {
-		return nil
-	}
-	if err := p.backend.Declare(ctx, queue); err != nil {
-		return fmt.Errorf("asyncplatform: declaring queue %q: %w", queue, err)
-	}
-	p.declared.Store(queue, struct{}{})
-	return nil
+	return p.enq.MaxPayload(enqueueJob(&j))
 }
 
 // Start declares the configured queues (failing with a clear error when the
@@ -1006,7 +754,7 @@ func (p *Platform) Start(ctx context.Context) error {
 		}
 	}
 	for name := range p.cfg.Queues {
-		if err := p.declare(ctx, name); err != nil {
+		if err := p.enq.Declare(ctx, name); err != nil {
 			return fmt.Errorf("asyncplatform: start: %w", err)
 		}
 	}

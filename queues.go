@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -129,7 +128,7 @@ func (p *Platform) Queues(ctx context.Context) ([]QueueInfo, error) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			out[i].Groups, out[i].Err = p.heldGroups(ctx, q, paused[q], held[q])
+			out[i].Groups, out[i].Err = heldGroups(p.pz.HeldGroups(ctx, q, paused[q], held[q]))
 			if out[i].Err != nil {
 				return
 			}
@@ -150,38 +149,6 @@ func (p *Platform) Queues(ctx context.Context) ([]QueueInfo, error) {
 	return out, nil
 }
 
-// heldGroups returns the groups of queue that are paused or whose held
-// queue is listed and holds jobs, sorted, with the jobs each holds.
-func (p *Platform) heldGroups(ctx context.Context, queue string, paused []string, listed map[string]bool) ([]HeldGroup, error) {
-	var out []HeldGroup
-	for _, g := range paused {
-		out = append(out, HeldGroup{Group: g, Paused: true})
-	}
-	for g := range listed {
-		if !slices.Contains(paused, g) {
-			out = append(out, HeldGroup{Group: g})
-		}
-	}
-	slices.SortFunc(out, func(a, b HeldGroup) int { return strings.Compare(a.Group, b.Group) })
-	kept := out[:0]
-	for _, hg := range out {
-		hg.Held = -1
-		if listed[hg.Group] {
-			s, err := p.backend.Stats(ctx, HeldQueue(queue, hg.Group))
-			if err != nil {
-				return nil, fmt.Errorf("asyncplatform: the held jobs of group %q of queue %q: %w", hg.Group, queue, err)
-			}
-			hg.Held = s.Ready
-		} else if _, ok := p.backend.(driver.QueueLister); ok {
-			hg.Held = 0 // not listed: nothing was ever held, or the queue was deleted
-		}
-		if hg.Paused || hg.Held != 0 {
-			kept = append(kept, hg)
-		}
-	}
-	return kept, nil
-}
-
 // HeldGroups returns the groups of queue that are paused or whose jobs are
 // held still, as Queues reports them in QueueInfo.Groups.
 func (p *Platform) HeldGroups(ctx context.Context, queue string) ([]HeldGroup, error) {
@@ -191,23 +158,19 @@ func (p *Platform) HeldGroups(ctx context.Context, queue string) ([]HeldGroup, e
 	if p == nil || p.pz == nil {
 		return nil, ErrNotNew
 	}
-	paused, err := p.pz.Groups(ctx, queue)
-	if err != nil && !errors.Is(err, ErrNoStore) {
+	return heldGroups(p.pz.Held(ctx, queue))
+}
+
+// heldGroups is the public form of the pause engine's held groups.
+func heldGroups(hs []pause.Held, err error) ([]HeldGroup, error) {
+	if err != nil || len(hs) == 0 {
 		return nil, err
 	}
-	listed := map[string]bool{}
-	if l, ok := p.backend.(driver.QueueLister); ok {
-		names, err := l.Queues(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("asyncplatform: listing queues: %w", err)
-		}
-		for _, n := range names {
-			if q, g, ok := pause.SplitHeld(n); ok && q == queue {
-				listed[g] = true
-			}
-		}
+	out := make([]HeldGroup, len(hs))
+	for i, h := range hs {
+		out[i] = HeldGroup(h)
 	}
-	return p.heldGroups(ctx, queue, paused, listed)
+	return out, nil
 }
 
 // UnknownQueueError is the error of CheckKnownQueue for a queue the

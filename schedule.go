@@ -147,10 +147,21 @@ type ScheduleInfo struct {
 	Triggerable bool
 }
 
+// MaxSchedules is the most schedules Platform.Schedules reads: the names
+// it is given, or those it finds in the backend's store.
+const MaxSchedules = schedule.MaxList
+
+// ErrTooManySchedules is matched by the error of Platform.Schedules when
+// the backend's store holds more than MaxSchedules schedules, or more
+// names are given: nothing is listed (list them by name, a page of names
+// at a time).
+var ErrTooManySchedules = schedule.ErrTooMany
+
 // Schedules lists the schedules known to the backend's store, by name:
 // every schedule some process has run (Platform.Schedule, Config.Schedules),
 // whether or not one runs now; or, with names, those of them (a name no
-// process has run is left out). asyncctl schedules list prints them.
+// process has run is left out). It reads at most MaxSchedules of them (see
+// ErrTooManySchedules). asyncctl schedules list prints them.
 func (p *Platform) Schedules(ctx context.Context, names ...string) ([]ScheduleInfo, error) {
 	if p == nil || p.backend == nil {
 		return nil, ErrNotNew

@@ -8,7 +8,6 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/kv"
 	"github.com/asyncplatform/asyncplatform/internal/status"
-	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // DefaultStatusRetention is how long a job's status is kept after its last
@@ -130,42 +129,6 @@ func jobStatus(r *status.Record) JobStatus {
 		RetryAt: r.RetryAt, EnqueuedAt: r.EnqueuedAt, StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt,
 		Worker: r.Worker, CancelRequested: r.CancelRequested, Copy: r.Copy,
 	}
-}
-
-// statusJob is j as the status tracker sees it.
-func statusJob(j *Job) status.Job {
-	return status.Job{
-		ID: j.ID, Queue: j.Queue, Type: j.Type, Copy: j.copyNo, EnqueuedAt: j.EnqueuedAt, NotBefore: j.NotBefore,
-		TryCount: j.TryCount, Failures: j.Failures, Crashes: j.Crashes, Nonce: j.statusNonce,
-	}
-}
-
-// statusJobs is jobs as the status tracker sees them.
-func statusJobs(jobs []*Job) []status.Job {
-	out := make([]status.Job, len(jobs))
-	for i, j := range jobs {
-		out[i] = statusJob(j)
-	}
-	return out
-}
-
-// withStatusNonce returns j carrying its enqueue's nonce in
-// wire.StatusHeader (a copy: the caller's headers are not written to), for
-// its status record and, on a deduplicating backend, its copies'
-// deduplication keys. The nonce is made on the first call for j and kept
-// in j, so that Enqueue retried with the same Job writes the same message
-// under the same key.
-func withStatusNonce(j *Job) *Job {
-	if j.statusNonce == "" {
-		j.statusNonce = wire.NewNonce()
-	}
-	if j.Headers[wire.StatusHeader] == j.statusNonce {
-		return j
-	}
-	cp := *j
-	cp.Headers = cloneHeaders(j.Headers)
-	cp.Headers[wire.StatusHeader] = j.statusNonce
-	return &cp
 }
 
 // JobsQuery selects tracked jobs for Platform.Jobs; an empty Queue, State

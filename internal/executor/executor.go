@@ -133,9 +133,8 @@ type Config[V any] struct {
 
 	// Handlers returns the handlers registered now.
 	Handlers func() Registry[V]
-	// Policy is the failure policy of j on its queue, h its handler (nil:
-	// none registered).
-	Policy func(j *Job, h Handler[V]) decide.Policy
+	// Policies resolve each job's failure policy.
+	Policies Policies
 	// Classify turns a handler's error into the decision's input.
 	Classify func(err error) (decide.Result, time.Duration)
 	// ErrorDetail is what a dead letter keeps after a handler's error text:
@@ -322,7 +321,7 @@ func (x *Executor[V]) Input(j *Job, h Handler[V]) decide.Input {
 	in := x.cfg.Base
 	in.Failures, in.Crashes, in.Unhandled = j.Failures, j.Crashes, j.Unhandled
 	in.Type, in.Deadline, in.HasHandler = j.Type, j.Deadline, h != nil
-	in.Policy = x.cfg.Policy(j, h)
+	in.Policy = x.cfg.Policies.Of(j, h)
 	in.Now = time.Now()
 	return in
 }

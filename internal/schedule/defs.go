@@ -17,6 +17,14 @@ import (
 // schedule that no process has published.
 var ErrNoSchedule = errors.New("no such schedule")
 
+// MaxList is the most schedules List reads: the names it is given, or the
+// names it finds in the store.
+const MaxList = 10_000
+
+// ErrTooMany is matched by the error of List when the store holds more
+// than MaxList schedules (or more names are given): nothing is returned.
+var ErrTooMany = errors.New("too many schedules to list")
+
 // def is a schedule's definition as the store keeps it (JSON, one key per
 // schedule in kv.ScheduleDefs, last writer wins).
 type def[J any] struct {
@@ -121,6 +129,13 @@ func (s *Scheduler[J]) List(ctx context.Context, names ...string) ([]Info, error
 	if err := s.checkStore(); err != nil {
 		return nil, err
 	}
+	most := s.cfg.MaxList
+	if most <= 0 {
+		most = MaxList
+	}
+	if len(names) > most {
+		return nil, fmt.Errorf("%w: %d names given, at most %d", ErrTooMany, len(names), most)
+	}
 	known := map[string]bool{}
 	for _, n := range names {
 		if err := driver.CheckKey(n); err != nil {
@@ -132,6 +147,9 @@ func (s *Scheduler[J]) List(ctx context.Context, names ...string) ([]Info, error
 		for _, st := range []*kv.Store{s.cfg.Defs, s.cfg.Ticks} {
 			err := st.ListAll(ctx, "", func(k string) (bool, error) {
 				known[k] = true
+				if len(known) > most {
+					return false, fmt.Errorf("%w: the store holds more than %d; list them by name", ErrTooMany, most)
+				}
 				return true, nil
 			})
 			if err != nil {

@@ -70,6 +70,9 @@ type Config[J any] struct {
 	// driver.ErrNoStore): Add and every read of the store return it.
 	NoStore error
 
+	// MaxList is the most schedules List reads. Defaults to MaxList.
+	MaxList int
+
 	// Log receives the scheduler's reports. Required.
 	Log *slog.Logger
 

@@ -504,3 +504,27 @@ func TestPublishListDelete(t *testing.T) {
 		t.Errorf("fired %v; want no tick (none was due)", got)
 	}
 }
+
+// List reads at most Config.MaxList schedules: one more in the store, or
+// more names given, is refused with ErrTooMany, nothing listed.
+func TestListBounded(t *testing.T) {
+	ctx := context.Background()
+	d := store(t)
+	s := New(Config[job]{Ticks: kv.Of(d, kv.Schedules), Defs: kv.Of(d, kv.ScheduleDefs), Log: quiet, MaxList: 3})
+	for _, n := range []string{"a", "b", "c"} {
+		setLast(t, d, n, hourAgo(1))
+	}
+	if l, err := s.List(ctx); err != nil || len(l) != 3 {
+		t.Fatalf("List of 3: %d, %v", len(l), err)
+	}
+	setLast(t, d, "d", hourAgo(1))
+	if l, err := s.List(ctx); !errors.Is(err, ErrTooMany) || l != nil {
+		t.Errorf("List of 4: %d, %v; want ErrTooMany", len(l), err)
+	}
+	if l, err := s.List(ctx, "a", "b", "c", "d"); !errors.Is(err, ErrTooMany) || l != nil {
+		t.Errorf("List of 4 names: %d, %v; want ErrTooMany", len(l), err)
+	}
+	if l, err := s.List(ctx, "a", "d"); err != nil || len(l) != 2 {
+		t.Errorf("List of 2 names: %d, %v", len(l), err)
+	}
+}

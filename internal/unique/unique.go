@@ -36,6 +36,10 @@ import (
 	"github.com/asyncplatform/asyncplatform/internal/kv"
 )
 
+// Header is the header a unique job carries its claim in (Claim.Header),
+// through every retry, hand-back and dead letter.
+const Header = "asyncplatform-unique"
+
 // Release says when a claim is given up before its window ends. Its number is
 // stored in the header of every unique job (Claim.Header): never renumber one.
 type Release uint8
