@@ -22,10 +22,8 @@ type runs struct {
 	n  map[string]int
 }
 
-func (r *runs) add(name string) { r.addJob(name, nil) }
-
 func (r *runs) addJob(name string, j *ap.Job) {
-	if j != nil && j.Crashes > 0 {
+	if j.Crashes > 0 {
 		return
 	}
 	r.mu.Lock()
