@@ -181,6 +181,10 @@ func (r *Relay) drain(ctx context.Context, queue string) (n int, err error) {
 		}
 	}()
 	badQueue := driver.CheckQueue(queue)
+	// A body the target cannot store (its bound may be below the
+	// source's) would fail every publish of the queue's rows: it is a bad
+	// row.
+	maxBody := r.cfg.Target.Capabilities().MaxBody
 	for ctx.Err() == nil {
 		rows, err := lease.Next(ctx, r.cfg.Batch)
 		if err != nil || len(rows) == 0 {
@@ -191,6 +195,9 @@ func (r *Relay) drain(ctx context.Context, queue string) (n int, err error) {
 		for _, row := range rows {
 			if row.Err == nil && badQueue != nil {
 				row.Err = &BadRowError{Queue: queue, Seq: row.Seq, Reason: badQueue.Error()}
+			}
+			if row.Err == nil && maxBody > 0 && len(row.Msg.Body) > maxBody {
+				row.Err = &BadRowError{Queue: queue, Seq: row.Seq, Reason: fmt.Sprintf("a body of %d bytes, past the target's MaxBody (%d)", len(row.Msg.Body), maxBody)}
 			}
 			if row.Err != nil {
 				// The rows before it are published first: order holds.

@@ -99,6 +99,8 @@ func (t *fakeTarget) Enqueue(_ context.Context, _ string, msgs []driver.Message)
 	return nil
 }
 
+func (t *fakeTarget) Capabilities() driver.Capabilities { return driver.Capabilities{} }
+
 func rows(ids ...string) []Row {
 	var out []Row
 	for i, id := range ids {

@@ -26,8 +26,9 @@ type Row struct {
 }
 
 // BadRowError names what is wrong with an outbox row that the relay
-// cannot publish (a body or an ID past its bound, a queue name the
-// platform would not write). The relay moves such a row to the outbox's
+// cannot publish (a body or an ID past its bound, a body past the
+// target's Capabilities.MaxBody, a queue name the platform would not
+// write). The relay moves such a row to the outbox's
 // aside table, so it never holds up the rows after it.
 type BadRowError struct {
 	Queue  string

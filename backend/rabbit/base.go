@@ -99,12 +99,20 @@ func (b *Backend) basesEach(ctx context.Context, ds []amqp.Delivery) []int {
 			asked = append(asked, i)
 		}
 	}
+	if len(asked) == 0 {
+		return out
+	}
+	// The deliveries are in hand whatever ctx does, but a stalled store
+	// must not hold them (and the Receive) for good: a lookup that ends
+	// with the timeout counts no base.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.PublishTimeout)
+	defer cancel()
 	for part := range chunks(asked, driver.MaxBatch) {
 		keys := make([]string, len(part))
 		for k, i := range part {
 			keys[k] = b.baseKey(instanceOf(ds[i].Headers))
 		}
-		rs, err := driver.GetEach(context.WithoutCancel(ctx), b.cfg.Store, keys)
+		rs, err := driver.GetEach(ctx, b.cfg.Store, keys)
 		for k, i := range part {
 			n, _ := asInt(ds[i].Headers[baseHeader])
 			switch {

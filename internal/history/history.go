@@ -26,6 +26,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/kv"
@@ -42,8 +43,9 @@ const (
 	// MaxSeries is the most queue and type pairs a bucket keeps (and a
 	// worker counts per minute); the rest are counted under Other.
 	MaxSeries = 200
-	// MaxText bounds the queue and type of a series, in bytes: a bucket
-	// of MaxSeries+1 series then fits in a store value.
+	// MaxText bounds the queue and type of a series, in bytes of their
+	// JSON encoding: a bucket of MaxSeries+1 series then fits in a store
+	// value.
 	MaxText = 100
 	// Other is the queue and type of the series that counts the pairs
 	// past MaxSeries.
@@ -279,11 +281,28 @@ func decode(v []byte) (bucket, bool) {
 	return b, true
 }
 
+// clip cuts s so that its JSON encoding (quotes aside) takes at most
+// MaxText bytes, on a rune boundary: a character that JSON escapes takes
+// up to six, so a bucket of MaxSeries+1 series fits in a store value
+// whatever the names.
 func clip(s string) string {
-	if len(s) <= MaxText {
-		return s
+	n := 0
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		w := size
+		switch {
+		case r == utf8.RuneError && size == 1, r < 0x20, r == '<', r == '>', r == '&', r == '\u2028', r == '\u2029':
+			w = 6 // \ufffd, \u00XX
+		case r == '"', r == '\\':
+			w = 2
+		}
+		if n+w > MaxText {
+			return strings.ToValidUTF8(s[:i], "") + "…"
+		}
+		n += w
+		i += size
 	}
-	return strings.ToValidUTF8(s[:MaxText], "") + "…"
+	return s
 }
 
 // Run flushes every interval until ctx ends, then once more (with a

@@ -262,3 +262,40 @@ func BenchmarkAdd(b *testing.B) {
 		}
 	})
 }
+
+// Names that JSON escapes (HTML characters, control characters, invalid
+// UTF-8: six bytes each) still fit a full bucket in a store value: a
+// second worker's merge never replaces the counts the bucket holds.
+func TestEscapedNamesFitBucket(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newStore(t)
+	now := t0
+	a, b := newCounter(d, &now), newCounter(d, &now)
+	name := func(i int) string { return fmt.Sprint(i) + strings.Repeat("<\x01\xff", 40) }
+	for i := range MaxSeries / 2 {
+		a.Add(name(i), name(i), Succeeded)
+	}
+	for i := MaxSeries / 2; i < MaxSeries+10; i++ {
+		b.Add(name(i), name(i), Succeeded)
+	}
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Read(ctx, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, m := range r.Minutes {
+		for _, s := range m.Series {
+			sum += s.Succeeded
+		}
+	}
+	if sum != MaxSeries+10 {
+		t.Fatalf("the bucket counts %d attempts, want %d", sum, MaxSeries+10)
+	}
+}
