@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 
 	ap "github.com/asyncplatform/asyncplatform"
@@ -28,7 +27,8 @@ at least once (a row is deleted only once --to confirmed it), each copy with
 the job's ID, so a duplicate is recognisable. Run several at once: they share
 the queues (one lease per queue) without publishing a row twice. A row that
 cannot be published is moved to the outbox's aside table (<prefix>_outbox_aside)
-and logged. With -v it logs its errors; on exit it prints its counts.
+and logged. Errors and warnings go to stderr (-v adds what it does); on exit
+it prints its counts.
 
 Examples:
 
@@ -71,10 +71,13 @@ func (c *cli) relay(ctx context.Context, from, to string, batch int) error {
 		return fmt.Errorf("--to %s: %w", redactURL(to), err)
 	}
 	defer dst.Close()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Warnings and errors (a target refusing, a row moved aside) always
+	// reach stderr: a relay that fails quietly looks like an empty outbox.
+	level := slog.LevelWarn
 	if c.verbose {
-		logger = slog.New(slog.NewTextHandler(c.stderr, nil))
+		level = slog.LevelInfo
 	}
+	logger := slog.New(slog.NewTextHandler(c.stderr, &slog.HandlerOptions{Level: level}))
 	r, err := outbox.New(outbox.Config{Source: source, Target: driver.Backend(dst), Batch: batch, Logger: logger})
 	if err != nil {
 		return usageErrorf("%v", err)
