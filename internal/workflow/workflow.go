@@ -84,6 +84,11 @@ var ErrNotFound = errors.New("workflow not found")
 // ErrBadRecord is matched by the error of a record that does not decode.
 var ErrBadRecord = errors.New("workflow record does not decode")
 
+// ErrTooLarge is matched by the error of a write whose record would not
+// fit in the store (a step's result too large): writing it again cannot
+// succeed.
+var ErrTooLarge = errors.New("workflow record too large")
+
 // Error names what is wrong with a workflow's definition.
 type Error struct {
 	Step    string // the step concerned, when there is one
@@ -412,7 +417,7 @@ func (e *Engine) update(ctx context.Context, id, step string, fn func(r *Record)
 			return err
 		}
 		if len(b) > driver.MaxValueLen {
-			return fmt.Errorf("step %s of workflow %s: its record would be %d bytes, the store holds at most %d (a smaller result)", step, id, len(b), driver.MaxValueLen)
+			return fmt.Errorf("%w: step %s of workflow %s: its record would be %d bytes, the store holds at most %d (a smaller result)", ErrTooLarge, step, id, len(b), driver.MaxValueLen)
 		}
 		if _, err := e.cfg.Store.Update(ctx, stepKey(id, step), b, rev, e.cfg.TTL); err != nil {
 			if errors.Is(err, driver.ErrRevision) {
