@@ -337,7 +337,11 @@ func (p *Platform) stepHandler(h Handler) Handler {
 			return err
 		}
 		if err := eng.Succeed(ctx, id, step, j.Result()); err != nil {
-			return fmt.Errorf("recording workflow step %s: %w", step, err)
+			err = fmt.Errorf("recording workflow step %s: %w", step, err)
+			if errors.Is(err, workflow.ErrTooLarge) {
+				return Permanent(err) // a retry would run the handler again, to the same end
+			}
+			return err
 		}
 		return nil
 	}

@@ -84,6 +84,11 @@ var ErrNotFound = errors.New("workflow not found")
 // ErrBadRecord is matched by the error of a record that does not decode.
 var ErrBadRecord = errors.New("workflow record does not decode")
 
+// ErrTooLarge is matched by the error of a write whose record would not
+// fit in the store (a step's result too large): writing it again cannot
+// succeed.
+var ErrTooLarge = errors.New("workflow record too large")
+
 // Error names what is wrong with a workflow's definition.
 type Error struct {
 	Step    string // the step concerned, when there is one
@@ -412,7 +417,7 @@ func (e *Engine) update(ctx context.Context, id, step string, fn func(r *Record)
 			return err
 		}
 		if len(b) > driver.MaxValueLen {
-			return fmt.Errorf("step %s of workflow %s: its record would be %d bytes, the store holds at most %d (a smaller result)", step, id, len(b), driver.MaxValueLen)
+			return fmt.Errorf("%w: step %s of workflow %s: its record would be %d bytes, the store holds at most %d (a smaller result)", ErrTooLarge, step, id, len(b), driver.MaxValueLen)
 		}
 		if _, err := e.cfg.Store.Update(ctx, stepKey(id, step), b, rev, e.cfg.TTL); err != nil {
 			if errors.Is(err, driver.ErrRevision) {
@@ -583,9 +588,20 @@ func (e *Engine) Succeed(ctx context.Context, id, step string, result []byte) er
 
 // Fail records the step dead-lettered for good with reason, then advances
 // the workflow.
+//
+// A step failed with ReasonDependencyFailed whose dependencies have all
+// succeeded by then (the failed one was redriven, and its Advance read
+// this step before its failure was recorded) is enqueued again at its next
+// attempt, as that Advance would have: one of the two finds it.
 func (e *Engine) Fail(ctx context.Context, id, step, reason string) error {
 	if err := e.finish(ctx, id, step, Failed, reason, nil); err != nil {
 		return err
+	}
+	if reason == ReasonDependencyFailed {
+		var cancelled *bool
+		if err := e.fire(ctx, id, step, step, &cancelled); err != nil {
+			return err
+		}
 	}
 	return e.Advance(ctx, id, step)
 }
@@ -630,62 +646,65 @@ func (e *Engine) Advance(ctx context.Context, id, step string) error {
 	}
 	var cancelled *bool
 	for _, dep := range r.Dependents {
-		d, _, err := e.get(ctx, id, dep)
-		if err != nil {
-			return err
-		}
-		refire := d.State == Failed && d.Reason == ReasonDependencyFailed
-		if d.State != Waiting && !refire {
-			continue
-		}
-		ok, err := e.depsEnded(ctx, id, d, refire)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			continue
-		}
-		if cancelled == nil {
-			c, err := e.Cancelled(ctx, id)
-			if err != nil {
-				return err
-			}
-			cancelled = &c
-		}
-		if *cancelled {
-			if err := e.MarkCancelled(ctx, id, dep); err != nil {
-				return err
-			}
-			continue
-		}
-		attempt := d.Attempt
-		if refire {
-			attempt++
-		}
-		mine, err := e.claim(ctx, id, dep, step, attempt)
-		if err != nil {
-			return err
-		}
-		if !mine {
-			continue // another step enqueues it, or has
-		}
-		if err := e.cfg.Enqueue(ctx, []Ready{{Workflow: id, Step: dep, Attempt: attempt, Job: d.Job}}); err != nil {
-			return fmt.Errorf("enqueueing step %s of workflow %s: %w", dep, id, err)
-		}
-		if _, err := e.update(ctx, id, dep, func(r *Record) (bool, error) {
-			if r.Attempt > attempt || r.Attempt == attempt && r.State != Waiting {
-				return false, nil // another process recorded it
-			}
-			if r.State != Waiting && !(r.State == Failed && r.Reason == ReasonDependencyFailed) {
-				return false, nil
-			}
-			r.State, r.Reason, r.Attempt = Enqueued, "", attempt
-			return true, nil
-		}); err != nil {
+		if err := e.fire(ctx, id, dep, step, &cancelled); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// fire enqueues step dep, for holder (a dependency of dep, or dep itself),
+// if it is waiting or failed with ReasonDependencyFailed and its
+// dependencies have all ended (all succeeded, when it failed), and holder
+// takes the claim. cancelled caches the workflow's cancel mark.
+func (e *Engine) fire(ctx context.Context, id, dep, holder string, cancelled **bool) error {
+	d, _, err := e.get(ctx, id, dep)
+	if err != nil {
+		return err
+	}
+	refire := d.State == Failed && d.Reason == ReasonDependencyFailed
+	if d.State != Waiting && !refire {
+		return nil
+	}
+	ok, err := e.depsEnded(ctx, id, d, refire)
+	if err != nil || !ok {
+		return err
+	}
+	if *cancelled == nil {
+		c, err := e.Cancelled(ctx, id)
+		if err != nil {
+			return err
+		}
+		*cancelled = &c
+	}
+	if **cancelled {
+		return e.MarkCancelled(ctx, id, dep)
+	}
+	attempt := d.Attempt
+	if refire {
+		attempt++
+	}
+	mine, err := e.claim(ctx, id, dep, holder, attempt)
+	if err != nil {
+		return err
+	}
+	if !mine {
+		return nil // another step enqueues it, or has
+	}
+	if err := e.cfg.Enqueue(ctx, []Ready{{Workflow: id, Step: dep, Attempt: attempt, Job: d.Job}}); err != nil {
+		return fmt.Errorf("enqueueing step %s of workflow %s: %w", dep, id, err)
+	}
+	_, err = e.update(ctx, id, dep, func(r *Record) (bool, error) {
+		if r.Attempt > attempt || r.Attempt == attempt && r.State != Waiting {
+			return false, nil // another process recorded it
+		}
+		if r.State != Waiting && !(r.State == Failed && r.Reason == ReasonDependencyFailed) {
+			return false, nil
+		}
+		r.State, r.Reason, r.Attempt = Enqueued, "", attempt
+		return true, nil
+	})
+	return err
 }
 
 // claim takes the right to enqueue the attempt of step dep for step
@@ -713,20 +732,23 @@ func (e *Engine) claim(ctx context.Context, id, dep, step string, attempt int) (
 }
 
 // depsEnded says whether every dependency of d has ended (with all
-// succeeded, when good). It reads them in batches starting at a random
-// one and stops at the first that has not: in a fan-in of n parents the
-// parents together read about n·ln n records instead of n².
+// succeeded, when good). It reads them in batches, in a random order, and
+// stops at the first batch holding one that has not: in a fan-in of n
+// parents the parents together read about n·ln n records instead of n².
+// The order is a random permutation, not a random start: parents end
+// roughly in the order they were defined, so the neighbours of one that
+// ended have most likely ended too.
 func (e *Engine) depsEnded(ctx context.Context, id string, d *Record, good bool) (bool, error) {
 	n := len(d.Deps)
 	if n == 0 {
 		return true, nil
 	}
 	chunk := 4 // doubled after each batch of ended ones, up to 256
-	start := mrand.IntN(n)
+	order := mrand.Perm(n)
 	for off := 0; off < n; off, chunk = off+chunk, min(2*chunk, 256) {
 		var names []string
-		for i := off; i < min(off+chunk, n); i++ {
-			names = append(names, d.Deps[(start+i)%n])
+		for _, i := range order[off:min(off+chunk, n)] {
+			names = append(names, d.Deps[i])
 		}
 		rs, err := e.records(ctx, id, names)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -374,5 +375,94 @@ func TestFanIn(t *testing.T) {
 	wg.Wait()
 	if r := q.take(); len(r) != 1 || r[0].Step != "j" {
 		t.Errorf("enqueued %d steps; want the join once", len(r))
+	}
+}
+
+// countingStore counts the records read by GetEach.
+type countingStore struct {
+	*fakeStore
+	read atomic.Int64
+}
+
+func (c *countingStore) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
+	c.read.Add(int64(len(keys)))
+	return c.fakeStore.GetEach(ctx, keys)
+}
+
+// TestFanInReadsInOrder: parents of a fan-in ending in the order they were
+// defined (a FIFO queue's order) read about n·ln n sibling records in all,
+// not n²: a dependency sampled next to one that ended has most likely
+// ended too, so the siblings are read in random order.
+func TestFanInReadsInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const n = 1000
+	st := &countingStore{fakeStore: newFake()}
+	q := &queue{}
+	e := New(Config{Store: st, Enqueue: q.enqueue})
+	id := NewID()
+	var specs []Spec
+	var deps []string
+	for i := range n {
+		deps = append(deps, "p"+strconv.Itoa(i))
+		specs = append(specs, spec(deps[i]))
+	}
+	specs = append(specs, spec("j", deps...))
+	if err := e.Create(ctx, id, "", specs); err != nil {
+		t.Fatal(err)
+	}
+	q.take()
+	st.read.Store(0)
+	for _, d := range deps {
+		if err := e.Succeed(ctx, id, d, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := q.take(); len(r) != 1 || r[0].Step != "j" {
+		t.Fatalf("enqueued %d steps; want the join once", len(r))
+	}
+	// n·H(n) is about 7,500; reading whole batches at most doubles it.
+	if got := st.read.Load(); got > 30*n {
+		t.Errorf("the %d parents read %d sibling records; want at most %d (about n·ln n)", n, got, 30*n)
+	}
+}
+
+// TestRedriveRacesDependencyFailed: b's job decides dependency_failed
+// (a has failed), then a is redriven and succeeds while b's dead letter is
+// being recorded: a's Advance finds b enqueued, not yet failed. b is
+// brought back all the same, once, by the record of its failure.
+func TestRedriveRacesDependencyFailed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := &queue{}
+	e := New(Config{Store: newFake(), Enqueue: q.enqueue})
+	id := NewID()
+	if err := e.Create(ctx, id, "", []Spec{spec("a"), spec("b", "a")}); err != nil {
+		t.Fatal(err)
+	}
+	q.take()
+	if err := e.Fail(ctx, id, "a", "permanent"); err != nil {
+		t.Fatal(err)
+	}
+	if r := q.take(); len(r) != 1 || r[0].Step != "b" {
+		t.Fatalf("enqueued %v; want b", r)
+	}
+	if st, err := e.Begin(ctx, id, "b", 0); err != nil || st.Action != FailIt {
+		t.Fatalf("Begin(b) = %+v, %v; want FailIt", st, err)
+	}
+	// a's dead letter is redriven, runs and succeeds before b's failure
+	// is recorded.
+	if st, err := e.Begin(ctx, id, "a", 0); err != nil || st.Action != RunIt {
+		t.Fatalf("Begin(a) = %+v, %v; want RunIt", st, err)
+	}
+	if err := e.Succeed(ctx, id, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Fail(ctx, id, "b", ReasonDependencyFailed); err != nil {
+		t.Fatal(err)
+	}
+	runs := run(t, e, q, func(Ready, Start) error { return nil })
+	if s := states(t, e, id); s != "a=succeeded b=succeeded " || runs["b"] != 1 {
+		t.Errorf("states %s, b ran %d times; want b brought back and run once", s, runs["b"])
 	}
 }
