@@ -98,4 +98,13 @@ type Options struct {
 	// maintainers while a fix is under way, never a way to claim
 	// conformance: a backend with entries here does not conform.
 	KnownDefects map[string]string
+
+	// FanIn is the number of parents of Workflow/FanIn, and FanInWhy why
+	// it is below the default of 1,000 (required when it is). It is for a
+	// server whose every operation slows with the number of messages it
+	// holds, where a thousand waiting steps slow the package's other
+	// cases; the case still proves one join from many parents. Zero means
+	// 1,000.
+	FanIn    int
+	FanInWhy string
 }

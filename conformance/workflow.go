@@ -165,6 +165,13 @@ func testWorkflowDiamond(t *testing.T, e *env) {
 // every parent's result.
 func testWorkflowFanIn(t *testing.T, e *env) {
 	n := 1000
+	if e.opts.FanIn > 0 && e.opts.FanIn < n {
+		if e.opts.FanInWhy == "" {
+			t.Fatalf("Options.FanIn is %d without Options.FanInWhy", e.opts.FanIn)
+		}
+		n = e.opts.FanIn
+		t.Logf("%d parents, not 1,000: %s", n, e.opts.FanInWhy)
+	}
 	if e.scale > 1 {
 		n = max(100, int(float64(n)/e.scale))
 	}
