@@ -267,6 +267,13 @@ func (j *Job) DependencyResult(ctx context.Context, step string) ([]byte, error)
 	return r, nil
 }
 
+// workflowDeadTimeout bounds recording a dead-lettered step as failed and
+// enqueueing its dependents (several store round trips): the job's own
+// lease is too short for that on a loaded machine, and a step whose
+// failure is not recorded leaves its dependents waiting until it is
+// redriven.
+const workflowDeadTimeout = 30 * time.Second
+
 // workflowCancelPoll is how often a running step's workflow is checked
 // for a cancel.
 const workflowCancelPoll = time.Second
@@ -362,7 +369,7 @@ func (p *Platform) workflowDead(rec *wire.Dead) {
 	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Lease)
+	ctx, cancel := context.WithTimeout(context.Background(), max(p.cfg.Lease, workflowDeadTimeout))
 	defer cancel()
 	if err := eng.Fail(ctx, id, step, rec.Reason); err != nil {
 		p.log.Warn("asyncplatform: recording a dead-lettered workflow step failed; redrive it to resume the workflow",

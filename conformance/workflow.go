@@ -227,8 +227,12 @@ func testWorkflowFanIn(t *testing.T, e *env) {
 			}
 			ranN := 0
 			ran.Range(func(any, any) bool { ranN++; return true })
-			t.Fatalf("timed out waiting for the join of %d parents: %d parents ran, steps by state %v (%v), join %+v%s\n%s",
-				n, ranN, states, err, st.Steps[len(st.Steps)-1].State, e.stallNote(), e.rec)
+			join := "unknown"
+			if len(st.Steps) > 0 {
+				join = st.Steps[len(st.Steps)-1].State
+			}
+			t.Fatalf("timed out waiting for the join of %d parents: %d parents ran, steps by state %v (%v), join %s%s\n%s",
+				n, ranN, states, err, join, e.stallNote(), e.rec)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
