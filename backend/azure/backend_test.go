@@ -101,8 +101,10 @@ func TestDeliveriesAndLeases(t *testing.T) {
 	if err := b.Ack(ctx, &driver.Delivery{Queue: q, Handle: &stale}); !errors.Is(err, driver.ErrLeaseLost) {
 		t.Fatalf("ack with the receipt from before Extend: %v, want ErrLeaseLost", err)
 	}
-	// Let the lease lapse: the next delivery counts 2 and the old one is stale.
-	d2 := receiveOne(t, b, q, time.Second)
+	// Let the lease lapse: the next delivery counts 2 and the old one is
+	// stale. The new delivery's lease is long: the Requeue below must find
+	// it running on a loaded machine.
+	d2 := receiveOne(t, b, q, 30*time.Second)
 	if d2.Deliveries != 2 || !bytes.Equal(d2.Body, body) {
 		t.Fatalf("redelivery: deliveries %d body %x", d2.Deliveries, d2.Body)
 	}
@@ -113,7 +115,7 @@ func TestDeliveriesAndLeases(t *testing.T) {
 	if err := b.Requeue(ctx, d2, driver.Message{ID: "j1.1", Body: []byte("v2")}); err != nil {
 		t.Fatal(err)
 	}
-	d3 := receiveOne(t, b, q, 5*time.Second)
+	d3 := receiveOne(t, b, q, 30*time.Second)
 	if d3.Deliveries != 1 || string(d3.Body) != "v2" {
 		t.Fatalf("after requeue: deliveries %d body %q", d3.Deliveries, d3.Body)
 	}
