@@ -172,6 +172,8 @@ type Backend struct {
 	// lost lease.
 	completed sync.Map // handle -> struct{}
 
+	stmts stmtCache // the Backend's statements, prepared once
+
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -244,6 +246,7 @@ func (b *Backend) Close() error {
 		b.cancel()
 		b.wg.Wait()
 		b.hub.leave()
+		b.stmts.close()
 		err = b.db.Close()
 	})
 	if err != nil {
@@ -339,7 +342,7 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 		return driver.Stats{}, err
 	}
 	var s driver.Stats
-	if err := b.db.QueryRowContext(ctx, b.q.stats, queue).Scan(&s.Ready, &s.Scheduled, &s.InFlight, &s.Dead); err != nil {
+	if err := b.pool().QueryRowContext(ctx, b.q.stats, queue).Scan(&s.Ready, &s.Scheduled, &s.InFlight, &s.Dead); err != nil {
 		return driver.Stats{}, b.wrap("stats "+queue, err)
 	}
 	return s, nil
