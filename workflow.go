@@ -366,7 +366,7 @@ func (p *Platform) workflowDead(rec *wire.Dead) {
 	if rec == nil || rec.Raw != nil {
 		return
 	}
-	id, step, _, ok := parseStep(rec.Job.Headers[WorkflowHeader])
+	id, step, attempt, ok := parseStep(rec.Job.Headers[WorkflowHeader])
 	if !ok {
 		return
 	}
@@ -376,7 +376,7 @@ func (p *Platform) workflowDead(rec *wire.Dead) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(p.cfg.Lease, workflowDeadTimeout))
 	defer cancel()
-	if err := eng.Fail(ctx, id, step, rec.Reason); err != nil {
+	if err := eng.FailAttempt(ctx, id, step, attempt, rec.Reason); err != nil {
 		p.log.Warn("asyncplatform: recording a dead-lettered workflow step failed; redrive it to resume the workflow",
 			"workflow", id, "step", step, "error", err)
 	}
