@@ -166,13 +166,13 @@ func (l *rateLine) reserveAhead(timeout time.Duration) {
 		ctx, cancel := context.WithTimeout(l.bgCtx, timeout)
 		defer cancel()
 		start := time.Now()
-		expect := start.Add(min(l.roundTrip(), l.grace))
+		expect := l.expectBack(start)
 		g, _, err := l.rate.Reserve(ctx, expect, l.want(), rateWait)
 		l.took(time.Since(start))
 		if err != nil {
 			return // the next job that finds no start meets the error
 		}
-		l.holding.Store(g.Count == 0 || g.At(g.Count-1).After(expect))
+		l.holding.Store(heldBack(g, start, expect))
 		if g.Count > 0 {
 			l.queue(g, expect, time.Now())
 		}
@@ -286,6 +286,28 @@ func (l *rateLine) nextStart(now time.Time) time.Duration {
 	return l.next.Add(time.Duration(l.left) * l.rate.Interval()).Sub(now)
 }
 
+// expectBack returns when a batch whose Reserve starts at start is
+// expected back: one round trip later, at most rateWait. The batch is
+// timed from then (Reserve's now), so that its starts are not late on
+// arrival however slow the store is; a batch back sooner makes its starts
+// due no earlier than their time (see add). Timed from at most a grace
+// ahead, a batch came back late whenever a round trip was longer than the
+// grace: its starts but the reserver's were dropped, and the jobs then
+// reserved one start per round trip, one after another.
+func (l *rateLine) expectBack(start time.Time) time.Time {
+	return start.Add(min(l.roundTrip(), rateWait))
+}
+
+// heldBack reports whether the rate holds jobs back, judged by a batch
+// reserved at start for the time expect: it has no start, or its last one
+// is due more than a round trip (expect−start) after expect. Starts due
+// within that round trip are this process's own timing (a batch timed
+// from a longer expected round trip before it moved the limit's state
+// ahead by as much), not the limit's.
+func heldBack(g flow.Grant, start, expect time.Time) bool {
+	return g.Count == 0 || g.At(g.Count-1).After(expect.Add(expect.Sub(start)))
+}
+
 // roundTrip is the expected time of a Reserve: the longest of the last
 // ones, decaying (better a start waited for a little than one dropped).
 func (l *rateLine) roundTrip() time.Duration {
@@ -355,14 +377,14 @@ func (l *rateLine) start(ctx context.Context, timeout time.Duration, maxWaiting 
 			// The batch is timed from when it is expected back: the starts
 			// due at once are due then, not dropped as late on arrival.
 			start := time.Now()
-			expect := start.Add(min(l.roundTrip(), l.grace))
+			expect := l.expectBack(start)
 			g, wait, err := l.rate.Reserve(rctx, expect, l.want(), rateWait)
 			l.took(time.Since(start))
 			if err != nil {
 				<-l.reserving
 				return max(wait, time.Millisecond), err
 			}
-			l.holding.Store(g.Count == 0 || g.At(g.Count-1).After(expect))
+			l.holding.Store(heldBack(g, start, expect))
 			if g.Count == 0 {
 				<-l.reserving
 				return l.requeue(time.Now(), wait), nil
