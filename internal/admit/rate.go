@@ -59,6 +59,7 @@ type rateLine struct {
 	waiting atomic.Int32 // jobs waiting here for their starts' time
 	pending atomic.Int32 // jobs waiting for a batch to be reserved
 	rtt     atomic.Int64 // ns: the expected round trip of a Reserve
+	rttLow  atomic.Int64 // ns: the shortest recent round trip, rising towards longer ones
 	holding atomic.Bool  // the last batch had starts not due at once, or none
 
 	reserving chan struct{} // held by the worker reserving a batch, or by a reservation ahead
@@ -287,15 +288,22 @@ func (l *rateLine) nextStart(now time.Time) time.Duration {
 }
 
 // expectBack returns when a batch whose Reserve starts at start is
-// expected back: one round trip later, at most rateWait. The batch is
-// timed from then (Reserve's now), so that its starts are not late on
-// arrival however slow the store is; a batch back sooner makes its starts
-// due no earlier than their time (see add). Timed from at most a grace
-// ahead, a batch came back late whenever a round trip was longer than the
-// grace: its starts but the reserver's were dropped, and the jobs then
-// reserved one start per round trip, one after another.
+// expected back: the longest recent round trip later, at most the grace,
+// or, when even the shortest recent round trips are longer than the
+// grace, the shortest (at most rateWait). The batch is timed from then
+// (Reserve's now). Within the grace, a batch back sooner than expected
+// hands out its burst's starts at once; a store slower than the grace
+// would make every batch late by more than the grace: its starts but the
+// reserver's dropped, and the jobs reserving one start per round trip,
+// one after another. So a store that is always that slow gets its batches
+// timed from its usual round trip: on time, and, when one is back sooner,
+// its starts due no earlier than their time (see add).
 func (l *rateLine) expectBack(start time.Time) time.Time {
-	return start.Add(min(l.roundTrip(), rateWait))
+	ahead := min(l.roundTrip(), l.grace)
+	if low := time.Duration(l.rttLow.Load()); low > l.grace {
+		ahead = min(low, rateWait)
+	}
+	return start.Add(ahead)
 }
 
 // heldBack reports whether the rate holds jobs back, judged by a batch
@@ -318,6 +326,12 @@ func (l *rateLine) roundTrip() time.Duration {
 func (l *rateLine) took(d time.Duration) {
 	old := l.rtt.Load()
 	l.rtt.Store(max(int64(d), old-old/8))
+	low := l.rttLow.Load()
+	if int64(d) < low {
+		l.rttLow.Store(int64(d))
+	} else {
+		l.rttLow.Store(low + (int64(d)-low)/8)
+	}
 }
 
 // want is the size of the next batch: a start for each job waiting for
