@@ -54,13 +54,14 @@ const (
 // process); one taken late, up to grace, lets the limit be passed by at
 // most grace/interval starts over any span of time.
 type rateLine struct {
-	rate    *flow.Rate
-	grace   time.Duration
-	waiting atomic.Int32 // jobs waiting here for their starts' time
-	pending atomic.Int32 // jobs waiting for a batch to be reserved
-	rtt     atomic.Int64 // ns: the expected round trip of a Reserve
-	rttLow  atomic.Int64 // ns: the shortest recent round trip, rising towards longer ones
-	holding atomic.Bool  // the last batch had starts not due at once, or none
+	rate       *flow.Rate
+	grace      time.Duration
+	waiting    atomic.Int32 // jobs waiting here for their starts' time
+	pending    atomic.Int32 // jobs waiting for a batch to be reserved
+	rtt        atomic.Int64 // ns: the expected round trip of a Reserve
+	rttLow     atomic.Int64 // ns: the shortest recent round trip, rising towards longer ones
+	lastExpect atomic.Int64 // Unix ns: the latest time a batch was timed from
+	holding    atomic.Bool  // the last batch had starts not due at once, or none
 
 	reserving chan struct{} // held by the worker reserving a batch, or by a reservation ahead
 	stalls    atomic.Int64  // jobs that found no start reserved and waited for a batch
@@ -173,7 +174,7 @@ func (l *rateLine) reserveAhead(timeout time.Duration) {
 		if err != nil {
 			return // the next job that finds no start meets the error
 		}
-		l.holding.Store(heldBack(g, start, expect))
+		l.holding.Store(l.heldBack(g, start, expect))
 		if g.Count > 0 {
 			l.queue(g, expect, time.Now())
 		}
@@ -308,12 +309,23 @@ func (l *rateLine) expectBack(start time.Time) time.Time {
 
 // heldBack reports whether the rate holds jobs back, judged by a batch
 // reserved at start for the time expect: it has no start, or its last one
-// is due more than a round trip (expect−start) after expect. Starts due
-// within that round trip are this process's own timing (a batch timed
-// from a longer expected round trip before it moved the limit's state
-// ahead by as much), not the limit's.
-func heldBack(g flow.Grant, start, expect time.Time) bool {
-	return g.Count == 0 || g.At(g.Count-1).After(expect.Add(expect.Sub(start)))
+// is due more than a round trip (expect−start) after the later of expect
+// and the latest time a batch before it was timed from. Starts due before
+// that are this process's own timing (a batch timed from further ahead
+// moved the limit's state ahead by as much), not the limit's.
+func (l *rateLine) heldBack(g flow.Grant, start, expect time.Time) bool {
+	from := expect
+	for {
+		last := l.lastExpect.Load()
+		if last >= expect.UnixNano() {
+			from = time.Unix(0, last)
+			break
+		}
+		if l.lastExpect.CompareAndSwap(last, expect.UnixNano()) {
+			break
+		}
+	}
+	return g.Count == 0 || g.At(g.Count-1).After(from.Add(expect.Sub(start)))
 }
 
 // roundTrip is the expected time of a Reserve: the longest of the last
@@ -398,7 +410,7 @@ func (l *rateLine) start(ctx context.Context, timeout time.Duration, maxWaiting 
 				<-l.reserving
 				return max(wait, time.Millisecond), err
 			}
-			l.holding.Store(heldBack(g, start, expect))
+			l.holding.Store(l.heldBack(g, start, expect))
 			if g.Count == 0 {
 				<-l.reserving
 				return l.requeue(time.Now(), wait), nil

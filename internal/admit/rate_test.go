@@ -358,3 +358,33 @@ func TestRateStoreSlowerThanGrace(t *testing.T) {
 		t.Errorf("%d jobs refused beside %d started, far from the limit; want at most a tenth", refused.Load(), started.Load())
 	}
 }
+
+// TestRateOwnTimingNotHolding: a batch timed from a shorter round trip
+// than the one before it (the store answered quickly once) finds the
+// limit's state moved ahead by that earlier batch's timing, so its starts
+// are due a little after it is back. That is this process's own timing,
+// not the limit holding jobs back (which would requeue jobs far from the
+// limit); starts due beyond it are.
+func TestRateOwnTimingNotHolding(t *testing.T) {
+	r, err := flow.NewRate(memory.NewBroker().Connect(), flow.RateConfig{Key: "rate/t", Events: 1e6, Burst: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newRateLine(r)
+	t0 := time.Now()
+	if l.heldBack(flow.Grant{Count: 10, First: t0.Add(4 * time.Millisecond), Interval: time.Microsecond}, t0, t0.Add(5*time.Millisecond)) {
+		t.Fatal("a batch due within its own timing is held back")
+	}
+	start := t0.Add(time.Millisecond)
+	g := flow.Grant{Count: 10, First: t0.Add(5 * time.Millisecond), Interval: time.Microsecond} // behind the first batch
+	if l.heldBack(g, start, start.Add(time.Millisecond)) {
+		t.Error("a batch due behind the one timed 5 ms ahead before it is held back")
+	}
+	g.First = t0.Add(50 * time.Millisecond)
+	if !l.heldBack(g, start, start.Add(time.Millisecond)) {
+		t.Error("a batch due 45 ms after every batch's timing is not held back")
+	}
+	if !l.heldBack(flow.Grant{}, start, start.Add(time.Millisecond)) {
+		t.Error("an empty batch is not held back")
+	}
+}
