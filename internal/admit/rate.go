@@ -54,12 +54,14 @@ const (
 // process); one taken late, up to grace, lets the limit be passed by at
 // most grace/interval starts over any span of time.
 type rateLine struct {
-	rate    *flow.Rate
-	grace   time.Duration
-	waiting atomic.Int32 // jobs waiting here for their starts' time
-	pending atomic.Int32 // jobs waiting for a batch to be reserved
-	rtt     atomic.Int64 // ns: the expected round trip of a Reserve
-	holding atomic.Bool  // the last batch had starts not due at once, or none
+	rate       *flow.Rate
+	grace      time.Duration
+	waiting    atomic.Int32 // jobs waiting here for their starts' time
+	pending    atomic.Int32 // jobs waiting for a batch to be reserved
+	rtt        atomic.Int64 // ns: the expected round trip of a Reserve
+	rttLow     atomic.Int64 // ns: the shortest recent round trip, rising towards longer ones
+	lastExpect atomic.Int64 // Unix ns: the latest time a batch was timed from
+	holding    atomic.Bool  // the last batch had starts not due at once, or none
 
 	reserving chan struct{} // held by the worker reserving a batch, or by a reservation ahead
 	stalls    atomic.Int64  // jobs that found no start reserved and waited for a batch
@@ -166,13 +168,13 @@ func (l *rateLine) reserveAhead(timeout time.Duration) {
 		ctx, cancel := context.WithTimeout(l.bgCtx, timeout)
 		defer cancel()
 		start := time.Now()
-		expect := start.Add(min(l.roundTrip(), l.grace))
+		expect := l.expectBack(start)
 		g, _, err := l.rate.Reserve(ctx, expect, l.want(), rateWait)
 		l.took(time.Since(start))
 		if err != nil {
 			return // the next job that finds no start meets the error
 		}
-		l.holding.Store(g.Count == 0 || g.At(g.Count-1).After(expect))
+		l.holding.Store(l.heldBack(g, start, expect))
 		if g.Count > 0 {
 			l.queue(g, expect, time.Now())
 		}
@@ -286,6 +288,46 @@ func (l *rateLine) nextStart(now time.Time) time.Duration {
 	return l.next.Add(time.Duration(l.left) * l.rate.Interval()).Sub(now)
 }
 
+// expectBack returns when a batch whose Reserve starts at start is
+// expected back: the longest recent round trip later, at most the grace,
+// or, when even the shortest recent round trips are longer than the
+// grace, the shortest (at most rateWait). The batch is timed from then
+// (Reserve's now). Within the grace, a batch back sooner than expected
+// hands out its burst's starts at once; a store slower than the grace
+// would make every batch late by more than the grace: its starts but the
+// reserver's dropped, and the jobs reserving one start per round trip,
+// one after another. So a store that is always that slow gets its batches
+// timed from its usual round trip: on time, and, when one is back sooner,
+// its starts due no earlier than their time (see add).
+func (l *rateLine) expectBack(start time.Time) time.Time {
+	ahead := min(l.roundTrip(), l.grace)
+	if low := time.Duration(l.rttLow.Load()); low > l.grace {
+		ahead = min(low, rateWait)
+	}
+	return start.Add(ahead)
+}
+
+// heldBack reports whether the rate holds jobs back, judged by a batch
+// reserved at start for the time expect: it has no start, or its last one
+// is due more than a round trip (expect−start) after the later of expect
+// and the latest time a batch before it was timed from. Starts due before
+// that are this process's own timing (a batch timed from further ahead
+// moved the limit's state ahead by as much), not the limit's.
+func (l *rateLine) heldBack(g flow.Grant, start, expect time.Time) bool {
+	from := expect
+	for {
+		last := l.lastExpect.Load()
+		if last >= expect.UnixNano() {
+			from = time.Unix(0, last)
+			break
+		}
+		if l.lastExpect.CompareAndSwap(last, expect.UnixNano()) {
+			break
+		}
+	}
+	return g.Count == 0 || g.At(g.Count-1).After(from.Add(expect.Sub(start)))
+}
+
 // roundTrip is the expected time of a Reserve: the longest of the last
 // ones, decaying (better a start waited for a little than one dropped).
 func (l *rateLine) roundTrip() time.Duration {
@@ -296,6 +338,12 @@ func (l *rateLine) roundTrip() time.Duration {
 func (l *rateLine) took(d time.Duration) {
 	old := l.rtt.Load()
 	l.rtt.Store(max(int64(d), old-old/8))
+	low := l.rttLow.Load()
+	if int64(d) < low {
+		l.rttLow.Store(int64(d))
+	} else {
+		l.rttLow.Store(low + (int64(d)-low)/8)
+	}
 }
 
 // want is the size of the next batch: a start for each job waiting for
@@ -355,14 +403,14 @@ func (l *rateLine) start(ctx context.Context, timeout time.Duration, maxWaiting 
 			// The batch is timed from when it is expected back: the starts
 			// due at once are due then, not dropped as late on arrival.
 			start := time.Now()
-			expect := start.Add(min(l.roundTrip(), l.grace))
+			expect := l.expectBack(start)
 			g, wait, err := l.rate.Reserve(rctx, expect, l.want(), rateWait)
 			l.took(time.Since(start))
 			if err != nil {
 				<-l.reserving
 				return max(wait, time.Millisecond), err
 			}
-			l.holding.Store(g.Count == 0 || g.At(g.Count-1).After(expect))
+			l.holding.Store(l.heldBack(g, start, expect))
 			if g.Count == 0 {
 				<-l.reserving
 				return l.requeue(time.Now(), wait), nil

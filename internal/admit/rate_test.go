@@ -309,3 +309,82 @@ func TestRateAheadNeverPasses(t *testing.T) {
 		t.Errorf("%d starts in %v of a %d/s rate with a burst of %d; want at most %d", n, elapsed, events, burst, most)
 	}
 }
+
+// TestRateStoreSlowerThanGrace: a rate far from its limit (1,000,000/s,
+// burst 1,000: a grace of about 1 ms) on a store whose round trips (5 ms)
+// are longer than the grace. A batch is timed from when it is expected
+// back, so the starts it brings are not late on arrival: the jobs that
+// waited for it take them, and a batch serves several jobs. Timed from at
+// most a grace ahead, every batch came back late, all of its starts but
+// the reserver's were dropped, and each of the 20 workers reserved its own
+// start, one round trip after another (one start per write).
+func TestRateStoreSlowerThanGrace(t *testing.T) {
+	kv := &slowKV{KV: memory.NewBroker().Connect(), d: 5 * time.Millisecond}
+	r, err := flow.NewRate(kv, flow.RateConfig{Key: "rate/t", Events: 1e6, Burst: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newRateLine(r)
+	defer l.stop()
+	var started, refused atomic.Int64
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			for time.Since(t0) < time.Second {
+				wait, err := l.start(t.Context(), time.Minute, 10)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if wait > 0 {
+					refused.Add(1)
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				started.Add(1)
+				time.Sleep(200 * time.Microsecond) // the job
+			}
+		})
+	}
+	wg.Wait()
+	l.stop()
+	writes := kv.writes.Load()
+	t.Logf("%d starts, %d refused, %d writes, %d jobs waited for a batch", started.Load(), refused.Load(), writes, l.stalls.Load())
+	if writes == 0 || started.Load() < 2*writes {
+		t.Errorf("%d starts from %d writes; want at least two a write", started.Load(), writes)
+	}
+	if refused.Load() > started.Load()/10 {
+		t.Errorf("%d jobs refused beside %d started, far from the limit; want at most a tenth", refused.Load(), started.Load())
+	}
+}
+
+// TestRateOwnTimingNotHolding: a batch timed from a shorter round trip
+// than the one before it (the store answered quickly once) finds the
+// limit's state moved ahead by that earlier batch's timing, so its starts
+// are due a little after it is back. That is this process's own timing,
+// not the limit holding jobs back (which would requeue jobs far from the
+// limit); starts due beyond it are.
+func TestRateOwnTimingNotHolding(t *testing.T) {
+	r, err := flow.NewRate(memory.NewBroker().Connect(), flow.RateConfig{Key: "rate/t", Events: 1e6, Burst: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newRateLine(r)
+	t0 := time.Now()
+	if l.heldBack(flow.Grant{Count: 10, First: t0.Add(4 * time.Millisecond), Interval: time.Microsecond}, t0, t0.Add(5*time.Millisecond)) {
+		t.Fatal("a batch due within its own timing is held back")
+	}
+	start := t0.Add(time.Millisecond)
+	g := flow.Grant{Count: 10, First: t0.Add(5 * time.Millisecond), Interval: time.Microsecond} // behind the first batch
+	if l.heldBack(g, start, start.Add(time.Millisecond)) {
+		t.Error("a batch due behind the one timed 5 ms ahead before it is held back")
+	}
+	g.First = t0.Add(50 * time.Millisecond)
+	if !l.heldBack(g, start, start.Add(time.Millisecond)) {
+		t.Error("a batch due 45 ms after every batch's timing is not held back")
+	}
+	if !l.heldBack(flow.Grant{}, start, start.Add(time.Millisecond)) {
+		t.Error("an empty batch is not held back")
+	}
+}
