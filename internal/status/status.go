@@ -88,6 +88,14 @@ type Record struct {
 	// Nonce binds the record to its enqueue (see the package doc); empty in
 	// a record written before nonces.
 	Nonce string `json:"nonce,omitempty"`
+	// History is the job's state changes since its enqueue; empty in a
+	// record written before histories.
+	History History `json:"history,omitzero"`
+
+	// fresh is how many of History's last changes are this process's own,
+	// not written yet: a write over another record keeps that record's
+	// changes and adds these (see joinHistory).
+	fresh int
 }
 
 // MaxCopyLead is how far ahead of its record a delivered copy may be and
@@ -259,6 +267,9 @@ func (t *Tracker) local(k string, r *Record, found bool) bool {
 		return false
 	}
 	run.CancelRequested = r.CancelRequested
+	if found {
+		joinHistory(r, &run)
+	}
 	*r = run
 	return true
 }
@@ -428,6 +439,7 @@ func waitingRecord(j *Job, now time.Time) Record {
 	if j.NotBefore.After(now) {
 		r.State, r.RetryAt = Scheduled, j.NotBefore
 	}
+	r.record(Change{State: r.State, At: now, Try: j.TryCount})
 	return r
 }
 
@@ -450,11 +462,26 @@ func (t *Tracker) read(ctx context.Context, k string) (Record, string, error) {
 	if err != nil {
 		return Record{}, "", err
 	}
-	var r Record
-	if err := json.Unmarshal(b, &r); err != nil {
+	r, err := decode(b)
+	if err != nil {
 		return Record{}, "", fmt.Errorf("asyncplatform: the status of job key %q is not a status: %w", k, err)
 	}
 	return r, rev, nil
+}
+
+// errTooLarge reports a record larger than a store value can be.
+var errTooLarge = fmt.Errorf("asyncplatform: a status record is larger than %d bytes", driver.MaxValueLen)
+
+// decode decodes a record as read from the store: at most
+// driver.MaxValueLen bytes (no store writes more), its history bounded
+// (see History).
+func decode(b []byte) (Record, error) {
+	var r Record
+	if len(b) > driver.MaxValueLen {
+		return r, errTooLarge
+	}
+	err := json.Unmarshal(b, &r)
+	return r, err
 }
 
 // newer reports whether cur records a later attempt than r, or another
@@ -475,9 +502,11 @@ func refuse(cur, r *Record) error {
 }
 
 // merge keeps in r, a delivery's state about to be written over cur, what
-// cur knows and the delivery does not: the cancel mark, the last error, and
-// the enqueue and start times.
+// cur knows and the delivery does not: the cancel mark, the last error,
+// the enqueue and start times, and the history (r's own changes follow
+// cur's).
 func merge(cur, r *Record) {
+	joinHistory(cur, r)
 	r.CancelRequested = r.CancelRequested || cur.CancelRequested
 	if r.Error == "" {
 		r.Error = cur.Error
