@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/internal/wire"
@@ -48,6 +49,12 @@ type History struct {
 	Dropped int      `json:"dropped,omitempty"`
 }
 
+// maxPlainHistory is the size up to which a history is decoded in one
+// json.Unmarshal (at most maxPlainHistory/2 changes: bounded), and kept
+// when every change in it is valid; a larger one, or one with a change to
+// drop, is decoded a change at a time.
+const maxPlainHistory = 8 << 10
+
 // errNotHistory reports a history field that is not an object of changes.
 var errNotHistory = errors.New("asyncplatform: a status record's history is not a list of state changes")
 
@@ -55,6 +62,9 @@ var errNotHistory = errors.New("asyncplatform: a status record's history is not 
 func (h *History) UnmarshalJSON(b []byte) error {
 	*h = History{}
 	if string(b) == "null" {
+		return nil
+	}
+	if len(b) <= maxPlainHistory && h.plain(b) {
 		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -66,12 +76,13 @@ func (h *History) UnmarshalJSON(b []byte) error {
 		if err != nil {
 			return errNotHistory
 		}
-		switch tok {
-		case "changes":
+		key, _ := tok.(string)
+		switch {
+		case strings.EqualFold(key, "changes"): // as json.Unmarshal matches names
 			if err := h.decodeChanges(dec); err != nil {
 				return err
 			}
-		case "dropped":
+		case strings.EqualFold(key, "dropped"):
 			var n int64
 			if err := dec.Decode(&n); err != nil {
 				return errNotHistory
@@ -85,6 +96,25 @@ func (h *History) UnmarshalJSON(b []byte) error {
 		}
 	}
 	return nil
+}
+
+// plain decodes b, a small history, in one call, and reports whether it
+// is kept as it is: every change valid, at most MaxHistory of them.
+func (h *History) plain(b []byte) bool {
+	var p struct {
+		Changes []Change `json:"changes"`
+		Dropped int      `json:"dropped"`
+	}
+	if json.Unmarshal(b, &p) != nil || len(p.Changes) > MaxHistory || p.Dropped < 0 || p.Dropped > maxDropped {
+		return false
+	}
+	for i := range p.Changes {
+		if c := &p.Changes[i]; !c.valid() || len(c.Reason) > MaxChangeReason {
+			return false
+		}
+	}
+	*h = History{Changes: p.Changes, Dropped: p.Dropped}
+	return true
 }
 
 // decodeChanges decodes the list of changes dec is at, keeping the latest
