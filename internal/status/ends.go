@@ -86,7 +86,8 @@ func (t *Tracker) addEnd(p *end) {
 			// that is not its enqueue's.
 			p.prev = old
 		case old.taken:
-		case newer(&old.r, &p.r): // a later attempt's end waits already
+		case newer(&old.r, &p.r): // a later attempt's end waits already: it takes this one's changes, before its own
+			old.r.follow(&p.r)
 			return
 		default:
 			prev := old.prev
