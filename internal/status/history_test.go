@@ -56,9 +56,10 @@ func checkTimes(t *testing.T, h History) {
 
 // A job retried twice, then dead-lettered, has each of its state changes
 // in its record, in order, with its try, its reason and its time, as
-// every process reads it; the history costs no write of its own: the
-// enqueue, each end and the one running state written (a long handler)
-// are the writes.
+// every process reads it, also when an end written after its running
+// state is refused and merged again; the history costs no write of its
+// own: the enqueue, each end and the one running state written (a long
+// handler) are the writes.
 func TestHistoryOfRetries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -80,6 +81,17 @@ func TestHistoryOfRetries(t *testing.T) {
 			tr.since = time.Now().Add(-time.Hour)
 			tr.wmu.Unlock()
 			tk.flushRunning(ctx)
+			// Another process writes the record meanwhile (uncounted):
+			// the end's write at the running state's revision fails, and
+			// the end is merged into the record read again.
+			s := kv.Of(d.Store, kv.Status)
+			v, rev, err := s.Get(ctx, "job/j1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Update(ctx, "job/j1", v, rev, time.Hour); err != nil {
+				t.Fatal(err)
+			}
 		}
 		tr.Ended(ctx, true)
 		dec := decide.Decision{Outcome: decide.Retried, RetryAt: clock.Add(time.Hour), Failures: try}
@@ -100,8 +112,8 @@ func TestHistoryOfRetries(t *testing.T) {
 			t.Errorf("%s: the last change at %v, the record updated at %v", name, last.At, r.UpdatedAt)
 		}
 	}
-	if n := d.n.Load() - before; n != 5 {
-		t.Errorf("%d writes; want 5 (the enqueue, three ends, one running)", n)
+	if n := d.n.Load() - before; n != 6 {
+		t.Errorf("%d writes; want 6 (the enqueue, three ends, one running, the end refused after the other process's write)", n)
 	}
 }
 
