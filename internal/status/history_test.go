@@ -365,3 +365,25 @@ func TestHistoryForgedInTheStore(t *testing.T) {
 		t.Errorf("after the end: %s, %d changes, %d dropped; want succeeded, %d, %d", r.State, len(r.History.Changes), r.History.Dropped, MaxHistory, n-MaxHistory+2)
 	}
 }
+
+// A worker that writes a job's state before the enqueue writes its record
+// keeps its state, and the history gets the enqueue's change first.
+func TestHistoryEnqueuedAfterTheWorker(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := newStore(t)
+	tk := newTracker(d, "w1")
+	tk.cfg.Now = stepClock()
+	j := Job{ID: "j1", Queue: "q", Type: "t", Nonce: "n"}
+	enqueuedAt := tk.cfg.Now()
+	settle(t, tk, j)
+	flush(t, tk)
+	tk.cfg.Now = func() time.Time { return enqueuedAt } // the enqueue read its clock before the worker
+	tk.Enqueued(ctx, []Job{j})
+	tk.Enqueued(ctx, []Job{j}) // again: nothing more
+	r := get(t, newTracker(d, "w2"), "j1")
+	if got := states(r.History); r.State != Succeeded || got != "waiting/0 running/1 succeeded/1" {
+		t.Errorf("%s, history %s; want succeeded, waiting/0 running/1 succeeded/1", r.State, got)
+	}
+	checkTimes(t, r.History)
+}

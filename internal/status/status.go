@@ -577,7 +577,9 @@ func (t *Tracker) write(ctx context.Context, r *Record, rev string) (string, err
 }
 
 // create writes the record of a job just stored. A worker may have taken the
-// job and written a newer state of the same enqueue first: that one stays.
+// job and written a newer state of the same enqueue first: that one stays,
+// and when it is of the same copy, its history gets the enqueue's change
+// first (one more write, in that race only).
 // A record of another enqueue (the job's life before a redrive, or one a
 // forged delivery wrote before the job was enqueued) or of an older copy is
 // replaced.
@@ -595,6 +597,16 @@ func (t *Tracker) create(ctx context.Context, r *Record) error {
 			return kv.ErrRetry
 		case err != nil:
 			return err
+		case cur.Copy == r.Copy && cur.Nonce == r.Nonce && !startsHistory(&cur):
+			// The worker's newer state of this copy, written first: it
+			// stays, after the enqueue's change.
+			cur.History = appendChanges(r.History, cur.History.Changes)
+			b, _ := json.Marshal(&cur)
+			_, err = s.Update(ctx, "job/"+k, b, rev, t.cfg.Retention)
+			if errors.Is(err, driver.ErrRevision) {
+				return kv.ErrRetry
+			}
+			return err
 		case cur.Copy >= r.Copy && cur.Nonce == r.Nonce:
 			return nil // the worker's newer state of this copy
 		}
@@ -604,6 +616,13 @@ func (t *Tracker) create(ctx context.Context, r *Record) error {
 		}
 		return err
 	})
+}
+
+// startsHistory reports whether r's history begins with its enqueue's
+// change (waiting or scheduled), or is full: nothing goes before it.
+func startsHistory(r *Record) bool {
+	h := r.History.Changes
+	return len(h) >= MaxHistory || r.History.Dropped > 0 || len(h) > 0 && (h[0].State == Waiting || h[0].State == Scheduled)
 }
 
 // Poll cancels, every Config.Poll until ctx ends, the jobs running here that
