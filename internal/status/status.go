@@ -29,6 +29,13 @@
 // A record written before nonces (none in it) takes the nonce of the
 // first delivery that writes it. A writer to the store can write any
 // record.
+//
+// What a record remembers. Each record keeps the job's state changes
+// (History: the latest MaxHistory, the count of those dropped), carried in
+// the writes above and no others: a delivery's changes not written yet
+// (its running state, its end) ride with its next write, which adds them
+// to the changes of the record it is written over. Reading a record
+// bounds and checks its history (see History).
 package status
 
 import (
