@@ -73,7 +73,39 @@ type JobStatus struct {
 	// Copy is the number of the job's copy the status is about
 	// (Job.CopyNumber): a redrive starts a new one.
 	Copy uint64 `json:"copy,omitempty"`
+	// History is the job's state changes since its enqueue, oldest first:
+	// the latest MaxStatusHistory, HistoryDropped counting those before.
+	// It is written with the state itself (no write of its own); a status
+	// written by a version without histories has none until its next
+	// change. A redrive is a new enqueue, with a new history.
+	History        []StateChange `json:"history,omitempty"`
+	HistoryDropped int           `json:"history_dropped,omitempty"`
 }
+
+// StateChange is one change of a tracked job's state (JobStatus.History).
+type StateChange struct {
+	State JobState  `json:"state"`
+	At    time.Time `json:"at"`
+	// Try is the job's try count as it entered State: 0 before its first
+	// run, then the try that ran or ended.
+	Try int `json:"try,omitempty"`
+	// Reason says why: the dead-letter reason (StateDeadLettered,
+	// StateCancelled), the first line of the error (StateRetrying, cut to
+	// MaxStateChangeReason bytes), or what scheduled the job again
+	// (StateScheduled: "rejected", "requeued" for want of a handler,
+	// "deferred" by its type's limit; StateWaiting: "handed_back" at a
+	// shutdown).
+	Reason string `json:"reason,omitempty"`
+}
+
+// Bounds of JobStatus.History.
+const (
+	// MaxStatusHistory is how many state changes a job's status keeps: the
+	// latest.
+	MaxStatusHistory = status.MaxHistory
+	// MaxStateChangeReason is the longest StateChange.Reason, in bytes.
+	MaxStateChangeReason = status.MaxChangeReason
+)
 
 // MaxStatusResult is the largest result kept in a job's status; a larger
 // one is left out (JobStatus.ResultSize still says how large it was).
@@ -128,7 +160,20 @@ func jobStatus(r *status.Record) JobStatus {
 		Reason: Reason(r.Reason), Error: r.Error, Result: r.Result, ResultSize: r.ResultSize,
 		RetryAt: r.RetryAt, EnqueuedAt: r.EnqueuedAt, StartedAt: r.StartedAt, UpdatedAt: r.UpdatedAt,
 		Worker: r.Worker, CancelRequested: r.CancelRequested, Copy: r.Copy,
+		History: stateChanges(r.History.Changes), HistoryDropped: r.History.Dropped,
 	}
+}
+
+// stateChanges is the public form of a record's changes.
+func stateChanges(cs []status.Change) []StateChange {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]StateChange, len(cs))
+	for i, c := range cs {
+		out[i] = StateChange{State: JobState(c.State), At: c.At, Try: c.Try, Reason: c.Reason}
+	}
+	return out
 }
 
 // JobsQuery selects tracked jobs for Platform.Jobs; an empty Queue, State

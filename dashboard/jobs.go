@@ -133,6 +133,7 @@ type jobPage struct {
 	QueueLink  string
 	LetterLink string
 	ResultCut  bool
+	HistoryMax int
 }
 
 // jobPage shows a tracked job's status by its ID (id), with a link to its
@@ -157,7 +158,7 @@ func (d *Dashboard) jobPage(w http.ResponseWriter, r *http.Request) {
 	if driver.CheckQueue(st.Queue) == nil {
 		queue = st.Queue // a record's queue is whatever its writer wrote: linked only when it is a queue name
 	}
-	data := &jobPage{base: d.newBase(w, r, "Job "+visible(id, false), queue), St: st, ResultCut: len(st.Result) < st.ResultSize}
+	data := &jobPage{base: d.newBase(w, r, "Job "+visible(id, false), queue), St: st, ResultCut: len(st.Result) < st.ResultSize, HistoryMax: ap.MaxStatusHistory}
 	if queue != "" {
 		data.QueueLink = d.link("/jobs", "q", queue)
 		if st.State == ap.StateDeadLettered || st.State == ap.StateCancelled {

@@ -1,14 +1,21 @@
 package dashboard_test
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
 	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/kv"
 )
 
 // In a browser, under the dashboard's Content-Security-Policy and without
@@ -28,6 +35,7 @@ func TestBrowserJobPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSchedules(t, f, 1)
+	forgeHistory(t, f, "forged-history", "r"+hostileError[:strings.IndexByte(hostileError, '\n')])
 	noCSP := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.d.ServeHTTP(stripCSP{w}, r)
 	}))
@@ -44,6 +52,15 @@ func TestBrowserJobPages(t *testing.T) {
 		if got := text(t, ctx, "#type"); got != hostileType {
 			t.Errorf("type %q, want it as text", got)
 		}
+		rows := eval[[]string](t, ctx, `Array.from(document.querySelectorAll("#history tr.change")).map(r => Array.from(r.cells).slice(1).map(c => c.textContent.trim()).join("/"))`)
+		if want := []string{"waiting/0/", "running/1/", "dead_lettered/1/permanent"}; !slices.Equal(rows, want) {
+			t.Errorf("the history table: %q, want %q", rows, want)
+		}
+		do(t, ctx, chromedp.Navigate(base+"/job?id=forged-history"), chromedp.WaitVisible(chromedp.CSS("#history")))
+		checkNoScriptRan(t, ctx, csp)
+		if got := text(t, ctx, "#history tr.change td.error"); got != "r"+hostileError[:strings.IndexByte(hostileError, '\n')] {
+			t.Errorf("a forged change's reason %q, want it as text", got)
+		}
 		do(t, ctx, chromedp.Navigate(base+"/jobs?q=mail"), chromedp.WaitVisible(chromedp.CSS("#job-search")),
 			chromedp.SendKeys(chromedp.CSS(`#job-search input[name=id]`), evil.ID))
 		if status := submit(t, ctx, "#job-search button"); status != http.StatusOK {
@@ -57,5 +74,22 @@ func TestBrowserJobPages(t *testing.T) {
 		checkNoScriptRan(t, ctx, csp)
 		do(t, ctx, chromedp.Navigate(base+"/schedules"), chromedp.WaitVisible(chromedp.CSS("#schedules")))
 		checkNoScriptRan(t, ctx, csp)
+	}
+}
+
+// forgeHistory writes a status record of job id whose history's retry has
+// the given reason, as a writer to the store could.
+func forgeHistory(t *testing.T, f *fixture, id, reason string) {
+	t.Helper()
+	s, err := driver.StoreOf(f.backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	rec := map[string]any{"id": id, "queue": "mail", "type": "t", "state": "retrying", "updated_at": now,
+		"history": map[string]any{"changes": []map[string]any{{"state": "retrying", "at": now, "try": 1, "reason": reason}}}}
+	v, _ := json.Marshal(rec)
+	if _, err := s.Create(context.Background(), kv.Status.Prefix()+"job/"+id, v, time.Hour); err != nil {
+		t.Fatal(err)
 	}
 }

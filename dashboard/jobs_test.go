@@ -105,7 +105,13 @@ func TestForgedStatusRecord(t *testing.T) {
 	}
 	const bad = "<script>window.__xss=1</script>\x1b[2J\u202e\"><img src=x onerror=\"x\">"
 	rec := map[string]any{"id": "forged" + bad, "queue": "q" + bad, "type": "t" + bad, "state": "dead_lettered",
-		"reason": "x danger " + bad, "error": "e" + bad, "worker": "w" + bad, "updated_at": time.Now()}
+		"reason": "x danger " + bad, "error": "e" + bad, "worker": "w" + bad, "updated_at": time.Now(),
+		"history": map[string]any{"dropped": 7, "changes": []map[string]any{
+			{"state": "retrying", "at": time.Now(), "try": 1, "reason": "r" + bad},
+			{"state": "dead_lettered", "at": time.Now(), "try": 2, "reason": "x danger " + bad},
+			{"state": "running" + bad, "at": time.Now()}, // not a state: dropped, counted
+			{"state": "running", "at": "<b>" + bad},      // not a time: dropped, counted
+		}}}
 	v, _ := json.Marshal(rec)
 	if _, err := s.Create(context.Background(), kv.Status.Prefix()+"job/forged", v, 0); err != nil {
 		t.Fatal(err)
@@ -121,6 +127,11 @@ func TestForgedStatusRecord(t *testing.T) {
 		}
 		if strings.Contains(body, "reason-x") || strings.Contains(body, "jobs?q=q") || strings.Contains(body, `id="dead-letter"`) {
 			t.Errorf("%s: the forged reason picked a class, or the forged queue a link:\n%s", p, body)
+		}
+		if p == "/job?id=forged" {
+			if n := strings.Count(body, `<tr class="change">`); n != 2 || !strings.Contains(body, "9 earlier changes not kept") {
+				t.Errorf("%s: %d changes shown; want the 2 valid ones, and 9 dropped (7 + 2 invalid):\n%s", p, n, body)
+			}
 		}
 	}
 }

@@ -15,14 +15,16 @@ func jobShowCmd() *command {
 	return &command{
 		name:    "job show",
 		args:    "ID",
-		summary: "show a tracked job's status: state, tries, last error, result, worker",
+		summary: "show a tracked job's status: state, tries, last error, result, worker, history",
 		help: `
 The job's queue must track status (Config.TrackStatus or
 QueueConfig.TrackStatus on the platforms that enqueue and work it), and the
 backend must have a store (RabbitMQ: its companion store). A result that is
 not text is shown as a hex dump, cut at 4 KiB; --json prints it all
 (base64). Exit code 3 when the job has no status: unknown, untracked, or
-past its retention.
+past its retention. The history lists the job's state changes, oldest
+first, with their time, try and reason (the dead-letter reason, a retry's
+error, what scheduled the job again): the latest 20.
 
 Examples:
 
@@ -156,6 +158,25 @@ func printStatus(w io.Writer, now time.Time, st ap.JobStatus) {
 			fmt.Fprintf(w, "  (too large to keep in the status: over %d bytes)\n", ap.MaxStatusResult)
 		}
 		printBytes(w, st.Result)
+	}
+	printHistory(w, st)
+}
+
+// printHistory prints a job's state changes, oldest first, one a line.
+func printHistory(w io.Writer, st ap.JobStatus) {
+	if len(st.History) == 0 && st.HistoryDropped == 0 {
+		return
+	}
+	fmt.Fprintf(w, "History:\n")
+	if st.HistoryDropped > 0 {
+		fmt.Fprintf(w, "  (%d earlier changes not kept: a status keeps the latest %d)\n", st.HistoryDropped, ap.MaxStatusHistory)
+	}
+	for _, c := range st.History {
+		line := fmt.Sprintf("  %s  %-13s  try %d", c.At.UTC().Format("2006-01-02T15:04:05.000Z"), field(string(c.State)), c.Try)
+		if c.Reason != "" {
+			line += "  " + field(c.Reason)
+		}
+		fmt.Fprintln(w, line)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/driver"
+	"github.com/asyncplatform/asyncplatform/internal/kv"
 )
 
 // trackedWorker starts a status-tracking platform on the backend at url,
@@ -111,7 +113,8 @@ func TestJobShow(t *testing.T) {
 		t.Errorf("job show of a binary result:\n%s", out)
 	}
 	out = mustCtl(t, exitOK, "", "job", "show", "--url", url, fail.ID)
-	for _, want := range []string{"State:     dead_lettered (retries_exceeded)", "Error:     smtp: connection refused", "Tries:     1 (failures 1, crashes 0)"} {
+	for _, want := range []string{"State:     dead_lettered (retries_exceeded)", "Error:     smtp: connection refused", "Tries:     1 (failures 1, crashes 0)",
+		"History:\n", "  waiting        try 0\n", "  running        try 1\n", "  dead_lettered  try 1  retries_exceeded\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("job show of a dead letter lacks %q:\n%s", want, out)
 		}
@@ -123,6 +126,9 @@ func TestJobShow(t *testing.T) {
 	}
 	if st.ID != ok.ID || st.State != ap.StateSucceeded || string(st.Result) != `{"n":5}` {
 		t.Errorf("job show --json = %+v", st)
+	}
+	if n := len(st.History); n != 3 || st.History[n-1].State != ap.StateSucceeded || st.History[n-1].Try != 1 {
+		t.Errorf("job show --json: history %+v; want waiting, running, succeeded", st.History)
 	}
 	code, _, errOut := ctl(t, "", "job", "show", "--url", url, "no-such-id")
 	if code != exitNotFound || !strings.Contains(errOut, `no status for job "no-such-id"`) {
@@ -224,6 +230,40 @@ func TestJobHostile(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &st); err != nil || st.ID != job.ID || st.Worker != "worker"+hostile || st.Type != typ {
 		t.Errorf("job show --json does not read back: %+v, %v", st, err)
 	}
+	// A forged status whose history would act on a terminal.
+	b, err := ap.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s, err := driver.StoreOf(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	forged, _ := json.Marshal(map[string]any{"id": "forged", "queue": "q", "type": "t", "state": "retrying", "updated_at": now,
+		"history": map[string]any{"dropped": 3, "changes": []map[string]any{
+			{"state": "retrying", "at": now, "try": 1, "reason": "reason" + hostile},
+			{"state": "running" + hostile, "at": now}, // not a state: dropped
+		}}})
+	if _, err := s.Create(context.Background(), kv.Status.Prefix()+"job/forged", forged, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	out = mustCtl(t, exitOK, "", "job", "show", "--url", url, "forged")
+	if r := raw(out); len(r) > 0 {
+		t.Errorf("job show of a forged history prints %v raw:\n%s", r, out)
+	}
+	if !strings.Contains(out, "(4 earlier changes not kept") || strings.Count(out, "  try ") != 1 {
+		t.Errorf("job show of a forged history: want 1 change shown, 4 dropped:\n%s", out)
+	}
+	out = mustCtl(t, exitOK, "", "job", "show", "--url", url, "--json", "forged")
+	if r := raw(out); len(r) > 0 {
+		t.Errorf("job show --json of a forged history prints %v raw:\n%s", r, out)
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.History) != 1 || st.History[0].Reason != "reason"+hostile || st.HistoryDropped != 4 {
+		t.Errorf("job show --json of a forged history does not read back: %+v, %v", st, err)
+	}
+
 	code, _, errOut := ctl(t, "", "job", "cancel", "--url", url, job.ID)
 	if r := raw(errOut); code != exitError || len(r) > 0 {
 		t.Errorf("job cancel of a finished job: exit %d, %v raw:\n%s", code, r, errOut)

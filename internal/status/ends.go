@@ -86,11 +86,13 @@ func (t *Tracker) addEnd(p *end) {
 			// that is not its enqueue's.
 			p.prev = old
 		case old.taken:
-		case newer(&old.r, &p.r): // a later attempt's end waits already
+		case newer(&old.r, &p.r): // a later attempt's end waits already: it takes this one's changes, before its own
+			old.r.follow(&p.r)
 			return
 		default:
 			prev := old.prev
-			*old = *p // the same place in the order: one write for both
+			p.r.follow(&old.r) // both ends' changes, old's first
+			*old = *p          // the same place in the order: one write for both
 			old.prev = prev
 			return
 		}
@@ -288,8 +290,8 @@ func (t *Tracker) decideEnd(p *end, res driver.BatchResult) string {
 		p.skip = p.deferred && t.runningHere(p.key)
 		return ""
 	}
-	var cur Record
-	if err := json.Unmarshal(res.Value, &cur); err != nil {
+	cur, err := decode(res.Value)
+	if err != nil {
 		return "" // written one by one: the write reads it again, and says why
 	}
 	view := cur

@@ -2,7 +2,6 @@ package status
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -168,8 +167,8 @@ func (t *Tracker) scan(ctx context.Context, s *kv.Store, after string, budget, f
 				continue
 			}
 			seen++
-			var r Record
-			ok := json.Unmarshal(res.Value, &r) == nil
+			r, err := decode(res.Value)
+			ok := err == nil
 			if !fn(*next, &r, ok) {
 				if i == len(rs)-1 && more == "" {
 					*next = ""

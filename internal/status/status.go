@@ -29,6 +29,13 @@
 // A record written before nonces (none in it) takes the nonce of the
 // first delivery that writes it. A writer to the store can write any
 // record.
+//
+// What a record remembers. Each record keeps the job's state changes
+// (History: the latest MaxHistory, the count of those dropped), carried in
+// the writes above and no others: a delivery's changes not written yet
+// (its running state, its end) ride with its next write, which adds them
+// to the changes of the record it is written over. Reading a record
+// bounds and checks its history (see History).
 package status
 
 import (
@@ -88,6 +95,14 @@ type Record struct {
 	// Nonce binds the record to its enqueue (see the package doc); empty in
 	// a record written before nonces.
 	Nonce string `json:"nonce,omitempty"`
+	// History is the job's state changes since its enqueue; empty in a
+	// record written before histories.
+	History History `json:"history,omitzero"`
+
+	// fresh is how many of History's last changes are this process's own,
+	// not written yet: a write over another record keeps that record's
+	// changes and adds these (see joinHistory).
+	fresh int
 }
 
 // MaxCopyLead is how far ahead of its record a delivered copy may be and
@@ -259,6 +274,9 @@ func (t *Tracker) local(k string, r *Record, found bool) bool {
 		return false
 	}
 	run.CancelRequested = r.CancelRequested
+	if found {
+		joinHistory(r, &run)
+	}
 	*r = run
 	return true
 }
@@ -428,6 +446,7 @@ func waitingRecord(j *Job, now time.Time) Record {
 	if j.NotBefore.After(now) {
 		r.State, r.RetryAt = Scheduled, j.NotBefore
 	}
+	r.record(Change{State: r.State, At: now, Try: j.TryCount})
 	return r
 }
 
@@ -450,11 +469,26 @@ func (t *Tracker) read(ctx context.Context, k string) (Record, string, error) {
 	if err != nil {
 		return Record{}, "", err
 	}
-	var r Record
-	if err := json.Unmarshal(b, &r); err != nil {
+	r, err := decode(b)
+	if err != nil {
 		return Record{}, "", fmt.Errorf("asyncplatform: the status of job key %q is not a status: %w", k, err)
 	}
 	return r, rev, nil
+}
+
+// errTooLarge reports a record larger than a store value can be.
+var errTooLarge = fmt.Errorf("asyncplatform: a status record is larger than %d bytes", driver.MaxValueLen)
+
+// decode decodes a record as read from the store: at most
+// driver.MaxValueLen bytes (no store writes more), its history bounded
+// (see History).
+func decode(b []byte) (Record, error) {
+	var r Record
+	if len(b) > driver.MaxValueLen {
+		return r, errTooLarge
+	}
+	err := json.Unmarshal(b, &r)
+	return r, err
 }
 
 // newer reports whether cur records a later attempt than r, or another
@@ -475,9 +509,11 @@ func refuse(cur, r *Record) error {
 }
 
 // merge keeps in r, a delivery's state about to be written over cur, what
-// cur knows and the delivery does not: the cancel mark, the last error, and
-// the enqueue and start times.
+// cur knows and the delivery does not: the cancel mark, the last error,
+// the enqueue and start times, and the history (r's own changes follow
+// cur's).
 func merge(cur, r *Record) {
+	joinHistory(cur, r)
 	r.CancelRequested = r.CancelRequested || cur.CancelRequested
 	if r.Error == "" {
 		r.Error = cur.Error
@@ -548,7 +584,9 @@ func (t *Tracker) write(ctx context.Context, r *Record, rev string) (string, err
 }
 
 // create writes the record of a job just stored. A worker may have taken the
-// job and written a newer state of the same enqueue first: that one stays.
+// job and written a newer state of the same enqueue first: that one stays,
+// and when it is of the same copy, its history gets the enqueue's change
+// first (one more write, in that race only).
 // A record of another enqueue (the job's life before a redrive, or one a
 // forged delivery wrote before the job was enqueued) or of an older copy is
 // replaced.
@@ -566,6 +604,16 @@ func (t *Tracker) create(ctx context.Context, r *Record) error {
 			return kv.ErrRetry
 		case err != nil:
 			return err
+		case cur.Copy == r.Copy && cur.Nonce == r.Nonce && !startsHistory(&cur):
+			// The worker's newer state of this copy, written first: it
+			// stays, after the enqueue's change.
+			cur.History = appendChanges(r.History, cur.History.Changes)
+			b, _ := json.Marshal(&cur)
+			_, err = s.Update(ctx, "job/"+k, b, rev, t.cfg.Retention)
+			if errors.Is(err, driver.ErrRevision) {
+				return kv.ErrRetry
+			}
+			return err
 		case cur.Copy >= r.Copy && cur.Nonce == r.Nonce:
 			return nil // the worker's newer state of this copy
 		}
@@ -575,6 +623,13 @@ func (t *Tracker) create(ctx context.Context, r *Record) error {
 		}
 		return err
 	})
+}
+
+// startsHistory reports whether r's history begins with its enqueue's
+// change (waiting or scheduled), or is full: nothing goes before it.
+func startsHistory(r *Record) bool {
+	h := r.History.Changes
+	return len(h) >= MaxHistory || r.History.Dropped > 0 || len(h) > 0 && (h[0].State == Waiting || h[0].State == Scheduled)
 }
 
 // Poll cancels, every Config.Poll until ctx ends, the jobs running here that

@@ -105,6 +105,7 @@ func TestRecordFormat(t *testing.T) {
 	for _, stored := range []string{
 		`{"id":"j1","queue":"q","type":"t","state":"dead_lettered","tries":3,"failures":2,"crashes":1,"reason":"retries_exceeded","error":"boom","result":"cg==","result_size":1,"retry_at":"2026-11-29T10:00:00Z","enqueued_at":"2026-11-29T09:00:00Z","started_at":"2026-11-29T09:59:00Z","updated_at":"2026-11-29T10:00:00Z","worker":"w","cancel_requested":true,"copy":4}`,
 		`{"id":"j2","queue":"","type":"","state":"waiting","tries":0,"failures":0,"crashes":0,"updated_at":"2026-11-29T10:00:00Z"}`,
+		`{"id":"j3","queue":"q","type":"t","state":"retrying","tries":1,"failures":1,"crashes":0,"updated_at":"2026-11-29T10:00:00Z","history":{"changes":[{"state":"waiting","at":"2026-11-29T09:00:00Z"},{"state":"running","at":"2026-11-29T09:59:00Z","try":1},{"state":"retrying","at":"2026-11-29T10:00:00Z","try":1,"reason":"boom"}],"dropped":2}}`,
 	} {
 		var r Record
 		if err := json.Unmarshal([]byte(stored), &r); err != nil {
@@ -131,23 +132,24 @@ func TestSettledStates(t *testing.T) {
 		d      decide.Decision
 		result []byte
 		want   Record // the fields the settle sets
+		why    string // the reason of the end's change in the history
 	}{
 		{name: "Succeeded", d: decide.Decision{Outcome: decide.Succeeded}, result: []byte("ok"),
 			want: Record{State: Succeeded, Result: []byte("ok"), ResultSize: 2}},
 		{name: "SucceededResultTooLarge", d: decide.Decision{Outcome: decide.Succeeded}, result: big,
 			want: Record{State: Succeeded, ResultSize: len(big)}},
 		{name: "Retried", d: decide.Decision{Outcome: decide.Retried, RetryAt: retryAt, Failures: 2},
-			want: Record{State: Retrying, RetryAt: retryAt, Failures: 2}},
+			want: Record{State: Retrying, RetryAt: retryAt, Failures: 2}, why: "boom"},
 		{name: "Rejected", d: decide.Decision{Outcome: decide.Rejected, RetryAt: retryAt},
-			want: Record{State: Scheduled, RetryAt: retryAt}},
+			want: Record{State: Scheduled, RetryAt: retryAt}, why: "rejected"},
 		{name: "Requeued", d: decide.Decision{Outcome: decide.Requeued, RetryAt: retryAt},
-			want: Record{State: Scheduled, RetryAt: retryAt}},
+			want: Record{State: Scheduled, RetryAt: retryAt}, why: "requeued"},
 		{name: "HandedBack", d: decide.Decision{Outcome: decide.HandedBack},
-			want: Record{State: Waiting}},
+			want: Record{State: Waiting}, why: "handed_back"},
 		{name: "DeadLettered", d: decide.Decision{Outcome: decide.DeadLettered, Reason: decide.Permanent, Failures: 2, Crashes: 1},
-			want: Record{State: DeadLettered, Reason: string(decide.Permanent), Failures: 2, Crashes: 1}},
+			want: Record{State: DeadLettered, Reason: string(decide.Permanent), Failures: 2, Crashes: 1}, why: "permanent"},
 		{name: "Cancelled", d: decide.Decision{Outcome: decide.DeadLettered, Reason: decide.Cancelled},
-			want: Record{State: Cancelled, Reason: string(decide.Cancelled)}},
+			want: Record{State: Cancelled, Reason: string(decide.Cancelled)}, why: "cancelled"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,6 +160,7 @@ func TestSettledStates(t *testing.T) {
 			want := tt.want
 			want.ID, want.Queue, want.Type, want.Copy, want.Tries, want.Error = "j1", "q", "t", 3, 2, "boom"
 			want.EnqueuedAt, want.StartedAt, want.UpdatedAt, want.Worker = clock.Add(-time.Hour), clock, clock, "w1"
+			want.History.Changes = []Change{{State: Running, At: clock, Try: 2}, {State: want.State, At: clock, Try: 2, Reason: tt.why}}
 			got := get(t, tk, "j1")
 			gb, _ := json.Marshal(got)
 			wb, _ := json.Marshal(want)

@@ -104,6 +104,7 @@ func (tr *Track) Running(context.Context) (cancelled bool) {
 	r := tr.rec
 	r.State, r.Tries, r.Failures, r.Crashes = Running, tr.tries, tr.failures, tr.crashes
 	r.StartedAt, r.UpdatedAt, r.Worker, r.RetryAt, r.Reason = now, now, t.cfg.Worker, time.Time{}, ""
+	r.record(Change{State: Running, At: now, Try: tr.tries})
 	tr.wmu.Lock()
 	tr.run, tr.pending, tr.since = r, true, time.Now()
 	tr.wmu.Unlock()
@@ -157,6 +158,7 @@ func (tr *Track) writeRunning(ctx context.Context) {
 		tr.dropped = true
 		return
 	}
+	r.fresh = 0 // written
 	tr.rec, tr.rev = r, rev
 }
 
@@ -314,6 +316,7 @@ func (tr *Track) Settled(_ context.Context, d decide.Decision, tries int, result
 	default:
 		return
 	}
+	r.record(Change{State: r.State, At: now, Try: tries, Reason: changeReason(d, errLine)})
 	t.addEnd(&end{key: tr.key, r: r, rev: tr.rev, deferred: d.Outcome == decide.Deferred})
 }
 
@@ -340,4 +343,18 @@ func (tr *Track) Unsettled(ctx context.Context) {
 // sameCounts reports whether a and b hold the same counters.
 func sameCounts(a, b *Record) bool {
 	return a.Tries == b.Tries && a.Failures == b.Failures && a.Crashes == b.Crashes
+}
+
+// changeReason is the reason of the change the settled decision d makes
+// (see Change.Reason); errLine is the handler's error's first line.
+func changeReason(d decide.Decision, errLine string) string {
+	switch d.Outcome {
+	case decide.DeadLettered:
+		return string(d.Reason)
+	case decide.Retried:
+		return errLine
+	case decide.Succeeded:
+		return ""
+	}
+	return d.Outcome.String()
 }
