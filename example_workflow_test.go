@@ -74,3 +74,43 @@ func ExampleWorkflow() {
 	// pack done, bill done
 	// order=succeeded pack=succeeded bill=succeeded ship=succeeded
 }
+
+// A batch with a callback: the callback job is enqueued once, after every
+// job of the batch has succeeded (OnSuccess), and the batch's ID is a
+// workflow's, for WorkflowStatus and CancelWorkflow.
+func ExamplePlatform_EnqueueBatchWithCallback() {
+	ctx := context.Background()
+	backend, err := memory.New(ctx, memory.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer backend.Close()
+	p, err := ap.New(backend, ap.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = p.Handle("resize", func(ctx context.Context, job *ap.Job) error { return nil })
+	done := make(chan struct{}, 1)
+	_ = p.Handle("notify", func(ctx context.Context, job *ap.Job) error {
+		done <- struct{}{}
+		return nil
+	})
+	if err := p.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer p.Stop(ctx)
+
+	jobs := []*ap.Job{{Type: "resize"}, {Type: "resize"}, {Type: "resize"}}
+	id, err := p.EnqueueBatchWithCallback(ctx, jobs, ap.Callback{OnSuccess: &ap.Job{Type: "notify"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	<-done
+	st, _ := p.WorkflowStatus(ctx, id)
+	for !st.Done() {
+		time.Sleep(10 * time.Millisecond)
+		st, _ = p.WorkflowStatus(ctx, id)
+	}
+	fmt.Println(len(st.Steps), "steps, succeeded:", st.Succeeded())
+	// Output: 4 steps, succeeded: true
+}

@@ -253,15 +253,13 @@ func classifyStep(err error) (decide.Result, bool) {
 	return 0, false
 }
 
-type depsKey struct{}
-
 // DependencyResult returns the result (Job.SetResult) of the step named
 // step, a dependency of the workflow step j being handled: nil for a
 // dependency that set none, was skipped or failed (RunOnDependency). It
 // is an error to ask outside a step's handler or for a step that is not
 // a dependency.
 func (j *Job) DependencyResult(ctx context.Context, step string) ([]byte, error) {
-	m, ok := ctx.Value(depsKey{}).(map[string][]byte)
+	m, ok := workflow.ResultsFrom(ctx)
 	if !ok {
 		return nil, fmt.Errorf("asyncplatform: DependencyResult(%q): job %s is not a workflow step being handled", step, j.ID)
 	}
@@ -319,7 +317,7 @@ func (p *Platform) stepHandler(h Handler) Handler {
 		case workflow.FailIt:
 			return &stepResult{result: decide.DependencyFailed, text: fmt.Sprintf("dependency %q failed", st.Failed)}
 		}
-		hctx, cancel := context.WithCancelCause(context.WithValue(ctx, depsKey{}, st.Results))
+		hctx, cancel := context.WithCancelCause(workflow.WithResults(ctx, st.Results))
 		defer cancel(nil)
 		done := make(chan struct{})
 		watched := make(chan struct{})

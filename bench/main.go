@@ -18,7 +18,7 @@
 //	-out       where benchmarks.md and benchmarks.png go (default ../docs)
 //	-throughput, -peers, -scale, -depth, -store, -unique, -limits, -features  turn those parts off with =false
 //	-churn     measure a rate-limited backlog's Redis commands (off by default: give -redis a server of its own)
-//	-only      run only the parts named, e.g. -only limits (or relay: the outbox relay, PostgreSQL to Redis, RabbitMQ, NATS)
+//	-only      run only the parts named, e.g. -only limits (or relay: the outbox relay, PostgreSQL to Redis, RabbitMQ, NATS; workflow: the cost per step and per edge)
 //	-max-dead  the depth phase's points up to this many dead letters only
 //	-scale-rounds  rounds of each process count in the scaling phase, ours and the raw loop alternating (medians)
 //	-cpuprofile DIR  write a CPU profile of each facade run, and of each worker of the 4-process scaling runs (see go tool pprof)
@@ -73,6 +73,7 @@ type options struct {
 	FeatureSet string // the features measured, comma-separated names; empty: all
 	Churn      bool
 	Relay      bool
+	Workflow   bool // the workflow rows (workflow.go)
 	BigDepth   int
 	MaxDead    int
 	Rate       int
@@ -117,8 +118,9 @@ func main() {
 	flag.BoolVar(&o.Features, "features", true, "measure what each feature costs the processing rate when switched on")
 	flag.StringVar(&o.FeatureSet, "feature-set", "", "the features phase measures only these, comma-separated (none, status, unique, cluster, rate); empty: all")
 	flag.BoolVar(&o.Relay, "relay", true, "measure the outbox relay from PostgreSQL to Redis, RabbitMQ and NATS")
+	flag.BoolVar(&o.Workflow, "workflow", true, "measure what a workflow step and a dependency edge cost")
 	flag.BoolVar(&o.Churn, "churn", false, "measure the Redis commands a backlog held back by a rate costs (give -redis a server of its own)")
-	flag.StringVar(&only, "only", "", "run only these parts, comma-separated: throughput, scale, depth, store, unique, limits, features, churn")
+	flag.StringVar(&only, "only", "", "run only these parts, comma-separated: throughput, scale, depth, store, unique, limits, features, churn, relay, workflow")
 	flag.DurationVar(&o.StoreDur, "store-time", 5*time.Second, "length of each store operation's run")
 	flag.StringVar(&o.Srv.Postgres, "postgres", "postgres://postgres@127.0.0.1:5432/test", "PostgreSQL URL (RabbitMQ's companion store; the PostgreSQL backend, its raw loop, and River in the database bench_river beside it)")
 	flag.IntVar(&o.BigDepth, "big-depth", 1000000, "the large queue depth on memory and Redis")
@@ -137,7 +139,7 @@ func main() {
 	o.Backends = strings.Split(backends, ",")
 	if only != "" {
 		parts := map[string]*bool{"throughput": &o.Throughput, "scale": &o.Scale, "depth": &o.Depth,
-			"store": &o.Store, "unique": &o.Unique, "limits": &o.Limits, "features": &o.Features, "churn": &o.Churn, "relay": &o.Relay}
+			"store": &o.Store, "unique": &o.Unique, "limits": &o.Limits, "features": &o.Features, "churn": &o.Churn, "relay": &o.Relay, "workflow": &o.Workflow}
 		for _, on := range parts {
 			*on = false
 		}
@@ -294,6 +296,9 @@ func run(o options) error {
 	if o.Churn {
 		rep.Churn = measureChurn(o)
 	}
+	if o.Workflow {
+		rep.Workflow = measureWorkflows(o)
+	}
 	if o.Relay {
 		rep.Relay = measureRelays(o)
 	}
@@ -343,6 +348,10 @@ func runChild(js string) {
 	}
 	if spec.System == uniqueSystem {
 		runUniqueChild(spec)
+		return
+	}
+	if spec.System == workflowSystem {
+		runWorkflowChild(spec)
 		return
 	}
 	if spec.System == limitsSystem {

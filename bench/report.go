@@ -32,6 +32,7 @@ type report struct {
 	Features              []featuresResult
 	Churn                 *churnResult
 	Relay                 []relayResult
+	Workflow              []workflowResult
 	Notes                 []string
 }
 
@@ -178,6 +179,7 @@ func (rep *report) markdown() string {
 	rep.writeDepth(w)
 	rep.writeStore(w)
 	rep.writeUnique(w)
+	rep.writeWorkflow(w)
 	rep.writeLimits(w)
 	rep.writeFeatures(w)
 	rep.writeChurn(w)

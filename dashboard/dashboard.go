@@ -253,6 +253,7 @@ func New(p *ap.Platform, cfg Config) (*Dashboard, error) {
 	mux.HandleFunc("GET /schedules", d.view(d.schedulesPage))
 	mux.HandleFunc("GET /workers", d.view(d.workersPage))
 	mux.HandleFunc("GET /history", d.view(d.historyPage))
+	mux.HandleFunc("GET /workflow", d.view(d.workflowPage))
 	mux.HandleFunc("GET /raw", d.view(d.rawPayload))
 	mux.HandleFunc("GET /static/{file}", d.view(d.serveStatic))
 	mux.HandleFunc("POST /pop", d.act(ActionPop, d.pop))

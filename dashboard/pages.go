@@ -39,7 +39,7 @@ func (b *base) page() *base { return b }
 
 type pageData interface{ page() *base }
 
-var pageFiles = []string{"queues.html", "queue.html", "letter.html", "jobs.html", "job.html", "schedules.html", "workers.html", "history.html", "confirm.html", "error.html"}
+var pageFiles = []string{"queues.html", "queue.html", "letter.html", "jobs.html", "job.html", "schedules.html", "workers.html", "history.html", "workflow.html", "confirm.html", "error.html"}
 
 func (d *Dashboard) parseTemplates() error {
 	funcs := template.FuncMap{

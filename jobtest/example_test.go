@@ -42,3 +42,29 @@ func ExampleRecorder() {
 	fmt.Println(j == nil, errors.Is(err, jobtest.ErrNotEnqueued))
 	// Output: true true
 }
+
+// Run a workflow step's handler alone, with the results its dependencies
+// would have set: Job.DependencyResult returns them, and the step's own
+// result is Result.Job.Result().
+func ExampleOptions_dependencyResults() {
+	sum := func(ctx context.Context, j *asyncplatform.Job) error {
+		a, err := j.DependencyResult(ctx, "price")
+		if err != nil {
+			return asyncplatform.Permanent(err)
+		}
+		b, err := j.DependencyResult(ctx, "shipping")
+		if err != nil {
+			return asyncplatform.Permanent(err)
+		}
+		j.SetResult([]byte(string(a) + "+" + string(b)))
+		return nil
+	}
+	r, err := jobtest.Work(context.Background(), sum, &asyncplatform.Job{Type: "total"}, jobtest.Options{
+		DependencyResults: map[string][]byte{"price": []byte("40"), "shipping": []byte("5")},
+	})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(r.Outcome, string(r.Job.Result()))
+	// Output: succeeded 40+5
+}

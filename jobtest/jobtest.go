@@ -1,7 +1,8 @@
 // Package jobtest helps test code that uses asyncplatform, without a broker:
 // run one attempt of a handler through the platform's real decision logic
 // and see its outcome (Work), simulate the worker crashes that came before
-// it (Options.Crashes), and check that code under test enqueued a job
+// it (Options.Crashes), run a workflow step with its dependencies' results
+// (Options.DependencyResults), and check that code under test enqueued a job
 // (Recorder).
 package jobtest
 
@@ -12,12 +13,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/internal/workflow"
 )
 
 // Result is what became of one attempt.
@@ -55,6 +58,15 @@ type Options struct {
 	// the lease). Each counts as a crash, as it would on a broker: past the
 	// poison limit the job is dead-lettered without calling the handler.
 	Crashes int
+
+	// DependencyResults, when not nil, runs the job as a workflow step
+	// whose dependencies are the map's keys: Job.DependencyResult returns
+	// each one's value (nil: a dependency that set no result, was skipped,
+	// or failed under RunOnDependency), and an error for a step not in
+	// the map, as it would for a step that is not a dependency. What the
+	// step sets with Job.SetResult is Result.Job.Result(). Defaults to
+	// nil: the job is no workflow step, and DependencyResult is an error.
+	DependencyResults map[string][]byte
 }
 
 const crashLease = 20 * time.Millisecond
@@ -95,7 +107,11 @@ func Work(ctx context.Context, h asyncplatform.Handler, job *asyncplatform.Job, 
 	}
 	var handlerErr error
 	var mu sync.Mutex
+	deps := maps.Clone(opts.DependencyResults)
 	wrapped := func(ctx context.Context, j *asyncplatform.Job) error {
+		if deps != nil {
+			ctx = workflow.WithResults(ctx, deps)
+		}
 		err := h(ctx, j)
 		mu.Lock()
 		handlerErr = err

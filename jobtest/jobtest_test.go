@@ -84,3 +84,38 @@ func TestRecorder(t *testing.T) {
 		t.Errorf("recorded %d jobs, want 1 (a refused job is not recorded)", n)
 	}
 }
+
+// TestWorkDependencyResults: Options.DependencyResults is what
+// Job.DependencyResult returns; a step not in it, and any step without
+// it, is an error.
+func TestWorkDependencyResults(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	read := func(step string, got *[]byte, gotErr *error) asyncplatform.Handler {
+		return func(ctx context.Context, j *asyncplatform.Job) error {
+			*got, *gotErr = j.DependencyResult(ctx, step)
+			return nil
+		}
+	}
+	deps := map[string][]byte{"a": []byte("A"), "skipped": nil}
+	for _, tc := range []struct {
+		step    string
+		deps    map[string][]byte
+		want    string
+		wantErr bool
+	}{
+		{step: "a", deps: deps, want: "A"},
+		{step: "skipped", deps: deps, want: ""},
+		{step: "b", deps: deps, wantErr: true},
+		{step: "a", deps: nil, wantErr: true},
+	} {
+		var got []byte
+		var err error
+		if _, werr := jobtest.Work(ctx, read(tc.step, &got, &err), &asyncplatform.Job{Type: "t"}, jobtest.Options{DependencyResults: tc.deps}); werr != nil {
+			t.Fatal(werr)
+		}
+		if (err != nil) != tc.wantErr || string(got) != tc.want {
+			t.Errorf("DependencyResult(%q) with %v = %q, %v; want %q, error %v", tc.step, tc.deps, got, err, tc.want, tc.wantErr)
+		}
+	}
+}

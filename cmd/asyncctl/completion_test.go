@@ -31,7 +31,8 @@ func TestComplete(t *testing.T) {
 		line string
 		want []string
 	}{
-		{"asyncctl ", []string{":words", "completion", "dashboard", "dead", "enqueue", "help", "job", "jobs", "migrate", "pause", "queues", "relay", "resume", "schedules", "top", "workers"}},
+		{"asyncctl ", []string{":words", "completion", "dashboard", "dead", "enqueue", "help", "job", "jobs", "migrate", "pause", "queues", "relay", "resume", "schedules", "top", "workers", "workflow"}},
+		{"asyncctl workflow ", []string{":words", "cancel", "show"}},
 		{"asyncctl de", []string{":words", "dead"}},
 		{"asyncctl dead ", []string{":words", "list", "pop", "purge", "redrive", "show"}},
 		{"asyncctl -v dead re", []string{":words", "redrive"}},

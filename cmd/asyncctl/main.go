@@ -117,7 +117,7 @@ type command struct {
 }
 
 func commands() []*command {
-	return []*command{queuesCmd(), topCmd(), enqueueCmd(), deadListCmd(), deadShowCmd(), deadPopCmd(), deadRedriveCmd(), deadPurgeCmd(), jobsCmd(), jobShowCmd(), jobCancelCmd(), pauseCmd(), resumeCmd(), schedulesListCmd(), schedulesTriggerCmd(), workersCmd(), completionCmd(), dashboardCmd(), migrateCmd(), relayCmd()}
+	return []*command{queuesCmd(), topCmd(), enqueueCmd(), deadListCmd(), deadShowCmd(), deadPopCmd(), deadRedriveCmd(), deadPurgeCmd(), jobsCmd(), jobShowCmd(), jobCancelCmd(), workflowShowCmd(), workflowCancelCmd(), pauseCmd(), resumeCmd(), schedulesListCmd(), schedulesTriggerCmd(), workersCmd(), completionCmd(), dashboardCmd(), migrateCmd(), relayCmd()}
 }
 
 const mainHelp = `asyncctl operates asyncplatform queues and dead letters on any backend.

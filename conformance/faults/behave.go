@@ -10,6 +10,7 @@ import (
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 // jobType is the type of every job the suite enqueues.
@@ -33,6 +34,12 @@ type Plan struct {
 	// Kill makes the handler kill its worker (the process, or the
 	// in-process worker's connection) on every attempt.
 	Kill bool `json:",omitempty"`
+	// DieAtSettle, on a worker whose WorkerSpec.DieAtSettle is set, kills
+	// the worker at the settle of the job's first attempt (no failure, no
+	// crash counted yet) once its handler has returned nil: "before" the
+	// ack (so after a workflow step's success is recorded and its
+	// dependents enqueued), or "after" the ack returned.
+	DieAtSettle string `json:",omitempty"`
 }
 
 func newJob(id string, p Plan) *ap.Job {
@@ -44,9 +51,10 @@ func newJob(id string, p Plan) *ap.Job {
 }
 
 // handler runs plans, writing a start event before the work and an end event
-// just before it returns. crash kills the worker; running counts the
+// just before it returns. crash kills the worker; doom, when not nil, makes
+// the settle of a delivery kill it (Plan.DieAtSettle); running counts the
 // handlers running.
-func handler(log *Log, worker string, crash func(), running *sync.WaitGroup) ap.Handler {
+func handler(log *Log, worker string, crash func(), doom func(*driver.Delivery, string), running *sync.WaitGroup) ap.Handler {
 	return func(ctx context.Context, j *ap.Job) error {
 		running.Add(1)
 		defer running.Done()
@@ -91,6 +99,11 @@ func handler(log *Log, worker string, crash func(), running *sync.WaitGroup) ap.
 		case <-ctx.Done():
 			end(ResultCancel)
 			return ctx.Err()
+		}
+		if p.DieAtSettle != "" && doom != nil && j.Failures == 0 && j.Crashes == 0 {
+			if d := driver.DeliveryFrom(ctx); d != nil {
+				doom(d, p.DieAtSettle)
+			}
 		}
 		end(ResultOK)
 		return nil

@@ -12,6 +12,15 @@
 // concurrent NextDeadLetter callers, a NextDeadLetter caller SIGKILLed
 // while it holds a record, and SIGTERM mid-job.
 //
+// Two scenarios run workflows (on a backend with a store): a worker killed
+// in the settle of a join's last parent, before or after the ack (the kill
+// made by the worker itself, Plan.DieAtSettle, so its point is the same on
+// every run), and random SIGKILLs under a batch with an OnSuccess callback.
+// The parent records an acknowledged enqueue of every step, and checks on
+// top of the figures that the workflows succeeded and that the join and the
+// callback ran once (a second completion allowed only where their own
+// worker died after the commit).
+//
 // Every worker appends its events to a history (one JSON line per write, so
 // a SIGKILL loses nothing already written): the parent's acknowledged and
 // indeterminate enqueues, and each attempt's start (with the counters the

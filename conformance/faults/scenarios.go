@@ -42,6 +42,8 @@ var scenarios = []scenario{
 	{"DeadLetterConcurrent", deadLetterConcurrent},
 	{"DeadLetterHolderKilled", deadLetterHolderKilled},
 	{"SigtermMidJob", sigtermMidJob},
+	{"WorkflowJoinKill", workflowJoinKill},
+	{"BatchCallbackKill", batchCallbackKill},
 	{"RandomFaults", randomFaults},
 }
 

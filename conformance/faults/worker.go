@@ -57,14 +57,55 @@ type WorkerSpec struct {
 	// logs KindHeld and holds it, its callback never returning, until the
 	// process is killed.
 	HoldDead bool
+	// DieAtSettle makes the worker honour Plan.DieAtSettle: a job whose
+	// plan names a mode kills the worker at the settle of its first
+	// attempt (see the die* modes: before the ack, or after it returned).
+	DieAtSettle bool
 }
 
-// faulty wraps a backend to inject faults at the driver level.
+// faulty wraps a backend to inject faults at the driver level. It passes
+// the backend's store on (workflows need it); the backend's other optional
+// interfaces are hidden, so only the scenarios that inject such faults
+// wrap.
 type faulty struct {
 	driver.Backend
 	noExtend bool
 	dieIn    string
 	crash    func()
+
+	mu     sync.Mutex
+	doomed map[*driver.Delivery]string // delivery -> die* mode at its ack
+}
+
+// Store returns the wrapped backend's store.
+func (b *faulty) Store() (driver.Store, error) { return driver.StoreOf(b.Backend) }
+
+// doom makes the ack of d kill the worker: before the ack (dieBefore) or
+// after it returned (dieAfter).
+func (b *faulty) doom(d *driver.Delivery, mode string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.doomed == nil {
+		b.doomed = map[*driver.Delivery]string{}
+	}
+	b.doomed[d] = mode
+}
+
+func (b *faulty) Ack(ctx context.Context, d *driver.Delivery) error {
+	b.mu.Lock()
+	mode := b.doomed[d]
+	delete(b.doomed, d)
+	b.mu.Unlock()
+	switch mode {
+	case dieBefore:
+		b.crash()
+		return driver.ErrClosed
+	case dieAfter:
+		err := b.Backend.Ack(ctx, d)
+		b.crash()
+		return err
+	}
+	return b.Backend.Ack(ctx, d)
 }
 
 func (b *faulty) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
@@ -142,8 +183,13 @@ func (l *lostLeases) WithGroup(name string) slog.Handler {
 // startPlatform starts a platform working spec's queue over b, recording
 // into log. crash kills the worker; running counts the handlers running.
 func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *Log, crash func(), running *sync.WaitGroup) (*ap.Platform, error) {
-	if spec.NoExtend || spec.DieInDeadLetter != "" {
-		b = &faulty{Backend: b, noExtend: spec.NoExtend, dieIn: spec.DieInDeadLetter, crash: crash}
+	var doom func(*driver.Delivery, string)
+	if spec.NoExtend || spec.DieInDeadLetter != "" || spec.DieAtSettle {
+		f := &faulty{Backend: b, noExtend: spec.NoExtend, dieIn: spec.DieInDeadLetter, crash: crash}
+		if spec.DieAtSettle {
+			doom = f.doom
+		}
+		b = f
 	}
 	cfg := ap.Config{
 		Queues: map[string]ap.QueueConfig{spec.Queue: {Concurrency: spec.Concurrency, Prefetch: ap.Limit(spec.Prefetch)}},
@@ -174,7 +220,7 @@ func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *
 	if err != nil {
 		return nil, err
 	}
-	if err := p.Handle(jobType, handler(log, spec.Name, crash, running)); err != nil {
+	if err := p.Handle(jobType, handler(log, spec.Name, crash, doom, running)); err != nil {
 		return nil, err
 	}
 	if err := p.Start(ctx); err != nil {

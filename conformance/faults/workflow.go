@@ -1,0 +1,238 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	ap "github.com/asyncplatform/asyncplatform"
+)
+
+// stepJobID is the job ID of a workflow step's first attempt (the
+// platform's: the workflow's ID, the step's name, the attempt).
+func stepJobID(id, step string) string { return id + "." + step + ".0" }
+
+// stepJob returns a job of the run's queue doing p, for a workflow step
+// (its ID is the platform's).
+func (r *run) stepJob(p Plan) *ap.Job {
+	j := newJob("", p)
+	j.Queue = r.queue
+	return j
+}
+
+// enqueueWorkflow enqueues w on the admin platform and records an
+// acknowledged enqueue of every step's first attempt: the roots are
+// enqueued by EnqueueWorkflow, the others by the workers as their
+// dependencies end, and each must complete. A backend without a store
+// skips the scenario.
+func (r *run) enqueueWorkflow(w *ap.Workflow, steps []string) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	from := time.Now()
+	err := r.ad().EnqueueWorkflow(ctx, w)
+	if errors.Is(err, ap.ErrNoStore) {
+		r.t.Skipf("workflows need the backend's store: %v", err)
+	}
+	if err != nil {
+		r.t.Fatalf("EnqueueWorkflow: %v", err)
+	}
+	for _, s := range steps {
+		r.log.Add(Event{Kind: KindEnqueue, ID: stepJobID(w.ID, s), From: from})
+	}
+}
+
+// workflowDone reports whether every workflow named has ended, per its
+// status.
+func (r *run) workflowsDone(ids ...string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, id := range ids {
+		st, err := r.ad().WorkflowStatus(ctx, id)
+		if err != nil || !st.Done() {
+			return false
+		}
+	}
+	return true
+}
+
+// checkWorkflow fails rep when a workflow did not succeed.
+func (r *run) checkWorkflow(rep *Report, id string) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := r.ad().WorkflowStatus(ctx, id)
+	if err != nil {
+		r.t.Errorf("WorkflowStatus(%s): %v", id, err)
+		return
+	}
+	if !st.Succeeded() {
+		var b strings.Builder
+		for _, s := range st.Steps {
+			fmt.Fprintf(&b, " %s=%s", s.Name, s.State)
+			if s.Reason != "" {
+				fmt.Fprintf(&b, "(%s)", s.Reason)
+			}
+		}
+		rep.Wrong(id, "workflow did not succeed:%s", b.String())
+	}
+}
+
+// runsOnce fails rep when job id (a join or a callback) completed other
+// than once, or was started on its first delivery more than once: the
+// step was then enqueued twice, or run again after it succeeded. A second
+// completion is excused where its worker died between the commit and the
+// report of the first (killed lists the workers the scenario killed), as
+// is a second start whose worker reported its lease lost. With killed nil,
+// no kill excuses a second completion.
+func (r *run) runsOnce(rep *Report, id string, killed map[string]bool) {
+	r.t.Helper()
+	h := r.history().of(id)
+	lost := h.count(KindAck, string(ap.OutcomeLeaseLost))[id]
+	var oks, fresh int
+	unreported := map[string]int{}
+	excused := 0
+	for _, e := range h {
+		switch {
+		case e.Kind == KindStart && e.Crashes == 0 && e.Failures == 0:
+			fresh++
+		case e.Kind == KindEnd && e.Result == ResultOK:
+			oks++
+			unreported[e.Worker]++
+		case e.Kind == KindAck && unreported[e.Worker] > 0:
+			unreported[e.Worker]--
+		}
+	}
+	for w, n := range unreported {
+		if killed[w] {
+			excused += n
+		}
+	}
+	switch {
+	case oks == 0:
+		rep.Wrong(id, "never completed: %s", h.brief())
+	case oks > 1+excused+lost:
+		rep.Wrong(id, "completed %d times (%d explained by a worker killed after the commit, %d by a lost lease): %s", oks, excused, lost, h.brief())
+	}
+	if fresh > 1+lost {
+		rep.Wrong(id, "started %d times on a first delivery (no crash counted): enqueued more than once: %s", fresh, h.brief())
+	}
+	r.t.Logf("job %s: completed %d times, %d first-delivery starts: %s", id, oks, fresh, h.brief())
+}
+
+// WorkflowJoinKill: two workflows, parents p0..p3 and "last" (which
+// depends on them, so it ends last) into a join depending on all five.
+// "last" kills its worker at its settle: in one workflow before the ack
+// (its success recorded and the join enqueued, the delivery not
+// acknowledged: it comes back), in the other just after the ack. Fresh
+// workers finish: each join runs exactly once, and both workflows
+// succeed. Kills happen in the workers' own settle, so the kill point is
+// the same on every run.
+func workflowJoinKill(t *testing.T, r *run) *Report {
+	r.lim.PoisonLimit = 50 // the kills are not the jobs' fault
+	parents := []string{"p0", "p1", "p2", "p3"}
+	steps := append(slices.Clone(parents), "last", "join")
+	spec := func() WorkerSpec {
+		s := r.spec()
+		s.DieAtSettle = true
+		return s
+	}
+	killed := map[string]bool{}
+	live := r.start(spec(), true)
+	restarts := 0
+	var ids []string
+	// One workflow at a time, so that each kill is at its own last parent.
+	for _, mode := range []string{dieBefore, dieAfter} {
+		w := ap.NewWorkflow("join-kill-" + mode)
+		for _, p := range parents {
+			w.Add(p, r.stepJob(Plan{SleepMin: 10, SleepMax: 40}))
+		}
+		w.Add("last", r.stepJob(Plan{SleepMin: 10, SleepMax: 20, DieAtSettle: mode}), parents...)
+		w.Add("join", r.stepJob(Plan{SleepMin: 10, SleepMax: 20}), append(slices.Clone(parents), "last")...)
+		r.enqueueWorkflow(w, steps)
+		ids = append(ids, w.ID)
+		select {
+		case <-live.Done():
+		case <-time.After(patience):
+			t.Errorf("workflow %s (%s): the worker did not die at the settle of its last parent within %v", w.ID, mode, patience)
+			live.Kill()
+		}
+		killed[live.Name()] = true
+		live = r.start(spec(), true)
+		restarts++
+		if !waitFor(patience, func() bool { return r.workflowsDone(w.ID) }) {
+			t.Errorf("workflow %s (%s) had not ended %v after its worker was killed", w.ID, mode, patience)
+		}
+	}
+	t.Logf("workers killed at a settle: %d", restarts)
+	r.waitResolved(patience)
+	rep := r.finish(nil, true)
+	for _, id := range ids {
+		// Its success was recorded before the kill: its redelivery
+		// (killed before the ack) must not run it again.
+		r.runsOnce(rep, stepJobID(id, "last"), nil)
+		r.checkWorkflow(rep, id)
+		r.runsOnce(rep, stepJobID(id, "join"), killed)
+	}
+	r.judge(rep, true)
+	return rep
+}
+
+// BatchCallbackKill: a batch of jobs with an OnSuccess callback, worked by
+// two worker processes that are SIGKILLed at random moments and replaced
+// while the batch runs. Every job completes (duplicates allowed: a kill
+// between a commit and its ack), the batch succeeds, and the callback runs
+// exactly once: enqueued once, and run again only where its own worker
+// died after its commit.
+func batchCallbackKill(t *testing.T, r *run) *Report {
+	r.lim.PoisonLimit = 50 // the kills are not the jobs' fault
+	n := scale(30)
+	jobs := make([]*ap.Job, n)
+	steps := make([]string, 0, n+1)
+	for i := range jobs {
+		jobs[i] = r.stepJob(Plan{SleepMin: 10, SleepMax: 80})
+		steps = append(steps, fmt.Sprintf("job-%d", i))
+	}
+	steps = append(steps, ap.CallbackStep)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	from := time.Now()
+	id, err := r.ad().EnqueueBatchWithCallback(ctx, jobs, ap.Callback{OnSuccess: r.stepJob(Plan{SleepMin: 10, SleepMax: 40})})
+	cancel()
+	if errors.Is(err, ap.ErrNoStore) {
+		t.Skipf("batches with a callback need the backend's store: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("EnqueueBatchWithCallback: %v", err)
+	}
+	for _, s := range steps {
+		r.log.Add(Event{Kind: KindEnqueue, ID: stepJobID(id, s), From: from})
+	}
+	cb := stepJobID(id, ap.CallbackStep)
+
+	killed := map[string]bool{}
+	live := []worker{r.start(r.spec(), true), r.start(r.spec(), true)}
+	for range scale(4) {
+		i := mrand.IntN(len(live))
+		v := live[i]
+		if !waitFor(20*time.Second, func() bool { return r.startsBy(v.Name()) > 0 }) || r.workflowsDone(id) {
+			break // nothing left to run
+		}
+		pause(0, 200*time.Millisecond)
+		v.Kill()
+		killed[v.Name()] = true
+		live[i] = r.start(r.spec(), true)
+	}
+	t.Logf("%d workers killed while the batch ran", len(killed))
+	waitFor(patience, func() bool { return r.workflowsDone(id) })
+	r.waitResolved(patience)
+	rep := r.finish(nil, true)
+	r.checkWorkflow(rep, id)
+	r.runsOnce(rep, cb, killed)
+	r.judge(rep, true)
+	return rep
+}
