@@ -235,6 +235,12 @@ type Backend struct {
 
 	beforeAck atomic.Pointer[func()] // for tests: runs between a Requeue's, DeadLetter's or release's stored successors and their acks
 
+	// For tests: traceDelivery sees each delivery Receive reads and what it
+	// did with it; traceResend each message publishFor sends again after a
+	// lost channel.
+	traceDelivery atomic.Pointer[func(d amqp.Delivery, what string)]
+	traceResend   atomic.Pointer[func(m outMsg, attempt int)]
+
 	nodes   []string // one URL per node of Config.URL
 	node    int      // the index in nodes of the last connection; guarded by mu
 	dialled bool     // a connection was made once; guarded by mu

@@ -302,3 +302,20 @@ func (b *Backend) testBeforeAck() {
 		(*f)()
 	}
 }
+
+// testTraceDelivery reports d to Backend.traceDelivery, a test's hook, with
+// whether Receive drops it.
+func (b *Backend) testTraceDelivery(d amqp.Delivery, dropped bool) {
+	if f := b.traceDelivery.Load(); f != nil {
+		what := "handed out"
+		switch {
+		case isMarker(d):
+			what = "marker"
+		case dropped:
+			what = "dropped"
+		case delayLeft(d.Headers) > 0:
+			what = "hop"
+		}
+		(*f)(d, what)
+	}
+}

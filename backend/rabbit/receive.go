@@ -576,6 +576,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		gone := b.replacedEach(ctx, got)
 		bases := b.basesEach(ctx, got)
 		for i, d := range got {
+			b.testTraceDelivery(d, gone[i])
 			switch {
 			case isMarker(d):
 				if err := c.acks.ack(d.DeliveryTag); err != nil {
