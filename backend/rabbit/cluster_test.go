@@ -275,6 +275,9 @@ func testNodeKill(t *testing.T, rawURL string) {
 					errs = append(errs, err)
 				}
 				emu.Unlock()
+				if err != nil {
+					note(j.ID, fmt.Sprintf("Enqueue failed: %v", err))
+				}
 				if err == nil {
 					break
 				}
