@@ -303,19 +303,10 @@ func (b *Backend) testBeforeAck() {
 	}
 }
 
-// testTraceDelivery reports d to Backend.traceDelivery, a test's hook, with
-// whether Receive drops it.
-func (b *Backend) testTraceDelivery(d amqp.Delivery, dropped bool) {
+// testTraceDelivery reports d to Backend.traceDelivery, a test's hook,
+// with what Receive did with it.
+func (b *Backend) testTraceDelivery(d amqp.Delivery, what string) {
 	if f := b.traceDelivery.Load(); f != nil {
-		what := "handed out"
-		switch {
-		case isMarker(d):
-			what = "marker"
-		case dropped:
-			what = "dropped"
-		case delayLeft(d.Headers) > 0:
-			what = "hop"
-		}
 		(*f)(d, what)
 	}
 }

@@ -576,29 +576,44 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		gone := b.replacedEach(ctx, got)
 		bases := b.basesEach(ctx, got)
 		for i, d := range got {
-			b.testTraceDelivery(d, gone[i])
+			what := "handed out"
 			switch {
 			case isMarker(d):
+				what = "marker"
 				if err := c.acks.ack(d.DeliveryTag); err != nil {
 					b.log.Debug("ack of a settle barrier's marker failed", "queue", queue, "err", err)
 				}
 			case gone[i]:
+				what = "dropped: replaced or acked"
 				if err := c.acks.ack(d.DeliveryTag); err != nil {
 					b.log.Debug("ack of a replaced message failed; it comes back and is dropped again", "queue", queue, "id", d.MessageId, "err", err)
 				} else {
 					b.acked(c.qchan, instanceOf(d.Headers))
 				}
 			case delayLeft(d.Headers) > 0:
+				what = "hop"
 				b.hop(ctx, c, d, delayLeft(d.Headers))
 			default:
+				r := &receipt{c: c.qchan, tag: d.DeliveryTag, inst: instanceOf(d.Headers)}
+				if !b.holding.take(r) {
+					// A twin of a held delivery (see twins.go); not
+					// remembered as acked: its sibling may still come
+					// back.
+					what = "dropped: twin of a held delivery"
+					if err := c.acks.ack(d.DeliveryTag); err != nil {
+						b.log.Debug("ack of a twin failed; it comes back", "queue", queue, "id", d.MessageId, "err", err)
+					}
+					break
+				}
 				c.held.Add(1)
 				out = append(out, &driver.Delivery{
 					Queue:      queue,
 					Body:       d.Body,
 					Deliveries: bases[i] + deliveryCount(d.Headers) + 1,
-					Handle:     &receipt{c: c.qchan, tag: d.DeliveryTag, inst: instanceOf(d.Headers)},
+					Handle:     r,
 				})
 			}
+			b.testTraceDelivery(d, what)
 		}
 		b.leave(c, false, lease)
 		if len(out) > 0 {
@@ -754,6 +769,7 @@ func (b *Backend) settle(r *receipt) error {
 	if !r.settled.CompareAndSwap(false, true) {
 		return fmt.Errorf("rabbit: delivery tag %d already settled: %w", r.tag, driver.ErrLeaseLost)
 	}
+	b.holding.drop(r)
 	defer b.settled(r.c)
 	if r.c.ch.IsClosed() {
 		return fmt.Errorf("rabbit: channel generation %d is closed: %w", r.c.gen, driver.ErrLeaseLost)
@@ -818,6 +834,7 @@ func (b *Backend) unsettled(r *receipt, err error) error {
 	if errors.Is(err, driver.ErrLeaseLost) || !r.settled.CompareAndSwap(false, true) {
 		return err
 	}
+	b.holding.drop(r)
 	defer b.settled(r.c)
 	if !r.c.ch.IsClosed() {
 		if nerr := r.c.acks.nack(r.tag, true); nerr != nil {

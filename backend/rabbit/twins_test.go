@@ -1,0 +1,133 @@
+package rabbit
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/asyncplatform/asyncplatform/driver"
+)
+
+// TestTwinOfHeldDropped: a producer's publish reaches the broker, the
+// proxy swallows its confirm and the connection is cut, so the producer
+// sends it again on its next connection and the queue stores two messages
+// of one instance (as an Enqueue at a node's kill did in
+// TestCluster/NodeKill). A worker that holds one of them must not be
+// handed the other: the job would run twice. The twin must be acked, and
+// the held one, once acked, leave the queue empty.
+func TestTwinOfHeldDropped(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := startProxy(t, u.Host)
+	quiet := slog.New(slog.DiscardHandler)
+	w := newBackend(t, Config{Logger: quiet})
+	prod := newBackend(t, Config{
+		URL: px.url(t, testURL()), PublishTimeout: 30 * time.Second,
+		ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond, Logger: quiet,
+	})
+	ctx := testCtx(t)
+	q := queueName(t, w)
+	if err := w.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	if err := prod.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	px.dropConfirms.Store(true)
+	enqueued := make(chan error, 1)
+	go func() { enqueued <- prod.Enqueue(ctx, q, []driver.Message{{ID: "twin", Body: []byte("x")}}) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for px.dropped.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no confirm of the publish came in 30s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	px.cut()
+	px.dropConfirms.Store(false)
+	if err := <-enqueued; err != nil {
+		t.Fatalf("Enqueue after the cut: %v", err)
+	}
+	for {
+		st, err := w.Stats(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Ready == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Stats %+v: want the two stored messages of the publish sent twice", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	ds, err := w.Receive(ctx, q, 2, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if more, err := w.Receive(rctx, q, 2, time.Minute); err == nil {
+		ds = append(ds, more...)
+	}
+	if len(ds) != 1 {
+		t.Fatalf("%d deliveries of one publish handed out while the first was held: its job runs twice", len(ds))
+	}
+	if err := w.Ack(ctx, ds[0]); err != nil {
+		t.Fatal(err)
+	}
+	st, err := w.Stats(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ready != 0 {
+		t.Errorf("Stats %+v after the ack: the twin was not acked", st)
+	}
+}
+
+// TestHeldLostNotTwin: a delivery held on a connection that is cut comes
+// back to the same Backend, counted; it is the same stored message, not a
+// twin, and must be handed out again.
+func TestHeldLostNotTwin(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := startProxy(t, u.Host)
+	w := newBackend(t, Config{
+		URL: px.url(t, testURL()), ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	ctx := testCtx(t)
+	q := queueName(t, w)
+	if err := w.Enqueue(ctx, q, []driver.Message{{ID: "held", Body: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := w.Receive(ctx, q, 1, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.cut()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	again, err := w.Receive(rctx, q, 1, time.Minute)
+	if err != nil {
+		t.Fatalf("the delivery held on the cut connection did not come back within 30s (%v): lost", err)
+	}
+	if again[0].Deliveries != 2 {
+		t.Errorf("back with Deliveries %d, want 2", again[0].Deliveries)
+	}
+	if err := w.Ack(ctx, ds[0]); err == nil {
+		t.Error("the Ack of the delivery of the cut connection succeeded")
+	}
+	if err := w.Ack(ctx, again[0]); err != nil {
+		t.Fatal(err)
+	}
+}
