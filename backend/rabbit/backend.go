@@ -230,9 +230,10 @@ type Backend struct {
 	migMu   sync.Mutex // serialises migrateDead
 	chanGen atomic.Uint64
 
-	recent  recentAcks // acks sent lately on the connection (see lostack.go)
-	doubt   doubtSet   // acks that may have been lost with their connection
-	holding holders    // deliveries handed out and not settled, by instance (see twins.go)
+	recent  recentAcks  // acks sent lately on the connection (see lostack.go)
+	doubt   doubtSet    // acks that may have been lost with their connection
+	holding holders     // deliveries handed out and not settled, by instance (see twins.go)
+	unsure  unsureSends // instances of failed Enqueues, sent again by the next Enqueue of the same job (see twins.go)
 
 	beforeAck atomic.Pointer[func()] // for tests: runs between a Requeue's, DeadLetter's or release's stored successors and their acks
 

@@ -898,12 +898,24 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 		return err
 	}
 	out := make([]outMsg, len(msgs))
+	ids := make([]string, len(msgs))
+	now := time.Now()
 	for i, m := range msgs {
 		o, err := b.route(ctx, queue, m)
 		if err != nil {
 			return err
 		}
-		out[i] = o
+		if inst := b.unsure.get(now, queue, m.ID); inst != "" {
+			// Tried again after a failed Enqueue: the same instance (see
+			// twins.go).
+			o.pub.Headers[instanceHeader] = inst
+		}
+		out[i], ids[i] = o, m.ID
 	}
-	return b.publish(ctx, out...)
+	if err := b.publish(ctx, out...); err != nil {
+		b.unsure.failed(now, queue, out, ids)
+		return err
+	}
+	b.unsure.stored(queue, ids)
+	return nil
 }

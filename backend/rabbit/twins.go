@@ -1,6 +1,9 @@
 package rabbit
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // Twins: two stored messages of one publish. A publish whose confirm was
 // lost with its connection is sent again under the same instance (see
@@ -67,5 +70,89 @@ func (h *holders) drop(r *receipt) {
 	defer h.mu.Unlock()
 	if h.by[r.inst] == r {
 		delete(h.by, r.inst)
+	}
+}
+
+// Enqueues tried again. An Enqueue that fails after its publish went out
+// (a confirm lost with a killed node, then nacks on the next one until the
+// caller's ctx ended) may have stored its message, and the caller, told it
+// failed, enqueues the job again: a second stored message that no twin
+// check could match, since it had a new instance. So a Backend remembers,
+// for unsureTTL, the instance of each message of a failed Enqueue, by
+// queue and message ID, and an Enqueue of the same ID to the same queue
+// publishes under that instance again: the two, if both are stored, are
+// twins (see above). An Enqueue that succeeds forgets its messages. A job
+// ID enqueued again on purpose after a failed Enqueue of it, within
+// unsureTTL, is taken as the same job.
+const (
+	// unsureTTL is how long an instance of a failed Enqueue is kept.
+	unsureTTL = 10 * time.Minute
+
+	// unsureMax bounds the instances kept; past it, the expired are
+	// dropped, and a new one is not kept while none has expired.
+	unsureMax = 1 << 14
+)
+
+// unsureSends maps queue and message ID to the instance of a failed
+// Enqueue's publish.
+type unsureSends struct {
+	mu sync.Mutex
+	by map[unsureKey]unsureSend
+}
+
+type unsureKey struct{ queue, id string }
+
+type unsureSend struct {
+	inst  string
+	until time.Time
+}
+
+// get returns the instance a failed Enqueue of id to queue published, or
+// "".
+func (u *unsureSends) get(now time.Time, queue, id string) string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s, ok := u.by[unsureKey{queue, id}]
+	if !ok || now.After(s.until) {
+		return ""
+	}
+	return s.inst
+}
+
+// failed remembers the instances of msgs, whose Enqueue to queue failed.
+func (u *unsureSends) failed(now time.Time, queue string, msgs []outMsg, ids []string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.by == nil {
+		u.by = map[unsureKey]unsureSend{}
+	}
+	for i, m := range msgs {
+		inst := instanceOf(m.pub.Headers)
+		if ids[i] == "" || inst == "" {
+			continue
+		}
+		if len(u.by) >= unsureMax {
+			for k, s := range u.by {
+				if now.After(s.until) {
+					delete(u.by, k)
+				}
+			}
+			if len(u.by) >= unsureMax {
+				return
+			}
+		}
+		u.by[unsureKey{queue, ids[i]}] = unsureSend{inst: inst, until: now.Add(unsureTTL)}
+	}
+}
+
+// stored forgets the messages ids of queue: their Enqueue succeeded.
+func (u *unsureSends) stored(queue string, ids []string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.by) == 0 {
+		return
+	}
+	for _, id := range ids {
+		delete(u.by, unsureKey{queue, id})
 	}
 }

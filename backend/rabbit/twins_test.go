@@ -131,3 +131,85 @@ func TestHeldLostNotTwin(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEnqueueRetryTwinDropped: an Enqueue's publish reaches the broker,
+// the proxy swallows its confirm and the Enqueue fails when its ctx ends;
+// the caller enqueues the job again, and the queue stores two messages of
+// it (as a retried Enqueue at a node's kill may in TestCluster/NodeKill).
+// The second must go under the first one's instance, so that a worker
+// holding one is not handed the other.
+func TestEnqueueRetryTwinDropped(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(testURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := startProxy(t, u.Host)
+	quiet := slog.New(slog.DiscardHandler)
+	w := newBackend(t, Config{Logger: quiet})
+	prod := newBackend(t, Config{URL: px.url(t, testURL()), Logger: quiet})
+	ctx := testCtx(t)
+	q := queueName(t, w)
+	if err := w.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	if err := prod.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	msg := []driver.Message{{ID: "retried", Body: []byte("x")}}
+	px.dropConfirms.Store(true)
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err = prod.Enqueue(cctx, q, msg)
+	cancel()
+	if err == nil {
+		t.Fatal("Enqueue succeeded with its confirm swallowed")
+	}
+	px.dropConfirms.Store(false)
+	if err := prod.Enqueue(ctx, q, msg); err != nil {
+		t.Fatalf("Enqueue tried again: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := w.Stats(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Ready == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Stats %+v: want the two stored messages of the job enqueued twice", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ds, err := w.Receive(ctx, q, 2, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer rcancel()
+	if more, err := w.Receive(rctx, q, 2, time.Minute); err == nil {
+		ds = append(ds, more...)
+	}
+	if len(ds) != 1 {
+		t.Fatalf("%d deliveries of a job whose failed Enqueue was tried again handed out while the first was held: it runs twice", len(ds))
+	}
+	if err := w.Ack(ctx, ds[0]); err != nil {
+		t.Fatal(err)
+	}
+
+	// Enqueued once more, after the Enqueue that succeeded: a new message,
+	// not a twin of the acked one.
+	if err := prod.Enqueue(ctx, q, msg); err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithTimeout(ctx, 10*time.Second)
+	defer acancel()
+	again, err := w.Receive(actx, q, 1, time.Minute)
+	if err != nil {
+		t.Fatalf("the job enqueued again after a successful Enqueue was not handed out (%v): taken for a twin of the acked one", err)
+	}
+	if err := w.Ack(ctx, again[0]); err != nil {
+		t.Fatal(err)
+	}
+}
