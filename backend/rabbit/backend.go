@@ -234,6 +234,7 @@ type Backend struct {
 	doubt   doubtSet    // acks that may have been lost with their connection
 	holding holders     // deliveries handed out and not settled, by instance (see twins.go)
 	unsure  unsureSends // instances of failed Enqueues, sent again by the next Enqueue of the same job (see twins.go)
+	ran     doubtSet    // origins of deliveries handed out and settled (see twins.go)
 
 	beforeAck atomic.Pointer[func()] // for tests: runs between a Requeue's, DeadLetter's or release's stored successors and their acks
 

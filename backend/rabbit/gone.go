@@ -224,6 +224,8 @@ func (b *Backend) replacedEach(ctx context.Context, ds []amqp.Delivery) []bool {
 		case inst == "":
 		case b.doubt.has(now, inst) || b.recent.has(inst): // acked already (see lostack.go)
 			out[i] = true
+		case b.ran.has(now, originOf(d.Headers)): // a twin of one that ran (see twins.go)
+			out[i] = true
 		case b.cfg.Store != nil && redelivered(d):
 			pending[inst] = append(pending[inst], i)
 		}

@@ -194,6 +194,7 @@ type receipt struct {
 	c       *qchan
 	tag     uint64
 	inst    string // the message's instance (see gone.go), "" when it has none
+	origin  string // the publish it stores (see originHeader), "" when it has none
 	settled atomic.Bool
 }
 
@@ -506,14 +507,18 @@ func (b *Backend) handBack(ctx context.Context, queue string, ds []amqp.Delivery
 }
 
 // copyOf returns the publish of a copy of d: none of its headers but a new
-// instance.
+// instance and d's origin (see originHeader).
 func copyOf(d amqp.Delivery) amqp.Publishing {
+	h := withInstance(nil)
+	if o := originOf(d.Headers); o != "" {
+		h[originHeader] = o
+	}
 	return amqp.Publishing{
 		DeliveryMode: amqp.Persistent,
 		MessageId:    d.MessageId,
 		Timestamp:    d.Timestamp,
 		ContentType:  d.ContentType,
-		Headers:      withInstance(nil),
+		Headers:      h,
 		Body:         d.Body,
 	}
 }
@@ -594,7 +599,7 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 				what = "hop"
 				b.hop(ctx, c, d, delayLeft(d.Headers))
 			default:
-				r := &receipt{c: c.qchan, tag: d.DeliveryTag, inst: instanceOf(d.Headers)}
+				r := &receipt{c: c.qchan, tag: d.DeliveryTag, inst: instanceOf(d.Headers), origin: originOf(d.Headers)}
 				if !b.holding.take(r) {
 					// A twin of a held delivery (see twins.go); not
 					// remembered as acked: its sibling may still come
@@ -778,6 +783,9 @@ func (b *Backend) settle(r *receipt) error {
 		return fmt.Errorf("rabbit: ack tag %d of channel generation %d: %w: %w", r.tag, r.c.gen, driver.ErrLeaseLost, err)
 	}
 	b.acked(r.c, r.inst)
+	if r.origin != "" {
+		b.ran.add(time.Now(), []string{r.origin})
+	}
 	return nil
 }
 

@@ -1,8 +1,11 @@
 package rabbit
 
 import (
+	"encoding/hex"
 	"sync"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // Twins: two stored messages of one publish. A publish whose confirm was
@@ -14,10 +17,25 @@ import (
 // out twice while a live channel holds it), and it is acked without being
 // handed out. Dropping it loses nothing: the held sibling ends only by an
 // ack (its job ran), a replacement whose successor is stored, or the loss
-// of its channel, which brings the sibling back. A twin that arrives after
-// its sibling was acked is dropped by the recent acks (see lostack.go).
-// Twins reaching two processes, or one Backend after its sibling's ack
-// has left the recent acks, both run.
+// of its channel, which brings the sibling back.
+//
+// A release hands back the deliveries its consumer buffered as copies
+// with new instances (see handBack), and a twin can be among them: each
+// copy (copyOf: a release, a delay hop or sweep, never a Requeue's
+// successor) carries in originHeader the publish it stores, the origin of
+// what it copies or else that message's instance. Twins are matched by
+// origin (or instance, without one).
+//
+// A Backend also remembers, for doubtTTL and doubtMax of them, the origins
+// of the deliveries it handed out and settled (an Ack, or a replacement
+// whose successor is stored; Backend.ran), across its connections: a later
+// delivery of one of them is a twin, or the message itself back after a
+// lost ack, and is dropped. (The recent acks cannot serve: a copy of a
+// twin has an instance of its own, and a release's acks of the originals
+// it handed back must not drop their copies.)
+//
+// Twins reaching two processes, or one Backend more than doubtTTL after
+// its sibling's settle, both run.
 
 // heldMax is how many holders a Backend keeps before it drops those no
 // longer live; past twice the live ones after the last drop, it drops
@@ -35,21 +53,23 @@ type holders struct {
 // live reports whether r is still held: not settled, on a live channel.
 func (r *receipt) live() bool { return !r.settled.Load() && r.c.alive() == nil }
 
-// take makes r the holder of its instance and reports true, unless a live
-// receipt holds that instance already: r's delivery is then a twin.
+// take makes r the holder of its publish (see twinKey) and reports true,
+// unless a live receipt holds that publish already: r's delivery is then a
+// twin.
 func (h *holders) take(r *receipt) bool {
-	if r.inst == "" {
+	k := r.twinKey()
+	if k == "" {
 		return true
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if o, ok := h.by[r.inst]; ok && o.live() {
+	if o, ok := h.by[k]; ok && o.live() {
 		return false
 	}
 	if h.by == nil {
 		h.by = map[string]*receipt{}
 	}
-	h.by[r.inst] = r
+	h.by[k] = r
 	if len(h.by) > max(heldMax, 2*h.live) {
 		for inst, o := range h.by {
 			if !o.live() {
@@ -63,15 +83,34 @@ func (h *holders) take(r *receipt) bool {
 
 // drop forgets r as its instance's holder, once it is settled.
 func (h *holders) drop(r *receipt) {
-	if r.inst == "" {
+	k := r.twinKey()
+	if k == "" {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.by[r.inst] == r {
-		delete(h.by, r.inst)
+	if h.by[k] == r {
+		delete(h.by, k)
 	}
 }
+
+// originHeader carries, on a copy, the publish it stores: 32 hex digits,
+// the instance of the first message of the line of copies.
+const originHeader = "x-asyncplatform-origin"
+
+// originOf returns the publish a delivery stores: its origin, or else its
+// instance; "" when it has neither (the headers are untrusted).
+func originOf(h amqp.Table) string {
+	if s, ok := h[originHeader].(string); ok && len(s) == 32 {
+		if _, err := hex.DecodeString(s); err == nil {
+			return s
+		}
+	}
+	return instanceOf(h)
+}
+
+// twinKey is what r's twins share: its origin.
+func (r *receipt) twinKey() string { return r.origin }
 
 // Enqueues tried again. An Enqueue that fails after its publish went out
 // (a confirm lost with a killed node, then nacks on the next one until the

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
@@ -211,5 +213,84 @@ func TestEnqueueRetryTwinDropped(t *testing.T) {
 	}
 	if err := w.Ack(ctx, again[0]); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTwinCopyDropped: two stored messages of one publish; a worker holds
+// one while the other sits in its consumer's buffer, and a release hands
+// that one back as a copy with an instance of its own. The copy must not
+// be handed out while its twin is held, nor after the twin was acked; the
+// release's copies of other messages must still be.
+func TestTwinCopyDropped(t *testing.T) {
+	t.Parallel()
+	w := newBackend(t, Config{Prefetch: 5, Logger: slog.New(slog.DiscardHandler)})
+	ctx := testCtx(t)
+	q := queueName(t, w)
+	if err := w.Declare(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	inst := newInstance()
+	publishRaw(t, w, q, "twin", amqp.Table{instanceHeader: inst})
+	publishRaw(t, w, q, "twin", amqp.Table{instanceHeader: inst})
+	publishRaw(t, w, q, "other", amqp.Table{instanceHeader: newInstance()})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := w.Stats(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Ready == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Stats %+v: want 3 messages", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ds, err := w.Receive(ctx, q, 1, time.Minute) // the first twin held, the rest buffered
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	w.Receive(cctx, q, 5, time.Minute) // releases: hands back what is buffered
+
+	var got []*driver.Delivery
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer rcancel()
+	for {
+		more, err := w.Receive(rctx, q, 5, time.Minute)
+		if err != nil {
+			break
+		}
+		got = append(got, more...)
+	}
+	ids := map[string]int{}
+	for _, d := range got {
+		ids[string(d.Body)]++
+		if err := w.Ack(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 1 || ids["other"] != 1 {
+		t.Fatalf("handed out after the release, while a twin was held: %v; want the other message alone", ids)
+	}
+	if err := w.Ack(ctx, ds[0]); err != nil {
+		t.Fatal(err)
+	}
+
+	// A copy of a twin arriving after its sibling was acked.
+	publishRaw(t, w, q, "twin", amqp.Table{instanceHeader: newInstance(), originHeader: inst})
+	actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+	defer acancel()
+	if again, err := w.Receive(actx, q, 1, time.Minute); err == nil {
+		t.Fatalf("a copy of a twin of an acked message was handed out (body %q): its job runs twice", again[0].Body)
+	}
+	st, err := w.Stats(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ready != 0 {
+		t.Errorf("Stats %+v: the twins were not acked", st)
 	}
 }
