@@ -232,7 +232,7 @@ type Backend struct {
 
 	recent  recentAcks  // acks sent lately on the connection (see lostack.go)
 	doubt   doubtSet    // acks that may have been lost with their connection
-	holding holders     // deliveries handed out and not settled, by instance (see twins.go)
+	holding holders     // deliveries handed out and not settled, by origin (see twins.go)
 	unsure  unsureSends // instances of failed Enqueues, sent again by the next Enqueue of the same job (see twins.go)
 	ran     doubtSet    // origins of deliveries handed out and settled (see twins.go)
 
