@@ -230,10 +230,19 @@ type Backend struct {
 	migMu   sync.Mutex // serialises migrateDead
 	chanGen atomic.Uint64
 
-	recent recentAcks // acks sent lately on the connection (see lostack.go)
-	doubt  doubtSet   // acks that may have been lost with their connection
+	recent  recentAcks  // acks sent lately on the connection (see lostack.go)
+	doubt   doubtSet    // acks that may have been lost with their connection
+	holding holders     // deliveries handed out and not settled, by origin (see twins.go)
+	unsure  unsureSends // instances of failed Enqueues, sent again by the next Enqueue of the same job (see twins.go)
+	ran     doubtSet    // origins of deliveries handed out and settled (see twins.go)
 
 	beforeAck atomic.Pointer[func()] // for tests: runs between a Requeue's, DeadLetter's or release's stored successors and their acks
+
+	// For tests: traceDelivery sees each delivery Receive reads and what it
+	// did with it; traceResend each message publishFor sends again after a
+	// lost channel.
+	traceDelivery atomic.Pointer[func(d amqp.Delivery, what string)]
+	traceResend   atomic.Pointer[func(m outMsg, attempt int)]
 
 	nodes   []string // one URL per node of Config.URL
 	node    int      // the index in nodes of the last connection; guarded by mu

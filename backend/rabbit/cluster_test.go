@@ -170,6 +170,29 @@ func testNodeKill(t *testing.T, rawURL string) {
 	}
 	time.Sleep(3 * time.Second) // the queues' Raft names are on disk (see rabbitKillLeaves)
 
+	// The trace of each job: its deliveries to the worker (instance,
+	// x-delivery-count, redelivered flag, what Receive did) and the
+	// producer's publishes sent again after a lost confirm, printed for
+	// each duplicate.
+	var (
+		tmu   sync.Mutex
+		trace = map[string][]string{}
+		t0    = time.Now()
+	)
+	note := func(id, s string) {
+		tmu.Lock()
+		defer tmu.Unlock()
+		trace[id] = append(trace[id], fmt.Sprintf("%.3fs %s", time.Since(t0).Seconds(), s))
+	}
+	onDelivery := func(d amqp.Delivery, what string) {
+		note(d.MessageId, fmt.Sprintf("delivered inst %.8s count %d redelivered %v: %s", instanceOf(d.Headers), deliveryCount(d.Headers), d.Redelivered, what))
+	}
+	worker.traceDelivery.Store(&onDelivery)
+	onResend := func(m outMsg, attempt int) {
+		note(m.pub.MessageId, fmt.Sprintf("producer sends inst %.8s again (attempt %d)", instanceOf(m.pub.Headers), attempt))
+	}
+	producer.traceResend.Store(&onResend)
+
 	var (
 		mu        sync.Mutex
 		succeeded = map[string]int{}
@@ -252,6 +275,9 @@ func testNodeKill(t *testing.T, rawURL string) {
 					errs = append(errs, err)
 				}
 				emu.Unlock()
+				if err != nil {
+					note(j.ID, fmt.Sprintf("Enqueue failed: %v", err))
+				}
 				if err == nil {
 					break
 				}
@@ -349,7 +375,10 @@ func testNodeKill(t *testing.T, rawURL string) {
 			lost++
 		case n > 1:
 			dup++
-			t.Logf("duplicated: kill-%05d succeeded %d times: %s", i, n, strings.Join(how[fmt.Sprintf("kill-%05d", i)], "; "))
+			id := fmt.Sprintf("kill-%05d", i)
+			tmu.Lock()
+			t.Logf("duplicated: %s succeeded %d times: %s\n\ttrace: %s", id, n, strings.Join(how[id], "; "), strings.Join(trace[id], "\n\t       "))
+			tmu.Unlock()
 		}
 	}
 	unexpected := len(succeeded) - (jobs - lost)
@@ -357,7 +386,19 @@ func testNodeKill(t *testing.T, rawURL string) {
 		t.Logf("killed node %s (clients connected to it: %v): first enqueue after %v, first claim after %v; %d enqueue calls failed (and were tried again), the last %v after the kill (%v); then worker on %s, producer on %s",
 			r.port, r.connected, r.firstEnqueue.Round(time.Millisecond), r.firstClaim.Round(time.Millisecond), r.enqueueFailures, r.lastFailure.Round(time.Millisecond), r.lastErr, r.workerOn, r.prodOn)
 	}
-	t.Logf("jobs=%d lost=%d duplicated=%d unexpected=%d", jobs, lost, dup, unexpected)
+	resent := 0
+	tmu.Lock()
+	for id, ev := range trace {
+		for _, e := range ev {
+			if strings.Contains(e, "producer sends") {
+				resent++
+				t.Logf("re-sent: %s: %s", id, strings.Join(ev, "; "))
+				break
+			}
+		}
+	}
+	tmu.Unlock()
+	t.Logf("jobs=%d lost=%d duplicated=%d unexpected=%d resent=%d", jobs, lost, dup, unexpected, resent)
 	if lost > 0 || unexpected > 0 {
 		t.Errorf("lost %d, unexpected %d", lost, unexpected)
 	}

@@ -218,6 +218,21 @@
 // as well; without one, and for twins, only the Backend that acked does
 // (TestCluster/NodeKill).
 //
+// Twins. A publish whose confirm was lost with a killed node is sent again
+// under the same instance, and an Enqueue that failed so is often tried
+// again by its caller: the queue may then hold two messages of one job
+// (TestCluster/NodeKill traced both). An Enqueue of a job ID to a queue
+// within 10 minutes of a failed Enqueue of it by the same Backend
+// publishes under the failed one's instance (TestEnqueueRetryTwinDropped);
+// copies a release, a delay hop or a sweep makes carry their publish's
+// origin (header x-asyncplatform-origin). A delivery whose origin (or
+// instance) a live channel of the same Backend holds is acked and never
+// handed out (TestTwinOfHeldDropped, TestTwinCopyDropped), and so is one
+// whose origin the Backend handed out and settled in the last 10 minutes
+// (at most 65,536); a delivery held on a channel that was lost comes back
+// and runs (TestHeldLostNotTwin). No store round trip: twins that reach
+// two processes both run.
+//
 // Settle barrier. RabbitMQ 3.10 holds a channel's settles to a quorum
 // queue back once about 32 are unapplied and drops the held ones when the
 // channel closes: acked one by one (a handler held a lower tag) and the
@@ -414,6 +429,12 @@
 //     that acked it within 10 minutes (see Lost acks). With a store, a
 //     process that dies between the copy's confirm and its gone mark still
 //     leaves them.
+//   - Two stored messages of one job (a publish re-sent after a lost
+//     confirm, an Enqueue tried again after it failed so) both run when
+//     they reach two processes, or one Backend more than 10 minutes apart
+//     (see Twins). A job ID enqueued again on purpose within 10 minutes of
+//     a failed Enqueue of it, by the same Backend, is taken for the same
+//     job: it does not run again when its first message ran there.
 //
 // # Clusters
 //

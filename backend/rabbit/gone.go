@@ -224,6 +224,8 @@ func (b *Backend) replacedEach(ctx context.Context, ds []amqp.Delivery) []bool {
 		case inst == "":
 		case b.doubt.has(now, inst) || b.recent.has(inst): // acked already (see lostack.go)
 			out[i] = true
+		case b.ran.has(now, originOf(d.Headers)): // a twin of one that ran (see twins.go)
+			out[i] = true
 		case b.cfg.Store != nil && redelivered(d):
 			pending[inst] = append(pending[inst], i)
 		}
@@ -300,5 +302,13 @@ func (b *Backend) later(f func()) {
 func (b *Backend) testBeforeAck() {
 	if f := b.beforeAck.Load(); f != nil {
 		(*f)()
+	}
+}
+
+// testTraceDelivery reports d to Backend.traceDelivery, a test's hook,
+// with what Receive did with it.
+func (b *Backend) testTraceDelivery(d amqp.Delivery, what string) {
+	if f := b.traceDelivery.Load(); f != nil {
+		(*f)(d, what)
 	}
 }

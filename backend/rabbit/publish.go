@@ -243,6 +243,11 @@ func (b *Backend) publishFor(ctx context.Context, held func() error, msgs ...out
 				}
 			}
 			b.log.Debug("publishing again after a lost channel", "messages", len(pending), "attempt", attempt)
+			if f := b.traceResend.Load(); f != nil {
+				for _, m := range pending {
+					(*f)(m, attempt)
+				}
+			}
 		}
 		if err := ctx.Err(); err != nil {
 			// Not sent: a confirm that came before the wait looked at ctx

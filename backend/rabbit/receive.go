@@ -194,6 +194,7 @@ type receipt struct {
 	c       *qchan
 	tag     uint64
 	inst    string // the message's instance (see gone.go), "" when it has none
+	origin  string // the publish it stores (see originHeader), "" when it has none
 	settled atomic.Bool
 }
 
@@ -506,14 +507,18 @@ func (b *Backend) handBack(ctx context.Context, queue string, ds []amqp.Delivery
 }
 
 // copyOf returns the publish of a copy of d: none of its headers but a new
-// instance.
+// instance and d's origin (see originHeader).
 func copyOf(d amqp.Delivery) amqp.Publishing {
+	h := withInstance(nil)
+	if o := originOf(d.Headers); o != "" {
+		h[originHeader] = o
+	}
 	return amqp.Publishing{
 		DeliveryMode: amqp.Persistent,
 		MessageId:    d.MessageId,
 		Timestamp:    d.Timestamp,
 		ContentType:  d.ContentType,
-		Headers:      withInstance(nil),
+		Headers:      h,
 		Body:         d.Body,
 	}
 }
@@ -576,28 +581,44 @@ func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time
 		gone := b.replacedEach(ctx, got)
 		bases := b.basesEach(ctx, got)
 		for i, d := range got {
+			what := "handed out"
 			switch {
 			case isMarker(d):
+				what = "marker"
 				if err := c.acks.ack(d.DeliveryTag); err != nil {
 					b.log.Debug("ack of a settle barrier's marker failed", "queue", queue, "err", err)
 				}
 			case gone[i]:
+				what = "dropped: replaced or acked"
 				if err := c.acks.ack(d.DeliveryTag); err != nil {
 					b.log.Debug("ack of a replaced message failed; it comes back and is dropped again", "queue", queue, "id", d.MessageId, "err", err)
 				} else {
 					b.acked(c.qchan, instanceOf(d.Headers))
 				}
 			case delayLeft(d.Headers) > 0:
+				what = "hop"
 				b.hop(ctx, c, d, delayLeft(d.Headers))
 			default:
+				r := &receipt{c: c.qchan, tag: d.DeliveryTag, inst: instanceOf(d.Headers), origin: originOf(d.Headers)}
+				if !b.holding.take(r) {
+					// A twin of a held delivery (see twins.go); not
+					// remembered as acked: its sibling may still come
+					// back.
+					what = "dropped: twin of a held delivery"
+					if err := c.acks.ack(d.DeliveryTag); err != nil {
+						b.log.Debug("ack of a twin failed; it comes back", "queue", queue, "id", d.MessageId, "err", err)
+					}
+					break
+				}
 				c.held.Add(1)
 				out = append(out, &driver.Delivery{
 					Queue:      queue,
 					Body:       d.Body,
 					Deliveries: bases[i] + deliveryCount(d.Headers) + 1,
-					Handle:     &receipt{c: c.qchan, tag: d.DeliveryTag, inst: instanceOf(d.Headers)},
+					Handle:     r,
 				})
 			}
+			b.testTraceDelivery(d, what)
 		}
 		b.leave(c, false, lease)
 		if len(out) > 0 {
@@ -753,6 +774,7 @@ func (b *Backend) settle(r *receipt) error {
 	if !r.settled.CompareAndSwap(false, true) {
 		return fmt.Errorf("rabbit: delivery tag %d already settled: %w", r.tag, driver.ErrLeaseLost)
 	}
+	b.holding.drop(r)
 	defer b.settled(r.c)
 	if r.c.ch.IsClosed() {
 		return fmt.Errorf("rabbit: channel generation %d is closed: %w", r.c.gen, driver.ErrLeaseLost)
@@ -761,6 +783,9 @@ func (b *Backend) settle(r *receipt) error {
 		return fmt.Errorf("rabbit: ack tag %d of channel generation %d: %w: %w", r.tag, r.c.gen, driver.ErrLeaseLost, err)
 	}
 	b.acked(r.c, r.inst)
+	if r.origin != "" {
+		b.ran.add(time.Now(), []string{r.origin})
+	}
 	return nil
 }
 
@@ -817,6 +842,7 @@ func (b *Backend) unsettled(r *receipt, err error) error {
 	if errors.Is(err, driver.ErrLeaseLost) || !r.settled.CompareAndSwap(false, true) {
 		return err
 	}
+	b.holding.drop(r)
 	defer b.settled(r.c)
 	if !r.c.ch.IsClosed() {
 		if nerr := r.c.acks.nack(r.tag, true); nerr != nil {
@@ -880,12 +906,24 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 		return err
 	}
 	out := make([]outMsg, len(msgs))
+	ids := make([]string, len(msgs))
+	now := time.Now()
 	for i, m := range msgs {
 		o, err := b.route(ctx, queue, m)
 		if err != nil {
 			return err
 		}
-		out[i] = o
+		if inst := b.unsure.get(now, queue, m.ID); inst != "" {
+			// Tried again after a failed Enqueue: the same instance (see
+			// twins.go).
+			o.pub.Headers[instanceHeader] = inst
+		}
+		out[i], ids[i] = o, m.ID
 	}
-	return b.publish(ctx, out...)
+	if err := b.publish(ctx, out...); err != nil {
+		b.unsure.failed(now, queue, out, ids)
+		return err
+	}
+	b.unsure.stored(queue, ids)
+	return nil
 }
