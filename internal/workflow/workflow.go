@@ -723,6 +723,12 @@ func (e *Engine) fire(ctx context.Context, id, dep, holder string, cancelled **b
 			return false, nil // another process recorded it
 		}
 		if r.State != Waiting && !(r.State == Failed && r.Reason == ReasonDependencyFailed) {
+			// The attempt ran and ended before this write (its job was
+			// delivered at once): keep its end, and record its attempt.
+			if r.Attempt < attempt {
+				r.Attempt = attempt
+				return true, nil
+			}
 			return false, nil
 		}
 		r.State, r.Reason, r.Attempt = Enqueued, "", attempt

@@ -519,3 +519,61 @@ func TestStaleAttemptDeadLetterIgnored(t *testing.T) {
 		t.Errorf("states %s after attempt 1's dead letter; want b failed", s)
 	}
 }
+
+// TestRefiredStepEndsBeforeItsRecord: b, failed dependency_failed at
+// attempt 0, is enqueued again at attempt 1 after a's redrive, and its job
+// runs and succeeds before the enqueuer records the attempt (a broker that
+// delivers at once). The record ends succeeded at attempt 1.
+func TestRefiredStepEndsBeforeItsRecord(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := &queue{}
+	var e *Engine
+	var ranB bool
+	e = New(Config{Store: newFake(), Enqueue: func(ctx context.Context, rs []Ready) error {
+		for _, r := range rs {
+			if r.Step == "b" && r.Attempt == 1 {
+				st, err := e.Begin(ctx, r.Workflow, "b", 1)
+				if err != nil || st.Action != RunIt {
+					return fmt.Errorf("Begin(b, 1) = %+v, %v; want RunIt", st, err)
+				}
+				ranB = true
+				if err := e.Succeed(ctx, r.Workflow, "b", nil); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := q.enqueue(ctx, []Ready{r}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}})
+	id := NewID()
+	if err := e.Create(ctx, id, "", []Spec{spec("a"), spec("b", "a")}); err != nil {
+		t.Fatal(err)
+	}
+	q.take()
+	if err := e.Fail(ctx, id, "a", "permanent"); err != nil {
+		t.Fatal(err)
+	}
+	q.take()
+	if err := e.FailAttempt(ctx, id, "b", 0, ReasonDependencyFailed); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Succeed(ctx, id, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if !ranB {
+		t.Fatal("b was not enqueued again at attempt 1")
+	}
+	st, err := e.Status(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range st.Steps {
+		if r.Name == "b" && (r.State != Succeeded || r.Attempt != 1) {
+			t.Errorf("b is %s at attempt %d; want succeeded at 1", r.State, r.Attempt)
+		}
+	}
+}
