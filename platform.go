@@ -258,6 +258,13 @@ type Config struct {
 	// its last change. Defaults to DefaultStatusRetention.
 	StatusRetention time.Duration
 
+	// WorkflowRetention is how long a workflow's records (EnqueueWorkflow)
+	// are kept in the backend's store after each one's last write. A step
+	// redriven after its workflow's records expired is dead-lettered
+	// invalid, naming the missing record. Defaults to
+	// DefaultWorkflowRetention.
+	WorkflowRetention time.Duration
+
 	// WorkerHeartbeat is how often a started platform writes its worker
 	// record (Platform.Workers) and its throughput counts
 	// (Platform.History) to the backend's store; without a store it
@@ -544,6 +551,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"LimitDelay", &c.LimitDelay, DefaultLimitDelay},
 		{"HealthInterval", &c.HealthInterval, DefaultHealthInterval},
 		{"StatusRetention", &c.StatusRetention, DefaultStatusRetention},
+		{"WorkflowRetention", &c.WorkflowRetention, DefaultWorkflowRetention},
 		{"WorkerHeartbeat", &c.WorkerHeartbeat, DefaultWorkerHeartbeat},
 	}
 	for _, d := range durations {

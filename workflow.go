@@ -38,6 +38,10 @@ const MaxWorkflowSteps = workflow.MaxSteps
 // problem).
 var ErrInvalidWorkflow = workflow.ErrInvalid
 
+// DefaultWorkflowRetention is how long a workflow's records are kept after
+// each one's last write, by default (Config.WorkflowRetention).
+const DefaultWorkflowRetention = 30 * 24 * time.Hour
+
 // ErrWorkflowNotFound is returned for a workflow with no record (never
 // enqueued, or past its retention).
 var ErrWorkflowNotFound = workflow.ErrNotFound
@@ -130,7 +134,7 @@ func (p *Platform) workflows() (*workflow.Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("asyncplatform: workflows: %w", err)
 	}
-	return workflow.New(workflow.Config{Store: kv.Of(d, kv.Workflows), Enqueue: p.enqueueSteps, Log: p.log}), nil
+	return workflow.New(workflow.Config{Store: kv.Of(d, kv.Workflows), Enqueue: p.enqueueSteps, TTL: p.cfg.WorkflowRetention, Log: p.log}), nil
 }
 
 // EnqueueWorkflow validates w, stores it, sets w.ID and enqueues the steps

@@ -88,3 +88,34 @@ func TestWorkflowEnqueueFailsPartway(t *testing.T) {
 		t.Errorf("after CancelWorkflow: %+v, %v; want it cancelled", st, err)
 	}
 }
+
+// TestWorkflowRetention: a workflow's records are written with
+// Config.WorkflowRetention and expire after it; a negative one is refused.
+func TestWorkflowRetention(t *testing.T) {
+	ctx := context.Background()
+	if _, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog, WorkflowRetention: -time.Second}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("a negative WorkflowRetention: %v, want ErrInvalidConfig", err)
+	}
+	p, err := New(memory.NewBroker().Connect(), Config{Logger: quietLog, WorkflowRetention: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWorkflow("short").Add("a", &Job{Type: "t"}).Add("b", &Job{Type: "t"}, "a")
+	if err := p.EnqueueWorkflow(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.WorkflowStatus(ctx, w.ID); err != nil {
+		t.Fatalf("WorkflowStatus at once: %v", err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := p.WorkflowStatus(ctx, w.ID)
+		if errors.Is(err, ErrWorkflowNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("WorkflowStatus 30 s after a retention of 300 ms: %v; want ErrWorkflowNotFound", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
