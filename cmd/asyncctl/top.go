@@ -257,7 +257,7 @@ func (m *topModel) sort() {
 }
 
 // The columns of the view.
-var topHeader = []string{"QUEUE", "READY", "SCHEDULED", "IN FLIGHT", "DEAD", "PENDING/s", "DEAD/s", "OK/5m", "FAILED/5m", "OLDEST DEAD"}
+var topHeader = []string{"QUEUE", "READY", "OLDEST READY", "SCHEDULED", "IN FLIGHT", "DEAD", "PENDING/s", "DEAD/s", "OK/5m", "FAILED/5m", "OLDEST DEAD"}
 
 // topRecent is the span of the OK and FAILED columns.
 const topRecent = 5 * time.Minute
@@ -323,7 +323,7 @@ func (m *topModel) View() string {
 			name += groupsNote(groupsJSON(r.Groups))
 		}
 		if r.Err != nil {
-			cells = append(cells, []string{name, "-", "-", "-", "-", "-", "-", "-", "-", "error"})
+			cells = append(cells, []string{name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "error"})
 			continue
 		}
 		pr, dr := "", ""
@@ -335,7 +335,7 @@ func (m *topModel) View() string {
 			oldest = age(now, r.OldestDead)
 		}
 		ok, failed := m.recentCells(r.Name)
-		cells = append(cells, []string{name, count(r.Ready), count(r.Scheduled), count(r.InFlight), count(r.Dead), pr, dr, ok, failed, oldest})
+		cells = append(cells, []string{name, count(r.Ready), readyAge(now, r.QueueStats, ""), count(r.Scheduled), count(r.InFlight), count(r.Dead), pr, dr, ok, failed, oldest})
 		total.Ready += max(r.Ready)
 		total.Scheduled += max(r.Scheduled)
 		total.InFlight += max(r.InFlight)
@@ -374,7 +374,7 @@ func (m *topModel) View() string {
 		fmt.Fprintf(&b, "… %s more (a taller terminal shows them)\n", plural(len(cells)-shown, "queue"))
 	}
 	if len(m.rows) > 1 {
-		b.WriteString(m.cut(line([]string{"TOTAL", count(total.Ready), count(total.Scheduled), count(total.InFlight), count(total.Dead), "", "", "", "", ""})) + "\n")
+		b.WriteString(m.cut(line([]string{"TOTAL", count(total.Ready), "", count(total.Scheduled), count(total.InFlight), count(total.Dead), "", "", "", "", ""})) + "\n")
 	}
 	if len(m.rows) == 0 && !m.at.IsZero() {
 		b.WriteString("the backend holds no queue yet\n")
