@@ -34,6 +34,8 @@ positive DEAD/s),
 the attempts that ended in the last five minutes (OK/5m: succeeded;
 FAILED/5m: failed or dead-lettered), from the history the workers keep
 in the store ("n/a" without one), and the age of the oldest dead letter.
+OLDEST READY is how long the oldest ready job has waited since it became
+deliverable ("unknown" where the backend cannot tell).
 A paused queue (asyncctl pause) is
 marked "(paused)" after its name. The broker keeps no count of jobs
 done, so these are net changes: the platform's metrics (package otel)
