@@ -122,7 +122,8 @@ func statsMatch(st, want driver.Stats) bool {
 // testStatsOldestReady: Stats.OldestReady is when the ready job that has
 // waited longest became deliverable: zero with nothing ready (a scheduled
 // job is not ready), a due job's NotBefore (not its enqueue time, nor a
-// newer job's), and, once a lease lapses, the lapse (not the enqueue).
+// newer job's), and, once a lease lapses, the lapse (not the enqueue),
+// also after a Receive has moved lapsed jobs back to the ready ones.
 // Zero with jobs ready is how a backend says it cannot tell.
 func testStatsOldestReady(t *testing.T, e *env) {
 	b := e.declared()
@@ -163,12 +164,18 @@ func testStatsOldestReady(t *testing.T, e *env) {
 		t.Errorf("OldestReady = %v, %v from the due job's NotBefore (want within %v): a job enqueued %v before it came due and one enqueued %v after are ready",
 			st.OldestReady.Format(time.RFC3339Nano), d, tol, gap, gap)
 	}
+	// Three leases lapse; a Receive takes one of the three back (a
+	// backend may move them all back to its ready jobs for it).
+	e.put(b, time.Time{}, "third")
+	statsWhen(3)
+	time.Sleep(gap) // the lapse comes well after every enqueue
 	received := time.Now()
-	e.receiveN(b, 2, e.lease)
+	e.receiveN(b, 3, e.lease)
 	time.Sleep(e.lease + tol)
+	e.receiveN(b, 1, 4*e.opts.Wait)
 	st = statsWhen(2)
 	if st.Ready == 2 && !st.OldestReady.IsZero() && (st.OldestReady.Before(received.Add(-tol)) || st.OldestReady.After(time.Now().Add(tol))) {
-		t.Errorf("OldestReady = %v after two leases taken at %v lapsed (lease %v): want the lapse, not when the jobs were enqueued or came due",
+		t.Errorf("OldestReady = %v after the leases taken at %v lapsed (lease %v): want the lapse, not when the jobs were enqueued or came due",
 			st.OldestReady.Format(time.RFC3339Nano), received.Format(time.RFC3339Nano), e.lease)
 	}
 }
