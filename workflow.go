@@ -138,6 +138,12 @@ func (p *Platform) workflows() (*workflow.Engine, error) {
 // dependencies end. It needs the backend's store (an error matching
 // ErrNoStore otherwise). A definition it refuses gives an error matching
 // ErrInvalidWorkflow (a *WorkflowError) or ErrInvalidJob.
+//
+// Any other error leaves w.ID set to the new workflow's ID: its records
+// may be stored and some of its first steps enqueued, so the workflow may
+// run. Cancel it with CancelWorkflow(ctx, w.ID) before enqueueing w again,
+// or read its state with WorkflowStatus; an ID whose records were never
+// stored gives ErrWorkflowNotFound to both.
 func (p *Platform) EnqueueWorkflow(ctx context.Context, w *Workflow) error {
 	eng, err := p.workflows()
 	if err != nil {
@@ -170,11 +176,10 @@ func (p *Platform) EnqueueWorkflow(ctx context.Context, w *Workflow) error {
 	if err := workflow.Validate(specs); err != nil {
 		return err
 	}
-	id := workflow.NewID()
-	if err := eng.Create(ctx, id, w.Name, specs); err != nil {
+	w.ID = workflow.NewID()
+	if err := eng.Create(ctx, w.ID, w.Name, specs); err != nil {
 		return fmt.Errorf("asyncplatform: EnqueueWorkflow: %w", err)
 	}
-	w.ID = id
 	return nil
 }
 
@@ -361,7 +366,7 @@ func (p *Platform) workflowDead(rec *wire.Dead) {
 	if rec == nil || rec.Raw != nil {
 		return
 	}
-	id, step, _, ok := parseStep(rec.Job.Headers[WorkflowHeader])
+	id, step, attempt, ok := parseStep(rec.Job.Headers[WorkflowHeader])
 	if !ok {
 		return
 	}
@@ -371,7 +376,7 @@ func (p *Platform) workflowDead(rec *wire.Dead) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), max(p.cfg.Lease, workflowDeadTimeout))
 	defer cancel()
-	if err := eng.Fail(ctx, id, step, rec.Reason); err != nil {
+	if err := eng.FailAttempt(ctx, id, step, attempt, rec.Reason); err != nil {
 		p.log.Warn("asyncplatform: recording a dead-lettered workflow step failed; redrive it to resume the workflow",
 			"workflow", id, "step", step, "error", err)
 	}

@@ -20,6 +20,10 @@ const (
 	DefaultRetryWait = time.Second
 )
 
+// MaxQueues is the most queue names a Source returns from one
+// OutboxQueues: a pass of the relay drains at most that many queues.
+const MaxQueues = 1000
+
 // Config configures a Relay.
 type Config struct {
 	// Source is the outbox to read. Required.
@@ -155,6 +159,13 @@ func (r *Relay) Once(ctx context.Context) (int, error) {
 	total := 0
 	var errs []error
 	for _, q := range queues {
+		if len(q) > driver.MaxQueueLen {
+			// Rows a writer other than OutboxTx put under a name too
+			// long to address once cut: they stay in the table.
+			r.cfg.Logger.Error("outbox: rows under a queue name over the limit are not relayed; they stay in the outbox table",
+				"limit", driver.MaxQueueLen, "name_starts", q[:min(len(q), 40)])
+			continue
+		}
 		n, err := r.drain(ctx, q)
 		total += n
 		if err != nil {

@@ -45,7 +45,8 @@ func (e *BadRowError) Error() string {
 type Source interface {
 	// OutboxQueues returns the names of the queues with rows waiting, as
 	// stored (a name may be one the platform would refuse: the relay
-	// checks it).
+	// checks it), at most MaxQueues of them, each cut one byte (or
+	// character) past driver.MaxQueueLen: the table is untrusted.
 	OutboxQueues(ctx context.Context) ([]string, error)
 
 	// TakeOutbox leases the queue's rows to the caller until Release, or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -25,7 +26,9 @@ func makeOutboxQueries(q func(string) string) outboxQueries {
 		outboxPut: q(`INSERT INTO {{p}}_outbox (queue, id, dedupe, body, not_before)
 			SELECT $1, u.i, u.d, u.b, u.t FROM unnest($2::text[], $3::text[], $4::bytea[], $5::timestamptz[]) WITH ORDINALITY AS u(i, d, b, t, n)
 			ORDER BY u.n`),
-		outboxQueues: q(`SELECT DISTINCT queue FROM {{p}}_outbox`),
+		// Bounded: at most outbox.MaxQueues names, each cut one character
+		// past driver.MaxQueueLen.
+		outboxQueues: q(`SELECT DISTINCT left(queue, ` + strconv.Itoa(driver.MaxQueueLen+1) + `) FROM {{p}}_outbox LIMIT ` + strconv.Itoa(outbox.MaxQueues)),
 		// Bounded: a body past $3 bytes or an ID past $4 is not read.
 		outboxNext: q(`SELECT seq,
 				CASE WHEN octet_length(id) <= $4 AND octet_length(dedupe) <= $4 THEN id END,

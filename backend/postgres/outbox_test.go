@@ -330,3 +330,50 @@ func TestOutboxLeaseHeld(t *testing.T) {
 	}
 	_ = l2.Release(ctx)
 }
+
+// TestOutboxQueuesBounded: the outbox table is untrusted. OutboxQueues
+// returns at most outbox.MaxQueues names, each cut past
+// driver.MaxQueueLen; the relay leaves the rows of a name too long to
+// address in the table and relays the others.
+func TestOutboxQueuesBounded(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, _, pool := setupOutbox(t, "obq", Config{})
+	ins := `INSERT INTO ` + b.cfg.Prefix + `_outbox (queue, id, dedupe, body) VALUES ($1, $2, '', 'x')`
+	for _, q := range []string{strings.Repeat("q", 5000), "ok"} {
+		if _, err := pool.Exec(ctx, ins, q, "j-"+q[:2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	qs, err := b.OutboxQueues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if len(q) > driver.MaxQueueLen+1 {
+			t.Errorf("OutboxQueues returned a name of %d bytes, want at most %d", len(q), driver.MaxQueueLen+1)
+		}
+	}
+	target := newRecorder(t)
+	r, err := outbox.New(outbox.Config{Source: b, Target: target, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := target.got("ok"); len(got) != 1 {
+		t.Errorf("relayed %v to ok, want its one row", got)
+	}
+	if n := outboxCount(t, pool, b, "_outbox"); n != 1 {
+		t.Errorf("%d outbox rows left, want the long-named one", n)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+b.cfg.Prefix+`_outbox (queue, id, dedupe, body)
+		SELECT 'q' || i, 'x', '', 'x' FROM generate_series(1, $1) i`, outbox.MaxQueues+200); err != nil {
+		t.Fatal(err)
+	}
+	if qs, err := b.OutboxQueues(ctx); err != nil || len(qs) != outbox.MaxQueues {
+		t.Errorf("OutboxQueues over %d queues: %d names, %v; want %d", outbox.MaxQueues+201, len(qs), err, outbox.MaxQueues)
+	}
+}

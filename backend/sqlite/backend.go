@@ -172,6 +172,8 @@ type Backend struct {
 	// lost lease.
 	completed sync.Map // handle -> struct{}
 
+	stmts stmtCache // the Backend's statements, prepared once
+
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -244,6 +246,7 @@ func (b *Backend) Close() error {
 		b.cancel()
 		b.wg.Wait()
 		b.hub.leave()
+		b.stmts.close()
 		err = b.db.Close()
 	})
 	if err != nil {
@@ -340,7 +343,7 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 	}
 	var s driver.Stats
 	var oldest int64 // ms; run_at of a ready job is when it became ready
-	if err := b.db.QueryRowContext(ctx, b.q.stats, queue).Scan(&s.Ready, &s.Scheduled, &s.InFlight, &s.Dead, &oldest); err != nil {
+	if err := b.pool().QueryRowContext(ctx, b.q.stats, queue).Scan(&s.Ready, &s.Scheduled, &s.InFlight, &s.Dead, &oldest); err != nil {
 		return driver.Stats{}, b.wrap("stats "+queue, err)
 	}
 	if oldest > 0 {

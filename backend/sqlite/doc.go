@@ -134,6 +134,10 @@
 //   - One writer at a time: a job costs three write transactions (enqueue,
 //     claim, ack), each an fsync of the WAL (synchronous=FULL). Throughput
 //     is bounded by the disk's fsync rate, whatever the concurrency.
+//     The store's batch calls (CreateEach, UpdateEach, DeleteEach,
+//     DeleteValueEach) write all their keys in one transaction, GetEach
+//     reads them in one statement; the Backend's statements are prepared
+//     once per connection (TestStatementsPreparedOnce).
 //   - Receive hands out at most 1000 jobs per call, whatever its max, and
 //     ListDead at most 1000 records per page, whatever its limit.
 //   - Reads are bounded: a body over MaxBody (a row someone else wrote) is

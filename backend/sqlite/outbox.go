@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -71,8 +72,10 @@ func (b *Backend) ob() *outboxQueries {
 		r := strings.NewReplacer("{{p}}", b.cfg.Prefix, "NOW", now)
 		q := r.Replace
 		b.obq = outboxQueries{
-			put:    q(`INSERT INTO {{p}}_outbox (queue, id, dedupe, body, not_before) VALUES (?, ?, ?, ?, ?)`),
-			queues: q(`SELECT DISTINCT queue FROM {{p}}_outbox`),
+			put: q(`INSERT INTO {{p}}_outbox (queue, id, dedupe, body, not_before) VALUES (?, ?, ?, ?, ?)`),
+			// Bounded: at most outbox.MaxQueues names, each cut one byte past
+			// driver.MaxQueueLen (as bytes).
+			queues: q(`SELECT DISTINCT CAST(substr(CAST(queue AS BLOB), 1, ` + strconv.Itoa(driver.MaxQueueLen+1) + `) AS TEXT) FROM {{p}}_outbox LIMIT ` + strconv.Itoa(outbox.MaxQueues)),
 			take: q(`INSERT INTO {{p}}_outbox_lease (queue, owner, until) VALUES (?1, ?2, NOW + ?3)
 				ON CONFLICT (queue) DO UPDATE SET owner = excluded.owner, until = excluded.until WHERE until <= NOW`),
 			// Bounded: a body past ?3 bytes or an ID past ?4 is not read.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -227,4 +228,61 @@ func TestOutboxUpgrade(t *testing.T) {
 		t.Errorf("outbox enqueue after the upgrade: %v", err)
 	}
 	var _ *sql.Tx = tx
+}
+
+// TestOutboxQueuesBounded: the outbox table is untrusted. OutboxQueues
+// returns at most outbox.MaxQueues names, each cut past
+// driver.MaxQueueLen; the relay leaves the rows of a name too long to
+// address in the table (logged) and relays the others.
+func TestOutboxQueuesBounded(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := New(ctx, Config{Path: filepath.Join(t.TempDir(), "obq.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	long := strings.Repeat("q", 5000)
+	ins := `INSERT INTO ` + b.cfg.Prefix + `_outbox (queue, id, dedupe, body) VALUES (?, ?, '', 'x')`
+	for _, q := range []string{long, "ok"} {
+		if _, err := b.db.ExecContext(ctx, ins, q, "j-"+q[:2]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	qs, err := b.OutboxQueues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if len(q) > driver.MaxQueueLen+1 {
+			t.Errorf("OutboxQueues returned a name of %d bytes, want at most %d", len(q), driver.MaxQueueLen+1)
+		}
+	}
+	var logs strings.Builder
+	target := newRecorder(t)
+	r, err := outbox.New(outbox.Config{Source: b, Target: target, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Once(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := target.got("ok"); len(got) != 1 {
+		t.Errorf("relayed %v to ok, want its one row", got)
+	}
+	if n := countRows(t, b, "_outbox"); n != 1 {
+		t.Errorf("%d outbox rows left, want the long-named one", n)
+	}
+	if !strings.Contains(logs.String(), "over the limit") {
+		t.Errorf("the long name was not logged: %s", logs.String())
+	}
+	for i := range outbox.MaxQueues + 200 {
+		if _, err := b.db.ExecContext(ctx, ins, "q"+strconv.Itoa(i), "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if qs, err := b.OutboxQueues(ctx); err != nil || len(qs) != outbox.MaxQueues {
+		t.Errorf("OutboxQueues over %d queues: %d names, %v; want %d", outbox.MaxQueues+201, len(qs), err, outbox.MaxQueues)
+	}
 }

@@ -150,7 +150,7 @@ func (b *Backend) claim(ctx context.Context, queue string, max int, lease time.D
 		return nil, err
 	}
 	var one int
-	switch err := b.db.QueryRowContext(ctx, b.q.ready, queue).Scan(&one); {
+	switch err := b.pool().QueryRowContext(ctx, b.q.ready, queue).Scan(&one); {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, nil
 	case err != nil:
@@ -239,7 +239,7 @@ func (b *Backend) claim(ctx context.Context, queue string, max int, lease time.D
 // when it has none waiting.
 func (b *Backend) nextDue(ctx context.Context, queue string) (time.Duration, error) {
 	var ms sql.NullInt64
-	if err := b.db.QueryRowContext(ctx, b.q.nextDue, queue).Scan(&ms); err != nil {
+	if err := b.pool().QueryRowContext(ctx, b.q.nextDue, queue).Scan(&ms); err != nil {
 		if ctx.Err() != nil {
 			return 0, ctx.Err()
 		}

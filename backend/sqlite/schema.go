@@ -115,6 +115,7 @@ type queries struct {
 	takeJob, insertDead                                                        string
 	nextDead, extendDead, removeDead, releaseDead, listDead, deleteDead, purge string
 	get, create, update, deleteKey, deleteRev, list, nextRev, sweep            string
+	getEach, deleteValue, nextRevs                                             string
 }
 
 // readValue and readKey bound a store value and key read off the file:
@@ -181,6 +182,12 @@ func makeQueries(p string) queries {
 		list: q(`SELECT CAST(substr(CAST(key AS BLOB), 1, ` + readKey + `) AS TEXT) FROM {{p}}_store WHERE key >= ?1 AND key < ?1 || char(127) AND key > ?2 AND ` + present + `
 			ORDER BY key LIMIT ?3`),
 		nextRev: q(`UPDATE {{p}}_seq SET n = n + 1 WHERE name = 'rev' RETURNING n`),
+		// nextRevs takes ?1 revisions at once: the last is returned, the
+		// batch's are the ?1 numbers that end with it.
+		nextRevs: q(`UPDATE {{p}}_seq SET n = n + ?1 WHERE name = 'rev' RETURNING n`),
+		getEach: q(`SELECT CAST(substr(CAST(key AS BLOB), 1, ` + readKey + `) AS TEXT), substr(CAST(value AS BLOB), 1, ` + readValue + `), rev
+			FROM {{p}}_store WHERE key IN (SELECT value FROM json_each(?1)) AND ` + present),
+		deleteValue: q(`DELETE FROM {{p}}_store WHERE key = ?1 AND CAST(value AS BLOB) = ?2 AND (?3 = 0 OR rev = ?3) AND ` + present),
 		sweep: q(`DELETE FROM {{p}}_store WHERE key IN
 			(SELECT key FROM {{p}}_store WHERE expires_at <> 0 AND expires_at <= NOW LIMIT 1000)`),
 	}

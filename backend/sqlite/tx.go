@@ -78,7 +78,7 @@ func (b *Backend) write(ctx context.Context, fn func(c conn) error) error {
 	if err != nil {
 		return err
 	}
-	if err := fn(tx); err != nil {
+	if err := fn(cached{b: b, tx: tx}); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -92,5 +92,115 @@ func (b *Backend) read(ctx context.Context, fn func(c conn) error) error {
 		defer c.mu.Unlock()
 		return fn(c.tx)
 	}
-	return fn(b.db)
+	return fn(b.pool())
 }
+
+// maxStmts bounds the statements a Backend keeps prepared: its own are a
+// few dozen; a query past the bound is parsed at each call, as without
+// the cache.
+const maxStmts = 128
+
+// stmtCache holds the Backend's statements prepared on its pool, once each:
+// SQLite parses a statement on every call otherwise, a large share of a
+// job's CPU. database/sql prepares each on a connection at its first use
+// there, and a transaction of the pool reuses it (Tx.StmtContext).
+type stmtCache struct {
+	mu     sync.Mutex
+	m      map[string]*sql.Stmt
+	closed bool
+}
+
+// get returns query prepared on db, or nil past maxStmts or after close.
+func (c *stmtCache) get(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok := c.m[query]; ok {
+		return s, nil
+	}
+	if c.closed || len(c.m) >= maxStmts {
+		return nil, nil
+	}
+	s, err := db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if c.m == nil {
+		c.m = make(map[string]*sql.Stmt)
+	}
+	c.m[query] = s
+	return s, nil
+}
+
+func (c *stmtCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	for _, s := range c.m {
+		_ = s.Close()
+	}
+	c.m = nil
+}
+
+// cached is a conn on the Backend's pool (tx nil) or on one of its own
+// transactions that runs the Backend's statements prepared once. A
+// caller's transaction (WithTx) may be on another *sql.DB and is not
+// wrapped.
+type cached struct {
+	b  *Backend
+	tx *sql.Tx
+}
+
+func (c cached) raw() conn {
+	if c.tx != nil {
+		return c.tx
+	}
+	return c.b.db
+}
+
+// stmt returns query prepared for c, or nil to run it unprepared.
+func (c cached) stmt(ctx context.Context, query string) *sql.Stmt {
+	s, err := c.b.stmts.get(ctx, c.b.db, query)
+	if err != nil || s == nil {
+		return nil // the unprepared call reports the statement's error
+	}
+	if c.tx != nil {
+		return c.tx.StmtContext(ctx, s)
+	}
+	return s
+}
+
+func (c cached) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if s := c.stmt(ctx, query); s != nil {
+		return s.ExecContext(ctx, args...)
+	}
+	return c.raw().ExecContext(ctx, query, args...)
+}
+
+func (c cached) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if s := c.stmt(ctx, query); s != nil {
+		return s.QueryContext(ctx, args...)
+	}
+	return c.raw().QueryContext(ctx, query, args...)
+}
+
+func (c cached) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if s := c.stmt(ctx, query); s != nil {
+		return s.QueryRowContext(ctx, args...)
+	}
+	return c.raw().QueryRowContext(ctx, query, args...)
+}
+
+// PrepareContext prepares query for the caller, who closes it: on a
+// transaction, a statement of the transaction's own (closing it leaves the
+// cached one); on the pool, a new one.
+func (c cached) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	if c.tx != nil {
+		if s := c.stmt(ctx, query); s != nil {
+			return s, nil
+		}
+	}
+	return c.raw().PrepareContext(ctx, query)
+}
+
+// pool is the Backend's pool, running its statements prepared once.
+func (b *Backend) pool() conn { return cached{b: b} }

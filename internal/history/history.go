@@ -50,6 +50,9 @@ const (
 	// Other is the queue and type of the series that counts the pairs
 	// past MaxSeries.
 	Other = "(other)"
+	// MaxCount bounds each count of a series read back: a forged bucket's
+	// counts, summed over a day of buckets and series, cannot overflow.
+	MaxCount = 1 << 40
 )
 
 // Outcome is how an attempt ended, as the history counts it.
@@ -264,7 +267,7 @@ func (b *bucket) merge(add []*Series) {
 }
 
 // decode parses a bucket and cuts it to the bounds: at most MaxSeries+1
-// series, strings of at most MaxText bytes, counts not negative.
+// series, strings of at most MaxText bytes, counts within [0, MaxCount].
 func decode(v []byte) (bucket, bool) {
 	var b bucket
 	if len(v) > driver.MaxValueLen || json.Unmarshal(v, &b) != nil {
@@ -276,10 +279,13 @@ func decode(v []byte) (bucket, bool) {
 	for i := range b.Series {
 		s := &b.Series[i]
 		s.Queue, s.Type = clip(s.Queue), clip(s.Type)
-		s.Succeeded, s.Failed, s.Dead = max(s.Succeeded, 0), max(s.Failed, 0), max(s.Dead, 0)
+		s.Succeeded, s.Failed, s.Dead = bound(s.Succeeded), bound(s.Failed), bound(s.Dead)
 	}
 	return b, true
 }
+
+// bound clamps a count read back to [0, MaxCount].
+func bound(n int64) int64 { return min(max(n, 0), MaxCount) }
 
 // clip cuts s so that its JSON encoding (quotes aside) takes at most
 // MaxText bytes, on a rune boundary: a character that JSON escapes takes

@@ -192,6 +192,7 @@ func TestForgedBuckets(t *testing.T) {
 		key(m):     `{"s":[{"q":"` + long + `","t":"` + long + `","ok":-5,"f":3}]}`,
 		key(m + 1): `{"s":[` + strings.Join(many, ",") + `]}`,
 		key(m + 2): `not json`,
+		key(m + 3): `{"s":[{"q":"q","t":"t","ok":9223372036854775807,"f":9223372036854775807}]}`,
 		"m/zzz":    `{"s":[]}`,
 	}
 	for k, v := range forged {
@@ -203,8 +204,11 @@ func TestForgedBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Minutes) != 2 || r.Unreadable != 2 {
-		t.Fatalf("%d minutes, %d unreadable; want 2 and 2", len(r.Minutes), r.Unreadable)
+	if len(r.Minutes) != 3 || r.Unreadable != 2 {
+		t.Fatalf("%d minutes, %d unreadable; want 3 and 2", len(r.Minutes), r.Unreadable)
+	}
+	if s := r.Minutes[2].Series[0]; s.Succeeded != MaxCount || s.Failed != MaxCount {
+		t.Errorf("forged counts read as %d and %d; want each clamped to %d, so sums cannot overflow", s.Succeeded, s.Failed, int64(MaxCount))
 	}
 	s := r.Minutes[0].Series[0]
 	if len(s.Queue) > MaxText+len("…") || len(s.Type) > MaxText+len("…") || s.Succeeded != 0 || s.Failed != 3 {

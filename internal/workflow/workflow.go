@@ -594,7 +594,20 @@ func (e *Engine) Succeed(ctx context.Context, id, step string, result []byte) er
 // this step before its failure was recorded) is enqueued again at its next
 // attempt, as that Advance would have: one of the two finds it.
 func (e *Engine) Fail(ctx context.Context, id, step, reason string) error {
-	if err := e.finish(ctx, id, step, Failed, reason, nil); err != nil {
+	return e.FailAttempt(ctx, id, step, AnyAttempt, reason)
+}
+
+// AnyAttempt is the attempt of a FailAttempt that applies whatever the
+// step's current attempt.
+const AnyAttempt = -1
+
+// FailAttempt is Fail for the dead letter of the step's attempt: the dead
+// letter of an attempt older than the record's (a stale copy, redriven or
+// delivered late, after a dependency's redrive enqueued the step again)
+// records nothing and advances nothing.
+func (e *Engine) FailAttempt(ctx context.Context, id, step string, attempt int, reason string) error {
+	stale, err := e.finishAttempt(ctx, id, step, attempt, Failed, reason, nil)
+	if err != nil || stale {
 		return err
 	}
 	if reason == ReasonDependencyFailed {
@@ -620,7 +633,18 @@ func (e *Engine) MarkCancelled(ctx context.Context, id, step string) error {
 }
 
 func (e *Engine) finish(ctx context.Context, id, step, state, reason string, result []byte) error {
-	_, err := e.update(ctx, id, step, func(r *Record) (bool, error) {
+	_, err := e.finishAttempt(ctx, id, step, AnyAttempt, state, reason, result)
+	return err
+}
+
+// finishAttempt records the step ended in state, unless attempt (not
+// AnyAttempt) is older than the record's: stale is then true.
+func (e *Engine) finishAttempt(ctx context.Context, id, step string, attempt int, state, reason string, result []byte) (stale bool, err error) {
+	_, err = e.update(ctx, id, step, func(r *Record) (bool, error) {
+		stale = attempt != AnyAttempt && attempt < r.Attempt
+		if stale {
+			return false, nil
+		}
 		if r.State == state && r.Reason == reason {
 			return false, nil
 		}
@@ -630,7 +654,7 @@ func (e *Engine) finish(ctx context.Context, id, step, state, reason string, res
 		r.State, r.Reason, r.Result = state, reason, result
 		return true, nil
 	})
-	return err
+	return stale, err
 }
 
 // Advance enqueues each dependent of step whose dependencies have all

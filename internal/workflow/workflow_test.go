@@ -466,3 +466,56 @@ func TestRedriveRacesDependencyFailed(t *testing.T) {
 		t.Errorf("states %s, b ran %d times; want b brought back and run once", s, runs["b"])
 	}
 }
+
+// TestStaleAttemptDeadLetterIgnored: b failed dependency_failed at its
+// attempt 0, a was redriven and succeeded, so b is enqueued again at
+// attempt 1. A dead letter of b's attempt 0 arriving then (its copy
+// redriven by an operator and dead-lettered again) records nothing: b stays
+// enqueued at attempt 1 and nothing depending on it is failed. A dead
+// letter of attempt 1 is recorded.
+func TestStaleAttemptDeadLetterIgnored(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := &queue{}
+	e := New(Config{Store: newFake(), Enqueue: q.enqueue})
+	id := NewID()
+	if err := e.Create(ctx, id, "", []Spec{spec("a"), spec("b", "a"), spec("c", "b")}); err != nil {
+		t.Fatal(err)
+	}
+	q.take()
+	if err := e.Fail(ctx, id, "a", "permanent"); err != nil {
+		t.Fatal(err)
+	}
+	q.take()
+	if err := e.FailAttempt(ctx, id, "b", 0, ReasonDependencyFailed); err != nil {
+		t.Fatal(err)
+	}
+	q.take() // c, whose job will find b failed
+	if err := e.Succeed(ctx, id, "a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := q.take(); len(r) != 1 || r[0].Step != "b" || r[0].Attempt != 1 {
+		t.Fatalf("after a's redrive enqueued %+v; want b at attempt 1", r)
+	}
+	if err := e.FailAttempt(ctx, id, "b", 0, "unhandled"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := e.Status(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range st.Steps {
+		if r.Name == "b" && (r.State != Enqueued || r.Attempt != 1) {
+			t.Errorf("after attempt 0's late dead letter b is %s at attempt %d; want enqueued at 1", r.State, r.Attempt)
+		}
+	}
+	if r := q.take(); len(r) != 0 {
+		t.Errorf("attempt 0's late dead letter enqueued %+v; want nothing", r)
+	}
+	if err := e.FailAttempt(ctx, id, "b", 1, "permanent"); err != nil {
+		t.Fatal(err)
+	}
+	if s := states(t, e, id); s != "a=succeeded b=failed/permanent c=enqueued " {
+		t.Errorf("states %s after attempt 1's dead letter; want b failed", s)
+	}
+}
