@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/dirstore"
 	"github.com/asyncplatform/asyncplatform/driver"
@@ -246,6 +248,7 @@ func (tr *tour) quietWrongAnswers(t *testing.T, base string) {
 func runTour(t *testing.T) *tour {
 	t.Helper()
 	url := prefixedRedis(t)
+	t.Cleanup(func() { dropPrefix(t, url) })
 	ctx := context.Background()
 	quiet := slog.New(slog.DiscardHandler)
 	payloads, err := dirstore.New(t.TempDir())
@@ -483,5 +486,27 @@ func waitWorkflow(t *testing.T, p *ap.Platform, id string) ap.WorkflowStatus {
 			t.Fatalf("workflow %s: %+v, %v; not done", id, st, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// dropPrefix deletes every key of the Redis at rawURL under its prefix=:
+// the tour's queues, its status records and the rest of its store.
+func dropPrefix(t *testing.T, rawURL string) {
+	addr, query, _ := strings.Cut(rawURL, "?")
+	prefix := strings.TrimPrefix(query, "prefix=")
+	opts, err := goredis.ParseURL(addr)
+	if err != nil || prefix == "" || strings.ContainsAny(prefix, "*?[]&") {
+		t.Errorf("cleanup of %s: %v", rawURL, err)
+		return
+	}
+	rdb := goredis.NewClient(opts)
+	defer rdb.Close()
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, "*"+prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		rdb.Del(ctx, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Logf("cleanup of %s: %v", rawURL, err)
 	}
 }
