@@ -369,6 +369,27 @@ type QueueStats struct {
 	// Paused is whether the queue is paused (Platform.Pause): its jobs
 	// wait, and no worker claims them.
 	Paused bool
+
+	// OldestReady is when the ready job that has waited longest became
+	// deliverable (enqueued, came due, or its lease ran out), as the
+	// backend reports it (driver.Stats.OldestReady). Zero when no job is
+	// ready, and when the backend cannot tell: ReadyAge tells the two
+	// apart.
+	OldestReady time.Time
+}
+
+// ReadyAge returns how long the oldest ready job has waited at now: zero
+// when no job is ready, and ok false when jobs are ready (or the backend
+// cannot tell how many) but it cannot tell since when. A time ahead of now
+// counts as zero.
+func (s QueueStats) ReadyAge(now time.Time) (age time.Duration, ok bool) {
+	switch {
+	case !s.OldestReady.IsZero():
+		return max(now.Sub(s.OldestReady), 0), true
+	case s.Ready == 0:
+		return 0, true
+	}
+	return 0, false
 }
 
 type handlerEntry struct {
@@ -901,7 +922,11 @@ func (p *Platform) Stats(ctx context.Context, queue string) (QueueStats, error) 
 	if err != nil {
 		return QueueStats{}, err
 	}
-	return QueueStats{Ready: s.Ready, Scheduled: s.Scheduled, InFlight: s.InFlight, Dead: s.Dead, Paused: paused}, nil
+	qs := QueueStats{Ready: s.Ready, Scheduled: s.Scheduled, InFlight: s.InFlight, Dead: s.Dead, Paused: paused}
+	if s.Ready != 0 {
+		qs.OldestReady = s.OldestReady
+	}
+	return qs, nil
 }
 
 // Healthy reports whether every health check passed on its last run.

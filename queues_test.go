@@ -71,6 +71,13 @@ func TestQueues(t *testing.T) {
 	same := func(a, b ap.QueueInfo) bool {
 		return a.Name == b.Name && a.QueueStats == b.QueueStats && a.OldestDead.Equal(b.OldestDead) && a.Err == nil
 	}
+	for i := range qs {
+		// Only billing has ready jobs, enqueued since before.
+		if at := qs[i].OldestReady; qs[i].Name == "billing" && (at.Before(before) || at.After(time.Now())) || qs[i].Name != "billing" && !at.IsZero() {
+			t.Errorf("queue %s: OldestReady %v, want zero without ready jobs, else since %v", qs[i].Name, at, before)
+		}
+		qs[i].OldestReady = time.Time{}
+	}
 	if !slices.EqualFunc(qs, want, same) {
 		t.Fatalf("Queues = %+v, want %+v", qs, want)
 	}

@@ -72,6 +72,7 @@ func ExampleCases() {
 	// Close/ReleasesEveryHold
 	// Stats/Depths
 	// Stats/LapsedAndDue
+	// Stats/OldestReady
 	// Flow/Pause
 	// Flow/StrictOrder
 	// Flow/Weighted

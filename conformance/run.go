@@ -99,6 +99,7 @@ func cases() []testCase {
 		// stats.go
 		{"Stats/Depths", testStatsDepths},
 		{"Stats/LapsedAndDue", testStatsLapsedAndDue},
+		{"Stats/OldestReady", testStatsOldestReady},
 
 		{"Flow/Pause", testPause},
 		{"Flow/StrictOrder", testStrictOrder},

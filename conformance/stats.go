@@ -118,3 +118,64 @@ func statsMatch(st, want driver.Stats) bool {
 	}
 	return true
 }
+
+// testStatsOldestReady: Stats.OldestReady is when the ready job that has
+// waited longest became deliverable: zero with nothing ready (a scheduled
+// job is not ready), a due job's NotBefore (not its enqueue time, nor a
+// newer job's), and, once a lease lapses, the lapse (not the enqueue),
+// also after a Receive has moved lapsed jobs back to the ready ones.
+// Zero with jobs ready is how a backend says it cannot tell.
+func testStatsOldestReady(t *testing.T, e *env) {
+	b := e.declared()
+	ctx := ctxT(t, e.opts.Wait+e.lease+e.bound(20*time.Second))
+	// statsWhen reads Stats until Ready is n (or -1), for five seconds.
+	statsWhen := func(n int64) driver.Stats {
+		t.Helper()
+		deadline := time.Now().Add(e.bound(5 * time.Second))
+		for {
+			st, err := b.Stats(ctx, e.queue)
+			if err != nil {
+				t.Fatalf("Stats: %v", err)
+			}
+			if st.Ready == n || st.Ready == -1 || time.Now().After(deadline) {
+				return st
+			}
+			time.Sleep(e.scaled(50 * time.Millisecond))
+		}
+	}
+	if st := statsWhen(0); !st.OldestReady.IsZero() {
+		t.Errorf("OldestReady of an empty queue = %v, want zero", st.OldestReady)
+	}
+	gap := e.scaled(time.Second)
+	tol := gap / 4
+	nb := time.Now().Add(gap)
+	e.put(b, nb, "due")
+	if st := statsWhen(0); st.Ready == 0 && !st.OldestReady.IsZero() {
+		t.Errorf("OldestReady = %v with only a job scheduled %v ahead, want zero: a scheduled job is not ready", st.OldestReady, gap)
+	}
+	time.Sleep(time.Until(nb.Add(gap)))
+	e.put(b, time.Time{}, "fresh")
+	st := statsWhen(2)
+	if st.OldestReady.IsZero() {
+		t.Logf("the backend cannot tell OldestReady (zero with Ready %d)", st.Ready)
+		return
+	}
+	if d := st.OldestReady.Sub(nb); d < -tol || d > tol {
+		t.Errorf("OldestReady = %v, %v from the due job's NotBefore (want within %v): a job enqueued %v before it came due and one enqueued %v after are ready",
+			st.OldestReady.Format(time.RFC3339Nano), d, tol, gap, gap)
+	}
+	// Three leases lapse; a Receive takes one of the three back (a
+	// backend may move them all back to its ready jobs for it).
+	e.put(b, time.Time{}, "third")
+	statsWhen(3)
+	time.Sleep(gap) // the lapse comes well after every enqueue
+	received := time.Now()
+	e.receiveN(b, 3, e.lease)
+	time.Sleep(e.lease + tol)
+	e.receiveN(b, 1, 4*e.opts.Wait)
+	st = statsWhen(2)
+	if st.Ready == 2 && !st.OldestReady.IsZero() && (st.OldestReady.Before(received.Add(-tol)) || st.OldestReady.After(time.Now().Add(tol))) {
+		t.Errorf("OldestReady = %v after the leases taken at %v lapsed (lease %v): want the lapse, not when the jobs were enqueued or came due",
+			st.OldestReady.Format(time.RFC3339Nano), received.Format(time.RFC3339Nano), e.lease)
+	}
+}

@@ -148,6 +148,26 @@ func ago(t time.Time) string {
 	}
 }
 
+// readyWait says how long the oldest ready job of s has waited at now:
+// "–" when none is ready, "unknown" when the backend cannot tell.
+func readyWait(s ap.QueueStats, now time.Time) string {
+	age, ok := s.ReadyAge(now)
+	switch {
+	case !ok:
+		return "unknown"
+	case s.Ready == 0 && s.OldestReady.IsZero():
+		return "–"
+	case age < time.Minute:
+		return fmt.Sprintf("%d s", int(age.Seconds()))
+	case age < time.Hour:
+		return fmt.Sprintf("%d min", int(age.Minutes()))
+	case age < 48*time.Hour:
+		return fmt.Sprintf("%d h", int(age.Hours()))
+	default:
+		return fmt.Sprintf("%d d", int(age.Hours()/24))
+	}
+}
+
 // newBase fills in what every page shows.
 func (d *Dashboard) newBase(w http.ResponseWriter, r *http.Request, title, queue string) base {
 	return base{
@@ -254,6 +274,7 @@ type queueRow struct {
 	Link       string
 	Stats      ap.QueueStats
 	OldestDead time.Time
+	ReadyWait  string         // how long the oldest ready job has waited: "–" with none ready, "unknown"
 	Groups     []ap.HeldGroup // paused groups, and groups with jobs held still
 	Err        string
 	Attempts   chart
@@ -280,7 +301,8 @@ func (d *Dashboard) queueList(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	for _, qi := range infos {
-		row := queueRow{Name: qi.Name, Link: d.link("/queue", "q", qi.Name), Stats: qi.QueueStats, OldestDead: qi.OldestDead, Groups: qi.Groups}
+		row := queueRow{Name: qi.Name, Link: d.link("/queue", "q", qi.Name), Stats: qi.QueueStats, OldestDead: qi.OldestDead, Groups: qi.Groups,
+			ReadyWait: readyWait(qi.QueueStats, now)}
 		if qi.Err != nil {
 			row.Err = qi.Err.Error()
 		} else {

@@ -168,6 +168,14 @@ type Stats struct {
 	Scheduled int64 // waiting for NotBefore (including retries in backoff)
 	InFlight  int64 // handed out and not yet settled
 	Dead      int64 // in the queue's dead-letter queue
+
+	// OldestReady is when the ready job that has waited longest became
+	// deliverable: it was enqueued, it came due (NotBefore, a retry's
+	// backoff), or its lease ran out. Zero when Ready is 0, and when the
+	// backend cannot tell (the platform then reports the age as unknown).
+	// A backend that keeps its ready jobs in line may report the first in
+	// line: a job promoted late (at a claim) may have waited longer.
+	OldestReady time.Time
 }
 
 // Capabilities describe what a backend can carry. The platform uses them to

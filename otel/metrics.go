@@ -184,7 +184,8 @@ func (m *Metrics) OnDeadLetter(ctx context.Context, dl ap.DeadLetter) {
 // ObserveQueues registers the queue gauges for the named queues of p: at
 // each collection it reads Platform.Stats and the oldest dead letter of
 // each queue (two broker calls per queue, bounded by ObserveTimeout). A
-// depth the backend cannot tell (-1) is not reported. Unregister the
+// depth the backend cannot tell (-1) is not reported, nor is the oldest
+// ready job's age when the backend cannot tell it (QueueStats.ReadyAge). Unregister the
 // returned registration to stop.
 func (m *Metrics) ObserveQueues(p *ap.Platform, queues ...string) (metric.Registration, error) {
 	if p == nil || len(queues) == 0 {
@@ -196,7 +197,9 @@ func (m *Metrics) ObserveQueues(p *ap.Platform, queues ...string) (metric.Regist
 		metric.WithDescription("Dead letters in the queue's dead-letter queue."), metric.WithUnit("{job}"))
 	oldest, err3 := m.meter.Float64ObservableGauge("asyncplatform.queue.dead.oldest_age",
 		metric.WithDescription("Time since the oldest dead letter of the queue died."), metric.WithUnit("s"))
-	if err := errors.Join(err1, err2, err3); err != nil {
+	readyAge, err4 := m.meter.Float64ObservableGauge("asyncplatform.queue.ready.oldest_age",
+		metric.WithDescription("Time the oldest ready job of the queue has waited since it became deliverable; 0 with none ready."), metric.WithUnit("s"))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, fmt.Errorf("asyncplatform/otel: making queue gauges: %w", err)
 	}
 	queues = append([]string(nil), queues...)
@@ -222,6 +225,9 @@ func (m *Metrics) ObserveQueues(p *ap.Platform, queues ...string) (metric.Regist
 			if s.Dead >= 0 {
 				o.ObserveInt64(dead, s.Dead, metric.WithAttributes(qa))
 			}
+			if age, ok := s.ReadyAge(time.Now()); ok {
+				o.ObserveFloat64(readyAge, age.Seconds(), metric.WithAttributes(qa))
+			}
 			if s.Dead == 0 {
 				continue
 			}
@@ -236,9 +242,70 @@ func (m *Metrics) ObserveQueues(p *ap.Platform, queues ...string) (metric.Regist
 			}
 		}
 		return errors.Join(errs...)
-	}, depth, dead, oldest)
+	}, depth, dead, oldest, readyAge)
 	if err != nil {
 		return nil, fmt.Errorf("asyncplatform/otel: registering the queue gauges: %w", err)
+	}
+	return reg, nil
+}
+
+// HistoryWindow is the span of the history gauges: ObserveHistory reports
+// the attempts that ended in the minutes from the one holding
+// HistoryWindow ago to now.
+const HistoryWindow = 5 * time.Minute
+
+// historyOutcomes name the outcomes of the history gauge.
+const (
+	historySucceeded    = "succeeded"
+	historyFailed       = "failed"
+	historyDeadLettered = "dead_lettered"
+)
+
+// ObserveHistory registers the history gauge: at each collection it reads
+// Platform.History (one read of the backend's store, bounded by
+// ObserveTimeout) and reports asyncplatform.history.attempts, the attempts
+// that ended in the last HistoryWindow over every worker sharing the store,
+// by queue, job type and outcome (succeeded, failed: to be retried,
+// dead_lettered: after a handler call). Unlike the attempts counter, which
+// each process counts for its own attempts, it is the same figure in every
+// process: sum it over queues, not over processes. Job types are labeled as
+// in "Job type labels" in the package documentation. Without a store the
+// collection reports nothing and returns the error (matching
+// asyncplatform.ErrNoStore). Unregister the returned registration to stop.
+func (m *Metrics) ObserveHistory(p *ap.Platform) (metric.Registration, error) {
+	if p == nil {
+		return nil, errors.New("asyncplatform/otel: ObserveHistory needs a platform")
+	}
+	attempts, err := m.meter.Int64ObservableGauge("asyncplatform.history.attempts",
+		metric.WithDescription("Attempts that ended in the last five minutes over every worker, by queue, job type and outcome (from the platform's history)."),
+		metric.WithUnit("{attempt}"))
+	if err != nil {
+		return nil, fmt.Errorf("asyncplatform/otel: making the history gauge: %w", err)
+	}
+	type series struct{ queue, typ, outcome string }
+	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, ObserveTimeout)
+		defer cancel()
+		mins, err := p.History(ctx, time.Now().Add(-HistoryWindow))
+		if err != nil {
+			return err
+		}
+		sums := map[series]int64{}
+		for _, mi := range mins {
+			for _, s := range mi.Series {
+				q, t := queueOf(s.Queue), m.types.label(s.Type)
+				sums[series{q, t, historySucceeded}] += s.Succeeded
+				sums[series{q, t, historyFailed}] += s.Failed
+				sums[series{q, t, historyDeadLettered}] += s.DeadLettered
+			}
+		}
+		for s, n := range sums {
+			o.ObserveInt64(attempts, n, metric.WithAttributes(keyQueue.String(s.queue), keyType.String(s.typ), keyOutcome.String(s.outcome)))
+		}
+		return nil
+	}, attempts)
+	if err != nil {
+		return nil, fmt.Errorf("asyncplatform/otel: registering the history gauge: %w", err)
 	}
 	return reg, nil
 }

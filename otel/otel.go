@@ -39,6 +39,12 @@
 //	asyncplatform.queue.depth             gauge  jobs by queue and state: ready, scheduled, in_flight
 //	asyncplatform.queue.dead              gauge  dead letters, by queue
 //	asyncplatform.queue.dead.oldest_age   gauge  seconds since the oldest dead letter died, by queue (absent when there is none)
+//	asyncplatform.queue.ready.oldest_age  gauge  seconds the oldest ready job has waited since it became deliverable, by queue (0 with none ready; absent when the backend cannot tell)
+//
+// Observed from Platform.History at each collection (see
+// Metrics.ObserveHistory), the same figures in every process:
+//
+//	asyncplatform.history.attempts  gauge  attempts that ended in the last HistoryWindow (5 min) over every worker, by queue, job type, outcome (succeeded, failed, dead_lettered)
 //
 // The attributes are asyncplatform.queue, asyncplatform.job.type,
 // asyncplatform.outcome, asyncplatform.reason and asyncplatform.state. A

@@ -76,6 +76,7 @@ type message struct {
 	id         string
 	body       []byte
 	notBefore  time.Time
+	readyAt    time.Time // when it became deliverable, while ready
 	seq        uint64
 	deliveries int
 	// lease, when held
@@ -168,6 +169,7 @@ func (b *Backend) Enqueue(ctx context.Context, name string, msgs []driver.Messag
 	defer b.broker.mu.Unlock()
 	q := b.broker.queue(name)
 	now := time.Now()
+	b.broker.tidy(q, now) // due jobs go ahead of these in line
 	for _, m := range msgs {
 		b.broker.put(q, &message{id: m.ID, body: m.Body, notBefore: m.NotBefore}, now)
 	}
@@ -183,6 +185,7 @@ func (br *Broker) put(q *queue, m *message, now time.Time) {
 		q.signal() // a waiter may need an earlier timer
 		return
 	}
+	m.readyAt = now
 	q.ready.push(m)
 	q.signal()
 }
@@ -195,12 +198,16 @@ func (b *Backend) Stats(ctx context.Context, name string) (driver.Stats, error) 
 	defer b.broker.mu.Unlock()
 	q := b.broker.queue(name)
 	b.broker.tidy(q, time.Now())
-	return driver.Stats{
+	s := driver.Stats{
 		Ready:     int64(q.ready.len()),
 		Scheduled: int64(q.scheduled.Len()),
 		InFlight:  int64(len(q.inflight)),
 		Dead:      int64(len(q.dead)),
-	}, nil
+	}
+	if m := q.ready.first(); m != nil {
+		s.OldestReady = m.readyAt
+	}
+	return s, nil
 }
 
 // DeleteQueue implements driver.QueueDeleter.

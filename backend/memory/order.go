@@ -23,6 +23,14 @@ func (f *fifo) push(m *message) {
 	f.items = append(f.items, m)
 }
 
+// first returns the message first in line, or nil when f is empty.
+func (f *fifo) first() *message {
+	if f.len() == 0 {
+		return nil
+	}
+	return f.items[f.head]
+}
+
 func (f *fifo) pop() *message {
 	m := f.items[f.head]
 	f.items[f.head] = nil

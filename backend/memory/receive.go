@@ -82,7 +82,9 @@ func (b *Backend) claim(q *queue, name string, m *message, now time.Time, lease 
 // lock is held.
 func (br *Broker) tidy(q *queue, now time.Time) {
 	for q.scheduled.Len() > 0 && !q.scheduled[0].notBefore.After(now) {
-		q.ready.push(heap.Pop(&q.scheduled).(*message))
+		m := heap.Pop(&q.scheduled).(*message)
+		m.readyAt = m.notBefore
+		q.ready.push(m)
 	}
 	for q.leases.Len() > 0 && !q.leases[0].until.After(now) {
 		e := q.leases.pop()
@@ -92,10 +94,15 @@ func (br *Broker) tidy(q *queue, now time.Time) {
 	}
 }
 
-// release returns a held message to ready, its delivery already counted.
+// release returns a held message to ready, its delivery already counted:
+// ready since its lease ran out, or now when it is given back early.
 func (br *Broker) release(q *queue, m *message) {
 	delete(q.inflight, m)
 	m.token, m.owner = 0, nil
+	m.readyAt = time.Now()
+	if m.leaseUntil.Before(m.readyAt) {
+		m.readyAt = m.leaseUntil
+	}
 	q.ready.push(m)
 	q.signal()
 }

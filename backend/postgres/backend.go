@@ -341,9 +341,13 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 		return driver.Stats{}, err
 	}
 	var s driver.Stats
-	err := b.pool.QueryRow(ctx, b.q.stats, queue).Scan(&s.Ready, &s.Scheduled, &s.InFlight, &s.Dead)
+	var oldest *time.Time // run_at of a ready job is when it became ready
+	err := b.pool.QueryRow(ctx, b.q.stats, queue).Scan(&s.Ready, &s.Scheduled, &s.InFlight, &s.Dead, &oldest)
 	if err != nil {
 		return driver.Stats{}, fmt.Errorf("postgres: stats %s: %w", queue, err)
+	}
+	if oldest != nil {
+		s.OldestReady = *oldest
 	}
 	return s, nil
 }
@@ -375,7 +379,8 @@ func makeQueries(p string) queries {
 			count(*) FILTER (WHERE run_at <= now()),
 			count(*) FILTER (WHERE token = 0 AND run_at > now()),
 			count(*) FILTER (WHERE token <> 0 AND run_at > now()),
-			(SELECT count(*) FROM {{p}}_dead WHERE queue = $1)
+			(SELECT count(*) FROM {{p}}_dead WHERE queue = $1),
+			min(run_at) FILTER (WHERE run_at <= now())
 			FROM {{p}}_jobs WHERE queue = $1`),
 		enqueue: q(`WITH ins AS (
 				INSERT INTO {{p}}_jobs (queue, body, run_at)

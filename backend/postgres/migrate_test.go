@@ -87,6 +87,10 @@ func checkSeeded(ctx context.Context, t *testing.T, b *Backend, pool *pgxpool.Po
 	if err != nil {
 		t.Fatal(err)
 	}
+	if st.OldestReady.IsZero() {
+		t.Errorf("from version %d: Stats.OldestReady is zero with a job ready", from)
+	}
+	st.OldestReady = time.Time{}
 	if want := (driver.Stats{Ready: 1, Scheduled: 1, InFlight: 1, Dead: 2}); st != want {
 		t.Errorf("from version %d: Stats %+v, want %+v", from, st, want)
 	}

@@ -313,10 +313,14 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 	if err != nil {
 		return driver.Stats{}, fmt.Errorf("redis: stats of %q: %w", queue, err)
 	}
-	if len(v) != 4 {
+	if len(v) != 5 {
 		return driver.Stats{}, fmt.Errorf("redis: stats of %q: unexpected reply of %d items", queue, len(v))
 	}
-	return driver.Stats{Ready: v[0], Scheduled: v[1], InFlight: v[2], Dead: v[3]}, nil
+	s := driver.Stats{Ready: v[0], Scheduled: v[1], InFlight: v[2], Dead: v[3]}
+	if v[4] > 0 {
+		s.OldestReady = time.UnixMilli(v[4])
+	}
+	return s, nil
 }
 
 // Close stops the backend's goroutines and waits for them. Unsettled

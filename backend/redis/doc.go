@@ -69,6 +69,12 @@
 // "<len(id)>:<id><body>" so scripts can match it by job ID without decoding
 // the body.
 //
+// The jobs hash also holds "r:"+id, the ms from which the copy is ready
+// (its NotBefore, or its enqueue time), written with the body. Stats reports
+// Stats.OldestReady from the first id in line on the ready list: its lease
+// deadline when it came back from an expired lease, else its "r:" time
+// (unknown for a copy stored before the field existed).
+//
 // Idle receivers are woken without polling. Enqueue, Requeue and a claim that
 // took all it asked for (so work may remain) push a wake token to the queue's
 // signal list (only when it is empty, so it never grows). An idle Receive

@@ -52,15 +52,15 @@ local function held(id, tok, now)
 end
 local function forget(id)
   redis.call('ZREM', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id, 'm:' .. id)
+  redis.call('HDEL', KEYS[4], id, 'm:' .. id, 'r:' .. id)
 end
 `
 	// store writes a new copy with body b, due at nb (ms; 0 or past means
-	// now).
+	// now), and the time it is ready from, "r:"..id, for Stats.
 	luaStore = `
 local function store(now, nb, b)
   local id = redis.call('INCR', KEYS[6])
-  redis.call('HSET', KEYS[4], id, b)
+  redis.call('HSET', KEYS[4], id, b, 'r:' .. id, ms(math.max(nb, now)))
   if nb > now then
     redis.call('ZADD', KEYS[2], ms(nb), id)
   else
@@ -190,6 +190,7 @@ for i = 1, n do
       zrem[#zrem + 1] = ARGV[2 * i - 1]
       hdel[#hdel + 1] = ARGV[2 * i - 1]
       hdel[#hdel + 1] = fields[i]
+      hdel[#hdel + 1] = 'r:' .. ARGV[2 * i - 1]
     end
   end
 end
@@ -354,16 +355,43 @@ if n > 0 then redis.call('INCRBY', KEYS[10], n) end
 return n
 `)
 
-// statsScript returns {ready, scheduled, inflight, dead}, counting expired
-// leases and due scheduled jobs as ready.
+// statsScript returns {ready, scheduled, inflight, dead, oldest}, counting
+// expired leases and due scheduled jobs as ready. oldest is the ms at which
+// the oldest of these became ready: the first in line of the ready list
+// (its lease deadline when it came back from a lease, else its "r:" time),
+// a due scheduled job's due time, or an expired lease's deadline; 0 when
+// none is ready or the first in line has no "r:" time.
 var statsScript = goredis.NewScript(luaNow + `
 local now = now_ms()
 local dueS = redis.call('ZCOUNT', KEYS[2], '-inf', ms(now))
 local lostF = redis.call('ZCOUNT', KEYS[3], '-inf', ms(now - 1))
+local oldest, known = nil, true
+local function older(t)
+  if t and (not oldest or t < oldest) then oldest = t end
+end
+local first = redis.call('LINDEX', KEYS[1], -1)
+if first then
+  local v = redis.call('HMGET', KEYS[4], 'm:' .. first, 'r:' .. first)
+  if v[1] then
+    older(tonumber(string.match(v[1], '^%d+:(%d+):')))
+  elseif v[2] then
+    older(tonumber(v[2]))
+  else
+    known = false
+  end
+end
+if dueS > 0 then
+  older(tonumber(redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2]))
+end
+if lostF > 0 then
+  older(tonumber(redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')[2]))
+end
+if not known then oldest = nil end
 return {
   redis.call('LLEN', KEYS[1]) + dueS + lostF,
   redis.call('ZCARD', KEYS[2]) - dueS,
   redis.call('ZCARD', KEYS[3]) - lostF,
   redis.call('LLEN', KEYS[7]) + redis.call('ZCARD', KEYS[8]),
+  oldest or 0,
 }
 `)

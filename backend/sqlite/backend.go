@@ -342,8 +342,12 @@ func (b *Backend) Stats(ctx context.Context, queue string) (driver.Stats, error)
 		return driver.Stats{}, err
 	}
 	var s driver.Stats
-	if err := b.pool().QueryRowContext(ctx, b.q.stats, queue).Scan(&s.Ready, &s.Scheduled, &s.InFlight, &s.Dead); err != nil {
+	var oldest int64 // ms; run_at of a ready job is when it became ready
+	if err := b.pool().QueryRowContext(ctx, b.q.stats, queue).Scan(&s.Ready, &s.Scheduled, &s.InFlight, &s.Dead, &oldest); err != nil {
 		return driver.Stats{}, b.wrap("stats "+queue, err)
+	}
+	if oldest > 0 {
+		s.OldestReady = time.UnixMilli(oldest)
 	}
 	return s, nil
 }

@@ -143,7 +143,8 @@ func makeQueries(p string) queries {
 			coalesce(sum(run_at <= NOW), 0),
 			coalesce(sum(token = 0 AND run_at > NOW), 0),
 			coalesce(sum(token <> 0 AND run_at > NOW), 0),
-			(SELECT count(*) FROM {{p}}_dead WHERE queue = ?1)
+			(SELECT count(*) FROM {{p}}_dead WHERE queue = ?1),
+			coalesce(min(CASE WHEN run_at <= NOW THEN run_at END), 0)
 			FROM {{p}}_jobs WHERE queue = ?1`),
 		enqueue: q(`INSERT INTO {{p}}_jobs (queue, body, run_at) VALUES (?, ?, max(?, NOW))`),
 		ready:   q(`SELECT 1 FROM {{p}}_jobs WHERE queue = ? AND run_at <= NOW LIMIT 1`),

@@ -170,6 +170,19 @@ func age(now, t time.Time) string {
 	}
 }
 
+// readyAge says how long the oldest ready job of s has waited at now, as
+// age does; none when no job is ready, "unknown" when the backend cannot
+// tell since when.
+func readyAge(now time.Time, s ap.QueueStats, none string) string {
+	if _, ok := s.ReadyAge(now); !ok {
+		return "unknown"
+	}
+	if s.OldestReady.IsZero() {
+		return none
+	}
+	return age(now, s.OldestReady)
+}
+
 // shorten returns the first line of s, escaped (field), cut to n runes.
 func shorten(s string, n int) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {

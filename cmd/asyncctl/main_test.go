@@ -275,9 +275,9 @@ func TestQueues(t *testing.T) {
 
 	mustCtl(t, exitOK, "", "enqueue", "--url", url, "--queue", "other", "--type", "t", "--payload", "c", "--delay", "1h")
 	out := mustCtl(t, exitOK, "", "queues", "--url", url, "emails", "--queue", "other")
-	want := regexp.MustCompile(`^QUEUE   READY  SCHEDULED  IN FLIGHT  DEAD  OLDEST DEAD
-emails  1      1          0          1     [0-9]s
-other   0      1          0          0     -
+	want := regexp.MustCompile(`^QUEUE   READY  OLDEST READY  SCHEDULED  IN FLIGHT  DEAD  OLDEST DEAD
+emails  1      [0-9]s  +1          0          1     [0-9]s
+other   0      -             1          0          0     -
 $`)
 	if !want.MatchString(out) {
 		t.Errorf("queues:\n%s\nwant:\n%s", out, want)
@@ -286,7 +286,10 @@ $`)
 	if time.Since(s.OldestDead) > time.Minute {
 		t.Errorf("queues --json: oldest_dead %v", s.OldestDead)
 	}
-	if s.OldestDead = (time.Time{}); !reflect.DeepEqual(s, queueJSON{Queue: "emails", Ready: 1, Scheduled: 1, Dead: 1}) {
+	if time.Since(s.OldestReady) > time.Minute || s.ReadyWait < 0 || s.ReadyWait > 60 {
+		t.Errorf("queues --json: oldest_ready %v, ready_wait_s %v", s.OldestReady, s.ReadyWait)
+	}
+	if s.OldestDead, s.OldestReady, s.ReadyWait = (time.Time{}), (time.Time{}), 0; !reflect.DeepEqual(s, queueJSON{Queue: "emails", Ready: 1, Scheduled: 1, Dead: 1}) {
 		t.Errorf("queues --json = %+v", s)
 	}
 
@@ -301,10 +304,13 @@ $`)
 	if err := json.Unmarshal([]byte(out), &qs); err != nil {
 		t.Fatal(err)
 	}
+	if len(qs) == 2 {
+		qs[1].OldestReady, qs[1].ReadyWait = time.Time{}, 0
+	}
 	if len(qs) != 2 || !reflect.DeepEqual(qs[0], queueJSON{Queue: "alpha.x", Scheduled: 1}) || !reflect.DeepEqual(qs[1], queueJSON{Queue: "zeta", Ready: 1}) {
 		t.Errorf("queues with no name: %+v", qs)
 	}
-	if out := mustCtl(t, exitOK, "", "--url", url, "queues"); !strings.HasPrefix(out, "QUEUE    READY") || !strings.Contains(out, "\nalpha.x  0      1 ") || !strings.Contains(out, "\nzeta     1      0 ") {
+	if out := mustCtl(t, exitOK, "", "--url", url, "queues"); !strings.HasPrefix(out, "QUEUE    READY") || !strings.Contains(out, "\nalpha.x  0      -             1 ") || !regexp.MustCompile(`\nzeta     1      \ds +0 `).MatchString(out) {
 		t.Errorf("queues with no name:\n%s", out)
 	}
 }

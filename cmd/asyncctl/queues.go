@@ -29,8 +29,10 @@ func queuesCmd() *command {
 With no queue named, it shows every queue the backend holds: each one that
 holds jobs or dead letters, and each one declared (on NATS: once a worker
 received from it). Name queues as arguments or with --queue (repeatable)
-to show only those. OLDEST DEAD is how long ago the oldest dead letter
-died; a paused queue is marked "(paused)", a queue with a paused group
+to show only those. OLDEST READY is how long the oldest ready job has
+waited since it became deliverable ("unknown" where the backend cannot
+tell; ready_wait_s -1 in JSON); OLDEST DEAD is how long ago the oldest
+dead letter died; a paused queue is marked "(paused)", a queue with a paused group
 "(group NAME paused, N held)" (a group's held queue is not a queue of its
 own). A depth the backend cannot tell
 is printed as "-" (-1 in JSON). Exit code 3 when the backend holds no
@@ -62,15 +64,21 @@ Examples:
 
 // queueJSON is one queue's depths as --json prints them.
 type queueJSON struct {
-	Queue      string      `json:"queue"`
-	Ready      int64       `json:"ready"`
-	Scheduled  int64       `json:"scheduled"`
-	InFlight   int64       `json:"in_flight"`
-	Dead       int64       `json:"dead"`
-	Paused     bool        `json:"paused"`
-	OldestDead time.Time   `json:"oldest_dead,omitzero"`
-	Groups     []groupJSON `json:"groups,omitempty"` // paused groups, and groups with jobs held still
-	Error      string      `json:"error,omitempty"`
+	Queue      string    `json:"queue"`
+	Ready      int64     `json:"ready"`
+	Scheduled  int64     `json:"scheduled"`
+	InFlight   int64     `json:"in_flight"`
+	Dead       int64     `json:"dead"`
+	Paused     bool      `json:"paused"`
+	OldestDead time.Time `json:"oldest_dead,omitzero"`
+	// OldestReady is when the oldest ready job became deliverable; absent
+	// when none is ready or the backend cannot tell (ReadyWait -1).
+	OldestReady time.Time `json:"oldest_ready,omitzero"`
+	// ReadyWait is how long, in seconds, the oldest ready job has waited:
+	// 0 with none ready, -1 when the backend cannot tell.
+	ReadyWait float64     `json:"ready_wait_s"`
+	Groups    []groupJSON `json:"groups,omitempty"` // paused groups, and groups with jobs held still
+	Error     string      `json:"error,omitempty"`
 }
 
 // groupJSON is a queue's paused (or still held) group as --json prints it.
@@ -160,10 +168,15 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 	}
 	out := make([]queueJSON, len(qs))
 	failed := 0
+	now := time.Now()
 	for i, q := range qs {
-		out[i] = queueJSON{Queue: q.Name, Ready: q.Ready, Scheduled: q.Scheduled, InFlight: q.InFlight, Dead: q.Dead, Paused: q.Paused, OldestDead: q.OldestDead, Groups: groupsJSON(q.Groups)}
+		out[i] = queueJSON{Queue: q.Name, Ready: q.Ready, Scheduled: q.Scheduled, InFlight: q.InFlight, Dead: q.Dead, Paused: q.Paused, OldestDead: q.OldestDead,
+			OldestReady: q.OldestReady, ReadyWait: -1, Groups: groupsJSON(q.Groups)}
+		if wait, ok := q.ReadyAge(now); ok {
+			out[i].ReadyWait = wait.Seconds()
+		}
 		if q.Err != nil {
-			out[i] = queueJSON{Queue: q.Name, Ready: -1, Scheduled: -1, InFlight: -1, Dead: -1, Error: c.redact(q.Err.Error())}
+			out[i] = queueJSON{Queue: q.Name, Ready: -1, Scheduled: -1, InFlight: -1, Dead: -1, ReadyWait: -1, Error: c.redact(q.Err.Error())}
 			failed++
 		}
 	}
@@ -172,7 +185,6 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 			return err
 		}
 	} else if len(out) > 0 {
-		now := time.Now()
 		rows := make([][]string, len(out))
 		for i, s := range out {
 			name := field(s.Queue)
@@ -180,9 +192,9 @@ func (c *cli) queues(ctx context.Context, names []string) error {
 				name += " (paused)"
 			}
 			name += groupsNote(s.Groups)
-			rows[i] = []string{name, count(s.Ready), count(s.Scheduled), count(s.InFlight), count(s.Dead), age(now, s.OldestDead)}
+			rows[i] = []string{name, count(s.Ready), readyAge(now, qs[i].QueueStats, "-"), count(s.Scheduled), count(s.InFlight), count(s.Dead), age(now, s.OldestDead)}
 		}
-		if err := table(c.stdout, []string{"QUEUE", "READY", "SCHEDULED", "IN FLIGHT", "DEAD", "OLDEST DEAD"}, rows); err != nil {
+		if err := table(c.stdout, []string{"QUEUE", "READY", "OLDEST READY", "SCHEDULED", "IN FLIGHT", "DEAD", "OLDEST DEAD"}, rows); err != nil {
 			return err
 		}
 		for _, s := range out {

@@ -142,8 +142,8 @@ func TestTopInTmux(t *testing.T) {
 	x := newTmux(t, fmt.Sprintf("ASYNCPLATFORM_URL=%s %s top --interval 200ms", shell(rawURL), shell(bin)))
 	screen := x.waitFor("every queue",
 		`asyncctl top · redis://127\.0\.0\.1:\d+/0\?prefix=asyncctl-tmux-\w+ · 3 queues · every 200ms · \d\d:\d\d:\d\d`,
-		`(?m)^QUEUE\s+READY\s+SCHEDULED\s+IN FLIGHT\s+DEAD\s+PENDING/s\s+DEAD/s\s+OK/5m\s+FAILED/5m\s+OLDEST DEAD$`,
-		`(?m)^billing \(paused\)\s+5\s+0\s+0\s+0\s+[+-]\d+\.\d\s+[+-]\d+\.\d\s+\d+\s+\d+\s*$`,
+		`(?m)^QUEUE\s+READY\s+OLDEST READY\s+SCHEDULED\s+IN FLIGHT\s+DEAD\s+PENDING/s\s+DEAD/s\s+OK/5m\s+FAILED/5m\s+OLDEST DEAD$`,
+		`(?m)^billing \(paused\)\s+5\s+\d+s\s+0\s+0\s+0\s+[+-]\d+\.\d\s+[+-]\d+\.\d\s+\d+\s+\d+\s*$`,
 		`(?m)^emails\s+0\s+0\s+0\s+3\s+[+-]\d+\.\d\s+[+-]\d+\.\d\s+\d+\s+\d+\s+\d+s$`,
 		`(?m)^reports\.daily\s+0\s+1\s+0\s+0\s`,
 		`(?m)^TOTAL\s+5\s+1\s+0\s+3$`,
@@ -155,7 +155,7 @@ func TestTopInTmux(t *testing.T) {
 
 	// Jobs arrive: the view refreshes in place.
 	enqueue(billing, 7, 0)
-	x.waitFor("the new jobs", `(?m)^billing \(paused\)\s+12\s+0\s+0\s+0\s+\+[1-9]\d*\.\d\s`, `(?m)^TOTAL\s+12\s+1\s+0\s+3$`)
+	x.waitFor("the new jobs", `(?m)^billing \(paused\)\s+12\s+\d+s\s+0\s+0\s+0\s+\+[1-9]\d*\.\d\s`, `(?m)^TOTAL\s+12\s+1\s+0\s+3$`)
 
 	// Resumed: the mark goes at the next refresh.
 	mustExe(t, rawURL, exitOK, "", "resume", billing)

@@ -34,6 +34,8 @@ positive DEAD/s),
 the attempts that ended in the last five minutes (OK/5m: succeeded;
 FAILED/5m: failed or dead-lettered), from the history the workers keep
 in the store ("n/a" without one), and the age of the oldest dead letter.
+OLDEST READY is how long the oldest ready job has waited since it became
+deliverable ("unknown" where the backend cannot tell).
 A paused queue (asyncctl pause) is
 marked "(paused)" after its name. The broker keeps no count of jobs
 done, so these are net changes: the platform's metrics (package otel)
@@ -257,7 +259,7 @@ func (m *topModel) sort() {
 }
 
 // The columns of the view.
-var topHeader = []string{"QUEUE", "READY", "SCHEDULED", "IN FLIGHT", "DEAD", "PENDING/s", "DEAD/s", "OK/5m", "FAILED/5m", "OLDEST DEAD"}
+var topHeader = []string{"QUEUE", "READY", "OLDEST READY", "SCHEDULED", "IN FLIGHT", "DEAD", "PENDING/s", "DEAD/s", "OK/5m", "FAILED/5m", "OLDEST DEAD"}
 
 // topRecent is the span of the OK and FAILED columns.
 const topRecent = 5 * time.Minute
@@ -323,7 +325,7 @@ func (m *topModel) View() string {
 			name += groupsNote(groupsJSON(r.Groups))
 		}
 		if r.Err != nil {
-			cells = append(cells, []string{name, "-", "-", "-", "-", "-", "-", "-", "-", "error"})
+			cells = append(cells, []string{name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "error"})
 			continue
 		}
 		pr, dr := "", ""
@@ -335,7 +337,7 @@ func (m *topModel) View() string {
 			oldest = age(now, r.OldestDead)
 		}
 		ok, failed := m.recentCells(r.Name)
-		cells = append(cells, []string{name, count(r.Ready), count(r.Scheduled), count(r.InFlight), count(r.Dead), pr, dr, ok, failed, oldest})
+		cells = append(cells, []string{name, count(r.Ready), readyAge(now, r.QueueStats, ""), count(r.Scheduled), count(r.InFlight), count(r.Dead), pr, dr, ok, failed, oldest})
 		total.Ready += max(r.Ready)
 		total.Scheduled += max(r.Scheduled)
 		total.InFlight += max(r.InFlight)
@@ -374,7 +376,7 @@ func (m *topModel) View() string {
 		fmt.Fprintf(&b, "… %s more (a taller terminal shows them)\n", plural(len(cells)-shown, "queue"))
 	}
 	if len(m.rows) > 1 {
-		b.WriteString(m.cut(line([]string{"TOTAL", count(total.Ready), count(total.Scheduled), count(total.InFlight), count(total.Dead), "", "", "", "", ""})) + "\n")
+		b.WriteString(m.cut(line([]string{"TOTAL", count(total.Ready), "", count(total.Scheduled), count(total.InFlight), count(total.Dead), "", "", "", "", ""})) + "\n")
 	}
 	if len(m.rows) == 0 && !m.at.IsZero() {
 		b.WriteString("the backend holds no queue yet\n")

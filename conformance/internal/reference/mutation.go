@@ -106,6 +106,8 @@ const (
 	DeleteHeldCounted             Mutation = "DeleteHeldCounted"             // twin of DeleteHeld: DeleteDead leaves held records alone but counts them
 	DeleteCountsAbsent            Mutation = "DeleteCountsAbsent"            // twin of DeleteMiscounts: DeleteDead counts the IDs it was given that are not there
 	PurgeCountsLastPage           Mutation = "PurgeCountsLastPage"           // twin of PurgeMiscounts: PurgeDead removes in pages of two and returns the last page's count
+
+	OldestReadyEnqueued Mutation = "OldestReadyEnqueued" // Stats.OldestReady is the enqueue, even of a job that came due or whose lease lapsed later
 )
 
 // Entry is one mutation with the rule it breaks and the cases that must
@@ -295,4 +297,6 @@ var Mutations = []Entry{
 		[]string{"DeadLetter/DeleteLeavesHeld"}},
 	{PurgeCountsLastPage, "PurgeDead returns how many records it removed, all of them",
 		[]string{"DeadLetter/Purge"}},
+	{OldestReadyEnqueued, "Stats.OldestReady is when the oldest ready job became deliverable: its NotBefore, or the lapse of its lease, not its enqueue",
+		[]string{"Stats/OldestReady"}},
 }

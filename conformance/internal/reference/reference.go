@@ -99,6 +99,7 @@ type message struct {
 	id         string
 	body       []byte
 	notBefore  time.Time
+	readyAt    time.Time // its enqueue, or the lapse of its last lease
 	deliveries int
 
 	token uint64        // non-zero while leased
@@ -225,7 +226,7 @@ func (b *Backend) Enqueue(_ context.Context, name string, msgs []driver.Message)
 		if b.br.is(NotBeforeIgnored) {
 			nb = time.Time{}
 		}
-		q.msgs = append(q.msgs, &message{id: m.ID, body: m.Body, notBefore: nb})
+		q.msgs = append(q.msgs, &message{id: m.ID, body: m.Body, notBefore: nb, readyAt: time.Now()})
 	}
 	q.signal()
 	return nil
@@ -236,6 +237,9 @@ func (br *Broker) tidy(q *queue, now time.Time) {
 	for _, m := range q.msgs {
 		if m.token != 0 && !now.Before(m.until) {
 			m.token, m.owner = 0, nil
+			if !br.is(OldestReadyEnqueued) {
+				m.readyAt = m.until
+			}
 			if br.is(NoCountOnLapse) {
 				m.deliveries--
 			}
@@ -473,7 +477,7 @@ func (b *Backend) Requeue(_ context.Context, d *driver.Delivery, msg driver.Mess
 	if b.br.is(RequeueDrops) || b.br.is(RequeueDropsDelayed) && msg.NotBefore.After(now) {
 		return nil
 	}
-	nm := &message{id: msg.ID, body: msg.Body, notBefore: msg.NotBefore}
+	nm := &message{id: msg.ID, body: msg.Body, notBefore: msg.NotBefore, readyAt: now}
 	switch {
 	case b.br.is(RequeueKeepsCount), b.br.is(RequeueNowKeepsCount) && !msg.NotBefore.After(now):
 		nm.deliveries = m.deliveries
@@ -713,6 +717,13 @@ func (b *Backend) Stats(_ context.Context, name string) (driver.Stats, error) {
 			st.Scheduled++
 		default:
 			st.Ready++
+			at := m.readyAt
+			if m.notBefore.After(at) && !b.br.is(OldestReadyEnqueued) {
+				at = m.notBefore
+			}
+			if st.OldestReady.IsZero() || at.Before(st.OldestReady) {
+				st.OldestReady = at
+			}
 		}
 	}
 	return st, nil
