@@ -17,7 +17,8 @@ import (
 //
 // A renewal that finds the hold lost (driver.ErrLeaseLost) ends the renewals:
 // the holder's SettleDead then says so. Any other failure is logged and tried
-// again at the next tick. Renewals keep ctx's values but not its
+// again at the next tick. A renewal may take until the hold would lapse
+// (at least a third of hold). Renewals keep ctx's values but not its
 // cancellation: the hold lasts as long as its holder works, until stop.
 func KeepDead(ctx context.Context, b driver.Backend, d *driver.DeadDelivery, hold time.Duration, log *slog.Logger) (stop func()) {
 	if hold <= 0 {
@@ -44,8 +45,13 @@ func keepDead(ctx context.Context, b driver.Backend, d *driver.DeadDelivery, hol
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-t.C:
-			rctx, cancel := context.WithTimeout(ctx, every)
+		case <-t.C:
+			// A renewal may take what is left of the hold: a slow store
+			// (a loaded machine) answering within it still keeps it. The
+			// hold is counted from the renewal's start, the latest the
+			// store could have renewed from.
+			now := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, max(every, hold-now.Sub(renewed)))
 			err := b.ExtendDead(rctx, d)
 			cancel()
 			switch {

@@ -189,3 +189,36 @@ func TestKeepDeadLost(t *testing.T) {
 		t.Errorf("%d ExtendDead calls after one found the hold lost, want none", after-n)
 	}
 }
+
+// slowExtend is a memory backend whose ExtendDead waits delay (or until
+// its context ends, failing then) before it renews.
+type slowExtend struct {
+	*memory.Backend
+	delay time.Duration
+}
+
+func (s *slowExtend) ExtendDead(ctx context.Context, d *driver.DeadDelivery) error {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.Backend.ExtendDead(ctx, d)
+}
+
+// TestKeepDeadSlowStore: a store whose renewals take more than a third of
+// the hold (two fifths) but answer within it (a loaded machine) keeps the
+// hold: a renewal is not cut off at the next tick.
+func TestKeepDeadSlowStore(t *testing.T) {
+	t.Parallel()
+	const hold = 2 * time.Second // 400 ms of slack a renewal, for a loaded machine
+	e := newDeadEnv(t, hold)
+	slow := &slowExtend{Backend: e.holder.Backend, delay: 2 * hold / 5}
+	stop := KeepDead(context.Background(), slow, e.dd, hold, quietLog)
+	time.Sleep(4 * hold)
+	held := e.stillHeld(t)
+	stop()
+	if !held {
+		t.Error("the record came free while renewals answering in two fifths of a hold ran: a renewal was cut off before the hold lapsed")
+	}
+}
