@@ -71,6 +71,21 @@ func (b *Backend) write(ctx context.Context, fn func(c conn) error) error {
 		defer c.mu.Unlock()
 		return fn(c.tx)
 	}
+	var missed []string
+	err := b.writeTx(ctx, fn, &missed)
+	// The statements the transaction ran unprepared are prepared on the
+	// pool now that it holds none of its connections (nor the writer
+	// lock): prepared within it, with every other connection busy
+	// (Config.MaxConns 1), the write would wait for itself.
+	for _, q := range missed {
+		_, _ = b.stmts.get(ctx, b.db, q)
+	}
+	return err
+}
+
+// writeTx runs fn in a transaction of the Backend's own, the writer lock
+// held, noting in missed the statements it found uncached.
+func (b *Backend) writeTx(ctx context.Context, fn func(c conn) error, missed *[]string) error {
 	if err := b.hub.lock.lock(ctx, b.cfg.BusyTimeout); err != nil {
 		return err
 	}
@@ -79,21 +94,11 @@ func (b *Backend) write(ctx context.Context, fn func(c conn) error) error {
 	if err != nil {
 		return err
 	}
-	var missed []string
-	err = fn(cached{b: b, tx: tx, missed: &missed})
-	if err != nil {
+	if err := fn(cached{b: b, tx: tx, missed: missed}); err != nil {
 		_ = tx.Rollback()
-	} else {
-		err = tx.Commit()
+		return err
 	}
-	// The statements the transaction ran unprepared are prepared on the
-	// pool now that it holds none of its connections: prepared within it,
-	// with every other connection busy (Config.MaxConns 1), the write
-	// would wait for itself.
-	for _, q := range missed {
-		_, _ = b.stmts.get(ctx, b.db, q)
-	}
-	return err
+	return tx.Commit()
 }
 
 // read runs fn on the caller's transaction (WithTx), or on the pool.
