@@ -27,8 +27,14 @@ func makeOutboxQueries(q func(string) string) outboxQueries {
 			SELECT $1, u.i, u.d, u.b, u.t FROM unnest($2::text[], $3::text[], $4::bytea[], $5::timestamptz[]) WITH ORDINALITY AS u(i, d, b, t, n)
 			ORDER BY u.n`),
 		// Bounded: at most outbox.MaxQueues names, each cut one character
-		// past driver.MaxQueueLen.
-		outboxQueues: q(`SELECT DISTINCT left(queue, ` + strconv.Itoa(driver.MaxQueueLen+1) + `) FROM {{p}}_outbox LIMIT ` + strconv.Itoa(outbox.MaxQueues)),
+		// past driver.MaxQueueLen. The names the relay can drain come
+		// first: rows under a name too long to address stay in the table,
+		// and as many such names must not hide the others.
+		outboxQueues: q(`SELECT q FROM (
+				(SELECT DISTINCT queue AS q, 0 AS o FROM {{p}}_outbox WHERE octet_length(queue) <= ` + strconv.Itoa(driver.MaxQueueLen) + ` LIMIT ` + strconv.Itoa(outbox.MaxQueues) + `)
+				UNION ALL
+				(SELECT DISTINCT left(queue, ` + strconv.Itoa(driver.MaxQueueLen+1) + `), 1 FROM {{p}}_outbox WHERE octet_length(queue) > ` + strconv.Itoa(driver.MaxQueueLen) + ` LIMIT ` + strconv.Itoa(outbox.MaxQueues) + `)
+			) s ORDER BY o LIMIT ` + strconv.Itoa(outbox.MaxQueues)),
 		// Bounded: a body past $3 bytes or an ID past $4 is not read.
 		outboxNext: q(`SELECT seq,
 				CASE WHEN octet_length(id) <= $4 AND octet_length(dedupe) <= $4 THEN id END,

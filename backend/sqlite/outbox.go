@@ -74,8 +74,14 @@ func (b *Backend) ob() *outboxQueries {
 		b.obq = outboxQueries{
 			put: q(`INSERT INTO {{p}}_outbox (queue, id, dedupe, body, not_before) VALUES (?, ?, ?, ?, ?)`),
 			// Bounded: at most outbox.MaxQueues names, each cut one byte past
-			// driver.MaxQueueLen (as bytes).
-			queues: q(`SELECT DISTINCT CAST(substr(CAST(queue AS BLOB), 1, ` + strconv.Itoa(driver.MaxQueueLen+1) + `) AS TEXT) FROM {{p}}_outbox LIMIT ` + strconv.Itoa(outbox.MaxQueues)),
+			// driver.MaxQueueLen (as bytes). The names the relay can drain
+			// come first: rows under a name too long to address stay in
+			// the table, and as many such names must not hide the others.
+			queues: q(`SELECT q FROM (
+					SELECT q, 0 AS o FROM (SELECT DISTINCT queue AS q FROM {{p}}_outbox WHERE length(CAST(queue AS BLOB)) <= ` + strconv.Itoa(driver.MaxQueueLen) + ` LIMIT ` + strconv.Itoa(outbox.MaxQueues) + `)
+					UNION ALL
+					SELECT q, 1 FROM (SELECT DISTINCT CAST(substr(CAST(queue AS BLOB), 1, ` + strconv.Itoa(driver.MaxQueueLen+1) + `) AS TEXT) AS q FROM {{p}}_outbox WHERE length(CAST(queue AS BLOB)) > ` + strconv.Itoa(driver.MaxQueueLen) + ` LIMIT ` + strconv.Itoa(outbox.MaxQueues) + `)
+				) ORDER BY o LIMIT ` + strconv.Itoa(outbox.MaxQueues)),
 			take: q(`INSERT INTO {{p}}_outbox_lease (queue, owner, until) VALUES (?1, ?2, NOW + ?3)
 				ON CONFLICT (queue) DO UPDATE SET owner = excluded.owner, until = excluded.until WHERE until <= NOW`),
 			// Bounded: a body past ?3 bytes or an ID past ?4 is not read.

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"sync"
 )
 
@@ -70,6 +71,21 @@ func (b *Backend) write(ctx context.Context, fn func(c conn) error) error {
 		defer c.mu.Unlock()
 		return fn(c.tx)
 	}
+	var missed []string
+	err := b.writeTx(ctx, fn, &missed)
+	// The statements the transaction ran unprepared are prepared on the
+	// pool now that it holds none of its connections (nor the writer
+	// lock): prepared within it, with every other connection busy
+	// (Config.MaxConns 1), the write would wait for itself.
+	for _, q := range missed {
+		_, _ = b.stmts.get(ctx, b.db, q)
+	}
+	return err
+}
+
+// writeTx runs fn in a transaction of the Backend's own, the writer lock
+// held, noting in missed the statements it found uncached.
+func (b *Backend) writeTx(ctx context.Context, fn func(c conn) error, missed *[]string) error {
 	if err := b.hub.lock.lock(ctx, b.cfg.BusyTimeout); err != nil {
 		return err
 	}
@@ -78,7 +94,7 @@ func (b *Backend) write(ctx context.Context, fn func(c conn) error) error {
 	if err != nil {
 		return err
 	}
-	if err := fn(cached{b: b, tx: tx}); err != nil {
+	if err := fn(cached{b: b, tx: tx, missed: missed}); err != nil {
 		_ = tx.Rollback()
 		return err
 	}
@@ -110,19 +126,41 @@ type stmtCache struct {
 	closed bool
 }
 
-// get returns query prepared on db, or nil past maxStmts or after close.
-func (c *stmtCache) get(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
+// lookup returns query's statement if it is cached, or nil.
+func (c *stmtCache) lookup(query string) *sql.Stmt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.m[query]
+}
+
+// get returns query prepared on db, or nil past maxStmts or after close.
+// The prepare, which waits for a free connection of db, runs without the
+// lock: a transaction holding the last connection may need the lock to
+// look its statements up.
+func (c *stmtCache) get(ctx context.Context, db *sql.DB, query string) (*sql.Stmt, error) {
+	c.mu.Lock()
 	if s, ok := c.m[query]; ok {
+		c.mu.Unlock()
 		return s, nil
 	}
 	if c.closed || len(c.m) >= maxStmts {
+		c.mu.Unlock()
 		return nil, nil
 	}
+	c.mu.Unlock()
 	s, err := db.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.m[query]; ok {
+		_ = s.Close()
+		return old, nil
+	}
+	if c.closed || len(c.m) >= maxStmts {
+		_ = s.Close()
+		return nil, nil
 	}
 	if c.m == nil {
 		c.m = make(map[string]*sql.Stmt)
@@ -146,8 +184,9 @@ func (c *stmtCache) close() {
 // caller's transaction (WithTx) may be on another *sql.DB and is not
 // wrapped.
 type cached struct {
-	b  *Backend
-	tx *sql.Tx
+	b      *Backend
+	tx     *sql.Tx
+	missed *[]string // with tx: the statements it found uncached
 }
 
 func (c cached) raw() conn {
@@ -159,6 +198,19 @@ func (c cached) raw() conn {
 
 // stmt returns query prepared for c, or nil to run it unprepared.
 func (c cached) stmt(ctx context.Context, query string) *sql.Stmt {
+	if c.tx != nil {
+		// The transaction holds a connection: preparing on the pool here
+		// could wait for it. It runs the statement unprepared and write
+		// prepares it once the transaction is over.
+		s := c.b.stmts.lookup(query)
+		if s == nil {
+			if c.missed != nil && !slices.Contains(*c.missed, query) {
+				*c.missed = append(*c.missed, query)
+			}
+			return nil
+		}
+		return c.tx.StmtContext(ctx, s)
+	}
 	s, err := c.b.stmts.get(ctx, c.b.db, query)
 	if err != nil || s == nil {
 		return nil // the unprepared call reports the statement's error
