@@ -374,3 +374,44 @@ func TestDiedAfterCommit(t *testing.T) {
 		})
 	}
 }
+
+// A join started twice on a first delivery is wrong, unless a parent lost
+// a lease: that parent's redelivery, holding the join's claim, enqueues
+// the join again while its first delivery's enqueue may be under way
+// (docs/contract.md section 16 rule 4).
+func TestRunsOnceExcusesParentLeaseLost(t *testing.T) {
+	twice := func(parentLost bool) History {
+		var h History
+		at := time.Unix(0, 0)
+		add := func(e Event) {
+			at = at.Add(time.Millisecond)
+			e.At = at
+			h = append(h, e)
+		}
+		add(Event{Kind: KindEnqueue, ID: "join"})
+		add(Event{Kind: KindStart, ID: "p0", Worker: "w1", Try: 1})
+		add(Event{Kind: KindEnd, ID: "p0", Worker: "w1", Try: 1, Result: ResultOK})
+		if parentLost {
+			add(Event{Kind: KindAck, ID: "p0", Worker: "w1", Try: 1, Result: string(ap.OutcomeLeaseLost)})
+		} else {
+			add(Event{Kind: KindAck, ID: "p0", Worker: "w1", Try: 1, Result: string(ap.OutcomeSucceeded)})
+		}
+		for cp := range uint64(2) {
+			add(Event{Kind: KindStart, ID: "join", Worker: "w1", Copy: cp, Try: 1})
+		}
+		for cp := range uint64(2) {
+			add(Event{Kind: KindEnd, ID: "join", Worker: "w1", Copy: cp, Try: 1, Result: ResultOK})
+			add(Event{Kind: KindAck, ID: "join", Worker: "w1", Copy: cp, Try: 1, Result: string(ap.OutcomeSucceeded)})
+		}
+		return h
+	}
+	if w := twice(false).runsOnce("join", nil, []string{"p0"}); len(w) != 2 {
+		t.Errorf("no parent lease lost: got %q, want two complaints (completed twice, started twice)", w)
+	}
+	if w := twice(true).runsOnce("join", nil, []string{"p0"}); len(w) != 0 {
+		t.Errorf("a parent's lease lost: got %q, want none", w)
+	}
+	if w := twice(true).runsOnce("join", nil, nil); len(w) != 2 {
+		t.Errorf("a lease lost by a job that is not a parent: got %q, want two complaints", w)
+	}
+}

@@ -43,6 +43,10 @@ import (
 // MaxSteps is the most steps of one workflow.
 const MaxSteps = 5000
 
+// RecordTimeout bounds the write of a step's record moved to "enqueued"
+// once its job is enqueued: that write outlives the caller's context.
+const RecordTimeout = 30 * time.Second
+
 // MaxNameLen is the longest step name, in bytes.
 const MaxNameLen = 64
 
@@ -718,7 +722,13 @@ func (e *Engine) fire(ctx context.Context, id, dep, holder string, cancelled **b
 	if err := e.cfg.Enqueue(ctx, []Ready{{Workflow: id, Step: dep, Attempt: attempt, Job: d.Job}}); err != nil {
 		return fmt.Errorf("enqueueing step %s of workflow %s: %w", dep, id, err)
 	}
-	_, err = e.update(ctx, id, dep, func(r *Record) (bool, error) {
+	// The job is on its queue: its record is written even when ctx has
+	// ended since (the holder's lease lost, its handler cancelled), or the
+	// holder's redelivery, finding the step waiting, would enqueue it again
+	// while this copy waits to run.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), RecordTimeout)
+	defer cancel()
+	_, err = e.update(rctx, id, dep, func(r *Record) (bool, error) {
 		if r.Attempt > attempt || r.Attempt == attempt && r.State != Waiting {
 			return false, nil // another process recorded it
 		}

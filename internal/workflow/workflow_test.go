@@ -577,3 +577,60 @@ func TestRefiredStepEndsBeforeItsRecord(t *testing.T) {
 		}
 	}
 }
+
+// ctxStore is a fakeStore whose reads and writes fail once ctx has ended,
+// as a real store's do.
+type ctxStore struct{ *fakeStore }
+
+func (s ctxStore) Get(ctx context.Context, key string) ([]byte, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	return s.fakeStore.Get(ctx, key)
+}
+
+func (s ctxStore) Update(ctx context.Context, key string, value []byte, rev string, ttl time.Duration) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	return s.fakeStore.Update(ctx, key, value, rev, ttl)
+}
+
+// TestEnqueuedRecordedAfterCancel: a parent's context ends just after it
+// enqueued the join (its lease lost, its handler cancelled). The join's
+// record still moves to enqueued, so the parent's redelivery, holding the
+// claim, does not enqueue the join a second time.
+func TestEnqueuedRecordedAfterCancel(t *testing.T) {
+	t.Parallel()
+	bg := context.Background()
+	q := &queue{}
+	var lose context.CancelFunc
+	e := New(Config{Store: ctxStore{newFake()}, Enqueue: func(ctx context.Context, r []Ready) error {
+		err := q.enqueue(ctx, r)
+		if lose != nil {
+			lose() // the lease is lost just after the enqueue
+		}
+		return err
+	}})
+	id := NewID()
+	if err := e.Create(bg, id, "", []Spec{spec("a"), spec("j", "a")}); err != nil {
+		t.Fatal(err)
+	}
+	q.take()
+	if err := e.finish(bg, id, "a", Succeeded, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	lose = cancel
+	if err := e.Advance(ctx, id, "a"); err != nil {
+		t.Logf("first Advance: %v", err)
+	}
+	lose = nil
+	if err := e.Advance(bg, id, "a"); err != nil { // a's redelivery
+		t.Fatal(err)
+	}
+	if r := q.take(); len(r) != 1 {
+		t.Fatalf("j enqueued %d times, want once: %v", len(r), r)
+	}
+}
