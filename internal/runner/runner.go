@@ -413,8 +413,8 @@ func (q *Queue[J]) Held() []*Delivery[J] {
 // a round trip takes 30 ms), and a slow one holds up no other; the bound
 // keeps a sweep of many deliveries from reaching the broker as one burst.
 // A delivery whose renewal is still under way is left to it. KeepLeases
-// returns once the renewals it started have ended (each is bounded by what
-// is left of its lease, at least a third of it).
+// returns once the renewals it started have ended (each is bounded by a
+// third of the lease).
 func KeepLeases[J any](ctx context.Context, b driver.Backend, lease time.Duration, log *slog.Logger, queues []*Queue[J]) {
 	every := lease / 3
 	t := time.NewTicker(max(every/2, time.Millisecond))
@@ -468,14 +468,7 @@ func (f *Delivery[J]) due(now time.Time, every time.Duration) bool {
 // extend renews f's lease; f.mu is held (see due) and is unlocked on return.
 func (f *Delivery[J]) extend(b driver.Backend, lease time.Duration, log *slog.Logger, now time.Time, every time.Duration) {
 	defer f.mu.Unlock()
-	// A renewal may take what is left of the lease: a slow broker (a
-	// loaded machine) answering within it still keeps it. The lease is
-	// counted from the renewal's start, the latest the broker could have
-	// renewed from.
-	if t := time.Now(); t.After(now) {
-		now = t
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), max(every, lease-now.Sub(f.renewed.time())))
+	ctx, cancel := context.WithTimeout(context.Background(), every)
 	defer cancel()
 	err := b.Extend(ctx, f.D, lease)
 	switch {

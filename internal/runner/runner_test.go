@@ -400,35 +400,6 @@ func TestQueue(t *testing.T) {
 		})
 	})
 
-	// LeaseSlowBroker: a broker whose renewals take two fifths of the lease
-	// (more than the third between them, a loaded machine) but answer
-	// within it keeps the lease: a renewal is not cut off at the next tick,
-	// and the handler is not cancelled.
-	t.Run("LeaseSlowBroker", func(t *testing.T) {
-		t.Parallel()
-		const lease = 2 * time.Second // 400 ms of slack a renewal
-		b := setup(t, testOpts{lease: lease})
-		b.backend.extendWait = 2 * lease / 5
-		var cancelled atomic.Bool
-		done := make(chan struct{})
-		b.handler = func(ctx context.Context, f *Delivery[string]) error {
-			defer close(done)
-			select {
-			case <-time.After(3 * lease):
-			case <-ctx.Done():
-				cancelled.Store(true)
-			}
-			return nil
-		}
-		b.backend.push(testQueue, 1)
-		b.start()
-		recv(t, "the handler's end", done)
-		b.stop(t)
-		if cancelled.Load() {
-			t.Error("the handler was cancelled though each renewal answered within the lease")
-		}
-	})
-
 	// LeaseLost: when Extend reports the lease lost, the handler's context
 	// is cancelled and its outcome is not reported (Settle returns
 	// ErrLeaseLost without calling the backend).
