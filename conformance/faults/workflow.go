@@ -113,12 +113,33 @@ func (h History) ranOnce(id string) (oks, fresh, lost int) {
 	return oks, fresh, lost
 }
 
-// parentsLost counts the leases lost by attempts of parents (job IDs).
+// parentsLost counts the leases lost by attempts of parents (job IDs)
+// whose handler returned nil: only such an attempt can have enqueued the
+// step before its lease was lost. One cancelled by the loss (or failed)
+// enqueued nothing.
 func (h History) parentsLost(parents []string) int {
-	byJob := h.count(KindAck, string(ap.OutcomeLeaseLost))
-	n := 0
+	type attempt struct {
+		id, worker string
+		copy       uint64
+		try        int
+	}
+	isParent := map[string]bool{}
 	for _, p := range parents {
-		n += byJob[p]
+		isParent[p] = true
+	}
+	ok := map[attempt]bool{}
+	n := 0
+	for _, e := range h {
+		if !isParent[e.ID] {
+			continue
+		}
+		a := attempt{e.ID, e.Worker, e.Copy, e.Try}
+		switch {
+		case e.Kind == KindEnd:
+			ok[a] = e.Result == ResultOK
+		case e.Kind == KindAck && e.Result == string(ap.OutcomeLeaseLost) && ok[a]:
+			n++
+		}
 	}
 	return n
 }
@@ -133,7 +154,8 @@ func (h History) parentsLost(parents []string) int {
 // completion.
 //
 // Each lease lost by an attempt of one of parents (the job IDs of the
-// step's dependencies) excuses one more start and completion: the parent
+// step's dependencies) whose handler returned nil excuses one more start
+// and completion (see parentsLost): the parent
 // was delivered again while its first delivery still ran, and a
 // redelivered parent that holds the step's claim enqueues the step again
 // (docs/contract.md section 16 rule 4: it cannot know whether its first
