@@ -51,6 +51,7 @@ type fakeBackend struct {
 	receiveErr    func(call int) error // non-nil: the error of Receive number call (1-based), nil for a normal Receive
 	receiveEnded  chan error           // gets each Receive's error (buffered; dropped when full)
 	extendErr     func(d *driver.Delivery) error
+	extendWait    time.Duration // each Extend takes this long, or fails when its context ends first
 	extendCalls   int
 	extendLeases  []time.Duration
 	extended      chan string // gets the id of each extended delivery (buffered; dropped when full)
@@ -192,7 +193,17 @@ func (b *fakeBackend) Ack(_ context.Context, d *driver.Delivery) error {
 	return nil
 }
 
-func (b *fakeBackend) Extend(_ context.Context, d *driver.Delivery, lease time.Duration) error {
+func (b *fakeBackend) Extend(ctx context.Context, d *driver.Delivery, lease time.Duration) error {
+	b.mu.Lock()
+	wait := b.extendWait
+	b.mu.Unlock()
+	if wait > 0 {
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	b.mu.Lock()
 	l := b.lease(d)
 	b.extendCalls++

@@ -6,14 +6,14 @@ import (
 	"time"
 )
 
-// reviewG: a renewal whose request hangs (a lost reply on one connection)
-// holds f.mu, which Settle needs. Before cbccd0e a renewal gave up after a
-// third of the lease, so a handler that ended during it was settled well
-// within the lease; with the renewal's timeout now "what is left of the
-// lease", the settle waits until the lease has lapsed: the job, done, is
-// delivered again (runs twice).
+// TestHungRenewalDelaysSettlePastLease: a renewal whose request hangs (a
+// lost reply on one connection) holds the delivery's lock, which Settle
+// needs. The renewal gives up after a third of the lease, so a handler
+// that ended during it is settled within the lease; a renewal allowed what
+// is left of the lease would hold the settle until the lease lapsed, and
+// the job, done, would be delivered again.
 func TestHungRenewalDelaysSettlePastLease(t *testing.T) {
-	const lease = 1500 * time.Millisecond
+	const lease = 3 * time.Second // 500 ms of slack, for a loaded machine
 	b := setup(t, testOpts{lease: lease})
 	b.backend.extendWait = time.Hour // the renewal never answers; it ends on its context
 	var handlerStart time.Time
