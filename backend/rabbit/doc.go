@@ -222,8 +222,10 @@
 // under the same instance, and an Enqueue that failed so is often tried
 // again by its caller: the queue may then hold two messages of one job
 // (TestCluster/NodeKill traced both). An Enqueue of a job ID to a queue
-// within 10 minutes of a failed Enqueue of it by the same Backend
-// publishes under the failed one's instance (TestEnqueueRetryTwinDropped);
+// with the same body within 10 minutes of a failed Enqueue of it by the
+// same Backend publishes under the failed one's instance
+// (TestEnqueueRetryTwinDropped; another body is a new job,
+// TestReenqueueAfterFailedEnqueueRuns);
 // copies a release, a delay hop or a sweep makes carry their publish's
 // origin (header x-asyncplatform-origin). A delivery whose origin (or
 // instance) a live channel of the same Backend holds is acked and never
@@ -432,8 +434,10 @@
 //   - Two stored messages of one job (a publish re-sent after a lost
 //     confirm, an Enqueue tried again after it failed so) both run when
 //     they reach two processes, or one Backend more than 10 minutes apart
-//     (see Twins). A job ID enqueued again on purpose within 10 minutes of
-//     a failed Enqueue of it, by the same Backend, is taken for the same
+//     (see Twins), and so do those of an Enqueue tried again with another
+//     body (a signed job bound to its queue is signed anew). A job ID
+//     enqueued again on purpose with the very same body within 10 minutes
+//     of a failed Enqueue of it, by the same Backend, is taken for the same
 //     job: it does not run again when its first message ran there.
 //
 // # Clusters

@@ -913,7 +913,7 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 		if err != nil {
 			return err
 		}
-		if inst := b.unsure.get(now, queue, m.ID); inst != "" {
+		if inst := b.unsure.get(now, queue, m.ID, o.pub.Body); inst != "" {
 			// Tried again after a failed Enqueue: the same instance (see
 			// twins.go).
 			o.pub.Headers[instanceHeader] = inst

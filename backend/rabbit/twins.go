@@ -1,6 +1,7 @@
 package rabbit
 
 import (
+	"crypto/sha256"
 	"encoding/hex"
 	"sync"
 	"time"
@@ -118,10 +119,13 @@ func (r *receipt) twinKey() string { return r.origin }
 // failed, enqueues the job again: a second stored message that no twin
 // check could match, since it had a new instance. So a Backend remembers,
 // for unsureTTL, the instance of each message of a failed Enqueue, by
-// queue and message ID, and an Enqueue of the same ID to the same queue
-// publishes under that instance again: the two, if both are stored, are
-// twins (see above). An Enqueue that succeeds forgets its messages. A job
-// ID enqueued again on purpose after a failed Enqueue of it, within
+// queue and message ID, and an Enqueue of the same ID and body to the
+// same queue publishes under that instance again: the two, if both are
+// stored, are twins (see above). An Enqueue that succeeds forgets its
+// messages. Another body under the ID is a new job (or a job signed anew),
+// published under an instance of its own: taken for a twin it would be
+// dropped once the failed Enqueue's message ran. A job ID enqueued again
+// on purpose with the same body after a failed Enqueue of it, within
 // unsureTTL, is taken as the same job.
 const (
 	// unsureTTL is how long an instance of a failed Enqueue is kept.
@@ -143,16 +147,19 @@ type unsureKey struct{ queue, id string }
 
 type unsureSend struct {
 	inst  string
+	sum   [sha256.Size]byte // the body's: a new job under the same ID is no retry
 	until time.Time
 }
 
-// get returns the instance a failed Enqueue of id to queue published, or
-// "".
-func (u *unsureSends) get(now time.Time, queue, id string) string {
+// get returns the instance a failed Enqueue of id to queue published with
+// the same body, or "". A body of its own is a new job under a reused ID,
+// not a retry: taken for a twin, it would be dropped when the failed
+// Enqueue's message ran.
+func (u *unsureSends) get(now time.Time, queue, id string, body []byte) string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	s, ok := u.by[unsureKey{queue, id}]
-	if !ok || now.After(s.until) {
+	if !ok || now.After(s.until) || s.sum != sha256.Sum256(body) {
 		return ""
 	}
 	return s.inst
@@ -180,7 +187,7 @@ func (u *unsureSends) failed(now time.Time, queue string, msgs []outMsg, ids []s
 				return
 			}
 		}
-		u.by[unsureKey{queue, ids[i]}] = unsureSend{inst: inst, until: now.Add(unsureTTL)}
+		u.by[unsureKey{queue, ids[i]}] = unsureSend{inst: inst, sum: sha256.Sum256(m.pub.Body), until: now.Add(unsureTTL)}
 	}
 }
 
