@@ -88,11 +88,17 @@ func (t *Tracker) addEnd(p *end) {
 		case old.taken:
 		case newer(&old.r, &p.r): // a later attempt's end waits already: it takes this one's changes, before its own
 			old.r.follow(&p.r)
+			if old.r.Error == "" {
+				old.r.Error = p.r.Error // the last error, as a write over it would keep
+			}
 			return
 		default:
 			prev := old.prev
 			p.r.follow(&old.r) // both ends' changes, old's first
-			*old = *p          // the same place in the order: one write for both
+			if p.r.Error == "" {
+				p.r.Error = old.r.Error // the last error, as a write over it would keep
+			}
+			*old = *p // the same place in the order: one write for both
 			old.prev = prev
 			return
 		}

@@ -163,6 +163,9 @@ func TestHistoryOfEndsWrittenTogether(t *testing.T) {
 		if id == "j1" { // j2's changes are in the order the deliveries read the clock
 			checkTimes(t, r.History)
 		}
+		if r.Error != "boom" {
+			t.Errorf("%s after its ends were written together: last error %q, want the retry's \"boom\"", id, r.Error)
+		}
 	}
 }
 
