@@ -38,7 +38,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -313,25 +312,8 @@ func run(o options) error {
 // runSystem runs one system in a child process and returns its result.
 func runSystem(spec childSpec, limit time.Duration) result {
 	r := result{Backend: spec.Backend, System: spec.System}
-	js, _ := json.Marshal(spec)
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	self, err := os.Executable()
-	if err != nil {
+	if err := runJSONChild(spec, limit, &r); err != nil {
 		r.Err = err.Error()
-		return r
-	}
-	cmd := exec.CommandContext(ctx, self, "-child", string(js))
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	err = cmd.Run()
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if jerr := json.Unmarshal([]byte(lines[len(lines)-1]), &r); jerr != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if len(msg) > 300 {
-			msg = msg[len(msg)-300:]
-		}
-		r.Err = fmt.Sprintf("child failed: %v %s", err, msg)
 	}
 	return r
 }

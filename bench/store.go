@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -77,25 +76,8 @@ func storeBackends(o options) []string {
 func measureStore(backend string, o options) storeResult {
 	r := storeResult{Backend: backend}
 	spec := childSpec{Backend: backend, System: storeSystem, Srv: o.Srv, StoreDur: o.StoreDur}
-	js, _ := json.Marshal(spec)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(storeOps))*o.StoreDur+5*time.Minute)
-	defer cancel()
-	self, err := os.Executable()
-	if err != nil {
+	if err := runJSONChild(spec, time.Duration(len(storeOps))*o.StoreDur+5*time.Minute, &r); err != nil {
 		r.Err = err.Error()
-		return r
-	}
-	cmd := exec.CommandContext(ctx, self, "-child", string(js))
-	var out, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	err = cmd.Run()
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if jerr := json.Unmarshal([]byte(lines[len(lines)-1]), &r); jerr != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if len(msg) > 300 {
-			msg = msg[len(msg)-300:]
-		}
-		r.Err = fmt.Sprintf("child failed: %v %s", err, msg)
 	}
 	return r
 }

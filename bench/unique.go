@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"time"
@@ -81,25 +80,8 @@ func measureUnique(backend string, o options) uniqueResult {
 		n = o.AzureN / 10
 	}
 	spec := childSpec{Backend: backend, System: uniqueSystem, Srv: o.Srv, Plan: plan{N: max(n, 50)}}
-	js, _ := json.Marshal(spec)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	self, err := os.Executable()
-	if err != nil {
+	if err := runJSONChild(spec, 10*time.Minute, &r); err != nil {
 		r.Err = err.Error()
-		return r
-	}
-	cmd := exec.CommandContext(ctx, self, "-child", string(js))
-	var out, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	err = cmd.Run()
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if jerr := json.Unmarshal([]byte(lines[len(lines)-1]), &r); jerr != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if len(msg) > 300 {
-			msg = msg[len(msg)-300:]
-		}
-		r.Err = fmt.Sprintf("child failed: %v %s", err, msg)
 	}
 	return r
 }

@@ -23,9 +23,7 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -73,25 +71,8 @@ func measureWorkflow(backend string, o options) workflowResult {
 	}
 	n = min(max(n, 50), ap.MaxWorkflowSteps-1)
 	spec := childSpec{Backend: backend, System: workflowSystem, Srv: o.Srv, Plan: plan{N: n}}
-	js, _ := json.Marshal(spec)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	self, err := os.Executable()
-	if err != nil {
+	if err := runJSONChild(spec, 10*time.Minute, &r); err != nil {
 		r.Err = err.Error()
-		return r
-	}
-	cmd := exec.CommandContext(ctx, self, "-child", string(js))
-	var out, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	err = cmd.Run()
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if jerr := json.Unmarshal([]byte(lines[len(lines)-1]), &r); jerr != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if len(msg) > 300 {
-			msg = msg[len(msg)-300:]
-		}
-		r.Err = fmt.Sprintf("child failed: %v %s", err, msg)
 	}
 	return r
 }
