@@ -69,8 +69,25 @@ func TestScreenshots(t *testing.T) {
 		panic(fmt.Sprintf("webhook: no signing secret for tenant %q", j.Headers["tenant"])) // kept with its stack
 	}))
 	must(p.Handle(hostileType, func(ctx context.Context, j *ap.Job) error { return ap.Permanent(errors.New(hostileError)) }))
+	// A workflow for its page: two steps done, one running, one waiting.
+	invoicing := make(chan struct{})
+	step := func(ctx context.Context, j *ap.Job) error {
+		j.SetResult(fmt.Appendf(nil, `{"step":%q,"ok":true}`, j.Type))
+		return nil
+	}
+	must(p.Handle("order.pick", step))
+	must(p.Handle("order.pack", step))
+	must(p.Handle("invoice.issue", func(ctx context.Context, j *ap.Job) error {
+		select {
+		case <-invoicing:
+		case <-ctx.Done():
+		}
+		return nil
+	}))
+	must(p.Handle("order.ship", step))
 	must(p.Start(context.Background()))
 	defer p.Stop(context.Background())
+	defer close(invoicing) // before Stop: the running step returns
 
 	var jobs []*ap.Job
 	for i := range 37 {
@@ -90,6 +107,12 @@ func TestScreenshots(t *testing.T) {
 	jobs = append(jobs, &ap.Job{Type: "report.export", Queue: "reports", Payload: []byte(`{"report":"monthly-revenue"}`)}, hostileJob())
 	jobs[len(jobs)-1].Queue = "reports"
 	must(p.EnqueueBatch(context.Background(), jobs))
+	wf := ap.NewWorkflow("order-88120").
+		Add("pick", &ap.Job{Type: "order.pick", Queue: "reports", Payload: []byte(`{"order":88120}`)}).
+		Add("pack", &ap.Job{Type: "order.pack", Queue: "reports"}, "pick").
+		Add("invoice", &ap.Job{Type: "invoice.issue", Queue: "billing"}, "pick").
+		Add("ship", &ap.Job{Type: "order.ship", Queue: "reports"}, "pack", "invoice")
+	must(p.EnqueueWorkflow(context.Background(), wf))
 	// Waiting and scheduled work, for the depths.
 	for i := range 140 {
 		must(p.Enqueue(context.Background(), &ap.Job{Type: "sms.send", Queue: "notifications", NotBefore: time.Now().Add(time.Duration(i%20+1) * time.Hour)}))
@@ -162,4 +185,15 @@ func TestScreenshots(t *testing.T) {
 	waitFor(t, "the history", func() bool { h, _ := p.History(context.Background(), time.Now().Add(-time.Hour)); return len(h) > 0 })
 	do(t, ctx, chromedp.Navigate(srv.URL+"/history"), chromedp.WaitVisible(chromedp.CSS("#history-totals")))
 	shot(t, ctx, "history")
+	waitFor(t, "the workflow's pack step", func() bool {
+		st, _ := p.WorkflowStatus(context.Background(), wf.ID)
+		for _, s := range st.Steps {
+			if s.Name == "pack" && s.State == "succeeded" {
+				return true
+			}
+		}
+		return false
+	})
+	do(t, ctx, chromedp.Navigate(srv.URL+"/workflow?id="+wf.ID), chromedp.WaitVisible(chromedp.CSS("#steps")))
+	shot(t, ctx, "workflow")
 }
