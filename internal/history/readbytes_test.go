@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncplatform/asyncplatform/backend/memory"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/kv"
 )
@@ -73,5 +74,51 @@ func TestReadBytesBounded(t *testing.T) {
 	all := New(Config{Store: st, Now: func() time.Time { return now }, MaxReadBytes: n * len(v)})
 	if r, err := all.Read(ctx, t0.Add(-24*time.Hour)); err != nil || r.Cut || len(r.Minutes) != n {
 		t.Errorf("with room for every bucket: %d minutes, cut %v, %v; want %d, not cut", len(r.Minutes), r.Cut, err, n)
+	}
+}
+
+// BenchmarkReadDay reads a day of full buckets (Buckets of MaxSeries
+// series, about 45 KiB each) with the default MaxReadBytes and with none;
+// bytes_read/op is what the store returned.
+func BenchmarkReadDay(b *testing.B) {
+	md, err := memory.New(context.Background(), memory.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer md.Close()
+	d, err := driver.StoreOf(md)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var bk bucket
+	for i := range MaxSeries {
+		bk.Series = append(bk.Series, Series{Queue: fmt.Sprintf("q%03d", i), Type: strings.Repeat("t", 200), Succeeded: 1})
+	}
+	v, _ := json.Marshal(bk)
+	first := t0.Unix()/60 - int64(Buckets) + 1
+	for i := 0; i < Buckets; i += driver.MaxBatch {
+		var items []driver.BatchItem
+		for j := i; j < min(i+driver.MaxBatch, Buckets); j++ {
+			items = append(items, driver.BatchItem{Key: key(first + int64(j)), Value: v, TTL: time.Hour})
+		}
+		if _, err := kv.Of(d, kv.History).CreateEach(context.Background(), items); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, bc := range []struct {
+		name string
+		max  int
+	}{{"Default", 0}, {"Unbounded", 1 << 40}} {
+		b.Run(bc.name, func(b *testing.B) {
+			counted := &reads{Store: d}
+			now := t0
+			c := New(Config{Store: kv.Of(counted, kv.History), Now: func() time.Time { return now }, MaxReadBytes: bc.max})
+			for b.Loop() {
+				if _, err := c.Read(context.Background(), t0.Add(-24*time.Hour)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(counted.n.Load())/float64(b.N), "bytes_read/op")
+		})
 	}
 }
