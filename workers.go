@@ -102,25 +102,49 @@ type HistoryMinute struct {
 // ended per minute, by queue and job type, over every worker that shares
 // this backend's store. A minute with no attempts is absent. Each worker
 // counts in memory and writes its counts every Config.WorkerHeartbeat and
-// at Stop, so the last minute or so may not be in yet. Without a store the
-// error matches ErrNoStore.
+// at Stop, so the last minute or so may not be in yet. A read holds at
+// most MaxHistoryReadBytes of minutes, the newest (ReadHistory says when
+// it was cut). Without a store the error matches ErrNoStore.
 func (p *Platform) History(ctx context.Context, since time.Time) ([]HistoryMinute, error) {
+	r, err := p.ReadHistory(ctx, since)
+	return r.Minutes, err
+}
+
+// MaxHistoryReadBytes bounds what one read of the throughput history
+// (History, ReadHistory) reads from the store: a day of minutes of a few
+// dozen queue and type pairs each fits; a day of full minutes (about
+// 94 MB) does not, and the read then keeps the newest minutes.
+const MaxHistoryReadBytes = history.DefaultMaxReadBytes
+
+// HistoryRead is what ReadHistory read.
+type HistoryRead struct {
+	// Minutes are the minutes read, oldest first.
+	Minutes []HistoryMinute
+	// Cut says that the read stopped at MaxHistoryReadBytes: the minutes
+	// from since to the first of Minutes were not read.
+	Cut bool
+}
+
+// ReadHistory is History, and says whether the read was cut: it reads
+// the newest minutes first and stops once they hold MaxHistoryReadBytes
+// (plus at most one minute's record, 64 KiB).
+func (p *Platform) ReadHistory(ctx context.Context, since time.Time) (HistoryRead, error) {
 	if p == nil || p.backend == nil {
-		return nil, ErrNotNew
+		return HistoryRead{}, ErrNotNew
 	}
 	if oldest := time.Now().Add(-HistoryRetention); since.Before(oldest) {
 		since = oldest
 	}
 	r, err := p.hist.Read(ctx, since)
 	if err != nil {
-		return nil, fmt.Errorf("asyncplatform: %w", err)
+		return HistoryRead{}, fmt.Errorf("asyncplatform: %w", err)
 	}
-	out := make([]HistoryMinute, len(r.Minutes))
+	out := HistoryRead{Minutes: make([]HistoryMinute, len(r.Minutes)), Cut: r.Cut}
 	for i, m := range r.Minutes {
-		out[i].Start = m.Start
-		out[i].Series = make([]HistorySeries, len(m.Series))
+		out.Minutes[i].Start = m.Start
+		out.Minutes[i].Series = make([]HistorySeries, len(m.Series))
 		for j, s := range m.Series {
-			out[i].Series[j] = HistorySeries{Queue: s.Queue, Type: s.Type, Succeeded: s.Succeeded, Failed: s.Failed, DeadLettered: s.Dead}
+			out.Minutes[i].Series[j] = HistorySeries{Queue: s.Queue, Type: s.Type, Succeeded: s.Succeeded, Failed: s.Failed, DeadLettered: s.Dead}
 		}
 	}
 	return out, nil

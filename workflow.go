@@ -441,7 +441,9 @@ func (s WorkflowStatus) Step(name string) (StepStatus, bool) {
 }
 
 // WorkflowStatus reads a workflow's state from the store: each step's
-// state, reason and result. A workflow with no record gives an error
+// state, reason and result. It reads every step's record (up to
+// MaxWorkflowSteps of 64 KiB each); WorkflowStatusPage reads a bounded
+// page. A workflow with no record gives an error
 // matching ErrWorkflowNotFound.
 func (p *Platform) WorkflowStatus(ctx context.Context, id string) (WorkflowStatus, error) {
 	eng, err := p.workflows()
@@ -455,12 +457,74 @@ func (p *Platform) WorkflowStatus(ctx context.Context, id string) (WorkflowStatu
 	if err != nil {
 		return WorkflowStatus{}, fmt.Errorf("asyncplatform: WorkflowStatus: %w", err)
 	}
-	out := WorkflowStatus{ID: st.ID, Name: st.Name, Created: st.Created, Cancelled: st.Cancelled, Steps: make([]StepStatus, len(st.Steps))}
-	for i, r := range st.Steps {
-		out.Steps[i] = StepStatus{Name: r.Name, DependsOn: r.Deps, State: r.State, Reason: Reason(r.Reason), Attempt: r.Attempt,
+	return WorkflowStatus{ID: st.ID, Name: st.Name, Created: st.Created, Cancelled: st.Cancelled, Steps: stepStatuses(id, st.Steps)}, nil
+}
+
+// Bounds of a page of WorkflowStatusPage.
+const (
+	// MaxWorkflowPageSteps is the most steps of one page.
+	MaxWorkflowPageSteps = 100
+	// MaxWorkflowPageBytes bounds the step records one page reads: it
+	// stops at the record that reaches it, so a page reads at most this
+	// plus 16 records of the store's value limit (1 MiB).
+	MaxWorkflowPageBytes = 4 << 20
+)
+
+// WorkflowPage is a page of a workflow's steps, read by
+// WorkflowStatusPage. It tells nothing of the steps outside the page:
+// whether the whole workflow is done is WorkflowStatus's to say.
+type WorkflowPage struct {
+	ID, Name  string
+	Created   time.Time
+	Cancelled bool
+	// Steps are the page's steps, in the workflow's order.
+	Steps []StepStatus
+	// Total is the number of steps of the workflow.
+	Total int
+	// Offset is the index of Steps[0] among the workflow's steps.
+	Offset int
+	// Next is the offset of the next page, or 0 after the last step.
+	Next int
+}
+
+// Whole says whether the page holds every step of the workflow.
+func (pg WorkflowPage) Whole() bool { return pg.Offset == 0 && pg.Next == 0 }
+
+// WorkflowStatusPage reads a page of a workflow's state: its record and
+// the records of at most limit steps (at most MaxWorkflowPageSteps; zero
+// or less: that many) from the offset-th, in the workflow's order,
+// stopping once the records read reach MaxWorkflowPageBytes; Next is the
+// offset of the following page. A step's record holds its job and its
+// result, up to 64 KiB, so reading every step of a large workflow
+// (WorkflowStatus) reads up to MaxWorkflowSteps times that: operator
+// pages read pages. A workflow with no record gives an error matching
+// ErrWorkflowNotFound.
+func (p *Platform) WorkflowStatusPage(ctx context.Context, id string, offset, limit int) (WorkflowPage, error) {
+	eng, err := p.workflows()
+	if err != nil {
+		return WorkflowPage{}, err
+	}
+	if !workflow.ValidID(id) {
+		return WorkflowPage{}, fmt.Errorf("%w: %q is not a workflow ID", ErrWorkflowNotFound, id)
+	}
+	if limit <= 0 || limit > MaxWorkflowPageSteps {
+		limit = MaxWorkflowPageSteps
+	}
+	st, err := eng.StatusPage(ctx, id, offset, limit, MaxWorkflowPageBytes)
+	if err != nil {
+		return WorkflowPage{}, fmt.Errorf("asyncplatform: WorkflowStatusPage: %w", err)
+	}
+	return WorkflowPage{ID: st.ID, Name: st.Name, Created: st.Created, Cancelled: st.Cancelled, Steps: stepStatuses(id, st.Steps),
+		Total: st.Total, Offset: st.Offset, Next: st.Next}, nil
+}
+
+func stepStatuses(id string, recs []workflow.Record) []StepStatus {
+	out := make([]StepStatus, len(recs))
+	for i, r := range recs {
+		out[i] = StepStatus{Name: r.Name, DependsOn: r.Deps, State: r.State, Reason: Reason(r.Reason), Attempt: r.Attempt,
 			JobID: stepID(id, r.Name, r.Attempt), Result: r.Result}
 	}
-	return out, nil
+	return out
 }
 
 // CancelWorkflow cancels a workflow, from any process: its steps not yet

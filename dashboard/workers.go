@@ -71,6 +71,11 @@ type historyPage struct {
 	Totals  []historyTotal
 	Minutes []historyMinute
 	Err     string
+	// CutFrom is the first minute read when the read was cut at
+	// ap.MaxHistoryReadBytes (the totals start there), else zero.
+	CutFrom time.Time
+	// ReadMiB is ap.MaxHistoryReadBytes in MiB.
+	ReadMiB int
 }
 
 // MaxHistoryRows bounds the queue and type rows of the history page.
@@ -94,15 +99,19 @@ func (d *Dashboard) historyPage(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusBadRequest, "Not a span: "+visible(span, false)+" (1h, 6h or 24h).")
 		return
 	}
-	data := &historyPage{base: d.newBase(w, r, "History", ""), Span: span}
+	data := &historyPage{base: d.newBase(w, r, "History", ""), Span: span, ReadMiB: ap.MaxHistoryReadBytes >> 20}
 	data.Refresh = true
 	for _, s := range historySpans {
 		data.Spans = append(data.Spans, s.Name)
 	}
 	now := time.Now()
-	mins, err := d.p.History(r.Context(), now.Add(-dur))
+	hr, err := d.p.ReadHistory(r.Context(), now.Add(-dur))
 	if err != nil {
 		data.Err = err.Error()
+	}
+	mins := hr.Minutes
+	if hr.Cut && len(mins) > 0 {
+		data.CutFrom = mins[0].Start
 	}
 	totals := map[[2]string]*historyTotal{}
 	lastHour := now.Add(-time.Hour)

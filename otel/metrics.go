@@ -26,24 +26,37 @@ type Metrics struct {
 	deadLetters metric.Int64Counter
 	isolated    metric.Int64Counter
 	types       *typeLabels
+	queues      *typeLabels
 }
 
-// typeLabels chooses the job type label of a job (see "Job type labels" in
-// the package documentation).
+// typeLabels chooses the label of a job type or a queue (see "Job type
+// labels" in the package documentation): a known value by name, the first
+// max other values that fit a label by name, every later one as other.
 type typeLabels struct {
 	known sync.Map // string → struct{}: declared, or a handler ran for it
 
 	mu     sync.Mutex
-	others map[string]struct{} // labeled by name from dead letters, at most max
+	others map[string]struct{} // labeled by name though not known, at most max
 	max    int
+	other  string
 }
 
 func newTypeLabels(c Config) *typeLabels {
-	l := &typeLabels{others: map[string]struct{}{}, max: c.MaxJobTypes}
+	return newLabels(c.JobTypes, c.MaxJobTypes, DefaultMaxJobTypes, OtherJobType)
+}
+
+func newQueueLabels(c Config) *typeLabels {
+	return newLabels(c.Queues, c.MaxQueues, DefaultMaxQueues, OtherQueue)
+}
+
+// newLabels returns the labels of known values, max others (zero: def;
+// negative: none) and other.
+func newLabels(known []string, max, def int, other string) *typeLabels {
+	l := &typeLabels{others: map[string]struct{}{}, max: max, other: other}
 	if l.max == 0 {
-		l.max = DefaultMaxJobTypes
+		l.max = def
 	}
-	for _, t := range c.JobTypes {
+	for _, t := range known {
 		l.known.Store(t, struct{}{})
 	}
 	return l
@@ -69,7 +82,7 @@ func (l *typeLabels) label(t string) string {
 		return t
 	}
 	if len(l.others) >= l.max || !fitLabel(t) {
-		return OtherJobType
+		return l.other
 	}
 	l.others[t] = struct{}{}
 	return t
@@ -102,7 +115,7 @@ const ObserveTimeout = 10 * time.Second
 // NewMetrics makes the instruments with c's meter provider.
 func NewMetrics(c Config) (*Metrics, error) {
 	c = c.withDefaults()
-	m := &Metrics{meter: c.MeterProvider.Meter(ScopeName), types: newTypeLabels(c)}
+	m := &Metrics{meter: c.MeterProvider.Meter(ScopeName), types: newTypeLabels(c), queues: newQueueLabels(c)}
 	var err, e error
 	m.attempts, e = m.meter.Int64Counter("asyncplatform.attempts",
 		metric.WithDescription("Handler calls, by outcome."), metric.WithUnit("{attempt}"))
@@ -155,6 +168,7 @@ func (m *Metrics) Middleware() ap.Middleware {
 	return func(next ap.Handler) ap.Handler {
 		return func(ctx context.Context, j *ap.Job) error {
 			m.types.handled(j.Type)
+			m.queues.handled(queueOf(j.Queue))
 			return next(ctx, j)
 		}
 	}
@@ -162,7 +176,7 @@ func (m *Metrics) Middleware() ap.Middleware {
 
 // AfterAttempt records one attempt; it is a Hooks.AfterAttempt.
 func (m *Metrics) AfterAttempt(ctx context.Context, a ap.Attempt) {
-	attrs := []attribute.KeyValue{keyQueue.String(queueOf(a.Job.Queue)), keyType.String(m.types.handled(a.Job.Type)), keyOutcome.String(string(a.Outcome))}
+	attrs := []attribute.KeyValue{keyQueue.String(m.queues.handled(queueOf(a.Job.Queue))), keyType.String(m.types.handled(a.Job.Type)), keyOutcome.String(string(a.Outcome))}
 	set := metric.WithAttributeSet(attribute.NewSet(attrs...))
 	if a.Outcome == ap.OutcomeDeadLettered {
 		m.attempts.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(append(attrs, keyReason.String(string(a.Reason)))...)))
@@ -178,7 +192,7 @@ func (m *Metrics) AfterAttempt(ctx context.Context, a ap.Attempt) {
 
 // OnDeadLetter counts one dead letter; it is a Hooks.OnDeadLetter.
 func (m *Metrics) OnDeadLetter(ctx context.Context, dl ap.DeadLetter) {
-	m.deadLetters.Add(ctx, 1, metric.WithAttributes(keyQueue.String(queueOf(dl.Queue)), keyType.String(m.types.label(dl.Job.Type)), keyReason.String(string(dl.Reason))))
+	m.deadLetters.Add(ctx, 1, metric.WithAttributes(keyQueue.String(m.queues.label(queueOf(dl.Queue))), keyType.String(m.types.label(dl.Job.Type)), keyReason.String(string(dl.Reason))))
 }
 
 // ObserveQueues registers the queue gauges for the named queues of p: at
@@ -268,8 +282,10 @@ const (
 // by queue, job type and outcome (succeeded, failed: to be retried,
 // dead_lettered: after a handler call). Unlike the attempts counter, which
 // each process counts for its own attempts, it is the same figure in every
-// process: sum it over queues, not over processes. Job types are labeled as
-// in "Job type labels" in the package documentation. Without a store the
+// process: sum it over queues, not over processes. Job types and queues
+// are labeled as in "Job type labels" in the package documentation: the
+// store's series name queues of every worker, and anyone who can write to
+// the store can forge them. Without a store the
 // collection reports nothing and returns the error (matching
 // asyncplatform.ErrNoStore). Unregister the returned registration to stop.
 func (m *Metrics) ObserveHistory(p *ap.Platform) (metric.Registration, error) {
@@ -293,7 +309,7 @@ func (m *Metrics) ObserveHistory(p *ap.Platform) (metric.Registration, error) {
 		sums := map[series]int64{}
 		for _, mi := range mins {
 			for _, s := range mi.Series {
-				q, t := queueOf(s.Queue), m.types.label(s.Type)
+				q, t := m.queues.label(queueOf(s.Queue)), m.types.label(s.Type)
 				sums[series{q, t, historySucceeded}] += s.Succeeded
 				sums[series{q, t, historyFailed}] += s.Failed
 				sums[series{q, t, historyDeadLettered}] += s.DeadLettered

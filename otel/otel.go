@@ -64,8 +64,16 @@
 // labeled OtherJobType ("other"). A registered type dead-lettered before any
 // of its jobs reached its handler may be labeled "other" once the bound is
 // reached; list it in Config.JobTypes to have it by name from the start.
-// Queue labels are bounded already: a worker serves the queues it is
-// configured with. Spans carry the job type as it is (they are not series).
+// Queue labels are bounded the same way: a queue is labeled by name when a
+// handler ran on it (a worker serves the queues it is configured with),
+// when it is in Config.Queues (Instrument adds the platform's configured
+// queues), or when it is one of the first Config.MaxQueues
+// (DefaultMaxQueues, 100) distinct other queues seen, of at most 100 bytes
+// of printable UTF-8: these come from dead letters and from the history in
+// the store (Metrics.ObserveHistory), which other workers and anyone who
+// can write to the store write. Every other queue is labeled OtherQueue
+// ("other"). Spans carry the job type and queue as they are (they are not
+// series).
 package otel
 
 import (
@@ -107,7 +115,26 @@ type Config struct {
 	// DefaultMaxJobTypes; a negative value labels every one of them
 	// OtherJobType.
 	MaxJobTypes int
+
+	// Queues are queues the metrics label by name from the start, besides
+	// those a handler ran on. Instrument adds the queues of the platform's
+	// Config. Defaults to none.
+	Queues []string
+
+	// MaxQueues bounds the other queues, seen in dead letters and in the
+	// store's history, that the metrics label by name: the first MaxQueues
+	// distinct ones are, later ones are labeled OtherQueue. Defaults to
+	// DefaultMaxQueues; a negative value labels every one of them
+	// OtherQueue.
+	MaxQueues int
 }
+
+// DefaultMaxQueues is the default of Config.MaxQueues.
+const DefaultMaxQueues = 100
+
+// OtherQueue is the queue label of a job whose queue the metrics do not
+// label by name.
+const OtherQueue = "other"
 
 // DefaultMaxJobTypes is the default of Config.MaxJobTypes.
 const DefaultMaxJobTypes = 100
@@ -147,11 +174,15 @@ const (
 // Instrument adds tracing (EnqueueMiddleware first, Middleware first), the
 // metrics' hooks (before hooks already set) and Metrics.Middleware to cfg,
 // and returns the Metrics so that the caller can observe queue depths once
-// the platform exists (Metrics.ObserveQueues).
+// the platform exists (Metrics.ObserveQueues). The queues of cfg are
+// labeled by name (see "Job type labels" in the package documentation).
 func Instrument(cfg *ap.Config, c Config) (*Metrics, error) {
 	m, err := NewMetrics(c)
 	if err != nil {
 		return nil, err
+	}
+	for q := range cfg.Queues {
+		m.queues.known.Store(q, struct{}{})
 	}
 	tracing, note := Middleware(c), m.Middleware()
 	cfg.Middleware = append([]ap.Middleware{func(next ap.Handler) ap.Handler { return tracing(note(next)) }}, cfg.Middleware...)

@@ -2,6 +2,7 @@ package rabbit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -53,25 +54,56 @@ func (e *BaseError) Error() string {
 
 func (b *Backend) baseKey(inst string) string { return b.cfg.Prefix + ":base/" + inst }
 
+// bindTries is how many instances bindBases tries for one copy whose
+// base key is taken before it gives up.
+const bindTries = 3
+
+// errBaseKeyTaken is matched by the error of bindBases when a copy's base
+// key was taken for each of bindTries fresh instances: the hand-back then
+// fails, and the originals come back with their own bases still bound.
+var errBaseKeyTaken = errors.New("rabbit: a handed-back copy's count base key is taken")
+
 // bindBases writes the base keys of the copies among msgs that carry a
-// base, before they are published (see the comment above). Without a
-// store it writes nothing.
+// base, before they are published (see the comment above). A key that is
+// taken already (written by another writer to the store) would leave the
+// copy's base uncounted when it is handed out: the copy gets a new
+// instance and its key is written again, up to bindTries instances, then
+// the error matches errBaseKeyTaken. Without a store it writes nothing.
 func (b *Backend) bindBases(ctx context.Context, msgs []outMsg) error {
 	if b.cfg.Store == nil {
 		return nil
 	}
-	var items []driver.BatchItem
-	for _, m := range msgs {
-		n, ok := asInt(m.pub.Headers[baseHeader])
-		if !ok || n <= 0 {
-			continue
+	var carry []int // indices in msgs of the copies that carry a base
+	for i, m := range msgs {
+		if n, ok := asInt(m.pub.Headers[baseHeader]); ok && n > 0 {
+			carry = append(carry, i)
 		}
-		items = append(items, driver.BatchItem{Key: b.baseKey(instanceOf(m.pub.Headers)), Value: []byte(strconv.FormatInt(n, 10)), TTL: baseTTL})
 	}
-	for part := range chunks(items, goneBatch) {
-		if _, err := driver.CreateEach(ctx, b.cfg.Store, part); err != nil {
-			return fmt.Errorf("rabbit: write the count bases of handed-back copies: %w", err)
+	for try := 1; len(carry) > 0; try++ {
+		var taken []int
+		for part := range chunks(carry, goneBatch) {
+			items := make([]driver.BatchItem, len(part))
+			for k, i := range part {
+				n, _ := asInt(msgs[i].pub.Headers[baseHeader])
+				items[k] = driver.BatchItem{Key: b.baseKey(instanceOf(msgs[i].pub.Headers)), Value: []byte(strconv.FormatInt(n, 10)), TTL: baseTTL}
+			}
+			rs, err := driver.CreateEach(ctx, b.cfg.Store, items)
+			if err != nil {
+				return fmt.Errorf("rabbit: write the count bases of handed-back copies: %w", err)
+			}
+			for k, r := range rs {
+				if r.Err != nil { // driver.ErrKeyExists
+					taken = append(taken, part[k])
+				}
+			}
 		}
+		if len(taken) > 0 && try == bindTries {
+			return fmt.Errorf("%w: message %q, %d instances tried", errBaseKeyTaken, msgs[taken[0]].pub.MessageId, bindTries)
+		}
+		for _, i := range taken {
+			msgs[i].pub.Headers = withInstance(msgs[i].pub.Headers)
+		}
+		carry = taken
 	}
 	return nil
 }

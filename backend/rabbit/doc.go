@@ -157,7 +157,10 @@
 // (RabbitMQ overwrites a forged x-delivery-count, TestForgedDeliveryCountFact,
 // but not it), so a base counts only when bound or bounded: with
 // Config.Store a hand-back writes p:base/<instance> (the copy's instance,
-// the base as value, kept 7 days) before it publishes the copy, and a
+// the base as value, kept 7 days) before it publishes the copy (a key
+// another writer took first gets the copy a new instance, up to three,
+// then the hand-back fails and the originals return with their bases:
+// TestBindBasePreempted), and a
 // delivery's base counts only when that key holds it; without a store a
 // base counts up to 16. A base that does not count is logged at WARN with
 // a *BaseError and the delivery counts the broker's deliveries alone

@@ -25,19 +25,36 @@ skipped, cancelled), the dead-letter reason of a failed step, the attempt
 (how many times a redrive enqueued it again), its dependencies, the size of
 its result and its job's ID (for "asyncctl job show" on a queue that
 tracks status). The backend must have a store. --json prints every step's
-result too (base64). Exit code 3 when there is no such workflow.
+result too (base64), and the page's Total, Offset and Next. Exit code 3
+when there is no such workflow.
+
+A step's record holds its job and its result (up to 64 KiB), so the steps
+are read a page at a time: at most --limit steps (at most 100) from
+--offset, fewer when their records reach 4 MiB. When the page does not
+hold every step, the workflow's own state is not shown (it would read
+every record) and the last line gives the next page's --offset.
 
 Examples:
 
 	asyncctl workflow show 5df6bd4d9dfe4982193141792389d5e0
+	asyncctl workflow show 5df6bd4d9dfe4982193141792389d5e0 --offset 100
 	asyncctl workflow show 5df6bd4d9dfe4982193141792389d5e0 --json | jq -r '.Steps[] | select(.State == "failed") | .Name'
 `,
 		setup: func(fs *flag.FlagSet) func(context.Context, *cli, []string) error {
+			var offset, limit int
+			fs.IntVar(&offset, "offset", 0, "start at the step numbered `N` (from 0), printed by the previous page")
+			fs.IntVar(&limit, "limit", ap.MaxWorkflowPageSteps, "show at most `N` steps (at most 100)")
 			return func(ctx context.Context, c *cli, args []string) error {
 				if len(args) != 1 || args[0] == "" {
 					return usageErrorf("give one workflow ID")
 				}
-				return c.workflowShow(ctx, args[0])
+				if offset < 0 || offset > ap.MaxWorkflowSteps {
+					return usageErrorf("--offset %d: give 0 to %d", offset, ap.MaxWorkflowSteps)
+				}
+				if limit < 1 || limit > ap.MaxWorkflowPageSteps {
+					return usageErrorf("--limit %d: give 1 to %d", limit, ap.MaxWorkflowPageSteps)
+				}
+				return c.workflowShow(ctx, args[0], offset, limit)
 			}
 		},
 	}
@@ -75,13 +92,13 @@ func workflowNotFound(id string) error {
 	return notFoundf("no workflow %q (unknown, or past its retention)", field(id))
 }
 
-func (c *cli) workflowShow(ctx context.Context, id string) error {
+func (c *cli) workflowShow(ctx context.Context, id string, offset, limit int) error {
 	p, closeFn, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeFn()
-	st, err := p.WorkflowStatus(ctx, id)
+	st, err := p.WorkflowStatusPage(ctx, id, offset, limit)
 	if errors.Is(err, ap.ErrWorkflowNotFound) {
 		return workflowNotFound(id)
 	}
@@ -102,7 +119,7 @@ func (c *cli) workflowCancel(ctx context.Context, id string) error {
 	defer closeFn()
 	// CancelWorkflow marks any valid ID: look the workflow up first, so
 	// that a mistyped ID is reported, not marked.
-	if _, err := p.WorkflowStatus(ctx, id); errors.Is(err, ap.ErrWorkflowNotFound) {
+	if _, err := p.WorkflowStatusPage(ctx, id, 0, 1); errors.Is(err, ap.ErrWorkflowNotFound) {
 		return workflowNotFound(id)
 	} else if err != nil {
 		return err
@@ -110,7 +127,7 @@ func (c *cli) workflowCancel(ctx context.Context, id string) error {
 	if err := p.CancelWorkflow(ctx, id); err != nil {
 		return err
 	}
-	st, err := p.WorkflowStatus(ctx, id)
+	st, err := p.WorkflowStatusPage(ctx, id, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -121,9 +138,9 @@ func (c *cli) workflowCancel(ctx context.Context, id string) error {
 	return nil
 }
 
-// printWorkflow prints a workflow's status, for people: every field read
-// from the store is escaped.
-func printWorkflow(w io.Writer, now time.Time, st ap.WorkflowStatus) error {
+// printWorkflow prints a page of a workflow's status, for people: every
+// field read from the store is escaped.
+func printWorkflow(w io.Writer, now time.Time, st ap.WorkflowPage) error {
 	fmt.Fprintf(w, "ID:        %s\n", field(st.ID))
 	if st.Name != "" {
 		fmt.Fprintf(w, "Name:      %s\n", field(st.Name))
@@ -131,11 +148,14 @@ func printWorkflow(w io.Writer, now time.Time, st ap.WorkflowStatus) error {
 	if !st.Created.IsZero() {
 		fmt.Fprintf(w, "Created:   %s (%s ago)\n", st.Created.UTC().Format(time.RFC3339), age(now, st.Created))
 	}
+	whole := ap.WorkflowStatus{Steps: st.Steps}
 	state := "running"
 	switch {
-	case st.Succeeded():
+	case !st.Whole():
+		state = "see the steps (a page does not read them all)"
+	case whole.Succeeded():
 		state = "succeeded"
-	case st.Done():
+	case whole.Done():
 		state = "ended, not every step succeeded"
 	}
 	if st.Cancelled {
@@ -152,7 +172,11 @@ func printWorkflow(w io.Writer, now time.Time, st ap.WorkflowStatus) error {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
 		}
 	}
-	fmt.Fprintf(w, "Steps:     %s (%s)\n\n", plural(len(st.Steps), "step"), strings.Join(parts, ", "))
+	if st.Whole() {
+		fmt.Fprintf(w, "Steps:     %s (%s)\n\n", plural(st.Total, "step"), strings.Join(parts, ", "))
+	} else {
+		fmt.Fprintf(w, "Steps:     %s; %d to %d shown (%s)\n\n", plural(st.Total, "step"), st.Offset+1, st.Offset+len(st.Steps), strings.Join(parts, ", "))
+	}
 	rows := make([][]string, len(st.Steps))
 	for i, s := range st.Steps {
 		state := field(s.State)
@@ -169,5 +193,12 @@ func printWorkflow(w io.Writer, now time.Time, st ap.WorkflowStatus) error {
 		}
 		rows[i] = []string{field(s.Name), state, strconv.Itoa(s.Attempt), shorten(deps, 60), result, field(s.JobID)}
 	}
-	return table(w, []string{"STEP", "STATE", "ATTEMPT", "DEPENDS ON", "RESULT", "JOB"}, rows)
+	if err := table(w, []string{"STEP", "STATE", "ATTEMPT", "DEPENDS ON", "RESULT", "JOB"}, rows); err != nil {
+		return err
+	}
+	if st.Next != 0 {
+		_, err := fmt.Fprintf(w, "\nmore steps: asyncctl workflow show %s --offset %d\n", field(st.ID), st.Next)
+		return err
+	}
+	return nil
 }

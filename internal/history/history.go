@@ -100,7 +100,15 @@ type Config struct {
 	Logger  *slog.Logger
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
+	// MaxReadBytes bounds the bucket bytes one Read reads; zero or less:
+	// DefaultMaxReadBytes.
+	MaxReadBytes int
 }
+
+// DefaultMaxReadBytes is the MaxReadBytes of a Config without one: a day
+// of buckets of a few dozen series each fits, a day of full buckets
+// (Buckets of up to 64 KiB, about 94 MB) does not.
+const DefaultMaxReadBytes = 8 << 20
 
 type seriesKey struct {
 	minute     int64
@@ -123,6 +131,9 @@ func New(cfg Config) *Counter {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxReadBytes <= 0 {
+		cfg.MaxReadBytes = DefaultMaxReadBytes
 	}
 	return &Counter{cfg: cfg, pending: map[seriesKey]*Series{}, perMin: map[int64]int{}}
 }
@@ -344,10 +355,15 @@ type Read struct {
 	Minutes []Minute
 	// Unreadable is how many buckets did not parse (skipped).
 	Unreadable int
+	// Cut says that the read stopped at Config.MaxReadBytes: the buckets
+	// from since to the first of Minutes were not read.
+	Cut bool
 }
 
 // Read returns the buckets from the one holding since to now, at most
-// Buckets of them.
+// Buckets of them. It reads the newest first and stops once the buckets
+// read hold Config.MaxReadBytes, so it reads at most that plus one
+// bucket's driver.MaxValueLen.
 func (c *Counter) Read(ctx context.Context, since time.Time) (Read, error) {
 	st := c.cfg.Store
 	if st == nil {
@@ -372,24 +388,31 @@ func (c *Counter) Read(ctx context.Context, since time.Time) (Read, error) {
 	}
 	keys = keys[:min(len(keys), Buckets+1)]
 	var out Read
-	for i := 0; i < len(keys); i += driver.MaxBatch {
-		part := keys[i:min(i+driver.MaxBatch, len(keys))]
+	read, end := 0, len(keys)
+	for end > 0 && read < c.cfg.MaxReadBytes {
+		n := min(driver.MaxBatch, end, max(1, (c.cfg.MaxReadBytes-read+driver.MaxValueLen-1)/driver.MaxValueLen))
+		part := keys[end-n : end]
 		rs, err := st.GetEach(ctx, part)
 		if err != nil {
 			return Read{}, fmt.Errorf("reading the history: %w", err)
 		}
+		var mins []Minute
 		for j, r := range rs {
 			if r.Err != nil {
 				continue
 			}
+			read += len(r.Value)
 			m, err := strconv.ParseInt(strings.TrimPrefix(part[j], "m/"), 10, 64)
 			b, ok := decode(r.Value)
 			if err != nil || !ok {
 				out.Unreadable++
 				continue
 			}
-			out.Minutes = append(out.Minutes, Minute{Start: time.Unix(m*int64(Bucket/time.Second), 0).UTC(), Series: b.Series})
+			mins = append(mins, Minute{Start: time.Unix(m*int64(Bucket/time.Second), 0).UTC(), Series: b.Series})
 		}
+		out.Minutes = append(mins, out.Minutes...)
+		end -= n
 	}
+	out.Cut = end > 0
 	return out, nil
 }

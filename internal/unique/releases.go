@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
 )
@@ -124,12 +125,19 @@ func (c *Claims) writeReleases(idle chan struct{}) {
 // token, released by a job ID, in one DeleteValueEach of the values they
 // wrote; the others, those the batch refused at a revision of their own
 // (to say why), and all of them when the batch call fails, one by one
-// with Release.
+// with Release. The batch call has ReleaseTimeout from the batch's start,
+// and the releases one by one end by twice that, together: a batch takes
+// at most two ReleaseTimeouts, so the writer outlives Stop by at most that
+// per batch still waiting (a release past the deadline is logged, and its
+// key held until its window ends).
 func (c *Claims) releaseBatch(batch []pendingRelease) {
 	st, err := c.store()
 	if err != nil {
 		return // ReleaseLater checked: never
 	}
+	start := time.Now()
+	bctx, bcancel := context.WithDeadline(context.Background(), start.Add(2*c.cfg.ReleaseTimeout))
+	defer bcancel()
 	var (
 		items []driver.BatchItem
 		at    []int // the claim of each item
@@ -148,7 +156,7 @@ func (c *Claims) releaseBatch(batch []pendingRelease) {
 		at = append(at, i)
 	}
 	if len(items) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ReleaseTimeout)
+		ctx, cancel := context.WithDeadline(bctx, start.Add(c.cfg.ReleaseTimeout))
 		rs, err := st.DeleteValueEach(ctx, items)
 		cancel()
 		if err != nil {
@@ -173,7 +181,7 @@ func (c *Claims) releaseBatch(batch []pendingRelease) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			c.releaseOne(context.Background(), batch[i].queue, batch[i].id, batch[i].cl)
+			c.releaseOne(bctx, batch[i].queue, batch[i].id, batch[i].cl)
 		})
 	}
 	wg.Wait()

@@ -260,8 +260,9 @@ type Config struct {
 	// failed, leaving a key held until its window ends. Nil: discarded.
 	Log *slog.Logger
 
-	// ReleaseTimeout bounds the store call of each Release; zero or less:
-	// DefaultReleaseTimeout.
+	// ReleaseTimeout bounds the store call of each Release, and
+	// ReleaseLater's batch call; the releases one by one of a batch share
+	// a second one. Zero or less: DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
 }
 

@@ -555,29 +555,38 @@ func (e *Engine) Begin(ctx context.Context, id, step string, attempt int) (Start
 
 // records reads the records of steps, in batches.
 func (e *Engine) records(ctx context.Context, id string, steps []string) ([]*Record, error) {
+	out, _, err := e.recordsSized(ctx, id, steps)
+	return out, err
+}
+
+// recordsSized reads the records of steps, in batches, and says how many
+// bytes they held.
+func (e *Engine) recordsSized(ctx context.Context, id string, steps []string) ([]*Record, int, error) {
 	out := make([]*Record, 0, len(steps))
+	size := 0
 	keys := stepKeys(id, steps)
 	for start := 0; start < len(keys); start += driver.MaxBatch {
 		part := keys[start:min(start+driver.MaxBatch, len(keys))]
 		rs, err := e.cfg.Store.GetEach(ctx, part)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for i, res := range rs {
 			if res.Err != nil {
-				return nil, fmt.Errorf("%w: %s: %w", ErrNotFound, part[i], res.Err)
+				return nil, 0, fmt.Errorf("%w: %s: %w", ErrNotFound, part[i], res.Err)
 			}
+			size += len(res.Value)
 			var r Record
 			if err := decode(part[i], res.Value, &r); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			if r.Name != steps[start+i] {
-				return nil, fmt.Errorf("%w: %s holds step %q", ErrBadRecord, part[i], r.Name)
+				return nil, 0, fmt.Errorf("%w: %s holds step %q", ErrBadRecord, part[i], r.Name)
 			}
 			out = append(out, &r)
 		}
 	}
-	return out, nil
+	return out, size, nil
 }
 
 // Succeed records the step succeeded with its result, then advances the
@@ -803,17 +812,41 @@ func (e *Engine) depsEnded(ctx context.Context, id string, d *Record, good bool)
 	return true, nil
 }
 
-// Status is a workflow's state.
+// Status is a workflow's state, or a page of its steps (StatusPage).
 type Status struct {
 	ID        string
 	Name      string
 	Created   time.Time
 	Cancelled bool
-	Steps     []Record
+	// Steps are the records read: every step's for Status, the page's for
+	// StatusPage, in the workflow's order.
+	Steps []Record
+	// Total is the number of steps of the workflow.
+	Total int
+	// Offset is the index of Steps[0] among the workflow's steps.
+	Offset int
+	// Next is the index of the first step not read after Steps, or 0 when
+	// Steps reach the last step.
+	Next int
 }
 
-// Status reads a workflow's state.
+// pageChunk is how many step records StatusPage reads with one call: the
+// most it reads past its byte budget is pageChunk records.
+const pageChunk = 16
+
+// Status reads a workflow's state: every step's record, up to MaxSteps of
+// driver.MaxValueLen bytes each.
 func (e *Engine) Status(ctx context.Context, id string) (Status, error) {
+	return e.StatusPage(ctx, id, 0, MaxSteps, 0)
+}
+
+// StatusPage reads a page of a workflow's state: the workflow's record,
+// its cancel mark, and the records of at most limit steps from the
+// offset-th, in the workflow's order. When maxBytes is positive it stops
+// once the records read hold maxBytes bytes (at least one record is read),
+// so a page reads at most maxBytes plus pageChunk records; Next says where
+// the following page starts.
+func (e *Engine) StatusPage(ctx context.Context, id string, offset, limit, maxBytes int) (Status, error) {
 	b, _, err := e.cfg.Store.Get(ctx, metaKey(id))
 	if errors.Is(err, driver.ErrKeyNotFound) {
 		return Status{}, fmt.Errorf("%w: %s", ErrNotFound, id)
@@ -837,16 +870,30 @@ func (e *Engine) Status(ctx context.Context, id string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	recs, err := e.records(ctx, id, m.Steps)
-	if err != nil {
-		return Status{}, err
-	}
-	st := Status{ID: id, Name: m.Name, Created: m.Created, Cancelled: c, Steps: make([]Record, len(recs))}
-	for i, r := range recs {
-		st.Steps[i] = *r
-		if c && (r.State == Waiting) {
-			st.Steps[i].State = Cancelled
+	offset = min(max(offset, 0), len(m.Steps))
+	end := offset + min(max(limit, 1), len(m.Steps)-offset)
+	st := Status{ID: id, Name: m.Name, Created: m.Created, Cancelled: c, Total: len(m.Steps), Offset: offset}
+	read, i := 0, offset
+	for i < end && (maxBytes <= 0 || read < maxBytes) {
+		n := min(end-i, MaxSteps)
+		if maxBytes > 0 {
+			n = min(n, pageChunk)
 		}
+		recs, size, err := e.recordsSized(ctx, id, m.Steps[i:i+n])
+		if err != nil {
+			return Status{}, err
+		}
+		for _, r := range recs {
+			if c && r.State == Waiting {
+				r.State = Cancelled
+			}
+			st.Steps = append(st.Steps, *r)
+		}
+		read += size
+		i += n
+	}
+	if i < len(m.Steps) {
+		st.Next = i
 	}
 	return st, nil
 }
