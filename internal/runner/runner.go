@@ -473,9 +473,10 @@ func (q *Queue[J]) Quiet() (held int, receiving bool) {
 }
 
 // Receiving reports whether a Receive of the named queue may be running, or
-// passing on what it got. Counted before the queue's pause gate is read, so
-// a caller that held the gate and then sees false knows that no Receive of
-// the queue runs until the gate opens again.
+// passing on what it got, in any of its fetch loops. Each loop counts
+// itself before it reads the queue's pause gate, so a caller that held the
+// gate and then sees false knows that no Receive of the queue runs until
+// the gate opens again.
 func (q *Queue[J]) Receiving(name string) bool {
 	if pc := q.cfg.Pool; pc != nil {
 		for i, n := range pc.Names {
