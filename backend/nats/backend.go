@@ -510,6 +510,12 @@ func (b *Backend) Capabilities() driver.Capabilities {
 		RedeliversOnClose: false,
 		DeadHold:          b.cfg.DeadHold,
 		Deduplicates:      true,
+		// A Receive waits for its pull and then, on a server that needs
+		// claims, for the claims' acks; a second one overlaps those
+		// round trips. Concurrent calls are safe: each pull has an inbox
+		// of its own, each Receive waits for its own claims, and the
+		// queue's consumer set-up and sweeps take their own locks.
+		ConcurrentReceives: 2,
 	}
 }
 
