@@ -184,6 +184,8 @@ type Backend struct {
 	declared map[string]bool         // Azure work queue names known to exist
 	legacy   map[string]*legacyState // by legacy prefix (legacy.go)
 
+	deadNames deadNames // record names by ID, as listings showed them
+
 	bg        sync.WaitGroup // updates that outlive their caller's ctx
 	closeOnce sync.Once
 	closed    chan struct{}

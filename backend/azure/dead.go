@@ -388,6 +388,7 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 		}
 		if f, err := decodeLockRaw(content); err == nil && f.kind == lockInline {
 			recs[i] = &driver.DeadMessage{ID: f.id, Body: f.body}
+			b.deadNames.learn(n.dead, f.id, names[i])
 		}
 		return nil
 	})
@@ -459,10 +460,13 @@ func (b *Backend) eachRecord(ctx context.Context, prefix string, metadata bool, 
 	return nil
 }
 
-// DeleteDead implements driver.Backend. IDs come from the listing's
-// metadata (or the content, for an ID too long for it); each match is
-// deleted without a lease, which the service refuses for a record a
-// NextDead caller holds: those are left alone and not counted.
+// DeleteDead implements driver.Backend. When every ID is one a listing
+// by this Backend showed (deadNames), it deletes the remembered names
+// without listing; otherwise it walks the prefix with metadata (IDs from
+// the metadata, or the content for an ID too long for it), remembering
+// every record it sees, and deletes the matches. Each delete is sent
+// without a lease, which the service refuses for a record a NextDead
+// caller holds: those are left alone and not counted.
 func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (int, error) {
 	if b.isClosed() {
 		return 0, driver.ErrClosed
@@ -471,10 +475,14 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	if err := b.migrateDue(ctx, n); err != nil {
 		return 0, err
 	}
+	if refs, ok := b.deadNames.lookup(n.dead, ids); ok {
+		return b.deleteRefs(ctx, n.dead, refs)
+	}
 	want := make(map[string]bool, len(ids))
 	for _, id := range ids {
 		want[id] = true
 	}
+	b.deadNames.reset(n.dead)
 	var (
 		mu    sync.Mutex
 		count int
@@ -501,23 +509,73 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 				id = f.id
 			}
 			if !want[id] {
+				b.deadNames.learn(n.dead, id, *it.Name)
 				return nil
 			}
-			_, err := b.container.NewBlobClient(*it.Name).Delete(ctx, nil)
+			got, err := b.deleteRecord(ctx, *it.Name)
 			switch {
-			case err == nil:
+			case err != nil:
+				return err
+			case got == recordHeld:
+				b.deadNames.learn(n.dead, id, *it.Name) // it stays
+			case got == recordDeleted:
 				mu.Lock()
 				count++
 				mu.Unlock()
-			case bloberror.HasCode(err, bloberror.LeaseIDMissing, bloberror.BlobNotFound):
-				// Held by a NextDead caller, or gone.
-			default:
-				return fmt.Errorf("azure: delete dead letter %s: %w", *it.Name, err)
 			}
 			return nil
 		})
 	})
 	return count, err
+}
+
+// deleteRefs deletes remembered records by name and forgets those that
+// are gone.
+func (b *Backend) deleteRefs(ctx context.Context, prefix string, refs []deadRef) (int, error) {
+	var (
+		mu    sync.Mutex
+		count int
+		gone  []deadRef
+	)
+	err := eachParallel(ctx, len(refs), func(ctx context.Context, i int) error {
+		got, err := b.deleteRecord(ctx, refs[i].name)
+		if err != nil || got == recordHeld {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if got == recordDeleted {
+			count++
+		}
+		gone = append(gone, refs[i])
+		return nil
+	})
+	b.deadNames.forget(prefix, gone)
+	return count, err
+}
+
+// recordDelete is what a delete without a lease did to a record.
+type recordDelete int
+
+const (
+	recordDeleted recordDelete = iota
+	recordHeld                 // a NextDead caller holds it: the service refused, and it stays
+	recordGone                 // it was not there
+)
+
+// deleteRecord deletes a record without a lease.
+func (b *Backend) deleteRecord(ctx context.Context, name string) (recordDelete, error) {
+	_, err := b.container.NewBlobClient(name).Delete(ctx, nil)
+	switch {
+	case err == nil:
+		return recordDeleted, nil
+	case bloberror.HasCode(err, bloberror.LeaseIDMissing):
+		return recordHeld, nil
+	case bloberror.HasCode(err, bloberror.BlobNotFound):
+		return recordGone, nil
+	default:
+		return recordHeld, fmt.Errorf("azure: delete dead letter %s: %w", name, err)
+	}
 }
 
 // metaID reads the job ID from a record's metadata. The service may return
@@ -544,6 +602,7 @@ func (b *Backend) PurgeDead(ctx context.Context, queue string) (int, error) {
 // purge deletes the queue's record blobs and what is left of the legacy
 // layout, and counts the records.
 func (b *Backend) purge(ctx context.Context, n names) (int, error) {
+	defer b.deadNames.reset(n.dead)
 	count, err := b.purgeLegacy(ctx, n.legacy)
 	if err != nil {
 		return count, err

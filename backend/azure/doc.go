@@ -113,13 +113,21 @@
 //     continuation marker (the cursor is that marker, tagged with the
 //     queue) and one read per record, 16 at a time. Held records are
 //     listed too. Nothing changes.
-//   - DeleteDead lists the prefix with metadata (5,000 names a request),
-//     matches IDs there, and deletes each match without a lease: the
-//     service refuses that for a held record, which is left alone and not
-//     counted. PurgeDead deletes every record, breaking the lease of a held
-//     one first (its holder's SettleDead then fails with ErrLeaseLost, or
-//     finds the record gone). Both cost one request per record plus the
-//     listing; Stats counts records with the listing alone.
+//   - DeleteDead deletes each record it finds without a lease: the service
+//     refuses that for a held record, which is left alone and not counted.
+//     It finds them by name when every ID it is given is one that a listing
+//     by this Backend showed (ListDead's pages, an earlier DeleteDead's
+//     walk; up to 100,000 names are remembered, about 15 MB), so a
+//     redrive, which lists the queue once and then deletes in chunks,
+//     lists it once in all; otherwise it walks the prefix with metadata
+//     (5,000 names a request), remembering every record it sees, and
+//     matches IDs there. A record of a remembered ID written after the
+//     listing that showed the ID (a duplicate) is not deleted by name: it
+//     stays, as a duplicate written after the call would. PurgeDead deletes
+//     every record, breaking the lease of a held one first (its holder's
+//     SettleDead then fails with ErrLeaseLost, or finds the record gone).
+//     Both cost one request per record (plus the walk, when there is one);
+//     Stats counts records with the listing alone.
 //
 // Records in the legacy layout (a queue per record) are moved, not read in
 // place: each process, at its first dead-letter call on a queue (NextDead,
