@@ -73,6 +73,7 @@ func ExampleCases() {
 	// Stats/Depths
 	// Stats/LapsedAndDue
 	// Stats/OldestReady
+	// Browse/LeavesQueue
 	// Flow/Pause
 	// Flow/StrictOrder
 	// Flow/Weighted

@@ -100,6 +100,8 @@ func cases() []testCase {
 		{"Stats/Depths", testStatsDepths},
 		{"Stats/LapsedAndDue", testStatsLapsedAndDue},
 		{"Stats/OldestReady", testStatsOldestReady},
+		// browse.go
+		{"Browse/LeavesQueue", testBrowseLeavesQueue},
 
 		{"Flow/Pause", testPause},
 		{"Flow/StrictOrder", testStrictOrder},
