@@ -52,9 +52,7 @@ func (b *Backend) Browse(ctx context.Context, name string, state driver.BrowseSt
 	default:
 		return driver.BrowsePage{}, fmt.Errorf("memory: browse: unknown state %q", state)
 	}
-	if off > int64(len(ms)) {
-		return driver.BrowsePage{}, driver.NewCursorError(state, cursor)
-	}
+	off = min(off, int64(len(ms))) // the state shrank since the cursor was made
 	end := min(int(off)+limit, len(ms))
 	page := driver.BrowsePage{Items: make([]driver.BrowseItem, 0, end-int(off))}
 	for _, m := range ms[off:end] {
