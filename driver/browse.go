@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -151,3 +152,32 @@ func ParseOffsetCursor(state BrowseState, cursor string) (int64, error) {
 // OffsetCursor is the cursor of a page that starts at offset n of a list,
 // for a backend that pages by position.
 func OffsetCursor(n int64) string { return "o" + strconv.FormatInt(n, 10) }
+
+// KeyCursor is the cursor of a page that starts after the row keyed
+// (at, id), for a backend that pages by an ordered key (a table's index
+// on due time and row ID).
+func KeyCursor(at, id int64) string {
+	return "k" + strconv.FormatInt(at, 10) + "." + strconv.FormatInt(id, 10)
+}
+
+// ParseKeyCursor reads a cursor made by KeyCursor; ok is false for the
+// empty cursor. Any other string is refused with a *CursorError.
+func ParseKeyCursor(state BrowseState, cursor string) (at, id int64, ok bool, err error) {
+	if cursor == "" {
+		return 0, 0, false, nil
+	}
+	bad := NewCursorError(state, cursor)
+	if len(cursor) > 42 || cursor[0] != 'k' {
+		return 0, 0, false, bad
+	}
+	a, b, found := strings.Cut(cursor[1:], ".")
+	if !found {
+		return 0, 0, false, bad
+	}
+	at, err1 := strconv.ParseInt(a, 10, 64)
+	id, err2 := strconv.ParseInt(b, 10, 64)
+	if err1 != nil || err2 != nil || KeyCursor(at, id) != cursor {
+		return 0, 0, false, bad
+	}
+	return at, id, true, nil
+}
