@@ -124,4 +124,3 @@ func (b *Backend) Browse(ctx context.Context, queue string, state driver.BrowseS
 	}
 	return page, nil
 }
-
