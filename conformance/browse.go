@@ -91,23 +91,35 @@ func testBrowseLeavesQueue(t *testing.T, e *env) {
 		}
 	}
 
-	sitems, _ := e.browseAll(t, br, driver.BrowseScheduled, 2)
+	sitems, spartial := e.browseAll(t, br, driver.BrowseScheduled, 2)
 	want := len(sched)
 	if big > 0 {
 		want++
 	}
-	if len(sitems) != want {
+	if spartial && len(sitems) < want {
+		// The broker shows only part of what is scheduled (Azure: only
+		// visible messages): what it shows must be scheduled.
+		t.Logf("the scheduled listing is partial: %d of %d shown", len(sitems), want)
+		for _, it := range sitems {
+			if len(it.Body) > 0 && it.Body[0] == 'r' {
+				t.Errorf("ready message %q listed as scheduled", it.Body)
+			}
+		}
+		sitems = nil
+	} else if len(sitems) != want {
 		t.Fatalf("browsed %d scheduled messages, want %d (%d of them ready: ready ones must not be listed as scheduled)", len(sitems), want, len(ready))
 	}
-	if got := browseBodies(sitems[:len(sched)]); !sameSet(got, sched) {
+	if sitems == nil {
+		// checked above
+	} else if got := browseBodies(sitems[:len(sched)]); !sameSet(got, sched) {
 		t.Errorf("the scheduled messages browsed 2 at a time are %q, want %q first (soonest due first)", got, sched)
 	}
-	for _, it := range sitems[:len(sched)] {
+	for _, it := range sitems[:min(len(sched), len(sitems))] {
 		if d := it.At.Sub(due); d < -time.Second || d > time.Second {
 			t.Errorf("scheduled message %q shows At %v, want its NotBefore %v", it.Body, it.At, due)
 		}
 	}
-	if big > 0 {
+	if big > 0 && sitems != nil {
 		if it := sitems[len(sched)]; it.Body != nil || it.BodySize != big {
 			t.Errorf("a body of %d bytes browsed as %d bytes with BodySize %d: want no body (over MaxBrowseBody) and its size", big, len(it.Body), it.BodySize)
 		}
@@ -129,7 +141,7 @@ func testBrowseLeavesQueue(t *testing.T, e *env) {
 	// Receive one, under a lease that outlasts the case: the in-flight
 	// listing may show it; a Browse leaves its lease alone.
 	first := e.receiveN(b, 1, 4*e.opts.Wait)[0]
-	if string(first.Body) != ready[0] && string(first.Body) != string(items[0].Body) {
+	if e.opts.Unordered == "" && string(first.Body) != ready[0] && string(first.Body) != string(items[0].Body) {
 		t.Errorf("the first Receive after a Browse handed out %q, want %q (first in the ready listing)", first.Body, items[0].Body)
 	}
 	if inflight, partial := e.browseAll(t, br, driver.BrowseInFlight, 3); !partial || len(inflight) > 0 {
@@ -155,7 +167,11 @@ func testBrowseLeavesQueue(t *testing.T, e *env) {
 		order = append(order, string(d.Body))
 		e.ack(b, d)
 	}
-	if want := browseBodies(items[1:]); fmt.Sprint(order) != fmt.Sprint(want) {
+	if want := browseBodies(items[1:]); e.opts.Unordered != "" {
+		if !sameSet(order, want) {
+			t.Errorf("Receive handed out %q after the Browse, want each of %q", order, want)
+		}
+	} else if fmt.Sprint(order) != fmt.Sprint(want) {
 		t.Errorf("Receive handed out %q after the Browse, want the ready listing's order %q", order, want)
 	}
 	if items, _ := e.browseAll(t, br, driver.BrowseReady, 3); len(items) != 0 {
