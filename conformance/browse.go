@@ -71,7 +71,10 @@ func testBrowseLeavesQueue(t *testing.T, e *env) {
 	if e.caps.MaxBody > 0 && e.caps.MaxBody < big {
 		big = 0 // the backend cannot store one
 	} else {
-		e.put(b, due.Add(time.Minute), strings.Repeat("b", big))
+		big := driver.Message{ID: e.queue + "-big", Body: []byte(strings.Repeat("b", big)), NotBefore: due.Add(time.Minute)}
+		if err := b.Enqueue(ctxT(t, e.opts.Wait), e.queue, []driver.Message{big}); err != nil {
+			t.Fatalf("Enqueue of a body of %d bytes: %v", len(big.Body), err)
+		}
 	}
 
 	items, partial := e.browseAll(t, br, driver.BrowseReady, 3)
