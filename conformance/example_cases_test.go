@@ -74,6 +74,7 @@ func ExampleCases() {
 	// Stats/LapsedAndDue
 	// Stats/OldestReady
 	// Browse/LeavesQueue
+	// Browse/LapsedIsReady
 	// Flow/Pause
 	// Flow/StrictOrder
 	// Flow/Weighted

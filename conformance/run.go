@@ -102,6 +102,7 @@ func cases() []testCase {
 		{"Stats/OldestReady", testStatsOldestReady},
 		// browse.go
 		{"Browse/LeavesQueue", testBrowseLeavesQueue},
+		{"Browse/LapsedIsReady", testBrowseLapsedIsReady},
 
 		{"Flow/Pause", testPause},
 		{"Flow/StrictOrder", testStrictOrder},
