@@ -80,6 +80,10 @@ type JobStatus struct {
 	// change. A redrive is a new enqueue, with a new history.
 	History        []StateChange `json:"history,omitempty"`
 	HistoryDropped int           `json:"history_dropped,omitempty"`
+	// Deliveries, for a job Platform.Jobs read from the broker
+	// (SourceBroker), is how many times its current copy was handed out
+	// so far (-1: the broker cannot tell); zero for a status record.
+	Deliveries int `json:"deliveries,omitempty"`
 }
 
 // StateChange is one change of a tracked job's state (JobStatus.History).
@@ -176,17 +180,38 @@ func stateChanges(cs []status.Change) []StateChange {
 	return out
 }
 
-// JobsQuery selects tracked jobs for Platform.Jobs; an empty Queue, State
-// or Type selects every one.
+// JobsQuery selects jobs for Platform.Jobs; an empty Queue, State or Type
+// selects every one.
 type JobsQuery struct {
 	Queue string
 	State JobState
 	Type  string
 	// Limit is the most jobs a page holds. Defaults to 50; at most 500.
 	Limit int
-	// Cursor is the Next of the page before; empty: from the first.
+	// Cursor is the Next of the page before (of the same query and
+	// source); empty: from the first.
 	Cursor string
+	// Source is where the jobs are read from. Defaults to SourceAuto.
+	Source JobsSource
 }
+
+// JobsSource says where Platform.Jobs reads jobs from.
+type JobsSource string
+
+// The sources of Platform.Jobs.
+const (
+	// SourceAuto reads the broker (SourceBroker) for a query that names
+	// a queue this Platform does not track the status of and a state the
+	// broker holds (waiting, scheduled, retrying, running), when the
+	// backend can browse; the status records (SourceStatus) otherwise.
+	SourceAuto JobsSource = ""
+	// SourceStatus reads the status records (Config.TrackStatus).
+	SourceStatus JobsSource = "status"
+	// SourceBroker reads the queue's messages on the broker without
+	// consuming them (driver.Browser): the query needs a Queue and one
+	// of the states waiting, scheduled, retrying and running.
+	SourceBroker JobsSource = "broker"
+)
 
 // JobsPage is one page of Platform.Jobs.
 type JobsPage struct {
@@ -195,9 +220,17 @@ type JobsPage struct {
 	// out. A page can be short, or empty, and still have a Next: each page
 	// reads at most MaxJobsScan records.
 	Next string
-	// Scanned is how many status records the page read; Unreadable how
-	// many of those were not status records (skipped).
+	// Scanned is how many status records (or broker messages) the page
+	// read; Unreadable how many of those were not status records (or
+	// jobs: undecodable, or over driver.MaxBrowseBody bytes), skipped.
 	Scanned, Unreadable int
+	// Source is where the page was read from: SourceStatus or
+	// SourceBroker.
+	Source JobsSource
+	// Partial, for a page read from the broker: the broker shows only
+	// part of the state (Azure's peek of the first 32 messages), so
+	// there may be more jobs than the pages hold.
+	Partial bool
 }
 
 // Bounds of Platform.Jobs and Platform.JobCounts.
@@ -214,20 +247,44 @@ const (
 // did not return.
 var ErrBadCursor = status.ErrBadCursor
 
-// Jobs lists the tracked jobs that q selects, from their status records
-// (see Status): only the jobs of queues that track status are there, as
-// last written to the store, in the order of their IDs (not of time). The
-// store keeps no index by queue, state or type: a page reads at most
-// MaxJobsScan records and filters them.
+// Jobs lists the jobs that q selects, from where q.Source says (see
+// SourceAuto).
+//
+// From the status records (see Status): only the jobs of queues that
+// track status are there, as last written to the store, in the order of
+// their IDs (not of time). The store keeps no index by queue, state or
+// type: a page reads at most MaxJobsScan records and filters them.
+//
+// From the broker: the queue's messages in the state, in the broker's
+// order (the order workers receive them, soonest due, soonest lease end),
+// read without consuming them. A waiting message has state waiting; one
+// not yet due is retrying when it has failed before, else scheduled; one
+// handed out is running. Each is decoded from its envelope, which anyone
+// who can write to the broker can forge: its ID and type are for display
+// only. A page can be short, or empty, and still have a Next (the type
+// filter, skipped messages).
 func (p *Platform) Jobs(ctx context.Context, q JobsQuery) (JobsPage, error) {
 	if p == nil || p.backend == nil {
 		return JobsPage{}, ErrNotNew
+	}
+	switch q.Source {
+	case SourceStatus:
+	case SourceBroker:
+		return p.browseJobs(ctx, q)
+	case SourceAuto:
+		if _, ok := browseState(q.State); ok && q.Queue != "" && !p.status.Tracks(q.Queue) {
+			if _, ok := p.backend.(driver.Browser); ok {
+				return p.browseJobs(ctx, q)
+			}
+		}
+	default:
+		return JobsPage{}, fmt.Errorf("%w: unknown jobs source %q", ErrInvalidConfig, q.Source)
 	}
 	pg, err := p.status.List(ctx, status.Filter{Queue: q.Queue, State: status.State(q.State), Type: q.Type}, q.Cursor, q.Limit)
 	if err != nil {
 		return JobsPage{}, err
 	}
-	out := JobsPage{Jobs: make([]JobStatus, len(pg.Records)), Next: pg.Next, Scanned: pg.Scanned, Unreadable: pg.Unreadable}
+	out := JobsPage{Jobs: make([]JobStatus, len(pg.Records)), Next: pg.Next, Scanned: pg.Scanned, Unreadable: pg.Unreadable, Source: SourceStatus}
 	for i := range pg.Records {
 		out.Jobs[i] = jobStatus(&pg.Records[i])
 	}

@@ -73,6 +73,8 @@ func ExampleCases() {
 	// Stats/Depths
 	// Stats/LapsedAndDue
 	// Stats/OldestReady
+	// Browse/LeavesQueue
+	// Browse/LapsedIsReady
 	// Flow/Pause
 	// Flow/StrictOrder
 	// Flow/Weighted

@@ -100,6 +100,9 @@ func cases() []testCase {
 		{"Stats/Depths", testStatsDepths},
 		{"Stats/LapsedAndDue", testStatsLapsedAndDue},
 		{"Stats/OldestReady", testStatsOldestReady},
+		// browse.go
+		{"Browse/LeavesQueue", testBrowseLeavesQueue},
+		{"Browse/LapsedIsReady", testBrowseLapsedIsReady},
 
 		{"Flow/Pause", testPause},
 		{"Flow/StrictOrder", testStrictOrder},

@@ -36,7 +36,11 @@
 //     status, from their status records, with their counts by state (at
 //     most ap.MaxCountScan records read, "partial" past it), filtered by
 //     state and type and paged by cursor (each page reads at most
-//     ap.MaxJobsScan records); a job of an untracked queue is not there;
+//     ap.MaxJobsScan records); for one queue that the dashboard's platform
+//     does not track and a state the broker holds (waiting, scheduled,
+//     retrying, running), the queue's messages read from the broker
+//     without consuming them, where the backend can (ap.SourceAuto;
+//     ?source=broker or ?source=status chooses), and the page says which;
 //   - one job (/job?id=): its status by job ID: state and reason, tries,
 //     failures and crashes, the last error, the result's size, the times,
 //     the worker, and a link to its dead letter when it is dead-lettered;

@@ -44,6 +44,12 @@ type jobsPage struct {
 	Scanned        int
 	Next, First    string
 	States         []string
+	// Source is where the rows were read from ("broker" or "status"),
+	// Partial that the broker showed only part of the state, Unreadable
+	// how many records or messages were skipped.
+	Source     string
+	Partial    bool
+	Unreadable int
 }
 
 func stateNames() []string {
@@ -54,9 +60,10 @@ func stateNames() []string {
 	return out
 }
 
-// jobsPage lists the tracked jobs of a queue (q; none: every queue) by
-// state (state) and type (type), from their status records, a page at a
-// time (cursor), with the queue's counts by state.
+// jobsPage lists the jobs of a queue (q; none: every queue) by state
+// (state) and type (type), from where Platform.Jobs reads them (source:
+// "broker", "status", or empty for where the jobs are), a page at a time
+// (cursor), with the queue's counts by state from the status records.
 func (d *Dashboard) jobsPage(w http.ResponseWriter, r *http.Request) {
 	query := r.URL.Query()
 	q := query.Get("q")
@@ -66,9 +73,13 @@ func (d *Dashboard) jobsPage(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	state, typ, cursor := query.Get("state"), query.Get("type"), query.Get("cursor")
+	state, typ, cursor, source := query.Get("state"), query.Get("type"), query.Get("cursor"), query.Get("source")
 	if state != "" && !slices.Contains(jobStates, ap.JobState(state)) {
 		d.fail(w, r, http.StatusBadRequest, "Not a job state: "+visible(state, false)+".")
+		return
+	}
+	if source != "" && source != string(ap.SourceStatus) && source != string(ap.SourceBroker) {
+		d.fail(w, r, http.StatusBadRequest, "Not a source of jobs (broker, status): "+visible(source, false)+".")
 		return
 	}
 	title := "Jobs"
@@ -97,7 +108,7 @@ func (d *Dashboard) jobsPage(w http.ResponseWriter, r *http.Request) {
 	if v, err := strconv.Atoi(query.Get("n")); err == nil && v > 0 {
 		n = min(v, MaxPageSize)
 	}
-	pg, err := d.p.Jobs(ctx, ap.JobsQuery{Queue: q, State: ap.JobState(state), Type: typ, Limit: n, Cursor: cursor})
+	pg, err := d.p.Jobs(ctx, ap.JobsQuery{Queue: q, State: ap.JobState(state), Type: typ, Limit: n, Cursor: cursor, Source: ap.JobsSource(source)})
 	switch {
 	case errors.Is(err, ap.ErrBadCursor):
 		d.fail(w, r, http.StatusBadRequest, "That page's cursor is not one this dashboard made.")
@@ -105,19 +116,24 @@ func (d *Dashboard) jobsPage(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		data.ListErr = err.Error()
 	}
+	data.Source, data.Partial, data.Unreadable = string(pg.Source), pg.Partial, pg.Unreadable
 	for _, st := range pg.Jobs {
-		data.Rows = append(data.Rows, jobRow{
+		row := jobRow{
 			ID: st.ID, Type: st.Type, Queue: st.Queue, State: string(st.State), Reason: string(st.Reason),
 			Error: firstLine(st.Error, 160), Worker: st.Worker, Tries: st.Tries, Updated: st.UpdatedAt,
 			Link: d.link("/job", "id", st.ID),
-		})
+		}
+		if pg.Source == ap.SourceBroker {
+			row.Updated = st.EnqueuedAt // a message has no status to have been updated
+		}
+		data.Rows = append(data.Rows, row)
 	}
 	data.Scanned = pg.Scanned
 	if pg.Next != "" {
-		data.Next = d.link("/jobs", "q", q, "state", state, "type", typ, "cursor", pg.Next, "n", nz(query.Get("n")))
+		data.Next = d.link("/jobs", "q", q, "state", state, "type", typ, "source", source, "cursor", pg.Next, "n", nz(query.Get("n")))
 	}
 	if cursor != "" {
-		data.First = d.link("/jobs", "q", q, "state", state, "type", typ, "n", nz(query.Get("n")))
+		data.First = d.link("/jobs", "q", q, "state", state, "type", typ, "source", source, "n", nz(query.Get("n")))
 	}
 	d.render(w, r, "jobs.html", http.StatusOK, data)
 }

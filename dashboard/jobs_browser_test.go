@@ -16,6 +16,7 @@ import (
 	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/kv"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // In a browser, under the dashboard's Content-Security-Policy and without
@@ -36,6 +37,12 @@ func TestBrowserJobPages(t *testing.T) {
 	}
 	waitSchedules(t, f, 1)
 	forgeHistory(t, f, "forged-history", "r"+hostileError[:strings.IndexByte(hostileError, '\n')])
+	// A job forged on the broker, in a queue no worker takes: its page is
+	// read from the broker.
+	forged := wire.EncodeJob(&wire.Job{ID: "forged" + hostileType, Type: hostileType, Failures: 1, Errors: []string{hostileError}})
+	if err := f.backend.Enqueue(context.Background(), "browsed", []driver.Message{{ID: "forged", Body: forged, NotBefore: time.Now().Add(time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
 	noCSP := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.d.ServeHTTP(stripCSP{w}, r)
 	}))
@@ -74,6 +81,14 @@ func TestBrowserJobPages(t *testing.T) {
 		checkNoScriptRan(t, ctx, csp)
 		do(t, ctx, chromedp.Navigate(base+"/schedules"), chromedp.WaitVisible(chromedp.CSS("#schedules")))
 		checkNoScriptRan(t, ctx, csp)
+		do(t, ctx, chromedp.Navigate(base+"/jobs?q=browsed&state=retrying&source=broker"), chromedp.WaitVisible(chromedp.CSS("#jobs")))
+		checkNoScriptRan(t, ctx, csp)
+		if got := text(t, ctx, "#jobs tr.job td.mono a"); got != "forged"+hostileType {
+			t.Errorf("the browsed ID in the list is %q, want it as text", got)
+		}
+		if got := text(t, ctx, "#jobs-source"); !strings.HasPrefix(got, "From the broker") {
+			t.Errorf("the page says %q, want where it read from", got)
+		}
 	}
 }
 

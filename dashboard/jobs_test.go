@@ -12,6 +12,7 @@ import (
 	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/kv"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
 // waitState waits until the job's status, as other processes read it,
@@ -133,5 +134,53 @@ func TestForgedStatusRecord(t *testing.T) {
 				t.Errorf("%s: %d changes shown; want the 2 valid ones, and 9 dropped (7 + 2 invalid):\n%s", p, n, body)
 			}
 		}
+	}
+}
+
+// An untracked queue's waiting jobs are read from the broker and the page
+// says so; a message forged on the broker (a valid envelope whose ID and
+// type carry markup and terminal controls) is shown escaped, and one
+// that is not a job is skipped and counted.
+func TestJobsFromBroker(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{queues: []string{"mail"}, noStart: true})
+	ctx := context.Background()
+	if err := f.p.Enqueue(ctx, &ap.Job{Type: "ok.a", Queue: "mail"}); err != nil {
+		t.Fatal(err)
+	}
+	const bad = "<script>window.__xss=1</script>\x1b[2J\u202e\"><img src=x onerror=\"x\">"
+	forged := wire.EncodeJob(&wire.Job{ID: "forged" + bad, Type: "t" + bad, Errors: []string{"e" + bad}, Failures: 1})
+	if err := f.backend.Enqueue(ctx, "mail", []driver.Message{
+		{ID: "forged", Body: forged},
+		{ID: "junk", Body: []byte("<b>not a job</b>")},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, f)
+	resp, body := c.get("/jobs?q=mail&state=waiting")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/jobs: %d\n%s", resp.StatusCode, body)
+	}
+	if !strings.Contains(body, `data-source="broker"`) || !strings.Contains(body, "From the broker") {
+		t.Errorf("the page does not say it read the broker:\n%s", body)
+	}
+	if n := strings.Count(body, `<tr class="job">`); n != 2 {
+		t.Errorf("%d jobs listed, want 2 (the enqueued and the forged one):\n%s", n, body)
+	}
+	if !strings.Contains(body, `id="jobs-unreadable"`) {
+		t.Errorf("the message that is not a job is not counted:\n%s", body)
+	}
+	if n := strings.Count(body, "<script"); n != 1 || strings.Contains(body, "<img") || strings.Contains(body, "\x1b") || strings.Contains(body, "\u202e") || strings.Contains(body, "<b>not") {
+		t.Errorf("markup or controls from the broker reached the page:\n%s", body)
+	}
+	resp, body = c.get("/jobs?q=mail&state=waiting&source=status")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `data-source="status"`) || strings.Contains(body, `<tr class="job">`) {
+		t.Errorf("source=status: %d, want the status records (none):\n%s", resp.StatusCode, body)
+	}
+	if resp, _ := c.get("/jobs?q=mail&state=waiting&cursor=o-1"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a made-up broker cursor: %d, want 400", resp.StatusCode)
+	}
+	if resp, _ := c.get("/jobs?q=mail&source=elsewhere"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("an unknown source: %d, want 400", resp.StatusCode)
 	}
 }

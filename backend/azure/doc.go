@@ -202,6 +202,12 @@
 //     --inMemoryPersistence) or saves to disk every few seconds: it is no
 //     oracle for broker-crash durability.
 //
+// Browse (driver.Browser) peeks: PeekMessages shows the first 32 visible
+// messages and changes nothing, so a ready listing is partial when the
+// peek is full, a scheduled copy shows only while visible (a NotBefore
+// beyond the longest visibility timeout), and in-flight messages not at
+// all; each such page says it is partial (BrowsePage.Partial).
+//
 // # Clusters
 //
 // There is no cluster to run: the storage account is the service's, and so

@@ -70,6 +70,9 @@
 // and no minimum lease. Queues and records live in the process's memory,
 // with no bound but that.
 //
+// Browse (driver.Browser) lists a queue's ready, scheduled and in-flight
+// messages under the broker's lock, paged by position, copying each body.
+//
 // # Clusters
 //
 // None: a Broker lives in one process, and every worker of a queue must be

@@ -265,6 +265,15 @@
 // consumer and after every reconnect, it deletes its messages below the ack
 // floor (see sweep.go; a few lookups when there is nothing to delete).
 //
+// Browse (driver.Browser) reads with stream message gets by subject (one
+// request per message; no consumer is made or changed): ready is the work
+// stream's copies after the work consumer's last delivered sequence, and
+// the page is partial while the consumer has pending acknowledgements or
+// redeliveries (a lapsed copy is not told apart from one in flight);
+// scheduled is the delay stream's copies in stream order; in flight is
+// an empty, partial page. On 2.9 a get by subject relies on the subject
+// index that can lose a message (see Dead letters): a browse may miss it.
+//
 // # Clusters
 //
 // On a JetStream cluster, give the URL (or Config.URL) several nodes and

@@ -358,6 +358,7 @@ type queries struct {
 	enqueue, enqueueQuiet, notify                                                  string
 	claim, nextDue, unclaim, ack, ackMany, extend, requeue, deadLetter             string
 	nextDead, extendDead, removeDead, releaseDead, listDead, deleteDead, purgeDead string
+	browse                                                                         map[driver.BrowseState]string
 	outboxQueries
 }
 
@@ -367,6 +368,7 @@ func makeQueries(p string) queries {
 	const held = `token <> 0 AND run_at > now()`
 	return queries{
 		outboxQueries: makeOutboxQueries(q),
+		browse:        makeBrowseQueries(q),
 		declare:       q(`INSERT INTO {{p}}_queues (name) VALUES ($1) ON CONFLICT DO NOTHING`),
 		delJobs:       q(`DELETE FROM {{p}}_jobs WHERE queue = $1`),
 		delDead:       q(`DELETE FROM {{p}}_dead WHERE queue = $1`),

@@ -169,6 +169,10 @@
 //   - Rows are deleted as they settle: run autovacuum (the default), as a
 //     busy jobs table is a high-churn one.
 //
+// Browse (driver.Browser) reads the job rows of a state in claim order
+// (run_at, id), keyset-paged over the (queue, run_at, id) index; IDs are
+// row IDs; a body over driver.MaxBrowseBody is measured, not returned.
+//
 // # Clusters
 //
 // Durability and replication are PostgreSQL's: a committed write survives

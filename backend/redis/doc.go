@@ -166,6 +166,13 @@
 //   - Receive hands out at most 1000 messages per call, whatever its max.
 //   - Stats counts expired leases and due scheduled jobs as ready.
 //
+// Browse (driver.Browser) lists a queue's ready, scheduled and in-flight
+// copies with one read-only script: ready is the ready list from its out
+// end, then lapsed leases, then due copies (the claim's order); scheduled
+// and in flight are the rest of their sorted sets. The cursor is a
+// position, so a page costs O(log N + page) wherever it starts; a body
+// over driver.MaxBrowseBody is measured (HSTRLEN), not read.
+//
 // # Clusters
 //
 // Replication is Redis's, and asynchronous: a master acknowledges a write

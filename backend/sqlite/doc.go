@@ -159,6 +159,10 @@
 //     ends: every other write, from every process, waits for it (up to
 //     Config.BusyTimeout, then fails).
 //
+// Browse (driver.Browser) reads the job rows of a state in claim order
+// (run_at, id), keyset-paged over the (queue, run_at, id) index, without
+// waiting for the writer; IDs are row IDs.
+//
 // # Clusters
 //
 // None: the file is on one machine, and every process that opens it must

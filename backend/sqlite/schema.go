@@ -116,6 +116,7 @@ type queries struct {
 	nextDead, extendDead, removeDead, releaseDead, listDead, deleteDead, purge string
 	get, create, update, deleteKey, deleteRev, list, nextRev, sweep            string
 	getEach, deleteValue, nextRevs                                             string
+	browse                                                                     map[driver.BrowseState]string
 }
 
 // readValue and readKey bound a store value and key read off the file:
@@ -146,6 +147,7 @@ func makeQueries(p string) queries {
 			(SELECT count(*) FROM {{p}}_dead WHERE queue = ?1),
 			coalesce(min(CASE WHEN run_at <= NOW THEN run_at END), 0)
 			FROM {{p}}_jobs WHERE queue = ?1`),
+		browse:  makeBrowseQueries(q),
 		enqueue: q(`INSERT INTO {{p}}_jobs (queue, body, run_at) VALUES (?, ?, max(?, NOW))`),
 		ready:   q(`SELECT 1 FROM {{p}}_jobs WHERE queue = ? AND run_at <= NOW LIMIT 1`),
 		pick:    q(`SELECT id, run_at FROM {{p}}_jobs WHERE queue = ? AND run_at <= NOW ORDER BY run_at, id LIMIT ?`),

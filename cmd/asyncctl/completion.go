@@ -172,6 +172,8 @@ func (c *cli) candidates(ctx context.Context, before []string, cur string) (file
 			return false, reasonNames()
 		case "state":
 			return false, jobStateNames()
+		case "source":
+			return false, []string{"broker", "status"}
 		case "file", "from":
 			return true, nil
 		case "url", "type", "payload", "id", "header", "cursor":

@@ -28,13 +28,19 @@ func jobsCmd() *command {
 	return &command{
 		name:    "jobs",
 		args:    "",
-		summary: "list tracked jobs by queue, state and type, a page at a time; --counts: how many in each state",
+		summary: "list jobs by queue, state and type, a page at a time, from the broker or the status records; --counts: how many in each state",
 		help: `
-It changes nothing. Only the jobs of queues that track status are listed
-(Config.TrackStatus or QueueConfig.TrackStatus on the platforms that
-enqueue and work them): it reads the jobs' status records, as last written,
-in the order of their IDs, not of time. A job of a queue that does not
-track status is in no listing. A page shows up to --limit jobs (at most
+It changes nothing. With --queue and a --state of waiting, scheduled,
+retrying or running, it reads the queue's messages on the broker, without
+consuming them, in the order workers get them, where the backend can (every
+one but RabbitMQ: see the README's "Where jobs are read from"); their IDs
+and types are as the messages carry them. Otherwise (or with --source
+status) it reads the status records, which only queues that track status
+have (Config.TrackStatus or QueueConfig.TrackStatus on the platforms that
+enqueue and work them), as last written, in the order of their IDs, not of
+time. The table says on stderr where it read from ("source" in JSON). A
+page from the broker shows up to --limit jobs; one from the status records
+shows up to --limit jobs (at most
 500); it reads at most 5,000 status records, so a filter that matches few
 can print a short page, or none, with a cursor: when more may follow it
 ends with the --cursor of the next page (on stderr in a table, as "next"
@@ -51,6 +57,7 @@ its handler starts: a shorter run shows its state before, then its end.
 Examples:
 
 	asyncctl jobs --queue emails --state retrying
+	asyncctl jobs --queue emails --state waiting --source status
 	asyncctl jobs --queue emails --state scheduled --type email.send --limit 20
 	asyncctl jobs --queue emails --cursor 0193a3b2-7c1e-7d40-9a55-2f0c4e8b1a77
 	asyncctl jobs --counts
@@ -68,6 +75,13 @@ Examples:
 			fs.IntVar(&q.Limit, "limit", 50, "show `N` jobs per page (at most 500)")
 			fs.StringVar(&q.Cursor, "cursor", "", "start at this `CURSOR`, printed by the previous page")
 			fs.BoolVar(&counts, "counts", false, "print how many tracked jobs each queue has in each state")
+			fs.Func("source", "read the jobs from `SOURCE`: broker or status (default: the broker for --queue and --state waiting, scheduled, retrying or running, where the backend can read it)", func(v string) error {
+				if v != string(ap.SourceBroker) && v != string(ap.SourceStatus) {
+					return fmt.Errorf("want broker or status")
+				}
+				q.Source = ap.JobsSource(v)
+				return nil
+			})
 			return func(ctx context.Context, c *cli, args []string) error {
 				if len(args) > 0 {
 					return usageErrorf("unexpected arguments %q", args)
@@ -85,7 +99,7 @@ Examples:
 					return usageErrorf("--limit must be 1 to 500")
 				}
 				if counts {
-					if state != "" || q.Type != "" || q.Cursor != "" || flagSet(fs, "limit") {
+					if state != "" || q.Type != "" || q.Cursor != "" || flagSet(fs, "limit") || flagSet(fs, "source") {
 						return usageErrorf("--counts goes with --queue alone")
 					}
 					return c.jobCounts(ctx, q.Queue)
@@ -108,15 +122,22 @@ func (c *cli) jobsList(ctx context.Context, q ap.JobsQuery) error {
 	if errors.Is(err, ap.ErrBadCursor) {
 		return usageErrorf("--cursor %q is not one a listing printed", field(q.Cursor))
 	}
+	if errors.Is(err, ap.ErrInvalidConfig) || errors.Is(err, ap.ErrCannotBrowse) {
+		return usageErrorf("--source broker: %s", field(err.Error()))
+	}
 	if err != nil {
 		return err
 	}
+	fromBroker := pg.Source == ap.SourceBroker
 	if c.json {
 		page := struct {
-			Jobs    []ap.JobStatus `json:"jobs"`
-			Next    string         `json:"next,omitempty"`
-			Scanned int            `json:"scanned"`
-		}{Jobs: pg.Jobs, Next: pg.Next, Scanned: pg.Scanned}
+			Jobs       []ap.JobStatus `json:"jobs"`
+			Next       string         `json:"next,omitempty"`
+			Scanned    int            `json:"scanned"`
+			Source     ap.JobsSource  `json:"source"`
+			Partial    bool           `json:"partial,omitempty"`
+			Unreadable int            `json:"unreadable,omitempty"`
+		}{Jobs: pg.Jobs, Next: pg.Next, Scanned: pg.Scanned, Source: pg.Source, Partial: pg.Partial, Unreadable: pg.Unreadable}
 		if page.Jobs == nil {
 			page.Jobs = []ap.JobStatus{}
 		}
@@ -131,16 +152,45 @@ func (c *cli) jobsList(ctx context.Context, q ap.JobsQuery) error {
 			if st.Reason != "" {
 				state += " (" + field(string(st.Reason)) + ")"
 			}
-			rows[i] = []string{field(st.ID), field(st.Type), field(st.Queue), state, strconv.Itoa(st.Tries), age(now, st.UpdatedAt) + " ago", field(firstRunes(st.Error, 60))}
+			at := st.UpdatedAt
+			if fromBroker {
+				at = st.EnqueuedAt // a message has no status to have been updated
+			}
+			rows[i] = []string{field(st.ID), field(st.Type), field(st.Queue), state, strconv.Itoa(st.Tries), age(now, at) + " ago", field(firstRunes(st.Error, 60))}
 		}
-		if err := table(c.stdout, jobsHeader, rows); err != nil {
+		header := jobsHeader
+		if fromBroker {
+			header = slices.Clone(jobsHeader)
+			header[5] = "ENQUEUED"
+		}
+		if err := table(c.stdout, header, rows); err != nil {
 			return err
 		}
 	}
+	read := "status records"
+	if fromBroker {
+		read = "messages"
+	}
+	if !c.json {
+		if fromBroker {
+			fmt.Fprintf(c.stderr, "from the broker: the queue's %s messages, read without consuming them\n", field(string(q.State)))
+		} else {
+			fmt.Fprintln(c.stderr, "from status records (queues that track status only)")
+		}
+		if pg.Partial {
+			fmt.Fprintln(c.stderr, "partial: the broker shows only the first few; there may be more")
+		}
+		if pg.Unreadable > 0 {
+			fmt.Fprintf(c.stderr, "skipped %d %s that are not jobs (or too large to show)\n", pg.Unreadable, read)
+		}
+	}
 	if pg.Next != "" && !c.json {
-		fmt.Fprintf(c.stderr, "more (%d status records read): add --cursor %s\n", pg.Scanned, field(pg.Next))
+		fmt.Fprintf(c.stderr, "more (%d %s read): add --cursor %s\n", pg.Scanned, read, field(pg.Next))
 	}
 	if len(pg.Jobs) == 0 && pg.Next == "" && q.Cursor == "" { // a later page may be the empty end of a listing
+		if fromBroker {
+			return notFoundf("no jobs in queue %s on the broker match", field(q.Queue))
+		}
 		where := "in any tracked queue"
 		if q.Queue != "" {
 			where = "in queue " + field(q.Queue)

@@ -12,11 +12,14 @@ import (
 	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/kv"
+	"github.com/asyncplatform/asyncplatform/internal/wire"
 )
 
-// asyncctl jobs lists tracked jobs by state and type, paged by its
-// cursor, and --counts counts them; jobs of untracked queues are in
-// neither.
+// asyncctl jobs lists jobs by state and type, paged by its cursor: a
+// queue's waiting, scheduled, retrying and running jobs from the broker
+// (its platform tracks no queue's status), in line, and with --source
+// status, or without a queue, from the status records; --counts counts
+// tracked jobs.
 func TestJobsList(t *testing.T) {
 	t.Parallel()
 	url := memURL(t)
@@ -38,30 +41,46 @@ func TestJobsList(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var got []string
-	cursor := ""
-	for range 10 {
-		args := []string{"jobs", "--url", url, "--json", "--queue", "emails", "--state", "waiting", "--limit", "1"}
-		if cursor != "" {
-			args = append(args, "--cursor", cursor)
+	for _, c := range []struct {
+		source, want string
+		ids          []string
+	}{{"", "broker", waiting}, {"status", "status", sorted(waiting)}} {
+		var got []string
+		cursor := ""
+		for range 10 {
+			args := []string{"jobs", "--url", url, "--json", "--queue", "emails", "--state", "waiting", "--limit", "1"}
+			if c.source != "" {
+				args = append(args, "--source", c.source)
+			}
+			if cursor != "" {
+				args = append(args, "--cursor", cursor)
+			}
+			out := mustCtl(t, exitOK, "", args...)
+			var page struct {
+				Jobs   []ap.JobStatus `json:"jobs"`
+				Next   string         `json:"next"`
+				Source string         `json:"source"`
+			}
+			if err := json.Unmarshal([]byte(out), &page); err != nil {
+				t.Fatal(err)
+			}
+			if page.Source != c.want {
+				t.Fatalf("--source %q: read from %q, want %q", c.source, page.Source, c.want)
+			}
+			for _, j := range page.Jobs {
+				got = append(got, j.ID)
+			}
+			if cursor = page.Next; cursor == "" {
+				break
+			}
 		}
-		out := mustCtl(t, exitOK, "", args...)
-		var page struct {
-			Jobs []ap.JobStatus `json:"jobs"`
-			Next string         `json:"next"`
-		}
-		if err := json.Unmarshal([]byte(out), &page); err != nil {
-			t.Fatal(err)
-		}
-		for _, j := range page.Jobs {
-			got = append(got, j.ID)
-		}
-		if cursor = page.Next; cursor == "" {
-			break
+		if strings.Join(got, ",") != strings.Join(c.ids, ",") {
+			t.Fatalf("--source %q: waiting jobs listed: %v, want %v", c.source, got, c.ids)
 		}
 	}
-	if len(got) != 3 || strings.Join(got, ",") != strings.Join(sorted(waiting), ",") {
-		t.Fatalf("waiting jobs listed: %v, want %v", got, sorted(waiting))
+	_, table, errOut := ctl(t, "", "jobs", "--url", url, "--queue", "emails", "--state", "waiting")
+	if !strings.Contains(errOut, "from the broker") || !strings.Contains(table, "ENQUEUED") {
+		t.Fatalf("a table from the broker does not say so:\n%s\n%s", table, errOut)
 	}
 	out := mustCtl(t, exitOK, "", "jobs", "--url", url, "--queue", "emails", "--state", "scheduled")
 	if !strings.Contains(out, later.ID) || strings.Count(out, "\n") != 2 {
@@ -76,10 +95,15 @@ func TestJobsList(t *testing.T) {
 		t.Fatalf("jobs --counts:\n%s", out)
 	}
 	code, _, errOut := ctl(t, "", "jobs", "--url", url, "--queue", "emails", "--state", "retrying")
-	if code != exitNotFound || !strings.Contains(errOut, "only the jobs of queues that track status") {
+	if code != exitNotFound || !strings.Contains(errOut, "on the broker") {
 		t.Fatalf("no retrying jobs: exit %d, %s", code, errOut)
 	}
-	for _, args := range [][]string{{"--state", "done"}, {"--limit", "0"}, {"--limit", "501"}, {"--cursor", "a/b"}, {"--counts", "--state", "waiting"}} {
+	code, _, errOut = ctl(t, "", "jobs", "--url", url, "--queue", "emails", "--state", "retrying", "--source", "status")
+	if code != exitNotFound || !strings.Contains(errOut, "only the jobs of queues that track status") {
+		t.Fatalf("no retrying jobs in the status records: exit %d, %s", code, errOut)
+	}
+	for _, args := range [][]string{{"--state", "done"}, {"--limit", "0"}, {"--limit", "501"}, {"--cursor", "a/b"}, {"--counts", "--state", "waiting"},
+		{"--source", "disk"}, {"--source", "broker"}, {"--queue", "emails", "--state", "waiting", "--cursor", "a/b"}, {"--counts", "--source", "status"}} {
 		code, _, errOut := ctl(t, "", append([]string{"jobs", "--url", url}, args...)...)
 		if code != exitUsage {
 			t.Errorf("jobs %v: exit %d, want %d: %s", args, code, exitUsage, errOut)
@@ -131,4 +155,35 @@ func sorted(ss []string) []string {
 // regexpLine reports whether a line of s matches the regular expression re.
 func regexpLine(s, re string) bool {
 	return regexp.MustCompile("(?m)" + re).MatchString(s)
+}
+
+// A message forged on the broker (a valid envelope with control
+// characters in its ID, type and error) is printed escaped when jobs
+// are read from the broker, in the table and in JSON; a body that is not
+// a job is skipped and counted.
+func TestJobsHostileBrowsed(t *testing.T) {
+	t.Parallel()
+	url := memURL(t)
+	b, err := ap.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	forged := wire.EncodeJob(&wire.Job{ID: "id" + hostile, Type: "type" + hostile, Errors: []string{"error" + hostile}, Failures: 1, NotBefore: time.Now().Add(time.Hour)})
+	if err := b.Enqueue(context.Background(), "emails", []driver.Message{
+		{ID: "a", Body: forged},
+		{ID: "b", Body: []byte("junk" + hostile)},
+		{ID: "c", Body: forged, NotBefore: time.Now().Add(time.Hour)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--state", "waiting"}, {"--state", "waiting", "--json"}, {"--state", "retrying"}, {"--state", "retrying", "--json"}} {
+		code, out, errOut := ctl(t, "", append([]string{"jobs", "--url", url, "--queue", "emails"}, args...)...)
+		if r := raw(out + errOut); code != exitOK || len(r) > 0 || !strings.Contains(out, "type") {
+			t.Errorf("jobs %q: exit %d, prints %v raw:\n%s\n%s", args, code, r, out, errOut)
+		}
+		if args[1] == "waiting" && len(args) == 2 && !strings.Contains(errOut, "skipped 1 messages") {
+			t.Errorf("jobs %q does not count the message that is not a job:\n%s", args, errOut)
+		}
+	}
 }

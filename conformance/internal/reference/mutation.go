@@ -108,6 +108,10 @@ const (
 	PurgeCountsLastPage           Mutation = "PurgeCountsLastPage"           // twin of PurgeMiscounts: PurgeDead removes in pages of two and returns the last page's count
 
 	OldestReadyEnqueued Mutation = "OldestReadyEnqueued" // Stats.OldestReady is the enqueue, even of a job that came due or whose lease lapsed later
+
+	BrowseCounts         Mutation = "BrowseCounts"         // Browse counts a delivery of every message it lists
+	BrowseCursorRepeats  Mutation = "BrowseCursorRepeats"  // Browse's next cursor starts at its page's last message
+	BrowseLapsedInFlight Mutation = "BrowseLapsedInFlight" // Browse lists a message whose lease lapsed as in flight until a Receive
 )
 
 // Entry is one mutation with the rule it breaks and the cases that must
@@ -299,4 +303,10 @@ var Mutations = []Entry{
 		[]string{"DeadLetter/Purge"}},
 	{OldestReadyEnqueued, "Stats.OldestReady is when the oldest ready job became deliverable: its NotBefore, or the lapse of its lease, not its enqueue",
 		[]string{"Stats/OldestReady"}},
+	{BrowseCounts, "Browse changes nothing: no delivery is counted",
+		[]string{"Browse/LeavesQueue"}},
+	{BrowseCursorRepeats, "paging Browse by its cursor lists every message of the state once",
+		[]string{"Browse/LeavesQueue"}},
+	{BrowseLapsedInFlight, "a message whose lease lapsed is ready, to Browse too, with no Receive needed",
+		[]string{"Browse/LapsedIsReady"}},
 }
