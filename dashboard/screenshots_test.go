@@ -178,6 +178,8 @@ func TestScreenshots(t *testing.T) {
 	shot(t, ctx, "jobs")
 	do(t, ctx, chromedp.Click(chromedp.CSS("#jobs tr.job td.mono a")), chromedp.WaitVisible(chromedp.CSS("#status")))
 	shot(t, ctx, "job")
+	do(t, ctx, chromedp.Navigate(srv.URL+"/jobs?q=notifications&state=scheduled&source=broker"), chromedp.WaitVisible(chromedp.CSS("#jobs")))
+	shot(t, ctx, "jobs-broker")
 	do(t, ctx, chromedp.Navigate(srv.URL+"/schedules"), chromedp.WaitVisible(chromedp.CSS("#schedules")))
 	shot(t, ctx, "schedules")
 	do(t, ctx, chromedp.Navigate(srv.URL+"/workers"), chromedp.WaitVisible(chromedp.CSS("#workers")))
