@@ -282,7 +282,10 @@ func (q *Queue[J]) fetch(ctx context.Context) {
 			log.Error("asyncplatform: backend closed; this queue stops taking jobs", "queue", q.cfg.Name, "error", err)
 			return
 		case !retrying && !q.retry.failed():
-			continue // another loop retries: wait for its success
+			// Another loop retries: wait for its success. Its error is
+			// the one logged; this one may differ.
+			log.Debug("asyncplatform: receive failed while another fetch loop retries", "queue", q.cfg.Name, "error", err)
+			continue
 		default:
 			retrying = true
 			log.Warn("asyncplatform: receive failed; retrying", "queue", q.cfg.Name, "error", err, "in", retry)
