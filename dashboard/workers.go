@@ -71,8 +71,10 @@ type historyPage struct {
 	Totals  []historyTotal
 	Minutes []historyMinute
 	Err     string
-	// CutFrom is the first minute read when the read was cut at
-	// ap.MaxHistoryReadBytes (the totals start there), else zero.
+	// Cut says the read was cut at ap.MaxHistoryReadBytes; CutFrom is
+	// then the first minute read (the totals start there), zero when no
+	// minute read parsed.
+	Cut     bool
 	CutFrom time.Time
 	// ReadMiB is ap.MaxHistoryReadBytes in MiB.
 	ReadMiB int
@@ -110,6 +112,7 @@ func (d *Dashboard) historyPage(w http.ResponseWriter, r *http.Request) {
 		data.Err = err.Error()
 	}
 	mins := hr.Minutes
+	data.Cut = hr.Cut
 	if hr.Cut && len(mins) > 0 {
 		data.CutFrom = mins[0].Start
 	}

@@ -71,6 +71,10 @@ func (d *Dashboard) workflowPage(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, http.StatusBadGateway, "Reading the workflow: "+err.Error())
 		return
 	}
+	if offset > 0 && offset >= pg.Total {
+		d.fail(w, r, http.StatusBadRequest, "Not a step offset: "+strconv.Itoa(offset)+" (workflow "+visible(id, false)+" has "+strconv.Itoa(pg.Total)+" steps, numbered from 0).")
+		return
+	}
 	data := &workflowPage{base: d.newBase(w, r, "Workflow "+visible(id, false), ""), St: pg,
 		First: pg.Offset + 1, Last: pg.Offset + len(pg.Steps), PageSteps: WorkflowPageSteps}
 	data.Cut = pg.Next != 0 && len(pg.Steps) < WorkflowPageSteps

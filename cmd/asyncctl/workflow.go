@@ -105,6 +105,9 @@ func (c *cli) workflowShow(ctx context.Context, id string, offset, limit int) er
 	if err != nil {
 		return err
 	}
+	if offset > 0 && offset >= st.Total {
+		return usageErrorf("--offset %d: workflow %s has %s, numbered from 0", offset, field(id), plural(st.Total, "step"))
+	}
 	if c.json {
 		return writeJSON(c.stdout, st)
 	}

@@ -59,4 +59,6 @@ func TestWorkflowShowPaged(t *testing.T) {
 	}
 	mustCtl(t, exitUsage, "", "--url", url, "workflow", "show", w.ID, "--limit", "500")
 	mustCtl(t, exitUsage, "", "--url", url, "workflow", "show", w.ID, "--offset", "-1")
+	// An offset at or past the last step shows no page ("151 to 150 shown").
+	mustCtl(t, exitUsage, "", "--url", url, "workflow", "show", w.ID, "--offset", "150")
 }

@@ -360,8 +360,8 @@ type Read struct {
 	Cut bool
 }
 
-// Read returns the buckets from the one holding since to now, at most
-// Buckets of them. It reads the newest first and stops once the buckets
+// Read returns the buckets from the one holding since to now (and the
+// next minute's, written by a clock ahead), at most Buckets of them. It reads the newest first and stops once the buckets
 // read hold Config.MaxReadBytes, so it reads at most that plus one
 // bucket's driver.MaxValueLen.
 func (c *Counter) Read(ctx context.Context, since time.Time) (Read, error) {
@@ -374,13 +374,23 @@ func (c *Counter) Read(ctx context.Context, since time.Time) (Read, error) {
 	}
 	from := since.Unix() / int64(Bucket/time.Second)
 	after := key(from - 1)
+	// A bucket after the next minute is no worker's (a clock a minute
+	// ahead writes the next): it is not read, so that forged buckets from
+	// the future cannot take the read's byte budget.
+	last := key(c.cfg.Now().Unix()/int64(Bucket/time.Second) + 1)
 	var keys []string
+list:
 	for len(keys) < Buckets+1 {
 		ks, next, err := st.List(ctx, "m/", after, kv.MaxListLimit)
 		if err != nil {
 			return Read{}, fmt.Errorf("reading the history: %w", err)
 		}
-		keys = append(keys, ks...)
+		for _, k := range ks {
+			if k > last {
+				break list
+			}
+			keys = append(keys, k)
+		}
 		if next == "" {
 			break
 		}

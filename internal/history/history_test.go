@@ -189,18 +189,19 @@ func TestForgedBuckets(t *testing.T) {
 		many = append(many, fmt.Sprintf(`{"q":"q%d","t":"t","ok":1}`, i))
 	}
 	forged := map[string]string{
-		key(m):     `{"s":[{"q":"` + long + `","t":"` + long + `","ok":-5,"f":3}]}`,
-		key(m + 1): `{"s":[` + strings.Join(many, ",") + `]}`,
-		key(m + 2): `not json`,
-		key(m + 3): `{"s":[{"q":"q","t":"t","ok":9223372036854775807,"f":9223372036854775807}]}`,
-		"m/zzz":    `{"s":[]}`,
+		key(m - 3):     `{"s":[{"q":"` + long + `","t":"` + long + `","ok":-5,"f":3}]}`,
+		key(m - 2):     `{"s":[` + strings.Join(many, ",") + `]}`,
+		key(m - 1):     `not json`,
+		key(m):         `{"s":[{"q":"q","t":"t","ok":9223372036854775807,"f":9223372036854775807}]}`,
+		key(m-1) + "x": `{"s":[]}`, // between two minutes: listed, unreadable
+		"m/zzz":        `{"s":[]}`, // sorts after every minute: not read
 	}
 	for k, v := range forged {
 		if _, err := st.Create(ctx, k, []byte(v), time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r, err := c.Read(ctx, t0)
+	r, err := c.Read(ctx, t0.Add(-10*time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,13 +240,13 @@ func TestReadBounded(t *testing.T) {
 	for i := 0; i < Buckets+100; i += driver.MaxBatch {
 		var items []driver.BatchItem
 		for j := i; j < min(i+driver.MaxBatch, Buckets+100); j++ {
-			items = append(items, driver.BatchItem{Key: key(m + int64(j)), Value: []byte(`{"s":[]}`), TTL: time.Hour})
+			items = append(items, driver.BatchItem{Key: key(m - int64(j)), Value: []byte(`{"s":[]}`), TTL: time.Hour})
 		}
 		if _, err := st.CreateEach(ctx, items); err != nil {
 			t.Fatal(err)
 		}
 	}
-	r, err := c.Read(ctx, t0)
+	r, err := c.Read(ctx, t0.Add(-time.Duration(Buckets+100)*Bucket))
 	if err != nil {
 		t.Fatal(err)
 	}

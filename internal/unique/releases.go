@@ -125,18 +125,21 @@ func (c *Claims) writeReleases(idle chan struct{}) {
 // token, released by a job ID, in one DeleteValueEach of the values they
 // wrote; the others, those the batch refused at a revision of their own
 // (to say why), and all of them when the batch call fails, one by one
-// with Release. The batch call has ReleaseTimeout from the batch's start,
-// and the releases one by one end by twice that, together: a batch takes
-// at most two ReleaseTimeouts, so the writer outlives Stop by at most that
-// per batch still waiting (a release past the deadline is logged, and its
-// key held until its window ends).
+// with Release. The batch call has ReleaseTimeout from the batch's start.
+// When it ends with that timeout the store is stalled, and the releases one
+// by one end by twice that, together; otherwise each has ReleaseTimeout of
+// its own, and the first that ends with its timeout gives up those not yet
+// started. So a stalled store holds a batch for about two ReleaseTimeouts,
+// and a store that answers each release in time gets every one of them,
+// however many there are (a release given up is logged, and its key held
+// until its window ends).
 func (c *Claims) releaseBatch(batch []pendingRelease) {
 	st, err := c.store()
 	if err != nil {
 		return // ReleaseLater checked: never
 	}
 	start := time.Now()
-	bctx, bcancel := context.WithDeadline(context.Background(), start.Add(2*c.cfg.ReleaseTimeout))
+	bctx, bcancel := context.WithCancel(context.Background())
 	defer bcancel()
 	var (
 		items []driver.BatchItem
@@ -158,7 +161,13 @@ func (c *Claims) releaseBatch(batch []pendingRelease) {
 	if len(items) > 0 {
 		ctx, cancel := context.WithDeadline(bctx, start.Add(c.cfg.ReleaseTimeout))
 		rs, err := st.DeleteValueEach(ctx, items)
+		stalled := ctx.Err() != nil
 		cancel()
+		if stalled {
+			var scancel context.CancelFunc
+			bctx, scancel = context.WithDeadline(bctx, start.Add(2*c.cfg.ReleaseTimeout))
+			defer scancel()
+		}
 		if err != nil {
 			c.log.Warn("asyncplatform: releasing unique keys together failed; they are released one by one", "keys", len(items), "error", err)
 			alone = append(alone, at...)
@@ -179,9 +188,17 @@ func (c *Claims) releaseBatch(batch []pendingRelease) {
 	var wg sync.WaitGroup
 	for _, i := range alone {
 		sem <- struct{}{}
+		p := batch[i]
+		if bctx.Err() != nil {
+			<-sem
+			c.log.Warn("asyncplatform: the store did not answer a unique key's release in time; the batch's other releases are given up and their keys held until their windows end", "queue", p.queue, "id", p.id, "key", p.cl.Key)
+			continue
+		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			c.releaseOne(bctx, batch[i].queue, batch[i].id, batch[i].cl)
+			if c.releaseOne(bctx, p.queue, p.id, p.cl) {
+				bcancel()
+			}
 		})
 	}
 	wg.Wait()

@@ -261,8 +261,9 @@ type Config struct {
 	Log *slog.Logger
 
 	// ReleaseTimeout bounds the store call of each Release, and
-	// ReleaseLater's batch call; the releases one by one of a batch share
-	// a second one. Zero or less: DefaultReleaseTimeout.
+	// ReleaseLater's batch call; the releases one by one of a batch whose
+	// call timed out share a second one. Zero or less:
+	// DefaultReleaseTimeout.
 	ReleaseTimeout time.Duration
 }
 
@@ -591,12 +592,14 @@ func (c *Claims) Release(ctx context.Context, queue, id, header string, dead boo
 }
 
 // releaseOne releases cl, the claim of the job id of queue, as Release
-// says, and logs what it could not do.
-func (c *Claims) releaseOne(ctx context.Context, queue, id string, cl Claim) {
+// says, logs what it could not do, and reports whether it ended with its
+// deadline (the store did not answer in time).
+func (c *Claims) releaseOne(ctx context.Context, queue, id string, cl Claim) (late bool) {
 	st, err := c.store()
 	if err == nil {
 		dctx, cancel := context.WithTimeout(ctx, c.cfg.ReleaseTimeout)
 		err = c.release(dctx, st, cl, id)
+		late = err != nil && errors.Is(dctx.Err(), context.DeadlineExceeded)
 		cancel()
 	}
 	switch {
@@ -605,6 +608,7 @@ func (c *Claims) releaseOne(ctx context.Context, queue, id string, cl Claim) {
 	case err != nil && !errors.Is(err, driver.ErrRevision) && !errors.Is(err, driver.ErrKeyNotFound):
 		c.log.WarnContext(ctx, "asyncplatform: releasing a unique key failed; it is held until its window ends", "queue", queue, "id", id, "key", cl.Key, "error", err)
 	}
+	return late
 }
 
 // errNotHolder is release's error for a claim whose token is not the
