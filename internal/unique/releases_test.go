@@ -86,9 +86,12 @@ func TestReleaseLaterBatched(t *testing.T) {
 	if h := holder(t, st, "window"); h != "jw" {
 		t.Errorf("an OnWindow claim after a success: held by %q, want jw", h)
 	}
+	// How the releases fall into batches depends on when the writer wakes
+	// (34 calls were seen at a load of 10 with -race); one call a key is
+	// what the bound must catch.
 	calls, items := vd.eachCalls.Load(), vd.eachItems.Load()
-	if items != n || calls > n/10 {
-		t.Errorf("%d releases: %d DeleteValueEach calls of %d items in all; want every claim in at most %d calls", n, calls, items, n/10)
+	if items != n || calls > n/4 {
+		t.Errorf("%d releases: %d DeleteValueEach calls of %d items in all; want every claim in at most %d calls", n, calls, items, n/4)
 	}
 	if d := vd.delValues.Load() - dels; d != 0 {
 		t.Errorf("%d releases made %d single DeleteValues; want none", n, d)
