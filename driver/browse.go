@@ -38,6 +38,10 @@ const (
 	MaxBrowseBody = 64 << 10
 	// MaxBrowseCursor is the longest cursor a Browse accepts.
 	MaxBrowseCursor = 200
+	// MaxBrowseID is the longest BrowseItem.ID a Browse returns: a longer
+	// stored name (forged: anyone with the broker can write one) is cut
+	// to it.
+	MaxBrowseID = 1 << 10
 )
 
 // ErrBadCursor is matched by a *CursorError.
@@ -71,7 +75,8 @@ func NewCursorError(state BrowseState, cursor string) *CursorError {
 // BrowseItem is one message as Browse shows it.
 type BrowseItem struct {
 	// ID is the broker's name of the stored copy (Message.ID where the
-	// broker keeps it, else its own key: a row ID, a sequence number).
+	// broker keeps it, else its own key: a row ID, a sequence number), cut
+	// to MaxBrowseID bytes.
 	ID string
 	// Body is the stored Message.Body, exactly (nil when BodySize is over
 	// MaxBrowseBody).

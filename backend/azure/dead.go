@@ -388,13 +388,19 @@ func (b *Backend) ListDead(ctx context.Context, queue, cursor string, limit int)
 		}
 		if f, err := decodeLockRaw(content); err == nil && f.kind == lockInline {
 			recs[i] = &driver.DeadMessage{ID: f.id, Body: f.body}
-			b.deadNames.learn(n.dead, f.id, names[i])
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, "", err
 	}
+	refs := make([]deadRef, 0, len(recs))
+	for i, r := range recs {
+		if r != nil {
+			refs = append(refs, deadRef{id: r.ID, name: names[i]})
+		}
+	}
+	b.deadNames.page(n.dead, cursor, next, refs)
 	out := make([]driver.DeadMessage, 0, len(recs))
 	for _, r := range recs {
 		if r != nil {
@@ -482,7 +488,7 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 	for _, id := range ids {
 		want[id] = true
 	}
-	b.deadNames.reset(n.dead)
+	walk := b.deadNames.walk(n.dead)
 	var (
 		mu    sync.Mutex
 		count int
@@ -526,6 +532,9 @@ func (b *Backend) DeleteDead(ctx context.Context, queue string, ids []string) (i
 			return nil
 		})
 	})
+	if err == nil {
+		b.deadNames.walked(walk)
+	}
 	return count, err
 }
 

@@ -115,9 +115,12 @@
 //     listed too. Nothing changes.
 //   - DeleteDead deletes each record it finds without a lease: the service
 //     refuses that for a held record, which is left alone and not counted.
-//     It finds them by name when every ID it is given is one that a listing
-//     by this Backend showed (ListDead's pages, an earlier DeleteDead's
-//     walk; up to 100,000 names are remembered, about 15 MB), so a
+//     It finds them by name when every ID it is given is one that a whole
+//     listing by this Backend showed (ListDead's pages from the empty
+//     cursor to the end, or an earlier DeleteDead's walk, with no name
+//     dropped; up to 100,000 names of IDs up to 256 bytes are remembered,
+//     about 15 MB; a single page is not enough, for it may not show every
+//     record of an ID it shows), so a
 //     redrive, which lists the queue once and then deletes in chunks,
 //     lists it once in all; otherwise it walks the prefix with metadata
 //     (5,000 names a request), remembering every record it sees, and

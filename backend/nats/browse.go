@@ -24,7 +24,8 @@ var _ driver.Browser = (*Backend)(nil)
 // consumer has any pending acknowledgement or redelivery. Scheduled is
 // the queue's copies on the delay stream, in stream order (not of due
 // time). In flight is not listed (an empty, partial page). The cursor is
-// the last stream sequence read.
+// the last stream sequence read. An item's ID is its Nats-Msg-Id header
+// (cut to driver.MaxBrowseID bytes), else its stream sequence.
 func (b *Backend) Browse(ctx context.Context, queue string, state driver.BrowseState, cursor string, limit int) (driver.BrowsePage, error) {
 	if b.closed.Load() {
 		return driver.BrowsePage{}, driver.ErrClosed
@@ -79,7 +80,7 @@ func (b *Backend) Browse(ctx context.Context, queue string, state driver.BrowseS
 		}
 		it := driver.BrowseItem{ID: strconv.FormatUint(m.Sequence, 10), BodySize: len(m.Data), At: m.Time}
 		if id := m.Header.Get(hdrMsgID); id != "" {
-			it.ID = id
+			it.ID = id[:min(len(id), driver.MaxBrowseID)] // a header anyone publishing can forge
 		}
 		if it.BodySize <= driver.MaxBrowseBody {
 			it.Body = m.Data

@@ -48,6 +48,9 @@ func (b *Backend) Browse(ctx context.Context, queue string, state driver.BrowseS
 	}
 	after := keyStart
 	if ok {
+		if at < keyStart.UnixMicro() { // no row's (and out of the server's range): a forged cursor
+			return driver.BrowsePage{}, driver.NewCursorError(state, cursor)
+		}
 		after = time.UnixMicro(at)
 	}
 	limit = driver.BrowseLimit(limit)

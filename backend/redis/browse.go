@@ -12,8 +12,9 @@ import (
 
 var _ driver.Browser = (*Backend)(nil)
 
-// browseScript returns {total, then per item: id, body size, body (empty
-// when over ARGV[4] bytes), at (ms, 0 unknown), deliveries} for up to
+// browseScript returns {total, then per item: id (cut to ARGV[5] bytes),
+// body size, body (empty when over ARGV[4] bytes), at (ms, 0 unknown),
+// deliveries} for up to
 // ARGV[3] items of state ARGV[1] from position ARGV[2]. Ready is, in the
 // order claims take them: the ready list from its out end, then expired
 // leases, then due scheduled copies (as the claim script moves them);
@@ -21,7 +22,7 @@ var _ driver.Browser = (*Backend)(nil)
 // only.
 var browseScript = goredis.NewScript(luaNow + `
 local now = now_ms()
-local state, off, limit, maxb = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local state, off, limit, maxb, maxid = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local ids, ats = {}, {}
 local function zadd(r)
   for j = 1, #r, 2 do ids[#ids + 1] = r[j]; ats[#ats + 1] = tonumber(r[j + 1]) end
@@ -69,7 +70,7 @@ for j, id in ipairs(ids) do
     at = (v[1] and tonumber(string.match(v[1], '^%d+:(%d+):'))) or tonumber(v[2]) or 0
   end
   local deliveries = (v[1] and tonumber(string.match(v[1], '^(%d+):'))) or 0
-  out[#out + 1] = id
+  out[#out + 1] = string.sub(id, 1, maxid)
   out[#out + 1] = size
   out[#out + 1] = body
   out[#out + 1] = at
@@ -95,7 +96,7 @@ func (b *Backend) Browse(ctx context.Context, queue string, state driver.BrowseS
 		return driver.BrowsePage{}, err
 	}
 	limit = driver.BrowseLimit(limit)
-	v, err := browseScript.Run(ctx, b.rdb, b.keys(queue), string(state), off, limit, driver.MaxBrowseBody).Slice()
+	v, err := browseScript.Run(ctx, b.rdb, b.keys(queue), string(state), off, limit, driver.MaxBrowseBody, driver.MaxBrowseID).Slice()
 	if err != nil {
 		return driver.BrowsePage{}, fmt.Errorf("redis: browse %s of %q: %w", state, queue, err)
 	}
@@ -106,6 +107,9 @@ func (b *Backend) Browse(ctx context.Context, queue string, state driver.BrowseS
 	page := driver.BrowsePage{Items: make([]driver.BrowseItem, 0, (len(v)-1)/5)}
 	for i := 1; i < len(v); i += 5 {
 		id, _ := v[i].(string)
+		if len(id) > driver.MaxBrowseID {
+			return driver.BrowsePage{}, fmt.Errorf("redis: browse %s of %q: an ID of %d bytes in the reply", state, queue, len(id))
+		}
 		size, _ := v[i+1].(int64)
 		body, _ := v[i+2].(string)
 		at, _ := v[i+3].(int64)
