@@ -230,12 +230,16 @@ func (s *Scheduler[J]) Stop() {
 	s.loops.Wait()
 }
 
-// goRun starts e's loop; s.mu is held.
+// goRun starts e's loop; s.mu is held. The loop's own ticks are those
+// after now: a tick that falls while the loop starts (its goroutine not
+// yet run, its definition being published) is fired late, not counted
+// as missed.
 func (s *Scheduler[J]) goRun(ctx context.Context, e *entry[J]) {
+	from := time.Now()
 	s.loops.Add(1)
 	go func() {
 		defer s.loops.Done()
-		s.run(ctx, e)
+		s.run(ctx, e, from)
 	}()
 }
 
@@ -251,11 +255,10 @@ func (s *Scheduler[J]) checkStore() error {
 }
 
 // run publishes the schedule's definition, fires the missed ticks it
-// catches up, then fires every tick until ctx ends.
-func (s *Scheduler[J]) run(ctx context.Context, e *entry[J]) {
+// catches up, then fires every tick after from until ctx ends.
+func (s *Scheduler[J]) run(ctx context.Context, e *entry[J], from time.Time) {
 	name := e.spec.Name
 	s.publish(ctx, e.spec)
-	from := time.Now() // the ticks after this one are this run's own
 	last, ok := s.lastTick(ctx, name)
 	var missed int
 	var caught []time.Time
