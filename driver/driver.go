@@ -206,17 +206,6 @@ type Capabilities struct {
 	// window. The platform then carries a random nonce in every job it
 	// enqueues and sets Message.Dedupe from it.
 	Deduplicates bool
-
-	// ConcurrentReceives is how many Receive calls of one queue the
-	// platform may keep in flight at once in one process, each asking for
-	// the claim slots that were free when it started; 0 or 1 means one at
-	// a time. A backend declares more when a Receive spends most of its
-	// time waiting for round trips that a second call overlaps (NATS on a
-	// server that needs claims: the pull, then the claims' acks). Receive
-	// must then hand each message to one of the concurrent calls only, as
-	// it does for calls from several processes. A pool of queues keeps
-	// one Receive in flight whatever this says.
-	ConcurrentReceives int
 }
 
 // Backend stores and delivers messages for a set of named queues, and keeps one

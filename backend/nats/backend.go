@@ -504,26 +504,12 @@ func waitConsumerLeader(ctx context.Context, c jetstream.Consumer) error {
 
 // Capabilities implements driver.Backend.
 func (b *Backend) Capabilities() driver.Capabilities {
-	receives := 1
-	if b.claiming() {
-		receives = 2
-	}
 	return driver.Capabilities{
 		MaxBody:           b.maxBody,
 		MinLease:          100 * time.Millisecond,
 		RedeliversOnClose: false,
 		DeadHold:          b.cfg.DeadHold,
 		Deduplicates:      true,
-		// On a server that needs claims (before 2.10.14) a Receive waits
-		// for its pull and then for the claims' acks; a second one
-		// overlaps those round trips. On a current server there is no
-		// claim to overlap, so one Receive at a time keeps a queue's
-		// deliveries in the broker's order.
-		// Concurrent calls are safe either way: each pull has an inbox of
-		// its own, each Receive waits for its own claims, and the queue's
-		// consumer set-up and sweeps take their own locks
-		// (TestConcurrentReceivesOneQueue).
-		ConcurrentReceives: receives,
 	}
 }
 

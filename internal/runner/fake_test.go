@@ -38,26 +38,18 @@ type fakeBackend struct {
 	ready   map[string][]string
 	seq     int
 
-	caps driver.Capabilities // what Capabilities reports
-
 	// limit, when positive, is the most deliveries the runner may hold at
-	// once: a Receive asking for more than limit-outstanding-asking is an
-	// error.
+	// once: a Receive asking for more than limit-outstanding is an error.
 	limit          int
 	overMax        int // a defect on purpose: Receive hands out up to max+overMax
 	outstanding    int
 	maxOutstanding int
-	asking         int // the max of every Receive in flight, summed
-	inReceive      int // Receive calls in flight
-	maxInReceive   int
 
 	receives      int                  // Receive calls
 	receiveTimes  []time.Time          // when each Receive was called
 	receiveMax    []int                // the max argument of each Receive
 	receiveErr    func(call int) error // non-nil: the error of Receive number call (1-based), nil for a normal Receive
 	receiveEnded  chan error           // gets each Receive's error (buffered; dropped when full)
-	wakeErr       error                // returned by the next wakeErrN waiting Receives to wake (see wakeWith)
-	wakeErrN      int
 	extendErr     func(d *driver.Delivery) error
 	extendWait    time.Duration // each Extend takes this long, or fails when its context ends first
 	extendCalls   int
@@ -93,15 +85,6 @@ func (b *fakeBackend) push(queue string, n int) {
 	b.changed = make(chan struct{})
 }
 
-// wakeWith wakes the waiting Receives; the first to wake returns err.
-func (b *fakeBackend) wakeWith(err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.wakeErr, b.wakeErrN = err, 1
-	close(b.changed)
-	b.changed = make(chan struct{})
-}
-
 func (b *fakeBackend) lease(d *driver.Delivery) *fakeLease { return d.Handle.(*fakeLease) }
 
 // snapshot runs fn under the backend's lock.
@@ -111,7 +94,7 @@ func (b *fakeBackend) snapshot(fn func()) {
 	fn()
 }
 
-func (b *fakeBackend) Capabilities() driver.Capabilities { return b.caps }
+func (b *fakeBackend) Capabilities() driver.Capabilities { return driver.Capabilities{} }
 
 func (b *fakeBackend) Declare(context.Context, string) error { return nil }
 
@@ -135,23 +118,11 @@ func (b *fakeBackend) Receive(ctx context.Context, queue string, max int, _ time
 	if max < 1 {
 		b.t.Errorf("Receive asked for %d messages", max)
 	}
-	if b.limit > 0 && b.outstanding+b.asking+max > b.limit {
-		b.t.Errorf("Receive asked for %d messages with %d held and %d asked by Receives in flight: more than the limit of %d", max, b.outstanding, b.asking, b.limit)
+	if b.limit > 0 && b.outstanding+max > b.limit {
+		b.t.Errorf("Receive asked for %d messages with %d held: more than the limit of %d", max, b.outstanding, b.limit)
 	}
-	b.asking += max
-	b.inReceive++
-	b.maxInReceive = maxInt(b.maxInReceive, b.inReceive)
 	hook := b.receiveErr
 	b.mu.Unlock()
-	asked := true // max is still counted in asking
-	defer func() {
-		b.mu.Lock()
-		if asked {
-			b.asking -= max
-		}
-		b.inReceive--
-		b.mu.Unlock()
-	}()
 	if hook != nil {
 		if err := hook(call); err != nil {
 			return nil, err
@@ -167,8 +138,6 @@ func (b *fakeBackend) Receive(ctx context.Context, queue string, max int, _ time
 			}
 			b.ready[queue] = q[n:]
 			b.outstanding += n
-			b.asking -= max // in the same step, so that no other Receive sees n counted twice
-			asked = false
 			b.maxOutstanding = maxInt(b.maxOutstanding, b.outstanding)
 			b.mu.Unlock()
 			return ds, nil
@@ -182,12 +151,6 @@ func (b *fakeBackend) Receive(ctx context.Context, queue string, max int, _ time
 		}
 		b.mu.Lock()
 		b.blocked[queue]--
-		if b.wakeErrN > 0 && ctx.Err() == nil {
-			b.wakeErrN--
-			err := b.wakeErr
-			b.mu.Unlock()
-			return nil, err
-		}
 		b.mu.Unlock()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -127,10 +127,7 @@ type Queue[J any] struct {
 	jobs  chan *Delivery[J] // claimed, waiting for a worker
 	wake  chan struct{}     // a pool's pause gates changed
 
-	fetchers int       // fetch loops of a queue that is not a pool (Capabilities.ConcurrentReceives)
-	retry    retryGate // the fetch loops' turn to retry a failed Receive
-
-	receiving atomic.Int32   // fetch loops in Receive or adding what they got to held
+	receiving atomic.Int32   // the fetcher is in Receive or adding what it got to held
 	poolRecv  []atomic.Int32 // per pool queue: a Receive of it runs, or passes on what it got
 
 	mu   sync.Mutex
@@ -140,7 +137,6 @@ type Queue[J any] struct {
 // New returns a queue runner; Fetch and Work start it.
 func New[J any](cfg Config[J]) *Queue[J] {
 	q := &Queue[J]{cfg: cfg, max: cfg.Concurrency + cfg.Prefetch, held: map[*Delivery[J]]struct{}{}}
-	q.fetchers = max(1, min(cfg.Backend.Capabilities().ConcurrentReceives, q.max))
 	q.slots = make(chan struct{}, q.max)
 	for range q.max {
 		q.slots <- struct{}{}
@@ -160,53 +156,21 @@ func (q *Queue[J]) Concurrency() int { return q.cfg.Concurrency }
 func (q *Queue[J]) Name() string { return q.cfg.Name }
 
 // Fetch claims deliveries while there are free slots, until ctx ends; then
-// it closes the work channel. When the backend declares
-// Capabilities.ConcurrentReceives, a queue runs that many fetch loops (at
-// most Concurrency+Prefetch), so that the slots freed while one Receive
-// waits for the broker are claimed by another at once; the loops end
-// together, and the work channel is closed once, after the last. A pool
-// runs one.
+// it closes the work channel.
 func (q *Queue[J]) Fetch(ctx context.Context) {
 	if q.cfg.Pool != nil {
 		q.fetchPool(ctx)
 		return
 	}
 	defer close(q.jobs)
-	if q.fetchers == 1 {
-		q.fetch(ctx)
-		return
-	}
-	// A loop that ends on its own (the backend closed) ends the others.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var loops sync.WaitGroup
-	for range q.fetchers {
-		loops.Go(func() {
-			defer cancel()
-			q.fetch(ctx)
-		})
-	}
-	loops.Wait()
-}
-
-// fetch is one fetch loop: it waits for the gates and a free slot, takes
-// every slot free then, and receives that many deliveries at most.
-func (q *Queue[J]) fetch(ctx context.Context) {
 	log := q.cfg.Log
 	retry := 50 * time.Millisecond
-	retrying := false // this loop is the one that retries for the others (see retryGate)
-	var m, loops merged
+	var m merged
 	defer m.stop()
-	defer loops.stop()
 	for {
 		rctx := q.cfg.Gate.Wait(ctx)
 		if rctx == nil {
 			return
-		}
-		if q.fetchers > 1 {
-			// The gate's healthy period is a child of Fetch's ctx, not of
-			// this loop's, which ends when another loop ends.
-			rctx = loops.of(rctx, ctx)
 		}
 		if q.cfg.Pause != nil {
 			pctx := q.cfg.Pause.Wait(rctx)
@@ -231,22 +195,11 @@ func (q *Queue[J]) fetch(ctx context.Context) {
 			}
 		}
 		q.receiving.Add(1)
-		var wait <-chan struct{}
-		if !retrying {
-			wait = q.retry.waiting()
-		}
-		if wait != nil || rctx.Err() != nil || !q.cfg.Gate.OK() || !q.open() { // the gate closed meanwhile (a suspect runs alone, a pause), or another loop retries: claim nothing
+		if rctx.Err() != nil || !q.cfg.Gate.OK() || !q.open() { // the gate closed meanwhile (a suspect runs alone, a pause): claim nothing
 			for range n {
 				q.slots <- struct{}{}
 			}
 			q.receiving.Add(-1)
-			if wait != nil {
-				select {
-				case <-wait:
-				case <-ctx.Done():
-					return
-				}
-			}
 			continue
 		}
 		ds, err := q.cfg.Backend.Receive(rctx, q.cfg.Name, n, q.cfg.Lease)
@@ -270,10 +223,6 @@ func (q *Queue[J]) fetch(ctx context.Context) {
 		switch {
 		case err == nil:
 			retry = 50 * time.Millisecond
-			if retrying {
-				retrying = false
-				q.retry.succeeded()
-			}
 		case ctx.Err() != nil:
 			return
 		case rctx.Err() != nil:
@@ -281,13 +230,7 @@ func (q *Queue[J]) fetch(ctx context.Context) {
 		case errors.Is(err, driver.ErrClosed):
 			log.Error("asyncplatform: backend closed; this queue stops taking jobs", "queue", q.cfg.Name, "error", err)
 			return
-		case !retrying && !q.retry.failed():
-			// Another loop retries: wait for its success. Its error is
-			// the one logged; this one may differ.
-			log.Debug("asyncplatform: receive failed while another fetch loop retries", "queue", q.cfg.Name, "error", err)
-			continue
 		default:
-			retrying = true
 			log.Warn("asyncplatform: receive failed; retrying", "queue", q.cfg.Name, "error", err, "in", retry)
 			select {
 			case <-time.After(retry):
@@ -296,45 +239,6 @@ func (q *Queue[J]) fetch(ctx context.Context) {
 			}
 			retry = min(retry*2, maxReceiveRetry)
 		}
-	}
-}
-
-// retryGate keeps a queue's fetch loops to one Receive at a time while its
-// Receives fail: the first loop whose Receive fails retries, with its
-// backoff, and the others wait for its first success, so that a failing
-// broker sees the retries of one loop, not of each.
-type retryGate struct {
-	mu sync.Mutex
-	ok chan struct{} // non-nil while a loop retries; closed at its success
-}
-
-// failed reports whether the caller, whose Receive failed, is now the loop
-// that retries: false when another one already is.
-func (g *retryGate) failed() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.ok != nil {
-		return false
-	}
-	g.ok = make(chan struct{})
-	return true
-}
-
-// waiting returns, while a loop retries, the channel closed at its
-// success; nil otherwise.
-func (g *retryGate) waiting() <-chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.ok
-}
-
-// succeeded ends the retrying loop's turn: the others go on.
-func (g *retryGate) succeeded() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.ok != nil {
-		close(g.ok)
-		g.ok = nil
 	}
 }
 
@@ -476,10 +380,9 @@ func (q *Queue[J]) Quiet() (held int, receiving bool) {
 }
 
 // Receiving reports whether a Receive of the named queue may be running, or
-// passing on what it got, in any of its fetch loops. Each loop counts
-// itself before it reads the queue's pause gate, so a caller that held the
-// gate and then sees false knows that no Receive of the queue runs until
-// the gate opens again.
+// passing on what it got. Counted before the queue's pause gate is read, so
+// a caller that held the gate and then sees false knows that no Receive of
+// the queue runs until the gate opens again.
 func (q *Queue[J]) Receiving(name string) bool {
 	if pc := q.cfg.Pool; pc != nil {
 		for i, n := range pc.Names {

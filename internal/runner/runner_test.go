@@ -32,8 +32,6 @@ type testOpts struct {
 	// lease lapses, or whose pool sentinels claim with no slot (by design:
 	// see PoolConfig and fetchPool).
 	noLimit bool
-	// receives is the fake's Capabilities.ConcurrentReceives.
-	receives int
 }
 
 // testBundle is one runner over a fake backend, with the machinery the
@@ -90,7 +88,6 @@ func setup(t *testing.T, o testOpts) *testBundle {
 	if !o.noLimit {
 		b.backend.limit = o.concurrency + o.prefetch
 	}
-	b.backend.caps.ConcurrentReceives = o.receives
 	b.fetchCtx, b.cancelFetch = context.WithCancel(context.Background())
 	b.gate.Init(nil)
 	b.gate.Start(b.fetchCtx)
@@ -858,7 +855,6 @@ func TestNoGoroutineLeft(t *testing.T) {
 	}{
 		{"Queue", testOpts{concurrency: 3, prefetch: 1, pause: true, noLimit: true}},
 		{"Pool", testOpts{concurrency: 2, pool: []string{"a", "b", "c"}, noLimit: true}},
-		{"ConcurrentReceives", testOpts{concurrency: 3, prefetch: 1, pause: true, noLimit: true, receives: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			waitNoneLeft(t, "before the test") // an earlier test's may be on their way out
