@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"time"
 
 	ap "github.com/asyncplatform/asyncplatform"
@@ -54,10 +53,10 @@ func newJob(id string, p Plan) *ap.Job {
 // just before it returns. crash kills the worker; doom, when not nil, makes
 // the settle of a delivery kill it (Plan.DieAtSettle); running counts the
 // handlers running.
-func handler(log *Log, worker string, crash func(), doom func(*driver.Delivery, string), running *sync.WaitGroup) ap.Handler {
+func handler(log *Log, worker string, crash func(), doom func(*driver.Delivery, string), running *handlers) ap.Handler {
 	return func(ctx context.Context, j *ap.Job) error {
-		running.Add(1)
-		defer running.Done()
+		running.n.Add(1)
+		defer running.n.Add(-1)
 		var p Plan
 		if err := json.Unmarshal(j.Payload, &p); err != nil {
 			return ap.Invalid(err)

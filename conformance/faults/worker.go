@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -182,7 +183,7 @@ func (l *lostLeases) WithGroup(name string) slog.Handler {
 
 // startPlatform starts a platform working spec's queue over b, recording
 // into log. crash kills the worker; running counts the handlers running.
-func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *Log, crash func(), running *sync.WaitGroup) (*ap.Platform, error) {
+func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *Log, crash func(), running *handlers) (*ap.Platform, error) {
 	var doom func(*driver.Delivery, string)
 	if spec.NoExtend || spec.DieInDeadLetter != "" || spec.DieAtSettle {
 		f := &faulty{Backend: b, noExtend: spec.NoExtend, dieIn: spec.DieInDeadLetter, crash: crash}
@@ -251,7 +252,7 @@ type inproc struct {
 	p       *ap.Platform
 	log     *Log
 	stop    time.Duration
-	running sync.WaitGroup
+	running handlers
 	started chan struct{} // closed once p is set (a job may crash the worker during Start)
 
 	once sync.Once
@@ -304,7 +305,7 @@ func (w *inproc) Kill() {
 		if w.p != nil {
 			w.p.Stop(ctx)
 		}
-		waitGroup(&w.running, 5*time.Second)
+		w.running.wait(5 * time.Second)
 		w.log.Close()
 		close(w.done)
 	})
@@ -316,7 +317,7 @@ func (w *inproc) Term() {
 		ctx, cancel := context.WithTimeout(context.Background(), w.stop)
 		defer cancel()
 		w.p.Stop(ctx)
-		waitGroup(&w.running, 5*time.Second) // the cancelled handlers write their ends
+		w.running.wait(5 * time.Second) // the cancelled handlers write their ends
 		w.b.Close()
 		w.log.Close()
 		close(w.done)
@@ -324,16 +325,15 @@ func (w *inproc) Term() {
 	<-w.done
 }
 
-// waitGroup waits for wg, at most d.
-func waitGroup(wg *sync.WaitGroup, d time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(d):
+// handlers counts the handlers running. A handler may start while a
+// worker being killed waits for them (a sync.WaitGroup forbids an Add
+// from zero concurrent with its Wait), so the wait polls the count.
+type handlers struct{ n atomic.Int64 }
+
+// wait waits until no handler runs, at most d.
+func (h *handlers) wait(d time.Duration) {
+	for end := time.Now().Add(d); h.n.Load() > 0 && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -406,7 +406,7 @@ func runChild(tg Target, js string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	var p *ap.Platform
 	var b driver.Backend
-	var running sync.WaitGroup
+	var running handlers
 	for {
 		b, err = tg.Open(ctx, spec.Addr)
 		if err == nil {
@@ -432,7 +432,7 @@ func runChild(tg Target, js string) {
 		ctx, cancel := context.WithTimeout(context.Background(), spec.StopTimeout)
 		p.Stop(ctx)
 		cancel()
-		waitGroup(&running, 5*time.Second) // the cancelled handlers write their ends
+		running.wait(5 * time.Second) // the cancelled handlers write their ends
 		b.Close()
 		log.Close()
 		os.Exit(0)
