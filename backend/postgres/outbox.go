@@ -92,7 +92,7 @@ func (b *Backend) enqueueOutbox(ctx context.Context, queue string, msgs []driver
 	due := make([]pgtype.Timestamptz, len(msgs))
 	for i, m := range msgs {
 		ids[i], dedupes[i], bodies[i] = m.ID, m.Dedupe, nonNil(m.Body)
-		due[i] = pgtype.Timestamptz{Time: m.NotBefore, Valid: !m.NotBefore.IsZero()}
+		due[i] = pgtype.Timestamptz{Time: dueTime(m.NotBefore), Valid: !m.NotBefore.IsZero()}
 	}
 	if _, err := txOf(ctx).Exec(ctx, b.q.outboxPut, queue, ids, dedupes, bodies, due); err != nil {
 		return b.wrap("enqueue "+queue+" to the outbox", err)

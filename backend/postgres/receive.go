@@ -14,6 +14,20 @@ import (
 // handle is a delivery's receipt: the row and the token its claim wrote.
 type handle struct{ id, token int64 }
 
+// dueTime is a NotBefore as a timestamptz holds it: the first whole
+// microsecond not before t (rounded up, so that a message is never due in
+// the microsecond before its NotBefore); the zero time stays zero.
+func dueTime(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	u := t.Truncate(time.Microsecond)
+	if u.Before(t) {
+		u = u.Add(time.Microsecond)
+	}
+	return u
+}
+
 // Enqueue implements driver.Backend: one INSERT of every message. Within a
 // transaction given by WithTx or WithSQLTx it writes with that transaction,
 // and notifies the queue's waiting receivers in the same statement, so
@@ -32,7 +46,7 @@ func (b *Backend) Enqueue(ctx context.Context, queue string, msgs []driver.Messa
 		if len(m.Body) > b.cfg.MaxBody {
 			return fmt.Errorf("postgres: enqueue %s: a body of %d bytes: %w (at most %d)", queue, len(m.Body), driver.ErrTooLarge, b.cfg.MaxBody)
 		}
-		bodies[i], due[i] = nonNil(m.Body), m.NotBefore
+		bodies[i], due[i] = nonNil(m.Body), dueTime(m.NotBefore)
 	}
 	if inOutbox(ctx) {
 		return b.enqueueOutbox(ctx, queue, msgs)
@@ -228,7 +242,7 @@ func (b *Backend) Requeue(ctx context.Context, d *driver.Delivery, msg driver.Me
 	if len(msg.Body) > b.cfg.MaxBody {
 		return fmt.Errorf("postgres: requeue: a body of %d bytes: %w (at most %d)", len(msg.Body), driver.ErrTooLarge, b.cfg.MaxBody)
 	}
-	return b.settle(ctx, "requeue", d, b.q.requeue, nonNil(msg.Body), msg.NotBefore, b.channel)
+	return b.settle(ctx, "requeue", d, b.q.requeue, nonNil(msg.Body), dueTime(msg.NotBefore), b.channel)
 }
 
 // DeadLetter implements driver.Backend: the row moves to the dead table

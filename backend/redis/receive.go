@@ -10,11 +10,18 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
+// unixMs is a NotBefore as the scripts compare it with the server's clock:
+// the first whole millisecond not before t (rounded up, so that a message
+// is never due in the millisecond before its NotBefore), 0 for none.
 func unixMs(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
 	}
-	return t.UnixMilli()
+	ms := t.UnixMilli()
+	if time.UnixMilli(ms).Before(t) {
+		ms++
+	}
+	return ms
 }
 
 func leaseMs(d time.Duration) int64 {
