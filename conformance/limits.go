@@ -199,6 +199,11 @@ func testClusterConcurrency(t *testing.T, e *env) {
 	})
 	kids[victim].kill(t)
 	killed := time.Now().UnixNano()
+	defer func() {
+		if t.Failed() {
+			logSpans(t, spans(), killed, victim, jobs)
+		}
+	}()
 	done := func() bool {
 		ended := map[string]bool{}
 		for _, s := range spans() {
@@ -230,6 +235,52 @@ func testClusterConcurrency(t *testing.T, e *env) {
 		for _, s := range after {
 			t.Logf("proc %d %s: %+.3fs .. %+.3fs", s.proc, s.id, float64(s.start-killed)/1e9, float64(s.end-killed)/1e9)
 		}
+	}
+}
+
+// logSpans logs, for a failed case, what each process had started and
+// ended, and when, relative to the kill: enough to tell a limit that
+// stopped granting from processes that stopped running.
+func logSpans(t *testing.T, got []span, killed int64, victim, jobs int) {
+	t.Helper()
+	type tally struct {
+		started, ended  int
+		first, last     int64
+		lastEnd, maxRun int64
+	}
+	per := map[int]*tally{}
+	ids := map[string]bool{}
+	for _, s := range got {
+		ids[s.id] = true
+		c := per[s.proc]
+		if c == nil {
+			c = &tally{first: s.start}
+			per[s.proc] = c
+		}
+		c.started++
+		c.first = min(c.first, s.start)
+		c.last = max(c.last, s.start)
+		if s.end != 0 {
+			c.ended++
+			c.lastEnd = max(c.lastEnd, s.end)
+			c.maxRun = max(c.maxRun, s.end-s.start)
+		}
+	}
+	rel := func(ns int64) string {
+		if ns == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%+.3fs", float64(ns-killed)/1e9)
+	}
+	t.Logf("%d of %d jobs started; process %d was killed at 0s", len(ids), jobs, victim)
+	for proc := range 3 {
+		c := per[proc]
+		if c == nil {
+			t.Logf("proc %d: no job started", proc)
+			continue
+		}
+		t.Logf("proc %d: %d started (first %s, last %s), %d ended (last %s), longest run %.3fs",
+			proc, c.started, rel(c.first), rel(c.last), c.ended, rel(c.lastEnd), float64(c.maxRun)/1e9)
 	}
 }
 
