@@ -16,6 +16,13 @@ const MaxPendingEnds = 4 * driver.MaxBatch
 // endWriters bounds the record writes of one batch made at once.
 const endWriters = 16
 
+// batchWriters bounds the batches written at once. One writer runs while
+// ends come; another starts while a full batch waits behind the batches
+// being written, so that one batch's round trips (or, on an in-process
+// store, its records' decoding) overlap the next one's. No two batches
+// written at once hold the same key.
+const batchWriters = 4
+
 // end is a delivery's end (Settled) waiting to be written, or being written.
 type end struct {
 	key      string
@@ -32,17 +39,19 @@ type end struct {
 }
 
 // ends is the Tracker's writer of the deliveries' ends: Settled hands it the
-// state to write and returns; one goroutine writes them a batch at a time
-// (the records read in one round trip where the store batches, then
-// written, endWriters at once), and exits when none is left. A job's later
-// end replaces its earlier one still waiting, so a job costs one write per
-// batch at most.
+// state to write and returns; writer goroutines (batchWriters at most)
+// write them a batch at a time (the records read in one round trip where
+// the store batches, then written, endWriters at once), and exit when none
+// is left. A job's later end replaces its earlier one still waiting, so a
+// job costs one write per batch at most.
 type ends struct {
-	mu      sync.Mutex
-	room    *sync.Cond      // signalled when the writer takes a batch
-	waiting []*end          // not taken yet, in order; one per key
-	byKey   map[string]*end // the latest end of each key, waiting or taken
-	idle    chan struct{}   // closed when the writer exits; nil when none runs
+	mu       sync.Mutex
+	room     *sync.Cond      // signalled when a writer takes a batch
+	waiting  []*end          // not taken yet, in order; one per key
+	byKey    map[string]*end // the latest end of each key, waiting or taken
+	inflight map[string]bool // the keys of the batches being written
+	writers  int             // writer goroutines running
+	idle     chan struct{}   // closed when the last writer exits; nil when none runs
 }
 
 // pendingEnds returns the ends of key k not written yet, the latest
@@ -76,6 +85,7 @@ func (t *Tracker) addEnd(p *end) {
 	defer e.mu.Unlock()
 	if e.byKey == nil {
 		e.byKey = make(map[string]*end)
+		e.inflight = make(map[string]bool)
 		e.room = sync.NewCond(&e.mu)
 	}
 	if old, ok := e.byKey[p.key]; ok {
@@ -108,9 +118,12 @@ func (t *Tracker) addEnd(p *end) {
 	}
 	e.waiting = append(e.waiting, p)
 	e.byKey[p.key] = p
-	if e.idle == nil {
-		e.idle = make(chan struct{})
-		go t.writeEnds(e.idle)
+	if e.writers == 0 || e.writers < batchWriters && len(e.waiting) >= driver.MaxBatch {
+		if e.idle == nil {
+			e.idle = make(chan struct{})
+		}
+		e.writers++
+		go t.writeEnds()
 	}
 }
 
@@ -133,31 +146,38 @@ func (t *Tracker) Flush(ctx context.Context) error {
 	}
 }
 
-// writeEnds writes the waiting ends a batch at a time until none is left,
-// then closes idle.
-func (t *Tracker) writeEnds(idle chan struct{}) {
+// writeEnds is one writer: it writes the waiting ends a batch at a time
+// until none is left that no other writer's batch holds the key of, then
+// exits; the last writer to exit closes idle.
+func (t *Tracker) writeEnds() {
 	e := &t.ends
 	for {
 		e.mu.Lock()
-		if len(e.waiting) == 0 {
-			e.idle = nil
-			close(idle)
-			e.mu.Unlock()
-			return
-		}
-		// A batch holds one end a key: one of another enqueue waits for
-		// the next (see addEnd).
+		// A batch holds one end a key, and no key of a batch another
+		// writer is writing: one of another enqueue, or one that came
+		// while its key's batch was being written, waits for a later
+		// batch (see addEnd).
 		var taken, left []*end
-		keys := make(map[string]bool, min(len(e.waiting), driver.MaxBatch))
 		for _, p := range e.waiting {
-			if len(taken) == driver.MaxBatch || keys[p.key] {
+			if len(taken) == driver.MaxBatch || e.inflight[p.key] {
 				left = append(left, p)
 				continue
 			}
-			keys[p.key] = true
+			e.inflight[p.key] = true
 			taken = append(taken, p)
 		}
 		e.waiting = left
+		if len(taken) == 0 {
+			// Nothing left, or only keys another writer's batch holds:
+			// that writer takes them once its batch is written.
+			e.writers--
+			if e.writers == 0 {
+				close(e.idle)
+				e.idle = nil
+			}
+			e.mu.Unlock()
+			return
+		}
 		n := len(taken)
 		batch := make([]end, n) // the writer's copies: Get reads the originals
 		for i, p := range taken {
@@ -172,6 +192,7 @@ func (t *Tracker) writeEnds(idle chan struct{}) {
 
 		e.mu.Lock()
 		for _, p := range taken {
+			delete(e.inflight, p.key)
 			if e.byKey[p.key] == p {
 				delete(e.byKey, p.key)
 			}
