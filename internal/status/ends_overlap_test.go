@@ -153,4 +153,3 @@ func TestEndBatchesOverlap(t *testing.T) {
 		}
 	}
 }
-
