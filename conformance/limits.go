@@ -204,16 +204,32 @@ func testClusterConcurrency(t *testing.T, e *env) {
 			logSpans(t, spans(), killed, victim, jobs)
 		}
 	}()
-	done := func() bool {
-		ended := map[string]bool{}
+	ended := func() int {
+		ids := map[string]bool{}
 		for _, s := range spans() {
 			if s.end != 0 {
-				ended[s.id] = true
+				ids[s.id] = true
 			}
 		}
-		return len(ended) >= jobs
+		return len(ids)
 	}
-	e.waitLonger(2*e.lease, "every job to run", done)
+	// Every job runs: the case waits while jobs keep ending, and fails when
+	// none has ended for Wait + 2 leases (the killed process's slots and
+	// leases lapse within that, so a limit that stopped granting shows),
+	// or after four times that in all. A slow machine slows the jobs; it
+	// does not stop them.
+	stall := e.opts.Wait + 2*e.lease
+	last, lastAt, hard := 0, time.Now(), time.Now().Add(4*stall)
+	for n := ended(); n < jobs; n = ended() {
+		if n > last {
+			last, lastAt = n, time.Now()
+		}
+		if time.Since(lastAt) > stall || time.Now().After(hard) {
+			t.Fatalf("%d of %d jobs had ended; the last one %v ago (patience: %v without one, %v in all)%s",
+				n, jobs, time.Since(lastAt).Round(time.Millisecond), stall, 4*stall, e.stallNote())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	got := spans()
 	var alive []span
 	for _, s := range got {
