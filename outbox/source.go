@@ -17,8 +17,10 @@ var ErrHeld = errors.New("outbox: the queue is held by another relay")
 type Row struct {
 	// Seq orders the rows of a queue: the order they were committed in.
 	Seq int64
-	// Msg is the message as the platform wrote it: its ID, Dedupe, Body
-	// and NotBefore are published unchanged.
+	// Msg is the message as the platform wrote it: its ID, Dedupe and
+	// Body are published unchanged, and its NotBefore as the outbox
+	// stores it (a whole microsecond on PostgreSQL, a millisecond on
+	// SQLite, rounded up: never before the NotBefore enqueued).
 	Msg driver.Message
 	// Err, when set, is a *BadRowError: the row cannot be published and
 	// is moved aside.

@@ -13,14 +13,15 @@ import (
 // finds this many waits for the writer to take some.
 const MaxPendingEnds = 4 * driver.MaxBatch
 
-// endWriters bounds the record writes of one batch made at once.
+// endWriters bounds the single record writes made at once, over every
+// batch being written (the ends a batch call could not write).
 const endWriters = 16
 
 // batchWriters bounds the batches written at once. One writer runs while
-// ends come; another starts while a full batch waits behind the batches
-// being written, so that one batch's round trips (or, on an in-process
-// store, its records' decoding) overlap the next one's. No two batches
-// written at once hold the same key.
+// ends come; another starts while a full batch for each writer running
+// waits behind the batches being written, so that one batch's round trips
+// (or, on an in-process store, its records' decoding) overlap the next
+// one's. No two batches written at once hold the same key.
 const batchWriters = 4
 
 // end is a delivery's end (Settled) waiting to be written, or being written.
@@ -51,6 +52,7 @@ type ends struct {
 	byKey    map[string]*end // the latest end of each key, waiting or taken
 	inflight map[string]bool // the keys of the batches being written
 	writers  int             // writer goroutines running
+	single   chan struct{}   // a place for each single write made at once (endWriters)
 	idle     chan struct{}   // closed when the last writer exits; nil when none runs
 }
 
@@ -86,6 +88,7 @@ func (t *Tracker) addEnd(p *end) {
 	if e.byKey == nil {
 		e.byKey = make(map[string]*end)
 		e.inflight = make(map[string]bool)
+		e.single = make(chan struct{}, endWriters)
 		e.room = sync.NewCond(&e.mu)
 	}
 	if old, ok := e.byKey[p.key]; ok {
@@ -118,7 +121,7 @@ func (t *Tracker) addEnd(p *end) {
 	}
 	e.waiting = append(e.waiting, p)
 	e.byKey[p.key] = p
-	if e.writers == 0 || e.writers < batchWriters && len(e.waiting) >= driver.MaxBatch {
+	if e.writers == 0 || e.writers < batchWriters && len(e.waiting) >= driver.MaxBatch*e.writers {
 		if e.idle == nil {
 			e.idle = make(chan struct{})
 		}
@@ -230,7 +233,7 @@ func (t *Tracker) writeBatch(batch []end) {
 	}
 	retry := t.writeEach(batch)
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, endWriters)
+	sem := t.ends.single
 	for _, p := range retry {
 		sem <- struct{}{}
 		wg.Go(func() {
