@@ -8,7 +8,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// Review 8: a NotBefore a nanosecond past a whole microsecond, given to
+// A NotBefore a nanosecond past a whole microsecond, given to
 // Enqueue, to Enqueue under OutboxTx and to Requeue, is stored no earlier
 // than itself (run_at / not_before rounded up, not down).
 func TestNotBeforeStoredNotEarlyReview8(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// Review 8: a NotBefore a nanosecond past a whole millisecond, given to
+// A NotBefore a nanosecond past a whole millisecond, given to
 // Enqueue, EnqueueClaiming and Requeue, is scheduled no earlier than
 // itself (the sched score rounded up, not down).
 func TestNotBeforeStoredNotEarlyReview8(t *testing.T) {

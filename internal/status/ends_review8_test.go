@@ -31,7 +31,7 @@ func (j *jittery) UpdateEach(ctx context.Context, items []driver.BatchItem) ([]d
 	return j.batcher.UpdateEach(ctx, items)
 }
 
-// Review 8: many jobs each ended several times (in try order per job, a
+// Many jobs each ended several times (in try order per job, a
 // late earlier try mixed in), by several goroutines at once, over a store
 // whose batch calls take random times: every job ends at its last try,
 // and a Flush after a Settled returns only once that end is written.
@@ -128,7 +128,7 @@ func TestEndsManyWritersReview8(t *testing.T) {
 	}
 }
 
-// Review 8: with every writer's batch held in its write and the waiting
+// With every writer's batch held in its write and the waiting
 // ends at MaxPendingEnds, all of them on keys the held batches hold (the
 // jobs' later tries), further Settled calls wait for room; once the writes
 // go on, every end is written, the latest try last, and nothing hangs.
