@@ -16,9 +16,11 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// deadEnv is a Backend on streams of its own (so that no other test's
-// subjects share its message blocks, which would make the 2.9 server scan
-// them linearly and hide the bug), removed when the test ends.
+// deadEnv is a Backend on streams of its own, removed when the test ends:
+// no other test's subjects share its message blocks (which would make the
+// 2.9 server scan them linearly and hide the dead-letter bug), and no other
+// test's calls reach its streams' API subjects (which a test that counts
+// them would count).
 func deadEnv(t *testing.T, url string, storage jetstream.StorageType) *Backend {
 	t.Helper()
 	ctx := context.Background()
