@@ -117,6 +117,9 @@ func TestBrowserWorkersAndHistory(t *testing.T) {
 	ctx := browser(t)
 	f := newFixture(t, fixtureOptions{queues: []string{"mail"}})
 	forgeWorkerAndHistory(t, f.backend)
+	// The platform writes its first worker record at a heartbeat after
+	// Start, so the page is read once the record is in the store.
+	waitBody(t, newClient(t, f), "/workers", "test-worker")
 	noCSP := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.d.ServeHTTP(stripCSP{w}, r)
 	}))
