@@ -27,6 +27,10 @@ type Report struct {
 	// contract is at-least-once: a duplicate is allowed where a fault can
 	// explain it.
 	Duplicated int
+	// GarbageExtra counts the dead letters of garbage messages beyond one
+	// each (a garbage message dead-lettered twice counts 1 here and 1 in
+	// Duplicated).
+	GarbageExtra int
 	// Unexpected counts jobs completed or dead-lettered that were never
 	// enqueued at all.
 	Unexpected int
@@ -139,6 +143,7 @@ func Check(h History, dead []ap.DeadLetter, garbage [][]byte, lim Limits) *Repor
 			r.note("lost: garbage message %d (%.40q) is not in the dead-letter queue", i, garbage[i])
 		case n > 1:
 			r.Duplicated++
+			r.GarbageExtra += n - 1
 			r.note("duplicated: garbage message %d dead-lettered %d times", i, n)
 		}
 	}

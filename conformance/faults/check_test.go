@@ -415,3 +415,48 @@ func TestRunsOnceExcusesParentLeaseLost(t *testing.T) {
 		t.Errorf("a lease lost by a job that is not a parent: got %q, want two complaints", w)
 	}
 }
+
+// A Garbage run's duplicates are excused only when every one is a foreign
+// message dead-lettered again, by no more extra records than the lease
+// losses warned of that name no job.
+func TestGarbageExcused(t *testing.T) {
+	foreign := []byte("not a job")
+	twice := []ap.DeadLetter{
+		{Raw: foreign, Reason: ap.ReasonInvalid},
+		{Raw: foreign, Reason: ap.ReasonInvalid},
+	}
+	for name, c := range map[string]struct {
+		warned   int  // lease losses warned of
+		jobLost  bool // one of them reported by a job's attempt
+		jobTwice bool // a job completed twice as well
+		want     bool
+	}{
+		"a loss warned":                  {warned: 1, want: true},
+		"no loss warned":                 {warned: 0, want: false},
+		"the only loss is a job's":       {warned: 1, jobLost: true, want: false},
+		"a job duplicated too":           {warned: 3, jobTwice: true, want: false},
+		"more losses than extra records": {warned: 2, want: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := new(hist).enqueue()
+			outcome := ap.OutcomeSucceeded
+			if c.jobLost {
+				outcome = ap.OutcomeLeaseLost
+			}
+			b.start("w1", 0, 0, 0).end("w1", 0, 0, 0, ResultOK, outcome)
+			if c.jobTwice || c.jobLost {
+				b.start("w2", 0, 0, 0).end("w2", 0, 0, 0, ResultOK, ap.OutcomeSucceeded)
+			}
+			for range c.warned {
+				b.h = append(b.h, Event{Kind: KindLost, Worker: "w1", At: b.at})
+			}
+			rep := Check(b.h, twice, [][]byte{foreign}, Limits{RetryLimit: 2, PoisonLimit: 3})
+			if rep.GarbageExtra != 1 {
+				t.Fatalf("GarbageExtra %d, want 1 (%s)", rep.GarbageExtra, rep)
+			}
+			if got := garbageExcused(rep, b.h); got != c.want {
+				t.Errorf("excused %v, want %v (%s)", got, c.want, rep)
+			}
+		})
+	}
+}

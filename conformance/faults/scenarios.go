@@ -460,7 +460,11 @@ func leaseOutlived(t *testing.T, r *run) *Report {
 
 // Garbage: foreign bytes written straight to the queue with the broker's own
 // client are each dead-lettered invalid with their bytes kept, and the jobs
-// around them complete.
+// around them complete. A foreign message is dead-lettered once, or once
+// more for each lease a live worker warned lost and no attempt reported (a
+// move to the dead letters whose lease lapsed before its delete: the
+// message came back and was moved again; a foreign message has no job to
+// report the loss under). Any other duplicate fails the run.
 func garbage(t *testing.T, r *run) *Report {
 	if r.tg.Garbage == nil {
 		t.Skip("the target has no Garbage writer: no raw bytes to put on the queue")
@@ -493,8 +497,21 @@ func garbage(t *testing.T, r *run) *Report {
 	r.mustEnqueue(jobs("g", scale(10), Plan{SleepMax: 10})...)
 	r.waitResolved(patience)
 	rep := r.finish(nil, false)
-	r.judge(rep, false)
+	r.judge(rep, garbageExcused(rep, r.history()))
 	return rep
+}
+
+// garbageExcused reports whether every duplicate of a Garbage run is a
+// foreign message dead-lettered again after a lease was lost: only garbage
+// is duplicated, and by no more extra records than the losses warned of
+// that name no job.
+func garbageExcused(rep *Report, h History) bool {
+	if rep.Duplicated == 0 {
+		return false
+	}
+	dupJobs := len(rep.dups)
+	_, unnamed := h.lostLeases()
+	return dupJobs == 0 && rep.GarbageExtra <= unnamed
 }
 
 // RejectStorm: every job rejects (Reject: transient, uncounted) three times
