@@ -42,7 +42,16 @@ func testPullWithoutAnswer(t *testing.T, target string) {
 	defer cancel()
 	p := startPullProxy(t, target)
 	q := queueName(t)
-	b := newBackend(t, "nats://"+p.addr(), q)
+	cfg := testConfig("nats://" + p.addr())
+	cfg.PollWait = 5 * time.Second // the late request waits that long on the server
+	b, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = b.DeleteQueue(context.Background(), q)
+		_ = b.Close()
+	})
 	if err := b.Declare(ctx, q); err != nil {
 		t.Fatal(err)
 	}
@@ -85,13 +94,15 @@ func testPullWithoutAnswer(t *testing.T, target string) {
 		t.Fatal(err)
 	}
 	p.release()
-	waitFor(ctx, t, "the late request waiting on the server", func() bool {
+	released := time.Now()
+	waitFor(ctx, t, 3*time.Second, "the late request waiting on the server (its inbox must be kept)", func() bool {
 		info, err := c.Info(ctx)
 		return err == nil && info.NumWaiting > 0
 	})
 	if err := b.Enqueue(ctx, q, []driver.Message{{ID: q + "-b", Body: []byte("b")}}); err != nil {
 		t.Fatal(err)
 	}
+	inTime := time.Since(released) < cfg.PollWait/2 // the late request still waited
 	ds, err := b.Receive(ctx, q, 10, lease)
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("Receive after the late request: %d deliveries, %v", len(ds), err)
@@ -101,7 +112,11 @@ func testPullWithoutAnswer(t *testing.T, target string) {
 		t.Fatalf("got %q with Deliveries %d, want %q and 1", ds[0].Body, ds[0].Deliveries, "b")
 	}
 	if !strings.Contains(rc.msgID, "~") {
-		t.Logf("b (Nats-Msg-Id %q) was not handed back: the late request did not take it", rc.msgID)
+		if inTime {
+			t.Errorf("b (Nats-Msg-Id %q) was not handed back: the late request, still waiting, did not take it", rc.msgID)
+		} else {
+			t.Logf("b (Nats-Msg-Id %q) was not handed back: enqueued too late for the late request", rc.msgID)
+		}
 	}
 	if err := b.Ack(ctx, ds[0]); err != nil {
 		t.Fatal(err)
@@ -114,7 +129,7 @@ func testPullWithoutAnswer(t *testing.T, target string) {
 	if len(ds) != 0 || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a last Receive: %d deliveries (%v), want none", len(ds), err)
 	}
-	waitFor(ctx, t, "an empty queue", func() bool {
+	waitFor(ctx, t, 10*time.Second, "an empty queue", func() bool {
 		st, err := b.Stats(ctx, q)
 		return err == nil && st.Ready == 0 && st.InFlight == 0
 	})
@@ -123,11 +138,14 @@ func testPullWithoutAnswer(t *testing.T, target string) {
 	}
 }
 
-func waitFor(ctx context.Context, t *testing.T, what string, ok func() bool) {
+// waitFor waits up to d for ok.
+func waitFor(ctx context.Context, t *testing.T, d time.Duration, what string, ok func() bool) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
 	for !ok() {
 		if ctx.Err() != nil {
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+			t.Fatalf("waited %v for %s", d, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
