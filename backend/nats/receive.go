@@ -310,6 +310,7 @@ func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, 
 			if stream == b.deadName() || !b.spawn(func() { b.drain(sub, ch, left, until, late, stream == b.cfg.Stream, false) }) {
 				return b.abandon(sub, ch, msgs, start, wait > 0, noAnswer)
 			}
+			b.log.Warn("nats: pull: no answer from the server in time; left to drain, pulling again", "consumer", consumer, "wait", wait)
 			if len(msgs) > 0 {
 				return msgs, start, nil
 			}
@@ -328,7 +329,8 @@ func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, 
 // it waits for the request's end, or until the left messages it may still
 // carry have come. On the work stream it keeps waiting when the Backend
 // closes (Close waits for it: PollWait at most, unless the server is
-// unreachable, then 5s more), so that the usual shutdown, the platform's
+// unreachable, then 5s more, or PollWait plus 5s for a request the server
+// left unanswered), so that the usual shutdown, the platform's
 // Stop and then Close, counts no crash; elsewhere it abandons the request
 // at Close.
 func (b *Backend) drain(sub *gonats.Subscription, ch chan *gonats.Msg, left int, end time.Time, late func(*gonats.Msg), work, unsub bool) {
