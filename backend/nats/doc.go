@@ -173,7 +173,10 @@
 // abandoned, the crash Close stands for. A pull under way when the
 // connection reconnects (its server died or restarted) is left to a drain
 // the same way, and sent again at once: the request may have died with that
-// server.
+// server. So is a work or delay pull the server has not ended by PollWait
+// plus 5s (a loaded 2.9.10 now and then did not): its inbox is kept for as
+// long again, so a late message is handed back, not lost to nobody
+// (TestPullWithoutAnswer).
 //
 // # Dead letters
 //

@@ -167,7 +167,8 @@ func TestConnectionCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Receive recovers with the connection; a pull sent into the dying
-	// connection fails once ("no answer"), as the platform's retry expects.
+	// connection is sent again, or the Receive fails once, as the
+	// platform's retry expects.
 	var ds2 []*driver.Delivery
 	for ds2 == nil {
 		ds2, err = b.Receive(ctx, q, 1, lease)

@@ -120,16 +120,21 @@ const claimWait = 10 * time.Second
 // reconnected meanwhile: pull again.
 var errReconnected = errors.New("reconnected during a pull")
 
+// errNoAnswer reports a pull that the server answered neither with a
+// message nor with its end in time, left to drain: pull again.
+var errNoAnswer = errors.New("no answer from the server")
+
 // fetch returns up to max messages from a consumer, blocking until there is
 // at least one, and when their leases start (see pull). It asks without
 // waiting first;
 // when nothing is ready it long-polls for one message and then takes without
-// waiting whatever else is ready. Before each pull it has sw sweep the
+// waiting whatever else is ready. A pull left to drain (a reconnect, or no
+// answer in time) is sent again. Before each pull it has sw sweep the
 // consumer if the connection reconnected since its last sweep.
 func (b *Backend) fetch(ctx context.Context, stream, consumer string, max int, late func(*gonats.Msg), sw *sweeper) ([]*gonats.Msg, time.Time, error) {
 	sw.maybe(ctx, b)
 	msgs, start, err := b.pull(ctx, stream, consumer, max, 0, late)
-	for len(msgs) == 0 && (err == nil || errors.Is(err, errReconnected)) {
+	for len(msgs) == 0 && (err == nil || errors.Is(err, errReconnected) || errors.Is(err, errNoAnswer)) {
 		sw.maybe(ctx, b)
 		msgs, start, err = b.pull(ctx, stream, consumer, 1, b.cfg.PollWait, late)
 		if len(msgs) == 1 && max > 1 && err == nil {
@@ -222,6 +227,18 @@ func (b *Backend) ensureWork(ctx context.Context, qs *queueState, queue string, 
 // and count it twice, so the request keeps its inbox until it ends. When
 // the Backend closes, the request is abandoned instead, which is the crash
 // that Close stands for.
+//
+// The server ends every request by wait plus 5s (an expiry or a no-wait's
+// end). When it has not (a loaded 2.9.10 now and then did not: the
+// Delivery/WakesOnEnqueue flake), the request may still be alive there and
+// answer late: pull leaves it to a drain like a reconnect's, inbox kept,
+// for wait plus 5s more, hands back what still comes, and returns
+// errNoAnswer (with the messages it had, if any, instead). Only a message
+// the server sends it after that goes to nobody and comes back after its
+// AckWait, counted, as before. On the dead-letter stream the request is
+// abandoned at once, as before: NextDead looks for stranded records then
+// and pulls again without waiting, which a kept request ahead of it would
+// beat to a record.
 func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, wait time.Duration, late func(*gonats.Msg)) ([]*gonats.Msg, time.Time, error) {
 	ch := make(chan *gonats.Msg, batch+8)
 	inbox := b.nc.NewInbox()
@@ -287,7 +304,17 @@ func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, 
 		case <-b.ctx.Done():
 			return b.abandon(sub, ch, msgs, start, wait > 0, driver.ErrClosed)
 		case <-timer.C:
-			return b.abandon(sub, ch, msgs, start, wait > 0, fmt.Errorf("nats: pull from %s: no answer from the server", consumer))
+			left := batch - len(msgs)
+			until := time.Now().Add(wait + 5*time.Second)
+			noAnswer := fmt.Errorf("nats: pull from %s: %w", consumer, errNoAnswer)
+			if stream == b.deadName() || !b.spawn(func() { b.drain(sub, ch, left, until, late, stream == b.cfg.Stream, false) }) {
+				return b.abandon(sub, ch, msgs, start, wait > 0, noAnswer)
+			}
+			b.log.Warn("nats: pull: no answer from the server in time; left to drain, pulling again", "consumer", consumer, "wait", wait)
+			if len(msgs) > 0 {
+				return msgs, start, nil
+			}
+			return nil, start, noAnswer
 		}
 	}
 }
@@ -302,7 +329,8 @@ func (b *Backend) pull(ctx context.Context, stream, consumer string, batch int, 
 // it waits for the request's end, or until the left messages it may still
 // carry have come. On the work stream it keeps waiting when the Backend
 // closes (Close waits for it: PollWait at most, unless the server is
-// unreachable, then 5s more), so that the usual shutdown, the platform's
+// unreachable, then 5s more, or PollWait plus 5s for a request the server
+// left unanswered), so that the usual shutdown, the platform's
 // Stop and then Close, counts no crash; elsewhere it abandons the request
 // at Close.
 func (b *Backend) drain(sub *gonats.Subscription, ch chan *gonats.Msg, left int, end time.Time, late func(*gonats.Msg), work, unsub bool) {
