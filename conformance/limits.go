@@ -3,8 +3,8 @@ package conformance
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,8 +21,11 @@ import (
 // nanoseconds: the processes share the machine's clock).
 func limitChild(t *testing.T, k *kid, arg string) {
 	cfg := ap.Config{
-		Queues:     map[string]ap.QueueConfig{k.queue: {Concurrency: 20}},
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Queues: map[string]ap.QueueConfig{k.queue: {Concurrency: 20}},
+		// Its warnings go to the parent, which logs the last ones of each
+		// process when the case fails.
+		Logger:     slog.New(slog.NewJSONHandler(logWriter{}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		WorkerName: fmt.Sprintf("limit-%d", os.Getpid()),
 		LimitDelay: 200 * time.Millisecond,
 		// The killed process's jobs come back as suspects, which would run
 		// one at a time: what is measured here is the limit alone.
@@ -53,7 +56,7 @@ func limitChild(t *testing.T, k *kid, arg string) {
 	if err := p.Start(ctx); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	say("READY")
+	say("READY %s", cfg.WorkerName)
 	k.waitStdin()
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
@@ -67,12 +70,18 @@ type span struct {
 	id         string
 }
 
+// keptLogs is how many of each child's last LOG lines collect keeps.
+const keptLogs = 8
+
 // collect reads the START and END lines of the children until stop is
-// closed.
-func collect(kids []*child, stop chan struct{}) func() []span {
+// closed; logs returns each child's last LOG lines (keptLogs at most)
+// and how many it wrote.
+func collect(kids []*child, stop chan struct{}) (spans func() []span, logs func(proc int) ([]string, int)) {
 	var mu sync.Mutex
 	byID := map[string]*span{}
 	var all []*span
+	lastLogs := make([][]string, len(kids))
+	nLogs := make([]int, len(kids))
 	var wg sync.WaitGroup
 	for n, k := range kids {
 		wg.Go(func() {
@@ -88,6 +97,16 @@ func collect(kids []*child, stop chan struct{}) func() []span {
 					return
 				case ok:
 					word, rest, _ := strings.Cut(strings.TrimPrefix(l, procPrefix), " ")
+					if word == "LOG" {
+						mu.Lock()
+						nLogs[n]++
+						lastLogs[n] = append(lastLogs[n], rest)
+						if len(lastLogs[n]) > keptLogs {
+							lastLogs[n] = lastLogs[n][1:]
+						}
+						mu.Unlock()
+						continue
+					}
 					ts, id, _ := strings.Cut(rest, " ")
 					v, err := strconv.ParseInt(ts, 10, 64)
 					if err != nil || (word != "START" && word != "END") {
@@ -107,7 +126,7 @@ func collect(kids []*child, stop chan struct{}) func() []span {
 			}
 		})
 	}
-	return func() []span {
+	spans = func() []span {
 		mu.Lock()
 		defer mu.Unlock()
 		out := make([]span, len(all))
@@ -116,6 +135,12 @@ func collect(kids []*child, stop chan struct{}) func() []span {
 		}
 		return out
 	}
+	logs = func(proc int) ([]string, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lastLogs[proc]), nLogs[proc]
+	}
+	return spans, logs
 }
 
 // peak is the most spans running at one instant; a span not ended counts
@@ -162,12 +187,13 @@ func testClusterConcurrency(t *testing.T, e *env) {
 	for i := range 3 {
 		kids = append(kids, e.spawn(t, i, "concurrency"))
 	}
-	for _, k := range kids {
-		k.expect(t, "READY", e.opts.Wait)
+	holders := make([]string, len(kids))
+	for i, k := range kids {
+		holders[i] = k.expect(t, "READY", e.opts.Wait)
 	}
 	stop := make(chan struct{})
 	defer close(stop)
-	spans := collect(kids, stop)
+	spans, logs := collect(kids, stop)
 	admin := e.producer()
 	const jobs = 80
 	var all []*ap.Job
@@ -202,6 +228,7 @@ func testClusterConcurrency(t *testing.T, e *env) {
 	defer func() {
 		if t.Failed() {
 			logSpans(t, spans(), killed, victim, jobs)
+			e.logLimitState(t, "limited", 5, holders, logs)
 		}
 	}()
 	ended := func() int {
@@ -323,7 +350,12 @@ func testRateLimit(t *testing.T, e *env) {
 	}
 	stop := make(chan struct{})
 	defer close(stop)
-	spans := collect(kids, stop)
+	spans, logs := collect(kids, stop)
+	defer func() {
+		if t.Failed() {
+			logChildLogs(t, len(kids), logs)
+		}
+	}()
 	admin := e.producer()
 	var ids []string
 	enqueue := func(n int) {
