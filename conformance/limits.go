@@ -46,7 +46,7 @@ func limitChild(t *testing.T, k *kid, arg string) {
 		hold = 300 * time.Millisecond
 	}
 	_ = p.Handle("limited", func(ctx context.Context, j *ap.Job) error {
-		say("START %d %s", time.Now().UnixNano(), j.ID)
+		say("START %d %s %d", time.Now().UnixNano(), j.ID, j.Crashes)
 		time.Sleep(hold)
 		say("END %d %s", time.Now().UnixNano(), j.ID)
 		return nil
@@ -68,6 +68,7 @@ type span struct {
 	proc       int
 	start, end int64 // Unix nanoseconds; end 0: not ended (yet)
 	id         string
+	crashes    int // the job's crashes when it started
 }
 
 // keptLogs is how many of each child's last LOG lines collect keeps.
@@ -108,6 +109,8 @@ func collect(kids []*child, stop chan struct{}) (spans func() []span, logs func(
 						continue
 					}
 					ts, id, _ := strings.Cut(rest, " ")
+					id, crashes, _ := strings.Cut(id, " ")
+					c, _ := strconv.Atoi(crashes)
 					v, err := strconv.ParseInt(ts, 10, 64)
 					if err != nil || (word != "START" && word != "END") {
 						continue
@@ -115,7 +118,7 @@ func collect(kids []*child, stop chan struct{}) (spans func() []span, logs func(
 					mu.Lock()
 					key := fmt.Sprintf("%d/%s", n, id)
 					if word == "START" {
-						s := &span{proc: n, start: v, id: id}
+						s := &span{proc: n, start: v, id: id, crashes: c}
 						byID[key] = s
 						all = append(all, s)
 					} else if s := byID[key]; s != nil {
@@ -228,7 +231,7 @@ func testClusterConcurrency(t *testing.T, e *env) {
 	defer func() {
 		if t.Failed() {
 			logSpans(t, spans(), killed, victim, jobs)
-			e.logLimitState(t, "limited", 5, holders, logs)
+			e.logLimitState(t, admin, "limited", 5, holders, logs)
 		}
 	}()
 	ended := func() int {
@@ -258,6 +261,17 @@ func testClusterConcurrency(t *testing.T, e *env) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	got := spans()
+	crashed, before, most := 0, 0, 0
+	for _, s := range got {
+		if s.crashes > 0 {
+			crashed++
+			most = max(most, s.crashes)
+			if s.start < killed {
+				before++
+			}
+		}
+	}
+	t.Logf("%d of %d runs (%d before the kill) started a job with crashes counted (most %d): leases lapsed while it waited over the limit or in the killed process", crashed, len(got), before, most)
 	var alive []span
 	for _, s := range got {
 		if s.proc != victim || s.end != 0 {
@@ -290,6 +304,7 @@ func logSpans(t *testing.T, got []span, killed int64, victim, jobs int) {
 		started, ended  int
 		first, last     int64
 		lastEnd, maxRun int64
+		crashes         int // the most crashes a job had at its start
 	}
 	per := map[int]*tally{}
 	ids := map[string]bool{}
@@ -301,6 +316,7 @@ func logSpans(t *testing.T, got []span, killed int64, victim, jobs int) {
 			per[s.proc] = c
 		}
 		c.started++
+		c.crashes = max(c.crashes, s.crashes)
 		c.first = min(c.first, s.start)
 		c.last = max(c.last, s.start)
 		if s.end != 0 {
@@ -322,8 +338,8 @@ func logSpans(t *testing.T, got []span, killed int64, victim, jobs int) {
 			t.Logf("proc %d: no job started", proc)
 			continue
 		}
-		t.Logf("proc %d: %d started (first %s, last %s), %d ended (last %s), longest run %.3fs",
-			proc, c.started, rel(c.first), rel(c.last), c.ended, rel(c.lastEnd), float64(c.maxRun)/1e9)
+		t.Logf("proc %d: %d started (first %s, last %s), %d ended (last %s), longest run %.3fs, most crashes at a start %d",
+			proc, c.started, rel(c.first), rel(c.last), c.ended, rel(c.lastEnd), float64(c.maxRun)/1e9, c.crashes)
 	}
 }
 

@@ -7,16 +7,18 @@ import (
 	"testing"
 	"time"
 
+	ap "github.com/asyncplatform/asyncplatform"
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/kv"
 )
 
 // logLimitState logs, for a failed limit case, what its children and the
-// backend held when it failed: each cluster slot of typ (its key's holder
+// backend held when it failed: the queue's depths and its dead letters'
+// reasons (read through p), each cluster slot of typ (its key's holder
 // and revision, read from the backend's store as internal/admit keeps
-// them), the queue's depths, and each child's last warnings. holders are
-// the children's worker names, by process number.
-func (e *env) logLimitState(t *testing.T, typ string, slots int, holders []string, logs func(proc int) ([]string, int)) {
+// them), and each child's last warnings. holders are the children's
+// worker names, by process number.
+func (e *env) logLimitState(t *testing.T, p *ap.Platform, typ string, slots int, holders []string, logs func(proc int) ([]string, int)) {
 	t.Helper()
 	ctx := ctxT(t, e.opts.Wait)
 	b := e.backend()
@@ -25,6 +27,17 @@ func (e *env) logLimitState(t *testing.T, typ string, slots int, holders []strin
 	} else {
 		t.Logf("queue depths: ready %d, scheduled %d, in flight %d, dead %d, oldest ready %s",
 			st.Ready, st.Scheduled, st.InFlight, st.Dead, age(st.OldestReady))
+	}
+	if page, err := p.DeadLetters(ctx, e.queue, "", 100); err != nil {
+		t.Logf("dead letters: %v", err)
+	} else {
+		reasons := map[ap.Reason]int{}
+		for _, dl := range page.Letters {
+			if reasons[dl.Reason]++; reasons[dl.Reason] == 1 {
+				t.Logf("a dead letter (%s): %s", dl.Reason, dl.Error)
+			}
+		}
+		t.Logf("dead letters (first page): %d, by reason %v", len(page.Letters), reasons)
 	}
 	d, err := driver.StoreOf(b)
 	if err != nil {
