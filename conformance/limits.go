@@ -63,6 +63,18 @@ func limitChild(t *testing.T, k *kid, arg string) {
 	_ = p.Stop(sctx)
 }
 
+// limitedJob is a job of the limit cases. A job over a limit is delivered
+// again every LimitDelay or so until it runs, dozens of times in these
+// cases, and each of those deliveries whose lease lapses before the job is
+// requeued (a loaded machine under the suite's 1 s lease; the killed
+// process's 40 deliveries, Concurrency and Prefetch) counts a crash: with
+// isolation off, the default PoisonLimit (3) dead-letters such a job
+// unrun, and the case waits for a job that will never come. The cases
+// measure the limits, not poison: their jobs' PoisonLimit is out of reach.
+func limitedJob() *ap.Job {
+	return &ap.Job{Type: "limited", Policy: ap.Policy{PoisonLimit: ap.Limit(1000)}}
+}
+
 // span is one handler run as a child reported it.
 type span struct {
 	proc       int
@@ -201,7 +213,7 @@ func testClusterConcurrency(t *testing.T, e *env) {
 	const jobs = 80
 	var all []*ap.Job
 	for range jobs {
-		all = append(all, &ap.Job{Type: "limited"})
+		all = append(all, limitedJob())
 	}
 	e.enqueue(admin, all...)
 	e.waitFor("the limit to be reached", func() bool {
@@ -377,7 +389,7 @@ func testRateLimit(t *testing.T, e *env) {
 	enqueue := func(n int) {
 		var js []*ap.Job
 		for range n {
-			js = append(js, &ap.Job{Type: "limited"})
+			js = append(js, limitedJob())
 		}
 		e.enqueue(admin, js...)
 		for _, j := range js {
