@@ -14,8 +14,9 @@ import (
 
 // The store (driver.Store) of a Broker: a map of entries under a lock of its
 // own, shared by the Broker's connections, and the keys in byte order for
-// List, sorted again by the first List after a new key (so a write costs
-// O(1), and a List after writes O(n log n)). Revisions come from one counter
+// List, brought up to date by the first List after a write (so a write
+// costs O(1), and a List after writes at most O(n log n); after removals
+// only, O(n)). Revisions come from one counter
 // per broker, so a revision is never given twice. Expiry is judged by this
 // process's monotonic clock; expired entries are dropped when a method
 // meets them, and by a sweep once the writes since the last one outnumber
@@ -73,19 +74,29 @@ func (kv *kvState) remove(key string) {
 // sorted returns every key in byte order, once each, and maybe some since
 // removed. The keys put since the last call are sorted alone and merged
 // in, so a listing while keys are created costs their number and one pass,
-// not a sort of every key; the whole is sorted again from entries once
-// the keys removed or put since outnumber half the sorted ones. The lock
-// is held.
+// not a sort of every key; the whole is sorted again from entries only
+// once the keys put since outnumber half the sorted ones. The keys removed
+// are dropped in one pass, keeping the order, once they outnumber half the
+// sorted ones: a listing while keys are removed costs no sort. The lock is
+// held.
 func (kv *kvState) sorted() []string {
-	switch {
-	case kv.stale || kv.removed > len(kv.keys)/2:
+	if kv.stale {
 		kv.keys = kv.keys[:0]
 		for k := range kv.entries {
 			kv.keys = append(kv.keys, k)
 		}
 		slices.Sort(kv.keys)
 		kv.fresh, kv.stale, kv.removed = kv.fresh[:0], false, 0
-	case len(kv.fresh) > 0:
+		return kv.keys
+	}
+	if kv.removed > len(kv.keys)/2 {
+		kv.keys = slices.DeleteFunc(kv.keys, func(k string) bool {
+			_, ok := kv.entries[k]
+			return !ok
+		})
+		kv.removed = 0
+	}
+	if len(kv.fresh) > 0 {
 		slices.Sort(kv.fresh)
 		kv.keys = mergeSorted(kv.keys, kv.fresh)
 		kv.fresh = kv.fresh[:0]

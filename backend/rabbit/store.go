@@ -57,12 +57,92 @@ func (s scopedStore) List(ctx context.Context, prefix, after string, limit int) 
 	if err != nil {
 		return nil, err
 	}
+	if err := s.unscoped(keys); err != nil {
+		return nil, err
+	}
+	return keys, nil
+}
+
+// The optional interfaces of the driver are forwarded, keys scoped, to the
+// companion store: through the driver's helpers, so a companion without one
+// gets the helper's fallback (one call a key) and one with it its single
+// round trip (pgstore: one statement, one commit).
+var (
+	_ driver.StoreBatcher           = scopedStore{}
+	_ driver.StoreCounter           = scopedStore{}
+	_ driver.StoreBatchUpdater      = scopedStore{}
+	_ driver.StoreValueDeleter      = scopedStore{}
+	_ driver.StoreBatchValueDeleter = scopedStore{}
+)
+
+// scoped returns keys with the scope before each.
+func (s scopedStore) scoped(keys []string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = s.scope + k
+	}
+	return out
+}
+
+// scopedItems returns a copy of items with the scope before each key.
+func (s scopedStore) scopedItems(items []driver.BatchItem) []driver.BatchItem {
+	out := make([]driver.BatchItem, len(items))
+	for i, it := range items {
+		it.Key = s.scope + it.Key
+		out[i] = it
+	}
+	return out
+}
+
+// unscoped strips the scope from keys the companion listed, in place.
+func (s scopedStore) unscoped(keys []string) error {
 	for i, k := range keys {
 		u, ok := strings.CutPrefix(k, s.scope)
 		if !ok {
-			return nil, fmt.Errorf("rabbit: the companion store listed %q, outside %q", k, s.scope)
+			return fmt.Errorf("rabbit: the companion store listed %q, outside %q", k, s.scope)
 		}
 		keys[i] = u
 	}
-	return keys, nil
+	return nil
+}
+
+func (s scopedStore) GetEach(ctx context.Context, keys []string) ([]driver.BatchResult, error) {
+	return driver.GetEach(ctx, s.d, s.scoped(keys))
+}
+
+func (s scopedStore) CreateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	return driver.CreateEach(ctx, s.d, s.scopedItems(items))
+}
+
+func (s scopedStore) DeleteEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	return driver.DeleteEach(ctx, s.d, s.scopedItems(items))
+}
+
+func (s scopedStore) UpdateEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	return driver.UpdateEach(ctx, s.d, s.scopedItems(items))
+}
+
+func (s scopedStore) DeleteValue(ctx context.Context, key, rev string, value []byte) error {
+	return driver.DeleteValue(ctx, s.d, s.scope+key, rev, value)
+}
+
+func (s scopedStore) DeleteValueEach(ctx context.Context, items []driver.BatchItem) ([]driver.BatchResult, error) {
+	return driver.DeleteValueEach(ctx, s.d, s.scopedItems(items))
+}
+
+func (s scopedStore) ListEach(ctx context.Context, prefixes []string, limit int) ([][]string, error) {
+	lists, err := driver.ListEach(ctx, s.d, s.scoped(prefixes), limit)
+	if err != nil {
+		return nil, err
+	}
+	for _, keys := range lists {
+		if err := s.unscoped(keys); err != nil {
+			return nil, err
+		}
+	}
+	return lists, nil
+}
+
+func (s scopedStore) Count(ctx context.Context, prefix string) (int64, error) {
+	return driver.CountKeys(ctx, s.d, s.scope+prefix)
 }
