@@ -2,11 +2,12 @@ package status
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+
+	json "github.com/segmentio/encoding/json"
 )
 
 // MaxPendingEnds bounds the ends a Tracker holds unwritten: a Settled that
