@@ -44,6 +44,7 @@ const (
 	maxRateBatch  = 1024
 	demandWindow  = 100 * time.Millisecond
 	maxProjection = time.Hour
+	farGrowth     = 3
 )
 
 // rateLine is this process's share of a job type's cluster-wide rate:
@@ -140,11 +141,19 @@ func (l *rateLine) takeAhead(now time.Time) (at time.Time, ok, low bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	at, ok = l.takeLocked(now)
-	if !ok || l.holding.Load() || l.ahead.Count > 0 {
-		return at, ok, false
+	return at, ok, ok && l.lowLocked()
+}
+
+// lowLocked reports whether the next batch is to be reserved ahead: the
+// rate holds no job back, no batch is reserved ahead yet, and half the
+// current batch or less is left, or no more than the jobs of a round trip
+// would take. The lock is held.
+func (l *rateLine) lowLocked() bool {
+	if l.holding.Load() || l.ahead.Count > 0 {
+		return false
 	}
 	trip := (int64(l.prev)*int64(l.roundTrip()) + int64(demandWindow) - 1) / int64(demandWindow)
-	return at, ok, int64(l.left) <= max(int64(l.size/2), trip)
+	return int64(l.left) <= max(int64(l.size/2), trip)
 }
 
 // reserveAhead reserves the next batch in the background, unless a batch
@@ -168,7 +177,7 @@ func (l *rateLine) reserveAhead(timeout time.Duration) {
 		ctx, cancel := context.WithTimeout(l.bgCtx, timeout)
 		defer cancel()
 		start := time.Now()
-		expect := l.expectBack(start)
+		expect := l.expectBack(start).Add(l.lead())
 		g, _, err := l.rate.Reserve(ctx, expect, l.want(), rateWait)
 		l.took(time.Since(start))
 		if err != nil {
@@ -176,19 +185,16 @@ func (l *rateLine) reserveAhead(timeout time.Duration) {
 		}
 		l.holding.Store(l.heldBack(g, start, expect))
 		if g.Count > 0 {
-			l.queue(g, expect, time.Now())
+			l.queue(g, expect)
 		}
 	}()
 }
 
 // queue keeps a batch reserved ahead for the time at and back at now: as
 // the current batch if that has run out, behind it otherwise.
-func (l *rateLine) queue(g flow.Grant, at, now time.Time) {
+func (l *rateLine) queue(g flow.Grant, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if now.Before(at) {
-		at = now
-	}
 	if l.left == 0 {
 		l.next, l.left, l.size, l.reserved = g.First, g.Count, g.Count, at
 		return
@@ -213,7 +219,7 @@ func (l *rateLine) takeLocked(now time.Time) (at time.Time, ok bool) {
 	if l.left == 0 {
 		return time.Time{}, false
 	}
-	at = l.due()
+	at = l.next
 	if at.Sub(now) <= rateWait {
 		l.next, l.left = l.next.Add(iv), l.left-1
 		l.used(now)
@@ -237,7 +243,7 @@ func (l *rateLine) due() time.Time {
 // came too late). The starts due by the time the batch is back are due
 // then: the limit allows each start from its time on, and a batch back
 // sooner than expected makes no job wait for the expected time.
-func (l *rateLine) add(g flow.Grant, at, now time.Time) (time.Time, bool) {
+func (l *rateLine) add(g flow.Grant, at, now time.Time) (time.Time, bool, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.next, l.left, l.size, l.reserved = g.First, g.Count, g.Count, at
@@ -250,9 +256,10 @@ func (l *rateLine) add(g flow.Grant, at, now time.Time) (time.Time, bool) {
 		first := l.due()
 		l.next, l.left = l.next.Add(l.rate.Interval()), l.left-1
 		l.used(now)
-		return first, true
+		return first, true, l.lowLocked()
 	}
-	return l.takeLocked(now)
+	at, ok := l.takeLocked(now)
+	return at, ok, ok && l.lowLocked()
 }
 
 // crowded reports whether maxWaiting jobs of the type already wait here,
@@ -286,6 +293,16 @@ func (l *rateLine) nextStart(now time.Time) time.Duration {
 		return 0
 	}
 	return l.next.Add(time.Duration(l.left) * l.rate.Interval()).Sub(now)
+}
+
+// lead is how much later than it is expected back a batch reserved ahead
+// is timed from: half the grace, at most half the burst's span (so that
+// half the burst's starts are due by the time it is back, and a limit of
+// no burst times its batches as before). A batch reserved ahead is taken
+// once the current one runs out: its starts' grace runs that much later,
+// and the jobs that come in one go after it is back still find starts.
+func (l *rateLine) lead() time.Duration {
+	return min(l.grace, l.rate.Interval()*time.Duration(l.rate.Burst()-1)) / 2
 }
 
 // expectBack returns when a batch whose Reserve starts at start is
@@ -357,6 +374,9 @@ func (l *rateLine) want() int {
 	l.roll(time.Now())
 	span := min(l.grace, max(l.grace/2, l.roundTrip()))
 	more := (int64(l.prev)*int64(span) + int64(demandWindow) - 1) / int64(demandWindow)
+	if !l.holding.Load() {
+		more *= farGrowth
+	}
 	n := 1 + int64(l.pending.Load()) + min(more, maxRateBatch)
 	return int(min(n, maxRateBatch))
 }
@@ -394,7 +414,7 @@ func (l *rateLine) start(ctx context.Context, timeout time.Duration, maxWaiting 
 			l.pending.Add(-1)
 			return 0, rctx.Err()
 		}
-		at, ok = l.take(time.Now()) // a batch reserved while this one waited
+		at, ok, low = l.takeAhead(time.Now()) // a batch reserved while this one waited
 		if !ok && l.crowded(maxWaiting) {
 			<-l.reserving
 			return l.refuse(), nil
@@ -415,11 +435,14 @@ func (l *rateLine) start(ctx context.Context, timeout time.Duration, maxWaiting 
 				<-l.reserving
 				return l.requeue(time.Now(), wait), nil
 			}
-			at, ok = l.add(g, expect, time.Now())
+			at, ok, low = l.add(g, expect, time.Now())
 		}
 		<-l.reserving
 		if !ok {
 			return l.refuse(), nil
+		}
+		if low {
+			l.reserveAhead(timeout)
 		}
 	}
 	d := time.Until(at)
