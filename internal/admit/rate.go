@@ -14,7 +14,10 @@ import (
 // start for each job waiting for one, and as many more as the jobs that
 // came in the last demandWindow would take in half the time before the
 // batch's starts go stale (the grace) or until the next batch could be
-// back (a round trip), at most maxRateBatch. A job waits in its worker for its start, up to
+// back (a round trip), at most maxRateBatch, and farGrowth times as many
+// more while the rate holds no job back (room for the demand to grow: a
+// batch sized by the starts the last ones allowed would keep it where it
+// was). A job waits in its worker for its start, up to
 // rateWait. While the rate holds jobs back (a batch had starts due later
 // than at once, or none), a job that finds no start reserved reserves a
 // batch while no more than half its queue's workers wait so, and is
@@ -24,12 +27,15 @@ import (
 //
 // While the rate holds no job back, the next batch is reserved ahead: once
 // a job takes a start that leaves half its batch or less, or no more than
-// the jobs of a round trip would take, a background reservation (one at a
-// time, given the Admit's store timeout) reserves the next batch, kept
-// behind the current one until it runs out, so that no job waits for the
-// store. A batch reserved ahead is an ordinary batch: timed from when it
-// is expected back, its starts handed out in order and dropped once late
-// by more than the grace, so the limit is passed no more than without it.
+// the jobs of a round trip would take (a start reserved ahead or not), a
+// background reservation (one at a time, given the Admit's store timeout)
+// reserves the next batch, kept behind the current one until it runs out,
+// so that no job waits for the store. It is timed from the lead after it
+// is expected back, as it is taken once the current batch runs out; its
+// starts are handed out in order from their own time on and dropped once
+// late by more than the grace after the time it was timed from, so the
+// limit is passed no more than without it (the GCRA counted them at that
+// time).
 // Its error is not reported: the next job that finds no start reserves a
 // batch itself and meets the error then.
 //
@@ -190,8 +196,9 @@ func (l *rateLine) reserveAhead(timeout time.Duration) {
 	}()
 }
 
-// queue keeps a batch reserved ahead for the time at and back at now: as
-// the current batch if that has run out, behind it otherwise.
+// queue keeps a batch reserved ahead for the time at: as the current batch
+// if that has run out, behind it otherwise. Its starts' grace runs from at
+// (or their own time) even when it is back sooner.
 func (l *rateLine) queue(g flow.Grant, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -227,9 +234,10 @@ func (l *rateLine) takeLocked(now time.Time) (at time.Time, ok bool) {
 	return at, true
 }
 
-// due returns when the next reserved start is due: its time, or when it
-// was reserved if that is later (the starts a burst had left are due at
-// once). The lock is held.
+// due returns when the next reserved start is due, the time its grace
+// runs from: its time, or the time its batch was reserved for if that is
+// later (the starts a burst had left are due at once). It is handed out
+// from its own time on. The lock is held.
 func (l *rateLine) due() time.Time {
 	if l.next.Before(l.reserved) {
 		return l.reserved
