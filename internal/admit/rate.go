@@ -449,7 +449,10 @@ func (l *rateLine) start(ctx context.Context, timeout time.Duration, maxWaiting 
 		if !ok {
 			return l.refuse(), nil
 		}
-		if low {
+		if low && l.pending.Load() == 0 {
+			// Not while jobs wait for the batch being reserved: they would
+			// wait a round trip more for starts already here. The last of
+			// them reserves ahead.
 			l.reserveAhead(timeout)
 		}
 	}
