@@ -14,10 +14,7 @@ import (
 // start for each job waiting for one, and as many more as the jobs that
 // came in the last demandWindow would take in half the time before the
 // batch's starts go stale (the grace) or until the next batch could be
-// back (a round trip), at most maxRateBatch, and farGrowth times as many
-// more while the rate holds no job back (room for the demand to grow: a
-// batch sized by the starts the last ones allowed would keep it where it
-// was). A job waits in its worker for its start, up to
+// back (a round trip), at most maxRateBatch. A job waits in its worker for its start, up to
 // rateWait. While the rate holds jobs back (a batch had starts due later
 // than at once, or none), a job that finds no start reserved reserves a
 // batch while no more than half its queue's workers wait so, and is
@@ -27,15 +24,12 @@ import (
 //
 // While the rate holds no job back, the next batch is reserved ahead: once
 // a job takes a start that leaves half its batch or less, or no more than
-// the jobs of a round trip would take (a start reserved ahead or not), a
-// background reservation (one at a time, given the Admit's store timeout)
-// reserves the next batch, kept behind the current one until it runs out,
-// so that no job waits for the store. It is timed from the lead after it
-// is expected back, as it is taken once the current batch runs out; its
-// starts are handed out in order from their own time on and dropped once
-// late by more than the grace after the time it was timed from, so the
-// limit is passed no more than without it (the GCRA counted them at that
-// time).
+// the jobs of a round trip would take, a background reservation (one at a
+// time, given the Admit's store timeout) reserves the next batch, kept
+// behind the current one until it runs out, so that no job waits for the
+// store. A batch reserved ahead is an ordinary batch: timed from when it
+// is expected back, its starts handed out in order and dropped once late
+// by more than the grace, so the limit is passed no more than without it.
 // Its error is not reported: the next job that finds no start reserves a
 // batch itself and meets the error then.
 //
@@ -50,7 +44,6 @@ const (
 	maxRateBatch  = 1024
 	demandWindow  = 100 * time.Millisecond
 	maxProjection = time.Hour
-	farGrowth     = 3
 )
 
 // rateLine is this process's share of a job type's cluster-wide rate:
@@ -147,19 +140,11 @@ func (l *rateLine) takeAhead(now time.Time) (at time.Time, ok, low bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	at, ok = l.takeLocked(now)
-	return at, ok, ok && l.lowLocked()
-}
-
-// lowLocked reports whether the next batch is to be reserved ahead: the
-// rate holds no job back, no batch is reserved ahead yet, and half the
-// current batch or less is left, or no more than the jobs of a round trip
-// would take. The lock is held.
-func (l *rateLine) lowLocked() bool {
-	if l.holding.Load() || l.ahead.Count > 0 {
-		return false
+	if !ok || l.holding.Load() || l.ahead.Count > 0 {
+		return at, ok, false
 	}
 	trip := (int64(l.prev)*int64(l.roundTrip()) + int64(demandWindow) - 1) / int64(demandWindow)
-	return int64(l.left) <= max(int64(l.size/2), trip)
+	return at, ok, int64(l.left) <= max(int64(l.size/2), trip)
 }
 
 // reserveAhead reserves the next batch in the background, unless a batch
@@ -183,7 +168,7 @@ func (l *rateLine) reserveAhead(timeout time.Duration) {
 		ctx, cancel := context.WithTimeout(l.bgCtx, timeout)
 		defer cancel()
 		start := time.Now()
-		expect := l.expectBack(start).Add(l.lead())
+		expect := l.expectBack(start)
 		g, _, err := l.rate.Reserve(ctx, expect, l.want(), rateWait)
 		l.took(time.Since(start))
 		if err != nil {
@@ -191,17 +176,19 @@ func (l *rateLine) reserveAhead(timeout time.Duration) {
 		}
 		l.holding.Store(l.heldBack(g, start, expect))
 		if g.Count > 0 {
-			l.queue(g, expect)
+			l.queue(g, expect, time.Now())
 		}
 	}()
 }
 
-// queue keeps a batch reserved ahead for the time at: as the current batch
-// if that has run out, behind it otherwise. Its starts' grace runs from at
-// (or their own time) even when it is back sooner.
-func (l *rateLine) queue(g flow.Grant, at time.Time) {
+// queue keeps a batch reserved ahead for the time at and back at now: as
+// the current batch if that has run out, behind it otherwise.
+func (l *rateLine) queue(g flow.Grant, at, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if now.Before(at) {
+		at = now
+	}
 	if l.left == 0 {
 		l.next, l.left, l.size, l.reserved = g.First, g.Count, g.Count, at
 		return
@@ -226,7 +213,7 @@ func (l *rateLine) takeLocked(now time.Time) (at time.Time, ok bool) {
 	if l.left == 0 {
 		return time.Time{}, false
 	}
-	at = l.next
+	at = l.due()
 	if at.Sub(now) <= rateWait {
 		l.next, l.left = l.next.Add(iv), l.left-1
 		l.used(now)
@@ -234,10 +221,9 @@ func (l *rateLine) takeLocked(now time.Time) (at time.Time, ok bool) {
 	return at, true
 }
 
-// due returns when the next reserved start is due, the time its grace
-// runs from: its time, or the time its batch was reserved for if that is
-// later (the starts a burst had left are due at once). It is handed out
-// from its own time on. The lock is held.
+// due returns when the next reserved start is due: its time, or when it
+// was reserved if that is later (the starts a burst had left are due at
+// once). The lock is held.
 func (l *rateLine) due() time.Time {
 	if l.next.Before(l.reserved) {
 		return l.reserved
@@ -251,7 +237,7 @@ func (l *rateLine) due() time.Time {
 // came too late). The starts due by the time the batch is back are due
 // then: the limit allows each start from its time on, and a batch back
 // sooner than expected makes no job wait for the expected time.
-func (l *rateLine) add(g flow.Grant, at, now time.Time) (time.Time, bool, bool) {
+func (l *rateLine) add(g flow.Grant, at, now time.Time) (time.Time, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.next, l.left, l.size, l.reserved = g.First, g.Count, g.Count, at
@@ -264,10 +250,9 @@ func (l *rateLine) add(g flow.Grant, at, now time.Time) (time.Time, bool, bool) 
 		first := l.due()
 		l.next, l.left = l.next.Add(l.rate.Interval()), l.left-1
 		l.used(now)
-		return first, true, l.lowLocked()
+		return first, true
 	}
-	at, ok := l.takeLocked(now)
-	return at, ok, ok && l.lowLocked()
+	return l.takeLocked(now)
 }
 
 // crowded reports whether maxWaiting jobs of the type already wait here,
@@ -301,16 +286,6 @@ func (l *rateLine) nextStart(now time.Time) time.Duration {
 		return 0
 	}
 	return l.next.Add(time.Duration(l.left) * l.rate.Interval()).Sub(now)
-}
-
-// lead is how much later than it is expected back a batch reserved ahead
-// is timed from: half the grace, at most half the burst's span (so that
-// half the burst's starts are due by the time it is back, and a limit of
-// no burst times its batches as before). A batch reserved ahead is taken
-// once the current one runs out: its starts' grace runs that much later,
-// and the jobs that come in one go after it is back still find starts.
-func (l *rateLine) lead() time.Duration {
-	return min(l.grace, l.rate.Interval()*time.Duration(l.rate.Burst()-1)) / 2
 }
 
 // expectBack returns when a batch whose Reserve starts at start is
@@ -382,9 +357,6 @@ func (l *rateLine) want() int {
 	l.roll(time.Now())
 	span := min(l.grace, max(l.grace/2, l.roundTrip()))
 	more := (int64(l.prev)*int64(span) + int64(demandWindow) - 1) / int64(demandWindow)
-	if !l.holding.Load() {
-		more *= farGrowth
-	}
 	n := 1 + int64(l.pending.Load()) + min(more, maxRateBatch)
 	return int(min(n, maxRateBatch))
 }
@@ -422,7 +394,7 @@ func (l *rateLine) start(ctx context.Context, timeout time.Duration, maxWaiting 
 			l.pending.Add(-1)
 			return 0, rctx.Err()
 		}
-		at, ok, low = l.takeAhead(time.Now()) // a batch reserved while this one waited
+		at, ok = l.take(time.Now()) // a batch reserved while this one waited
 		if !ok && l.crowded(maxWaiting) {
 			<-l.reserving
 			return l.refuse(), nil
@@ -443,17 +415,11 @@ func (l *rateLine) start(ctx context.Context, timeout time.Duration, maxWaiting 
 				<-l.reserving
 				return l.requeue(time.Now(), wait), nil
 			}
-			at, ok, low = l.add(g, expect, time.Now())
+			at, ok = l.add(g, expect, time.Now())
 		}
 		<-l.reserving
 		if !ok {
 			return l.refuse(), nil
-		}
-		if low && l.pending.Load() == 0 {
-			// Not while jobs wait for the batch being reserved: they would
-			// wait a round trip more for starts already here. The last of
-			// them reserves ahead.
-			l.reserveAhead(timeout)
 		}
 	}
 	d := time.Until(at)

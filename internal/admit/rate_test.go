@@ -94,7 +94,7 @@ func TestRateBurstStartsDue(t *testing.T) {
 	}
 	l := newRateLine(r) // grace: the burst's span, 999 µs
 	now := time.Now()
-	at, ok, _ := l.add(flow.Grant{Count: 3, First: now.Add(-999 * time.Microsecond), Interval: time.Microsecond}, now, now.Add(500*time.Microsecond))
+	at, ok := l.add(flow.Grant{Count: 3, First: now.Add(-999 * time.Microsecond), Interval: time.Microsecond}, now, now.Add(500*time.Microsecond))
 	if !ok || at.After(now) {
 		t.Fatalf("the first start of a burst, handed to its reserver 500 µs after its batch: %v at %v; want a start due at once", ok, at.Sub(now))
 	}
@@ -386,65 +386,5 @@ func TestRateOwnTimingNotHolding(t *testing.T) {
 	}
 	if !l.heldBack(flow.Grant{}, start, start.Add(time.Millisecond)) {
 		t.Error("an empty batch is not held back")
-	}
-}
-
-// TestRateAheadLead: a batch reserved ahead is timed from half a grace
-// after it is expected back (half the burst's span at most: none without
-// a burst). Its starts are handed out from their own time on, not from
-// that time, and each is dropped only once late by more than the grace
-// after the time the batch was timed from: a job that comes for it that
-// late, after the current batch ran out, still finds it.
-func TestRateAheadLead(t *testing.T) {
-	r, err := flow.NewRate(memory.NewBroker().Connect(), flow.RateConfig{Key: "rate/t", Events: 1e6, Burst: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newRateLine(r) // grace: the burst's span, 999 µs
-	if want := l.grace / 2; l.lead() != want {
-		t.Fatalf("lead %v, want half the grace, %v", l.lead(), want)
-	}
-	now := time.Now()
-	at := now.Add(l.lead())
-	l.queue(flow.Grant{Count: 3, First: now.Add(-500 * time.Microsecond), Interval: time.Microsecond}, at)
-	if got, ok := l.take(now); !ok || got.After(now) {
-		t.Fatalf("a start due before its batch is back, taken when it is back: %v at %v; want it at once", ok, got.Sub(now))
-	}
-	if _, ok := l.take(at.Add(l.grace - time.Microsecond)); !ok {
-		t.Fatal("a start taken within the grace of the time its batch was timed from is dropped")
-	}
-	if _, ok := l.take(at.Add(l.grace + 10*time.Microsecond)); ok {
-		t.Fatal("a start taken later than the grace after the time its batch was timed from is handed out")
-	}
-
-	r1, err := flow.NewRate(memory.NewBroker().Connect(), flow.RateConfig{Key: "rate/t", Events: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lead := newRateLine(r1).lead(); lead != 0 {
-		t.Errorf("a limit with no burst times its batches %v later than they are expected back; want 0", lead)
-	}
-}
-
-// TestRateWantGrowth: while the rate holds no job back, a batch holds
-// farGrowth times the starts the last demand window's jobs would take
-// (room for the demand to grow); while it holds jobs back, only those.
-func TestRateWantGrowth(t *testing.T) {
-	r, err := flow.NewRate(memory.NewBroker().Connect(), flow.RateConfig{Key: "rate/t", Events: 1e6, Burst: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newRateLine(r)
-	l.rtt.Store(int64(l.grace)) // the span a batch covers: the grace
-	l.mu.Lock()
-	l.window, l.prev = time.Now(), 1000 // 10 per ms
-	l.mu.Unlock()
-	demand := int(int64(1000)*int64(l.grace)/int64(demandWindow)) + 1 // rounded up
-	if got, want := l.want(), 1+farGrowth*demand; got != want {
-		t.Errorf("far from the limit: want() = %d, want %d", got, want)
-	}
-	l.holding.Store(true)
-	if got, want := l.want(), 1+demand; got != want {
-		t.Errorf("held back: want() = %d, want %d", got, want)
 	}
 }
