@@ -19,6 +19,14 @@ const DefaultMaxAttempts = 16
 // event due more than MaxHorizon after its now.
 const MaxHorizon = time.Minute
 
+// KeepState is the shortest TTL a Rate gives its key: a limit in use keeps
+// its key from one write to the next, each one an Update at the revision
+// the Rate knows (one round trip), instead of a Create over a key that
+// lapsed between two batches (which a store may take several round trips
+// to tell from a live one). A state whose TAT has passed admits what an
+// absent key does, so the longer TTL changes no decision.
+const KeepState = time.Second
+
 // MaxClockSkew is how far apart the clocks of the processes sharing a Rate
 // may be for the Rate to tell a state written by one of them from a
 // corrupt one: a theoretical arrival time more than MaxHorizon, the burst's
@@ -123,8 +131,9 @@ func (c RateConfig) validate() error {
 // The TAT is written with Create (no key) or Update at the revision read
 // (compare-and-swap), so of processes racing for the last token exactly one
 // gets it. The key's TTL is the time until its TAT (at most Burst
-// intervals), after which an absent key and the stored one mean the same:
-// an idle limit leaves nothing in the store.
+// intervals, plus a horizon), and at least KeepState; after it an absent
+// key and the stored one mean the same: an idle limit leaves nothing in
+// the store.
 //
 // # Clocks
 //
@@ -140,7 +149,8 @@ func (c RateConfig) validate() error {
 // # Cost
 //
 // A Rate remembers the state it last wrote or read. A Take that finds that
-// state current costs one store round trip (the write); one whose state is
+// state current costs one store round trip (the write), also after an idle
+// spell shorter than KeepState (the key is still there); one whose state is
 // stale (another process wrote since) costs a failed write, a read and a
 // write. A Take that its remembered state already refuses costs no round
 // trip at all: the TAT only ever grows, so a refusal by an old TAT is a
@@ -292,8 +302,9 @@ func (r *Rate) Reserve(ctx context.Context, now time.Time, n int, horizon time.D
 		newTAT := tat + k*r.interval
 		// The TTL runs from the write, so it is reckoned from the real
 		// clock when the caller's now is later (a batch timed from when it
-		// is expected back): the key must last until its TAT.
-		ttl := min(ceilMillis(time.Duration(newTAT-min(t, time.Now().UnixNano()))), driver.MaxTTL)
+		// is expected back): the key must last until its TAT, and at least
+		// KeepState, so that the next write finds it where it was left.
+		ttl := min(ceilMillis(max(time.Duration(newTAT-min(t, time.Now().UnixNano())), KeepState)), driver.MaxTTL)
 		value := []byte(strconv.FormatInt(newTAT, 10))
 		var rev string
 		var err error

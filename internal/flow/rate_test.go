@@ -88,10 +88,22 @@ func TestRateGCRA(t *testing.T) {
 	kv.Advance(iv / 2)
 	take(iv / 2)
 
-	// Idle for the burst window: the key is gone and the burst is back.
+	// Idle for the burst window: the burst is back, the key kept for
+	// KeepState.
 	kv.Advance(iv/2 + 3*iv)
+	if _, _, err := kv.Get(ctx, "gcra"); err != nil {
+		t.Fatalf("the key is gone after the burst window, within KeepState: %v", err)
+	}
+	take(0)
+	take(0)
+	take(0)
+	take(iv)
+
+	// Idle for the burst window and KeepState: the key is gone and the
+	// burst is back.
+	kv.Advance(3*iv + flow.KeepState)
 	if _, _, err := kv.Get(ctx, "gcra"); !errors.Is(err, driver.ErrKeyNotFound) {
-		t.Fatalf("the key is still there after the burst window: %v", err)
+		t.Fatalf("the key is still there after the burst window and KeepState: %v", err)
 	}
 	take(0)
 	take(0)
@@ -236,8 +248,8 @@ func TestRateProcesses(t *testing.T) {
 	})
 }
 
-// TestRateVanishes: the key lives until its TAT, no longer than the burst
-// window, on every store.
+// TestRateVanishes: the key lives until its TAT or KeepState after its
+// write, the later, and no longer, on every store.
 func TestRateVanishes(t *testing.T) {
 	t.Parallel()
 	forEachKind(t, func(t *testing.T, kind string) {
@@ -256,8 +268,12 @@ func TestRateVanishes(t *testing.T) {
 			t.Fatalf("the key is gone right after two Takes: %v", err)
 		}
 		c.Sleep(400*time.Millisecond + 100*time.Millisecond)
+		if _, _, err := kv.Get(ctx, "rate/vanish"); err != nil {
+			t.Fatalf("the key is gone after the burst window, within KeepState: %v", err)
+		}
+		c.Sleep(flow.KeepState)
 		if _, _, err := kv.Get(ctx, "rate/vanish"); !errors.Is(err, driver.ErrKeyNotFound) {
-			t.Fatalf("the key is there after the burst window: %v", err)
+			t.Fatalf("the key is there after the burst window and KeepState: %v", err)
 		}
 		for range 2 {
 			wait, err := r.Take(ctx, c.Now())
@@ -299,7 +315,9 @@ func TestRateCost(t *testing.T) {
 	step("another process's Take", other, false, 0)
 	fake.Advance(100 * time.Millisecond)
 	step("a Take on a stale state (Update, Get, Update)", r, false, 3)
-	fake.Advance(time.Second)
+	fake.Advance(flow.KeepState / 2)
+	step("a Take after an idle spell within KeepState (Update)", r, false, 1)
+	fake.Advance(flow.KeepState + time.Second)
 	step("a Take after the key lapsed (Create)", r, false, 1)
 }
 
