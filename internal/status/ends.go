@@ -2,12 +2,11 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 
 	"github.com/asyncplatform/asyncplatform/driver"
-
-	json "github.com/segmentio/encoding/json"
 )
 
 // MaxPendingEnds bounds the ends a Tracker holds unwritten: a Settled that

@@ -35,15 +35,12 @@
 // the writes above and no others: a delivery's changes not written yet
 // (its running state, its end) ride with its next write, which adds them
 // to the changes of the record it is written over. Reading a record
-// bounds and checks its history (see History). Records are JSON, encoded
-// and decoded with github.com/segmentio/encoding/json, a drop-in for
-// encoding/json that writes the same bytes with fewer allocations (the
-// end writer reads and writes a record per job); History's own decoding
-// stays on encoding/json's token reader.
+// bounds and checks its history (see History).
 package status
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,8 +50,6 @@ import (
 
 	"github.com/asyncplatform/asyncplatform/driver"
 	"github.com/asyncplatform/asyncplatform/internal/kv"
-
-	json "github.com/segmentio/encoding/json"
 )
 
 // State is where a tracked job is in its life.
