@@ -5,9 +5,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/asyncplatform/asyncplatform/backend/memory"
-	"github.com/asyncplatform/asyncplatform/internal/flow"
 )
 
 // BenchmarkRateFar: 20 workers take starts of a limit far above their
@@ -16,12 +13,7 @@ import (
 // costs them, as store writes and jobs that waited for the store per
 // start (the bench's features phase measures the speed).
 func BenchmarkRateFar(b *testing.B) {
-	kv := &slowKV{KV: memory.NewBroker().Connect(), d: 300 * time.Microsecond}
-	r, err := flow.NewRate(kv, flow.RateConfig{Key: "rate/far", Events: 1e6, Burst: 1000})
-	if err != nil {
-		b.Fatal(err)
-	}
-	l := newRateLine(r)
+	kv, l := farLine(b, 300*time.Microsecond)
 	defer l.stop()
 	const workers = 20
 	var left atomic.Int64

@@ -319,12 +319,7 @@ func TestRateAheadNeverPasses(t *testing.T) {
 // the reserver's were dropped, and each of the 20 workers reserved its own
 // start, one round trip after another (one start per write).
 func TestRateStoreSlowerThanGrace(t *testing.T) {
-	kv := &slowKV{KV: memory.NewBroker().Connect(), d: 5 * time.Millisecond}
-	r, err := flow.NewRate(kv, flow.RateConfig{Key: "rate/t", Events: 1e6, Burst: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := newRateLine(r)
+	kv, l := farLine(t, 5*time.Millisecond)
 	defer l.stop()
 	var started, refused atomic.Int64
 	t0 := time.Now()
@@ -387,4 +382,17 @@ func TestRateOwnTimingNotHolding(t *testing.T) {
 	if !l.heldBack(flow.Grant{}, start, start.Add(time.Millisecond)) {
 		t.Error("an empty batch is not held back")
 	}
+}
+
+// farLine returns the line of a limit far above any test's demand
+// (1,000,000/s, a burst of 1,000: a grace of a millisecond) over an
+// in-memory store whose round trips take d, and that store.
+func farLine(tb testing.TB, d time.Duration) (*slowKV, *rateLine) {
+	tb.Helper()
+	kv := &slowKV{KV: memory.NewBroker().Connect(), d: d}
+	r, err := flow.NewRate(kv, flow.RateConfig{Key: "rate/far", Events: 1e6, Burst: 1000})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return kv, newRateLine(r)
 }
