@@ -24,12 +24,19 @@ var enqueueClaimingScript = goredis.NewScript(luaNow + luaWake + luaStore +
 local now = now_ms()
 local now_u = now_us()
 local out = {}
+sweep(now_u, #ARGV / 5 + 16)
+local rev = revs(#ARGV / 5)
 for i = 1, #ARGV, 5 do
   local k = ARGV[i + 2]
-  if k ~= '' and meta(k, now_u) then
-    out[#out + 1] = {redis.call('HGET', KEYS[7], 'v:' .. k)}
+  local r, v
+  if k ~= '' then r, v = entry(k, now_u) end
+  if r then
+    out[#out + 1] = {v}
   else
-    if k ~= '' then put(k, ARGV[i + 3], tonumber(ARGV[i + 4]), now_u) end
+    if k ~= '' then
+      put(k, ARGV[i + 3], tonumber(ARGV[i + 4]), now_u, rev, nil)
+      rev = rev + 1
+    end
     store(now, tonumber(ARGV[i]), ARGV[i + 1])
     out[#out + 1] = 1
   end

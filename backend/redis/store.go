@@ -23,7 +23,8 @@ import (
 // Every operation is one script, on the server's clock (TIME, in
 // microseconds): a key with expiry e is present while now < e. Expired keys
 // are absent at once, and their space is reclaimed by the writes and Lists
-// that come after (up to 16 keys each).
+// that come after: a script that writes n keys reclaims up to n+16, so the
+// expired keys never outgrow the writes; a List reclaims up to 16.
 
 var _ driver.Store = (*Backend)(nil)
 
@@ -44,6 +45,15 @@ local function meta(k, now)
   if e ~= 0 and now >= e then return nil end
   return r, e
 end
+-- entry returns the revision and value of a live key, else nil: one call.
+local function entry(k, now)
+  local x = redis.call('HMGET', KEYS[1], 'm:' .. k, 'v:' .. k)
+  if not x[1] then return nil end
+  local r, e = string.match(x[1], '^(%d+):(%d+)$')
+  e = tonumber(e)
+  if e ~= 0 and now >= e then return nil end
+  return r, x[2]
+end
 local function drop(k)
   redis.call('HDEL', KEYS[1], 'm:' .. k, 'v:' .. k)
   redis.call('ZREM', KEYS[2], k)
@@ -54,17 +64,22 @@ local function sweep(now, n)
     drop(k)
   end
 end
--- put writes key k and returns its new revision.
-local function put(k, v, ttl_ms, now)
-  sweep(now, 16)
-  local rev = fmt(redis.call('INCR', KEYS[4]))
+-- revs reserves n revisions, never given twice, and returns the first.
+local function revs(n)
+  return redis.call('INCRBY', KEYS[4], n) - n + 1
+end
+-- put writes key k at revision rev (a number from revs) and returns it.
+-- olde is the expiry meta gave for a live k, which is in the index
+-- already; nil for an absent k.
+local function put(k, v, ttl_ms, now, rev, olde)
+  rev = fmt(rev)
   local e = 0
   if ttl_ms > 0 then e = now + ttl_ms * 1000 end
   redis.call('HSET', KEYS[1], 'm:' .. k, rev .. ':' .. fmt(e), 'v:' .. k, v)
-  redis.call('ZADD', KEYS[2], 0, k)
+  if olde == nil then redis.call('ZADD', KEYS[2], 0, k) end
   if e > 0 then
     redis.call('ZADD', KEYS[3], fmt(e), k)
-  else
+  elseif olde ~= 0 then
     redis.call('ZREM', KEYS[3], k)
   end
   return rev
@@ -74,22 +89,25 @@ end
 var (
 	// ARGV: key. Returns {revision, value}, or nil when absent.
 	storeGetScript = goredis.NewScript(luaKV + `
-local r = meta(ARGV[1], now_us())
+local r, v = entry(ARGV[1], now_us())
 if not r then return false end
-return {r, redis.call('HGET', KEYS[1], 'v:' .. ARGV[1])}
+return {r, v}
 `)
 	// ARGV: key, value, TTL ms. Returns the revision, or nil when present.
 	storeCreateScript = goredis.NewScript(luaKV + `
 local now = now_us()
 if meta(ARGV[1], now) then return false end
-return put(ARGV[1], ARGV[2], tonumber(ARGV[3]), now)
+sweep(now, 17)
+return put(ARGV[1], ARGV[2], tonumber(ARGV[3]), now, revs(1), nil)
 `)
 	// ARGV: key, value, revision, TTL ms. Returns the new revision, or nil
 	// when the key is not at that revision.
 	storeUpdateScript = goredis.NewScript(luaKV + `
 local now = now_us()
-if meta(ARGV[1], now) ~= ARGV[3] then return false end
-return put(ARGV[1], ARGV[2], tonumber(ARGV[4]), now)
+local r, e = meta(ARGV[1], now)
+if r ~= ARGV[3] then return false end
+sweep(now, 17)
+return put(ARGV[1], ARGV[2], tonumber(ARGV[4]), now, revs(1), e)
 `)
 	// ARGV: key, revision or "". Returns 0 when the key is not at that
 	// revision, else 1.
@@ -212,11 +230,14 @@ var (
 	// item, nil for an item whose key is present.
 	storeCreateEachScript = goredis.NewScript(luaKV + `
 local now, out = now_us(), {}
+sweep(now, #ARGV / 3 + 16)
+local rev = revs(#ARGV / 3)
 for i = 1, #ARGV, 3 do
   if meta(ARGV[i], now) then
     out[#out + 1] = false
   else
-    out[#out + 1] = put(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), now)
+    out[#out + 1] = put(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), now, rev, nil)
+    rev = rev + 1
   end
 end
 return out
@@ -226,9 +247,9 @@ return out
 	storeGetEachScript = goredis.NewScript(luaKV + `
 local now, out = now_us(), {}
 for i = 1, #ARGV do
-  local r = meta(ARGV[i], now)
+  local r, v = entry(ARGV[i], now)
   if r then
-    out[i] = {r, redis.call('HGET', KEYS[1], 'v:' .. ARGV[i])}
+    out[i] = {r, v}
   else
     out[i] = false
   end
@@ -239,11 +260,15 @@ return out
 	// revision per item, nil for an item whose key is not at its revision.
 	storeUpdateEachScript = goredis.NewScript(luaKV + `
 local now, out = now_us(), {}
+sweep(now, #ARGV / 4 + 16)
+local rev = revs(#ARGV / 4)
 for i = 1, #ARGV, 4 do
-  if meta(ARGV[i], now) ~= ARGV[i + 2] then
+  local r, e = meta(ARGV[i], now)
+  if r ~= ARGV[i + 2] then
     out[#out + 1] = false
   else
-    out[#out + 1] = put(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 3]), now)
+    out[#out + 1] = put(ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 3]), now, rev, e)
+    rev = rev + 1
   end
 end
 return out
@@ -398,8 +423,8 @@ var _ driver.StoreBatchValueDeleter = (*Backend)(nil)
 var storeDeleteValueEachScript = goredis.NewScript(luaKV + `
 local now, out = now_us(), {}
 for i = 1, #ARGV, 3 do
-  local r = meta(ARGV[i], now)
-  if not r or (ARGV[i + 1] ~= '' and r ~= ARGV[i + 1]) or redis.call('HGET', KEYS[1], 'v:' .. ARGV[i]) ~= ARGV[i + 2] then
+  local r, v = entry(ARGV[i], now)
+  if not r or (ARGV[i + 1] ~= '' and r ~= ARGV[i + 1]) or v ~= ARGV[i + 2] then
     out[#out + 1] = 0
   else
     drop(ARGV[i])
@@ -460,9 +485,9 @@ var _ driver.StoreValueDeleter = (*Backend)(nil)
 // ARGV: key, revision ("": any), value. Returns 1 when the key was at that revision
 // with that value and is deleted, else 0.
 var storeDeleteValueScript = goredis.NewScript(luaKV + `
-local r = meta(ARGV[1], now_us())
+local r, v = entry(ARGV[1], now_us())
 if not r or (ARGV[2] ~= '' and r ~= ARGV[2]) then return 0 end
-if redis.call('HGET', KEYS[1], 'v:' .. ARGV[1]) ~= ARGV[3] then return 0 end
+if v ~= ARGV[3] then return 0 end
 drop(ARGV[1])
 return 1
 `)

@@ -2,7 +2,6 @@ package status
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync"
 
@@ -259,7 +258,7 @@ func (t *Tracker) writeEach(batch []end) (retry []*end) {
 		if p.skip {
 			continue
 		}
-		b, _ := json.Marshal(&p.r)
+		b := encode(&p.r)
 		it := driver.BatchItem{Key: "job/" + p.key, Value: b, TTL: t.cfg.Retention, Rev: p.rev}
 		if p.rev == "" {
 			creates, created = append(creates, it), append(created, p)

@@ -2,8 +2,8 @@ package status
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
+	json "github.com/go-json-experiment/json/v1"
 	"strings"
 	"time"
 
