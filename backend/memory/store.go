@@ -9,14 +9,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/btree"
+
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 // The store (driver.Store) of a Broker: a map of entries under a lock of its
-// own, shared by the Broker's connections, and the keys in byte order for
-// List, brought up to date by the first List after a write (so a write
-// costs O(1), and a List after writes at most O(n log n); after removals
-// only, O(n)). Revisions come from one counter
+// own, shared by the Broker's connections, and the keys in byte order in a
+// B-tree for List (a key created or removed costs O(log n), a List
+// O(log n) and the keys it walks, however many keys the store holds).
+// Revisions come from one counter
 // per broker, so a revision is never given twice. Expiry is judged by this
 // process's monotonic clock; expired entries are dropped when a method
 // meets them, and by a sweep once the writes since the last one outnumber
@@ -41,12 +43,9 @@ func (e *kvEntry) live(now time.Time) bool {
 type kvState struct {
 	mu      sync.Mutex
 	entries map[string]*kvEntry
-	keys    []string // sorted, distinct; may hold keys since removed from entries
-	fresh   []string // keys put since keys was sorted that it may lack, unsorted, maybe twice
-	stale   bool     // keys is to be sorted again from entries (fresh grew past half of it)
-	removed int      // keys removed from entries since keys was sorted
-	rev     uint64   // last revision given
-	writes  int      // since the last sweep
+	index   *btree.BTreeG[string] // the keys of entries, in byte order
+	rev     uint64                // last revision given
+	writes  int                   // since the last sweep
 }
 
 func (b *Backend) kv() (*kvState, error) {
@@ -59,6 +58,7 @@ func (b *Backend) kv() (*kvState, error) {
 	kv.mu.Lock()
 	if kv.entries == nil {
 		kv.entries = make(map[string]*kvEntry)
+		kv.index = btree.NewOrderedG[string](32)
 	}
 	return kv, nil
 }
@@ -67,68 +67,8 @@ func (b *Backend) kv() (*kvState, error) {
 func (kv *kvState) remove(key string) {
 	if _, ok := kv.entries[key]; ok {
 		delete(kv.entries, key)
-		kv.removed++
+		kv.index.Delete(key)
 	}
-}
-
-// sorted returns every key in byte order, once each, and maybe some since
-// removed. The keys put since the last call are sorted alone and merged
-// in, so a listing while keys are created costs their number and one pass,
-// not a sort of every key; the whole is sorted again from entries only
-// once the keys put since outnumber half the sorted ones. The keys removed
-// are dropped in one pass, keeping the order, once they outnumber half the
-// sorted ones: a listing while keys are removed costs no sort. The lock is
-// held.
-func (kv *kvState) sorted() []string {
-	if kv.stale {
-		kv.keys = kv.keys[:0]
-		for k := range kv.entries {
-			kv.keys = append(kv.keys, k)
-		}
-		slices.Sort(kv.keys)
-		kv.fresh, kv.stale, kv.removed = kv.fresh[:0], false, 0
-		return kv.keys
-	}
-	if kv.removed > len(kv.keys)/2 {
-		kv.keys = slices.DeleteFunc(kv.keys, func(k string) bool {
-			_, ok := kv.entries[k]
-			return !ok
-		})
-		kv.removed = 0
-	}
-	if len(kv.fresh) > 0 {
-		slices.Sort(kv.fresh)
-		kv.keys = mergeSorted(kv.keys, kv.fresh)
-		kv.fresh = kv.fresh[:0]
-	}
-	return kv.keys
-}
-
-// mergeSorted returns the sorted keys of a and b (each sorted), each once.
-func mergeSorted(a, b []string) []string {
-	out := make([]string, 0, len(a)+len(b))
-	add := func(k string) {
-		if len(out) == 0 || out[len(out)-1] != k {
-			out = append(out, k)
-		}
-	}
-	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		if a[i] <= b[j] {
-			add(a[i])
-			i++
-		} else {
-			add(b[j])
-			j++
-		}
-	}
-	for ; i < len(a); i++ {
-		add(a[i])
-	}
-	for ; j < len(b); j++ {
-		add(b[j])
-	}
-	return out
 }
 
 // put writes key and returns its new revision. The lock is held.
@@ -137,11 +77,7 @@ func (kv *kvState) put(key string, value []byte, ttl time.Duration, now time.Tim
 	if e == nil {
 		e = &kvEntry{}
 		kv.entries[key] = e
-		if !kv.stale {
-			if kv.fresh = append(kv.fresh, key); len(kv.fresh) > len(kv.keys)/2 {
-				kv.fresh, kv.stale = kv.fresh[:0], true
-			}
-		}
+		kv.index.ReplaceOrInsert(key)
 	}
 	kv.rev++
 	e.value, e.rev, e.expires = slices.Clone(value), kv.rev, time.Time{}
@@ -262,22 +198,22 @@ func (b *Backend) List(ctx context.Context, prefix, after string, limit int) ([]
 	if after > from {
 		from = after
 	}
-	keys := kv.sorted()
-	i, _ := slices.BinarySearch(keys, from)
-	var out []string
-	for ; i < len(keys) && len(out) < limit; i++ {
-		k := keys[i]
-		if !strings.HasPrefix(k, prefix) {
-			break
+	var out, expired []string
+	kv.index.AscendGreaterOrEqual(from, func(k string) bool {
+		if len(out) >= limit || !strings.HasPrefix(k, prefix) {
+			return false
 		}
-		e, ok := kv.entries[k]
-		switch {
-		case k == after || !ok:
+		switch e := kv.entries[k]; {
+		case k == after:
 		case !e.live(now):
-			kv.remove(k)
+			expired = append(expired, k)
 		default:
 			out = append(out, k)
 		}
+		return true
+	})
+	for _, k := range expired {
+		kv.remove(k)
 	}
 	return out, nil
 }
