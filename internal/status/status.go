@@ -493,9 +493,12 @@ func decode(b []byte) (Record, error) {
 
 // encode encodes a record as stored. The codec (go-json-experiment's v1,
 // encoding/json's behaviour at a fraction of its cost) writes the bytes
-// encoding/json writes and reads them as it reads them
-// (TestCodecMatchesStdlib, TestHostileRecordsReview9); a Record always
-// encodes.
+// encoding/json writes and reads any record as it reads it
+// (TestCodecMatchesStdlib, TestHostileRecordsReview9), but for two
+// things: invalid UTF-8 is written as U+FFFD itself, not its escape (the
+// same string read back), and a time spelled with JSON escapes is read as
+// the string it spells, where encoding/json refuses it
+// (TestEscapedTimesReview10). A Record always encodes.
 func encode(r *Record) []byte {
 	b, _ := json.Marshal(r)
 	return b
