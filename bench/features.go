@@ -64,6 +64,8 @@ type featureRun struct {
 	Process          float64 // jobs/s, to the N-th handler call
 	Stopped          float64 // jobs/s, to Stop's return: what the process left to write (status ends) written
 	AllocsPerJob     float64 // heap allocations per job while processing
+	ClientCPU        float64 // µs of this process's CPU per job while processing
+	ServerCPU        float64 // µs of the local servers' CPU per job while processing (see serverCPU); 0: none found
 	Load             float64
 	Err              string
 }
@@ -87,6 +89,18 @@ func (r featuresResult) median(name string) (rate, allocs float64, errs []string
 		rates, as = append(rates, run.Process), append(as, run.AllocsPerJob)
 	}
 	return medianOf(rates), medianOf(as), errs
+}
+
+// cpu returns the median client and server CPU per job (µs) of a
+// feature's runs that finished.
+func (r featuresResult) cpu(name string) (client, server float64) {
+	var cs, ss []float64
+	for _, run := range r.Runs[name] {
+		if run.Err == "" {
+			cs, ss = append(cs, run.ClientCPU), append(ss, run.ServerCPU)
+		}
+	}
+	return medianOf(cs), medianOf(ss)
 }
 
 func medianOf(v []float64) float64 {
@@ -120,7 +134,7 @@ func measureFeatures(o options) []featuresResult {
 				if err := runJSONChild(spec, 10*time.Minute, &run); err != nil {
 					run.Err = err.Error()
 				}
-				log.Printf("%s features round %d %s: %.0f jobs/s, %.1f allocs/job; %.0f jobs/s to Stop %s", b, round+1, f.Name, run.Process, run.AllocsPerJob, run.Stopped, run.Err)
+				log.Printf("%s features round %d %s: %.0f jobs/s, %.1f allocs/job; %.0f jobs/s to Stop; CPU µs/job client %.1f server %.1f %s", b, round+1, f.Name, run.Process, run.AllocsPerJob, run.Stopped, run.ClientCPU, run.ServerCPU, run.Err)
 				r.Runs[f.Name] = append(r.Runs[f.Name], run)
 			}
 		}
@@ -212,6 +226,7 @@ func featureLoop(ctx context.Context, spec childSpec, r *featureRun) (err error)
 			}
 		}
 	}
+	cpu0, srv0 := cpuTime(), serverCPU(spec.Backend)
 	start := time.Now()
 	if err := p.Start(ctx); err != nil {
 		return err
@@ -222,6 +237,7 @@ func featureLoop(ctx context.Context, spec childSpec, r *featureRun) (err error)
 		err = fmt.Errorf("%d of %d jobs handled in 5 min", count, target)
 	}
 	elapsed := time.Since(start)
+	cpu1, srv1 := cpuTime(), serverCPU(spec.Backend)
 	pprof.StopCPUProfile()
 	runtime.ReadMemStats(&after)
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -236,7 +252,55 @@ func featureLoop(ctx context.Context, spec childSpec, r *featureRun) (err error)
 	}
 	r.Process = float64(target) / elapsed.Seconds()
 	r.AllocsPerJob = float64(after.Mallocs-before.Mallocs) / float64(target)
+	r.ClientCPU = float64((cpu1 - cpu0).Microseconds()) / float64(target)
+	if srv0 > 0 && srv1 >= srv0 {
+		r.ServerCPU = float64((srv1 - srv0).Microseconds()) / float64(target)
+	}
 	return nil
+}
+
+// serverProcs names the local server processes of each backend whose CPU
+// the features rows count: RabbitMQ's with its PostgreSQL companion's.
+var serverProcs = map[string][]string{
+	"redis":    {"redis-server"},
+	"nats":     {"nats-server"},
+	"rabbit":   {"beam.smp", "postgres"},
+	"postgres": {"postgres"},
+}
+
+// serverCPU returns the CPU time, user and system, that the processes on
+// this machine named as backend's servers (serverProcs) have used, their
+// exited children's included (PostgreSQL's closed connections), from
+// /proc; 0 when none is found. A shared server's other clients count too.
+func serverCPU(backend string) time.Duration {
+	names := serverProcs[backend]
+	if len(names) == 0 {
+		return 0
+	}
+	dirs, _ := os.ReadDir("/proc")
+	var ticks int64
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		open, close := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+		if open < 0 || close < open || !slices.Contains(names, string(b[open+1:close])) {
+			continue
+		}
+		f := strings.Fields(string(b[close+1:])) // from the state, field 3
+		if len(f) < 15 {
+			continue
+		}
+		for _, i := range []int{11, 12, 13, 14} { // utime, stime, cutime, cstime: fields 14 to 17
+			n, _ := strconv.ParseInt(f[i], 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ: 100 on Linux
 }
 
 // writeFeatures writes the features table.
@@ -245,7 +309,7 @@ func (rep *report) writeFeatures(w func(string, ...any)) {
 		return
 	}
 	w("## Features used: what each costs when switched on\n\n")
-	w("Each feature alone, through our facade in a process of its own: N jobs enqueued one at a time (with the feature's configuration), then a platform at concurrency %d works them with a no-op handler, timed from its `Start` to the N-th handler call. The features are alternated over %d rounds in the same run; each cell is the median processing rate, its ratio to *nothing* in the same backend, and the heap allocations per job while processing (the whole process: for memory the broker too). The limits are far above what the run reaches: what they cost is their bookkeeping (RabbitMQ's store: the PostgreSQL companion, `pgstore`).\n\n",
+	w("Each feature alone, through our facade in a process of its own: N jobs enqueued one at a time (with the feature's configuration), then a platform at concurrency %d works them with a no-op handler, timed from its `Start` to the N-th handler call. The features are alternated over %d rounds in the same run; each cell is the median processing rate, its ratio to *nothing* in the same backend, the heap allocations per job while processing (the whole process: for memory the broker too), and the CPU time per job while processing: the process's, plus the local servers' (read from /proc by name: redis-server, nats-server, RabbitMQ's beam.smp with PostgreSQL's postgres; a shared server's other clients count too). On 2 cores shared by the process and the servers, a feature whose CPU per job doubles halves the rate even with no round trip added. The limits are far above what the run reaches: what they cost is their bookkeeping (RabbitMQ's store: the PostgreSQL companion, `pgstore`).\n\n",
 		featureConc, featureRounds)
 	w("| backend | N |")
 	for _, f := range features {
@@ -269,6 +333,11 @@ func (rep *report) writeFeatures(w func(string, ...any)) {
 					cell += " (" + ratioCell(rate, base) + ")"
 				}
 				cell += fmt.Sprintf(", %.0f allocs", allocs)
+				if c, sv := r.cpu(f.Name); sv > 0 {
+					cell += fmt.Sprintf("; CPU %.0f + %.0f µs", c, sv)
+				} else {
+					cell += fmt.Sprintf("; CPU %.0f µs", c)
+				}
 			}
 			w(" %s |", cell)
 			for _, e := range errs {
