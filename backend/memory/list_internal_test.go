@@ -8,8 +8,7 @@ import (
 )
 
 // A listing while keys are created, removed and created again gives every
-// present key under the prefix once, in byte order: the keys put since
-// the last listing are merged into the sorted ones, a key removed and put
+// present key under the prefix once, in byte order, a key removed and put
 // again among them.
 func TestListWhileCreating(t *testing.T) {
 	ctx := context.Background()
@@ -51,7 +50,7 @@ func TestListWhileCreating(t *testing.T) {
 			t.Fatal(err)
 		}
 		delete(want, gone)
-		put(fmt.Sprintf("job/%04d", round*7)) // back, while the sorted keys still hold it
+		put(fmt.Sprintf("job/%04d", round*7)) // back, once removed
 		put(fmt.Sprintf("job/%04d", 2000+round))
 		put(fmt.Sprintf("job/%04d-x", round))
 		check(round)

@@ -9,7 +9,7 @@ import (
 )
 
 // TestListAfterRemovals checks that a List after most keys were deleted
-// (the sorted keys then drop the removed ones) lists exactly those left,
+// (each removed from the B-tree of keys) lists exactly those left,
 // in order, with keys put and deleted between the listings among them.
 func TestListAfterRemovals(t *testing.T) {
 	ctx := t.Context()
