@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 )
 
 // A listing while keys are created, removed and created again gives every
@@ -80,5 +81,42 @@ func BenchmarkListWhileCreating(b *testing.B) {
 		if _, err := be.List(ctx, "cancel/", "", 1000); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The index of keys holds the present keys only: a key deleted, or found
+// expired, leaves it, so a List walks no key that is gone.
+func TestIndexHoldsPresentKeys(t *testing.T) {
+	ctx := context.Background()
+	b, err := New(ctx, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for i := range 100 {
+		ttl := time.Duration(0)
+		if i%2 == 0 {
+			ttl = time.Millisecond
+		}
+		if _, err := b.Create(ctx, fmt.Sprintf("k/%03d", i), []byte("v"), ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i < 100; i += 4 {
+		if err := b.Delete(ctx, fmt.Sprintf("k/%03d", i), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(5 * time.Millisecond)
+	got, err := b.List(ctx, "k/", "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv := &b.broker.kv
+	kv.mu.Lock()
+	n, entries := kv.index.Len(), len(kv.entries)
+	kv.mu.Unlock()
+	if len(got) != 25 || n != 25 || entries != 25 {
+		t.Errorf("listed %d keys; the index holds %d, the entries %d; want 25 each", len(got), n, entries)
 	}
 }
