@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,10 +77,13 @@ type Target struct {
 	Deadline time.Duration
 
 	// Idle bounds how long a scenario may go without progress (no event
-	// logged by its workers or by the scenario itself) before it has
-	// stalled, with the same report as Deadline. Defaults to a patience
-	// and ten seconds (100 s: a stall fails within two minutes, and a wait
-	// bounded by patience ends before it; 5m10s in the soak mode).
+	// logged by its workers or by the scenario itself, and no poll of one
+	// of its bounded waits) before it has stalled, with the same report as
+	// Deadline. Defaults to a patience and ten seconds (100 s: a stall
+	// fails within two minutes; 5m10s in the soak mode). A wait bounded by
+	// a time of its own (an outcome awaited for a patience, the queue's
+	// quiescence) is progress while it polls, so waits in a row with
+	// nothing logged are checked as they stand, never reported stalled.
 	Idle time.Duration
 }
 
@@ -164,9 +168,10 @@ func Run(t *testing.T, tg Target) {
 				t.Skipf("known defect: %s", why)
 			}
 			dir := t.TempDir()
-			casewatch.RunIdle(t, tg.Deadline, tg.Idle, func() int64 { return logged(dir) }, 10*time.Second, nil, func() {
+			var polls atomic.Int64
+			casewatch.RunIdle(t, tg.Deadline, tg.Idle, progress(dir, &polls), 10*time.Second, nil, func() {
 				start := time.Now()
-				r := newRun(t, tg, sc.name, dir)
+				r := newRun(t, tg, sc.name, dir, &polls)
 				if rep := sc.run(t, r); rep != nil {
 					r.record(rep, time.Since(start))
 				}
@@ -189,6 +194,11 @@ type run struct {
 	home  string // where the admin platform connects (the broker itself)
 	queue string
 	dir   string
+	// polls counts the polls of the run's bounded waits (waitFor, quiesce).
+	// With the bytes logged, it is the progress the idle deadline watches:
+	// a wait bounded by a time of its own is never a stall, however long
+	// nothing is logged during it, so waits in a row never add up to one.
+	polls *atomic.Int64
 	log   *Log // the parent's own events
 	admin *ap.Platform
 	caps  driver.Capabilities
@@ -214,7 +224,13 @@ func logged(dir string) int64 {
 	return n
 }
 
-func newRun(t *testing.T, tg Target, name, dir string) *run {
+// progress is the figure a scenario's idle deadline watches: the bytes its
+// logs in dir hold, and its bounded waits' polls.
+func progress(dir string, polls *atomic.Int64) func() int64 {
+	return func() int64 { return logged(dir) + polls.Load() }
+}
+
+func newRun(t *testing.T, tg Target, name, dir string, polls *atomic.Int64) *run {
 	var rnd [4]byte
 	_, _ = rand.Read(rnd[:])
 	r := &run{
@@ -226,6 +242,7 @@ func newRun(t *testing.T, tg Target, name, dir string) *run {
 		home:  tg.Addr,
 		queue: "f-" + strings.ToLower(name) + "-" + hex.EncodeToString(rnd[:]),
 		dir:   dir,
+		polls: polls,
 		lim:   Limits{RetryLimit: 2, PoisonLimit: 3},
 	}
 	var err error
@@ -431,12 +448,13 @@ func (r *run) resolved(h History) bool {
 
 // waitFor polls cond every 50ms until it holds or d passes; it reports
 // whether it held.
-func waitFor(d time.Duration, cond func() bool) bool {
+func (r *run) waitFor(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return false
 		}
+		r.polls.Add(1)
 		time.Sleep(50 * time.Millisecond)
 	}
 	return true
@@ -446,7 +464,7 @@ func waitFor(d time.Duration, cond func() bool) bool {
 // run has gone quiet (see quiet), or d.
 func (r *run) waitResolved(d time.Duration) {
 	r.t.Helper()
-	if !waitFor(d, r.done) {
+	if !r.waitFor(d, r.done) {
 		r.t.Logf("not every job resolved within %v; checking anyway", d)
 	}
 }
@@ -544,6 +562,7 @@ func (r *run) quiesce() {
 		} else {
 			quiet = 0
 		}
+		r.polls.Add(1)
 		time.Sleep(200 * time.Millisecond)
 	}
 }

@@ -80,7 +80,7 @@ func killMidJob(t *testing.T, r *run) *Report {
 	for range scale(4) {
 		i := mrand.IntN(len(live))
 		v := live[i]
-		if !waitFor(20*time.Second, func() bool { return r.startsBy(v.Name()) > 0 }) || r.resolved(r.history()) {
+		if !r.waitFor(20*time.Second, func() bool { return r.startsBy(v.Name()) > 0 }) || r.resolved(r.history()) {
 			break // nothing left to run
 		}
 		pause(0, 150*time.Millisecond)
@@ -369,7 +369,7 @@ func connectionCut(t *testing.T, r *run) *Report {
 	r.lim.PoisonLimit = 50
 	r.mustEnqueue(jobs("c", scale(80), Plan{SleepMin: 10, SleepMax: 60})...)
 	a, b := r.start(r.spec(), false), r.start(r.spec(), false)
-	waitFor(20*time.Second, func() bool { return r.startsBy(a.Name())+r.startsBy(b.Name()) > 0 })
+	r.waitFor(20*time.Second, func() bool { return r.startsBy(a.Name())+r.startsBy(b.Name()) > 0 })
 	for range scale(3) {
 		pause(200*time.Millisecond, 600*time.Millisecond)
 		px.Cut()
@@ -392,7 +392,7 @@ func leaseOutlived(t *testing.T, r *run) *Report {
 	sa.Concurrency, sa.NoExtend = 1, true
 	a := r.start(sa, false)
 	r.mustEnqueue(newJob("late", Plan{SlowFirst: int(3 * r.tg.Lease / time.Millisecond)}))
-	if !waitFor(patience, func() bool { return r.startsBy(a.Name()) > 0 }) {
+	if !r.waitFor(patience, func() bool { return r.startsBy(a.Name()) > 0 }) {
 		t.Fatal("the first worker never started the job")
 	}
 	sb := r.spec()
@@ -422,7 +422,7 @@ func leaseOutlived(t *testing.T, r *run) *Report {
 		}
 		return out
 	}
-	waitFor(patience, func() bool { at := attempts(r.history()); return len(at) > 0 && at[0].ack != "" })
+	r.waitFor(patience, func() bool { at := attempts(r.history()); return len(at) > 0 && at[0].ack != "" })
 	rep := r.finish(nil, true)
 	at := attempts(r.history())
 	switch {
@@ -588,7 +588,7 @@ func deadLetterCrash(t *testing.T, r *run) *Report {
 		s := r.spec()
 		s.Concurrency, s.DieInDeadLetter = 1, m
 		w := r.start(s, true)
-		died := waitFor(patience, func() bool {
+		died := r.waitFor(patience, func() bool {
 			select {
 			case <-w.Done():
 				return true
@@ -601,7 +601,7 @@ func deadLetterCrash(t *testing.T, r *run) *Report {
 		}
 	}
 	r.start(r.spec(), true)
-	if !waitFor(patience, func() bool { return r.deadIDs() >= n }) {
+	if !r.waitFor(patience, func() bool { return r.deadIDs() >= n }) {
 		t.Logf("only %d of %d jobs in the dead-letter queue after %v", r.deadIDs(), n, patience)
 	}
 	rep := r.finish(nil, true)
@@ -818,7 +818,7 @@ func deadLetterHolderKilled(t *testing.T, r *run) *Report {
 	spec.HoldDead = true
 	holder := r.start(spec, true)
 	var held Event
-	if !waitFor(patience, func() bool {
+	if !r.waitFor(patience, func() bool {
 		for _, e := range r.history() {
 			if e.Kind == KindHeld && e.Worker == spec.Name {
 				held = e
@@ -896,7 +896,7 @@ func deadLetterHolderKilled(t *testing.T, r *run) *Report {
 	// Kill the holder once every other record is popped (or, should
 	// the callers be slow, after a while), so that what the callers do
 	// while it lives shows its hold.
-	waitFor(patience/2, func() bool {
+	r.waitFor(patience/2, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(popped) >= records-1
@@ -980,7 +980,7 @@ func sigtermMidJob(t *testing.T, r *run) *Report {
 	s := r.spec()
 	s.StopTimeout = 200 * time.Millisecond
 	w := r.start(s, true)
-	if !waitFor(patience, func() bool { return r.startsBy(w.Name()) >= s.Concurrency }) {
+	if !r.waitFor(patience, func() bool { return r.startsBy(w.Name()) >= s.Concurrency }) {
 		t.Logf("the worker started only %d jobs", r.startsBy(w.Name()))
 	}
 	pause(0, 300*time.Millisecond)

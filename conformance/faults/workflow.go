@@ -230,7 +230,7 @@ func workflowJoinKill(t *testing.T, r *run) *Report {
 		// once the workflow has ended instead.
 		last := stepJobID(w.ID, "last")
 		missed := false
-		died := waitFor(patience, func() bool {
+		died := r.waitFor(patience, func() bool {
 			select {
 			case <-live.Done():
 				return true
@@ -250,7 +250,7 @@ func workflowJoinKill(t *testing.T, r *run) *Report {
 		killed[live.Name()] = true
 		live = r.start(spec(), true)
 		restarts++
-		if !waitFor(patience, func() bool { return r.workflowsDone(w.ID) }) {
+		if !r.waitFor(patience, func() bool { return r.workflowsDone(w.ID) }) {
 			t.Errorf("workflow %s (%s) had not ended %v after its worker was killed", w.ID, mode, patience)
 		}
 	}
@@ -308,7 +308,7 @@ func batchCallbackKill(t *testing.T, r *run) *Report {
 	for range scale(4) {
 		i := mrand.IntN(len(live))
 		v := live[i]
-		if !waitFor(20*time.Second, func() bool { return r.startsBy(v.Name()) > 0 }) || r.workflowsDone(id) {
+		if !r.waitFor(20*time.Second, func() bool { return r.startsBy(v.Name()) > 0 }) || r.workflowsDone(id) {
 			break // nothing left to run
 		}
 		pause(0, 200*time.Millisecond)
@@ -317,7 +317,7 @@ func batchCallbackKill(t *testing.T, r *run) *Report {
 		live[i] = r.start(r.spec(), true)
 	}
 	t.Logf("%d workers killed while the batch ran", len(killed))
-	waitFor(patience, func() bool { return r.workflowsDone(id) })
+	r.waitFor(patience, func() bool { return r.workflowsDone(id) })
 	r.waitResolved(patience)
 	rep := r.finish(nil, true)
 	r.checkWorkflow(rep, id)
