@@ -386,9 +386,23 @@ func (r *run) enqueue(ctx context.Context, jobs ...*ap.Job) error {
 }
 
 // restarted runs restart, recording the outage in the history.
+// A restart is bounded by its Broker (a stop's wait and a boot's), so it
+// is progress while it runs, however long the broker takes to boot.
 func (r *run) restarted(restart func() error) error {
 	from := time.Now()
-	err := restart()
+	errc := make(chan error, 1)
+	go func() { errc <- restart() }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var err error
+	for done := false; !done; {
+		select {
+		case err = <-errc:
+			done = true
+		case <-tick.C:
+			r.polls.Add(1)
+		}
+	}
 	r.log.Add(Event{Kind: KindRestart, From: from})
 	return err
 }
