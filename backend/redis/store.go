@@ -36,22 +36,24 @@ end
 local function fmt(x)
   return string.format('%d', x)
 end
--- meta returns the revision and expiry (0: none) of a live key, else nil.
-local function meta(k, now)
-  local m = redis.call('HGET', KEYS[1], 'm:' .. k)
+-- live parses a key's meta, "rev:exp": its revision and expiry (0: none)
+-- when the key is live at now, else nil.
+local function live(m, now)
   if not m then return nil end
   local r, e = string.match(m, '^(%d+):(%d+)$')
   e = tonumber(e)
   if e ~= 0 and now >= e then return nil end
   return r, e
 end
+-- meta returns the revision and expiry of a live key, else nil.
+local function meta(k, now)
+  return live(redis.call('HGET', KEYS[1], 'm:' .. k), now)
+end
 -- entry returns the revision and value of a live key, else nil: one call.
 local function entry(k, now)
   local x = redis.call('HMGET', KEYS[1], 'm:' .. k, 'v:' .. k)
-  if not x[1] then return nil end
-  local r, e = string.match(x[1], '^(%d+):(%d+)$')
-  e = tonumber(e)
-  if e ~= 0 and now >= e then return nil end
+  local r = live(x[1], now)
+  if not r then return nil end
   return r, x[2]
 end
 local function drop(k)
