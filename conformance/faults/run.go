@@ -82,8 +82,9 @@ type Target struct {
 	// Deadline. Defaults to a patience and ten seconds (100 s: a stall
 	// fails within two minutes; 5m10s in the soak mode). A wait bounded by
 	// a time of its own (an outcome awaited for a patience, the queue's
-	// quiescence) is progress while it polls, so waits in a row with
-	// nothing logged are checked as they stand, never reported stalled.
+	// quiescence, a broker's restart) is progress while it polls, so waits
+	// in a row with nothing logged are not an idle stall; only Deadline
+	// bounds their sum.
 	Idle time.Duration
 }
 
@@ -93,7 +94,10 @@ type Broker struct {
 	Addr string
 	// Restart stops the broker, abruptly (SIGKILL) when kill is true and
 	// gracefully (SIGTERM) otherwise, and starts it again on the same port
-	// with the same data, returning when it accepts connections.
+	// with the same data, returning when it accepts connections. It must
+	// return within a bound of its own (Server's: 30 s to stop, then
+	// ServerConfig.Boot to listen): the scenario counts it as progress
+	// while it runs, so only the scenario's Deadline stops a hung one.
 	Restart func(kill bool) error
 	// NoKill, when non-empty, says why killing this broker tells nothing
 	// about the backend (an emulator that persists every few seconds): the
@@ -194,10 +198,12 @@ type run struct {
 	home  string // where the admin platform connects (the broker itself)
 	queue string
 	dir   string
-	// polls counts the polls of the run's bounded waits (waitFor, quiesce).
+	// polls counts the polls of the run's bounded waits (waitFor, quiesce,
+	// a broker's restart, the loops that restart workers for a patience).
 	// With the bytes logged, it is the progress the idle deadline watches:
-	// a wait bounded by a time of its own is never a stall, however long
-	// nothing is logged during it, so waits in a row never add up to one.
+	// a wait bounded by a time of its own is not an idle stall, however
+	// long nothing is logged during it, so waits in a row never add up to
+	// one. The scenario's Deadline still bounds them all together.
 	polls *atomic.Int64
 	log   *Log // the parent's own events
 	admin *ap.Platform
@@ -391,7 +397,11 @@ func (r *run) enqueue(ctx context.Context, jobs ...*ap.Job) error {
 func (r *run) restarted(restart func() error) error {
 	from := time.Now()
 	errc := make(chan error, 1)
-	go func() { errc <- restart() }()
+	go func() {
+		err := errors.New("the restart ended without returning (t.FailNow or t.Skip in a Broker's Restart)")
+		defer func() { errc <- err }()
+		err = restart()
+	}()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	var err error

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,5 +56,31 @@ func TestBoundedWaitsAreProgress(t *testing.T) {
 	})
 	if len(rec.errors) == 0 {
 		t.Errorf("a case blocked for good was not reported stalled")
+	}
+}
+
+// TestRestartIsProgress: a broker's restart that logs nothing for longer
+// than the idle deadline is not a stall, and a restart that ends without
+// returning (t.FailNow in it) ends the wait with an error.
+func TestRestartIsProgress(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log, err := OpenLog(dir + "/parent.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	var polls atomic.Int64
+	r := &run{dir: dir, polls: &polls, log: log}
+	rec := &errRecorder{}
+	var rerr error
+	casewatch.RunIdle(rec, time.Minute, 400*time.Millisecond, progress(dir, &polls), 5*time.Second, nil, func() {
+		rerr = r.restarted(func() error { time.Sleep(700 * time.Millisecond); return nil })
+	})
+	if len(rec.errors) > 0 || rerr != nil {
+		t.Errorf("a restart of 700ms, idle deadline 400ms: reported %q, error %v", rec.errors, rerr)
+	}
+	if err := r.restarted(func() error { runtime.Goexit(); return nil }); err == nil {
+		t.Errorf("a restart that ended without returning: no error")
 	}
 }

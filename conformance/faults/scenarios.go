@@ -120,6 +120,7 @@ func poisonIsolation(t *testing.T, r *run) *Report {
 			restarts++
 		default:
 		}
+		r.polls.Add(1) // bounded by patience: progress (see run.polls)
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("workers restarted %d times", restarts)
@@ -262,6 +263,7 @@ func poisonJob(t *testing.T, r *run) *Report {
 			default:
 			}
 		}
+		r.polls.Add(1) // bounded by patience: progress (see run.polls)
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("workers restarted %d times", restarts)
@@ -1145,6 +1147,7 @@ func randomFaults(t *testing.T, r *run) *Report {
 			default:
 			}
 		}
+		r.polls.Add(1) // bounded by two patiences: progress (see run.polls)
 		time.Sleep(100 * time.Millisecond)
 	}
 	rep := r.finish(nil, true)
