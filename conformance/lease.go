@@ -432,22 +432,37 @@ func testSettlesRedelivered(t *testing.T, e *env) {
 	if err := b1.Close(); err != nil {
 		t.Errorf("Close: %v", err)
 	}
-	d := e.receiveWithin(b2, 1, e.lease, e.opts.Wait+e.lease+e.onTime())
-	if len(d) != 1 {
-		t.Fatalf("a delivery abandoned by Close did not come again within %v", e.opts.Wait+e.lease+e.onTime())
-	}
-	if d[0].Deliveries < 2 {
-		t.Errorf("a delivery abandoned by Close came again counting Deliveries %d, want 2", d[0].Deliveries)
-	}
-	ctx := ctxT(t, e.opts.Wait)
-	if err := b2.DeadLetter(ctx, d[0], driver.DeadMessage{ID: e.queue + "-rec", Body: []byte("a record")}); err != nil {
-		t.Fatalf("DeadLetter of a redelivered message: %v", err)
+	lapsed := 0 // DeadLetters refused for a lease that ran out first
+	for round := 1; ; round++ {
+		d := e.receiveWithin(b2, 1, e.lease, e.opts.Wait+e.lease+e.onTime())
+		if len(d) != 1 {
+			t.Fatalf("a delivery abandoned by Close did not come again within %v", e.opts.Wait+e.lease+e.onTime())
+		}
+		if d[0].Deliveries < 2 {
+			t.Errorf("a delivery abandoned by Close came again counting Deliveries %d, want 2", d[0].Deliveries)
+		}
+		ctx := ctxT(t, e.opts.Wait)
+		err := b2.DeadLetter(ctx, d[0], driver.DeadMessage{ID: e.queue + "-rec", Body: []byte("a record")})
+		if errors.Is(err, driver.ErrLeaseLost) && round < slowRounds {
+			// The delivery's lease ran out before DeadLetter could act (a
+			// loaded machine, a slow store): not this case's rule. The
+			// message comes again, redelivered still.
+			t.Logf("round %d: DeadLetter of a redelivered message: %v%s; again", round, err, e.stallNote())
+			lapsed++
+			continue
+		}
+		if err != nil {
+			t.Fatalf("DeadLetter of a redelivered message: %v", err)
+		}
+		break
 	}
 	if back := e.receiveWithin(b2, 1, e.lease, e.lease+e.onTime()); len(back) > 0 {
 		e.ack(b2, back...)
 		t.Errorf("a redelivered message dead-lettered with DeadLetter came back %d deliveries on (body %q): DeadLetter settles the delivery, a redelivered one too", back[0].Deliveries, back[0].Body)
 	}
-	if dead := e.listDead(b2); len(dead) != 1 {
-		t.Errorf("the dead-letter queue lists %q, want the one record", dead)
+	// A DeadLetter that found its lease lost after its record was written
+	// leaves that record (a duplicate, never a loss).
+	if dead := e.listDead(b2); len(dead) < 1 || len(dead) > 1+lapsed {
+		t.Errorf("the dead-letter queue lists %q, want the one record (and at most one more per DeadLetter refused for a lapsed lease: %d)", dead, lapsed)
 	}
 }
