@@ -440,6 +440,7 @@ func testHeldForDeadHold(t *testing.T, e *env) {
 	for round := 1; ; round++ {
 		start := time.Now()
 		dd, err := b1.NextDead(ctx, e.queue)
+		got := time.Now() // the hold began before this
 		if err != nil || dd.ID != rec.ID {
 			t.Fatalf("round %d: NextDead: %v (record %v, want %s)", round, err, dd, rec.ID)
 		}
@@ -468,9 +469,9 @@ func testHeldForDeadHold(t *testing.T, e *env) {
 			// The settle that frees the record for the next round was
 			// refused, this near or past the hold's end (NATS acts on none
 			// in its last fifth): the record stays held until the hold
-			// runs out where the backend counts it, a transit after start,
-			// so the next round waits that out.
-			time.Sleep(time.Until(start.Add(hold + hold/2)))
+			// runs out where the backend counts it, which began before
+			// NextDead returned, so the next round waits that out.
+			time.Sleep(time.Until(got.Add(hold + hold/4)))
 		}
 		if round == slowRounds {
 			t.Fatalf("round %d of %d: the other caller's look ended %v after NextDead began, past the hold of %v: could not be judged%s", round, slowRounds, looked.Sub(start).Round(time.Millisecond), hold, e.stallNote())

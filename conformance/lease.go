@@ -435,6 +435,9 @@ func testSettlesRedelivered(t *testing.T, e *env) {
 	lapsed := 0 // DeadLetters refused for a lease that ran out first
 	for round := 1; ; round++ {
 		d := e.receiveWithin(b2, 1, e.lease, e.opts.Wait+e.lease+e.onTime())
+		if len(d) != 1 && round > 1 {
+			t.Fatalf("after a DeadLetter refused with ErrLeaseLost the message did not come again within %v: a refused DeadLetter changes nothing", e.opts.Wait+e.lease+e.onTime())
+		}
 		if len(d) != 1 {
 			t.Fatalf("a delivery abandoned by Close did not come again within %v", e.opts.Wait+e.lease+e.onTime())
 		}
