@@ -431,11 +431,12 @@ func TestGarbageExcused(t *testing.T) {
 		jobTwice bool // a job completed twice as well
 		want     bool
 	}{
-		"a loss warned":                  {warned: 1, want: true},
-		"no loss warned":                 {warned: 0, want: false},
-		"the only loss is a job's":       {warned: 1, jobLost: true, want: false},
-		"a job duplicated too":           {warned: 3, jobTwice: true, want: false},
-		"more losses than extra records": {warned: 2, want: true},
+		"a loss warned":                   {warned: 1, want: true},
+		"no loss warned":                  {warned: 0, want: false},
+		"the only loss is a job's":        {warned: 1, jobLost: true, want: false},
+		"a job duplicated too":            {warned: 3, jobTwice: true, want: false},
+		"more losses than extra records":  {warned: 2, want: true},
+		"a job duplicated after its loss": {warned: 2, jobLost: true, want: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := new(hist).enqueue()

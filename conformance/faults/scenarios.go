@@ -466,7 +466,8 @@ func leaseOutlived(t *testing.T, r *run) *Report {
 // more for each lease a live worker warned lost and no attempt reported (a
 // move to the dead letters whose lease lapsed before its delete: the
 // message came back and was moved again; a foreign message has no job to
-// report the loss under). Any other duplicate fails the run.
+// report the loss under). A job completes once, or again only where an
+// attempt of it reported its lease lost. Any other duplicate fails the run.
 func garbage(t *testing.T, r *run) *Report {
 	if r.tg.Garbage == nil {
 		t.Skip("the target has no Garbage writer: no raw bytes to put on the queue")
@@ -503,17 +504,17 @@ func garbage(t *testing.T, r *run) *Report {
 	return rep
 }
 
-// garbageExcused reports whether every duplicate of a Garbage run is a
-// foreign message dead-lettered again after a lease was lost: only garbage
-// is duplicated, and by no more extra records than the losses warned of
+// garbageExcused reports whether every duplicate of a Garbage run follows
+// a lease lost: a job completed twice only where an attempt of it reported
+// its lease lost (as RejectStorm judges), and a foreign message
+// dead-lettered again by no more extra records than the losses warned of
 // that name no job.
 func garbageExcused(rep *Report, h History) bool {
 	if rep.Duplicated == 0 {
 		return false
 	}
-	dupJobs := len(rep.dups)
-	_, unnamed := h.lostLeases()
-	return dupJobs == 0 && rep.GarbageExtra <= unnamed
+	byJob, unnamed := h.lostLeases()
+	return rep.dupsExplained(byJob) && rep.GarbageExtra <= unnamed
 }
 
 // RejectStorm: every job rejects (Reject: transient, uncounted) three times
