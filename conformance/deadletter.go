@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,22 +15,31 @@ import (
 	"github.com/asyncplatform/asyncplatform/driver"
 )
 
-// makeDead dead-letters n jobs (Permanent on their first try; they succeed
-// once redriven, which a kept error history shows) and returns the worker
-// and the dead letters in queue order.
+// makeDead dead-letters n jobs (Permanent until they have been dead
+// once; they succeed once redriven, which the kept "first life" error line
+// shows) and returns the worker and the dead letters in queue order. A
+// crash's line in the history does not count: a job whose lease was lost
+// under load is still dead-lettered when it runs again.
 func (e *env) makeDead(t *testing.T, n int) (*worker, []ap.DeadLetter) {
 	t.Helper()
-	w := e.worker(e.config()).handle(t, "d", func(_ context.Context, j *ap.Job) error {
-		if len(j.Errors) == 0 {
-			return ap.Permanent(errors.New("first life"))
-		}
-		return nil
-	})
+	w := e.worker(e.config()).handle(t, "d", firstLifeHandler)
 	for i := range n {
 		e.enqueue(w.P, &ap.Job{Type: "d", Payload: []byte(fmt.Sprint(i))})
 	}
 	w.start(t)
 	return w, e.waitDead(w.P, n)
+}
+
+// firstLife is the error makeDead's jobs fail with until they are redriven.
+const firstLife = "first life"
+
+// firstLifeHandler fails a job Permanent until its error history holds the
+// firstLife line, that is until it has been dead once and redriven.
+func firstLifeHandler(_ context.Context, j *ap.Job) error {
+	if !slices.ContainsFunc(j.Errors, func(l string) bool { return strings.Contains(l, firstLife) }) {
+		return ap.Permanent(errors.New(firstLife))
+	}
+	return nil
 }
 
 func testDeadEmpty(t *testing.T, e *env) {

@@ -124,12 +124,7 @@ func testOffloadMissing(t *testing.T, e *env) {
 
 func testOffloadLifecycle(t *testing.T, e *env) {
 	cfg, store := e.offloadConfig(t, 16)
-	w := e.worker(cfg).handle(t, "l", func(_ context.Context, j *ap.Job) error {
-		if len(j.Errors) == 0 {
-			return ap.Permanent(errors.New("first life"))
-		}
-		return nil
-	})
+	w := e.worker(cfg).handle(t, "l", firstLifeHandler)
 	keep, purge := &ap.Job{Type: "l", Payload: randomPayload(200)}, &ap.Job{Type: "l", Payload: randomPayload(300)}
 	e.enqueue(w.P, keep)
 	w.start(t)

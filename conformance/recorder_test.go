@@ -68,3 +68,24 @@ func TestOutcomesInAttemptOrder(t *testing.T) {
 		t.Errorf("outcomes %s, %s; want retried, succeeded (the attempts' order)\n%v", o[0].Outcome, o[1].Outcome, &rec)
 	}
 }
+
+// TestFirstLifeHandler: a crash's line in the history does not count as the
+// first life; only the handler's own dead-lettering does.
+func TestFirstLifeHandler(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		errors []string
+		dead   bool
+	}{
+		{"a fresh job", nil, true},
+		{"after a crash", []string{"try 1: no outcome (the worker died or lost its lease)"}, true},
+		{"redriven", []string{"try 1 at 2026-11-30T12:00:00Z: first life"}, false},
+		{"redriven after a crash", []string{"try 1: no outcome (the worker died or lost its lease)", "try 2 at 2026-11-30T12:00:00Z: first life"}, false},
+	} {
+		err := firstLifeHandler(context.Background(), &ap.Job{Errors: c.errors})
+		var pe *ap.PermanentError
+		if got := errors.As(err, &pe); got != c.dead {
+			t.Errorf("%s: handler returned %v; want Permanent %v", c.name, err, c.dead)
+		}
+	}
+}
