@@ -266,8 +266,9 @@ func testPauseGroup(t *testing.T, e *env) {
 	// reads as a try the pause spent: the lease is long enough that a
 	// loaded machine's stalls stay inside its guard.
 	cfg.Lease = 4 * e.lease
-	settle := func() { time.Sleep(max(3*cfg.Lease/2, e.scaled(300*time.Millisecond))) } // a lapsed delivery comes back
-	var logged, unhealthy atomic.Int32                                                  // leases the worker logged as lost; its health gate's closings
+	// A lapsed delivery comes back within a lease and a half.
+	settle := func() { time.Sleep(max(3*cfg.Lease/2, e.scaled(300*time.Millisecond))) }
+	var logged, unhealthy atomic.Int32 // leases the worker logged as lost; its health gate's closings
 	cfg.Logger = slog.New(&lostLeases{dying: new(atomic.Bool), n: &logged, unhealthy: &unhealthy})
 	e.worker(cfg).handle(t, "g", ok).start(t)
 	admin := e.producer()
