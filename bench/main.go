@@ -83,6 +83,10 @@ type options struct {
 	// scripts/nats-current.sh): the NATS throughput systems run against it
 	// too, reported as natsCurrentLabel.
 	NATSCurrent string
+	// Prefetch, when positive, adds the system "ours-prefetch" to the
+	// throughput phase: our facade with QueueConfig.Prefetch at Prefetch
+	// times the concurrency.
+	Prefetch int
 	// ScaleRounds is how many times each process count is measured, ours
 	// and the raw loop alternating; the report gives medians.
 	ScaleRounds int
@@ -132,6 +136,7 @@ func main() {
 	flag.StringVar(&o.Srv.AMQP, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	flag.StringVar(&o.Srv.NATS, "nats", "nats://127.0.0.1:4222", "NATS URL")
 	flag.StringVar(&o.NATSCurrent, "nats-current", "", "URL of a current nats-server (scripts/nats-current.sh): NATS throughput is measured against it too")
+	flag.IntVar(&o.Prefetch, "prefetch", 0, "also measure our facade with Prefetch this many times the concurrency (system ours-prefetch; 0: not)")
 	flag.StringVar(&child, "child", "", "internal: run one system (JSON spec) and print its result")
 	flag.StringVar(&worker, "worker", "", "internal: run as a worker process (JSON spec)")
 	flag.Parse()
@@ -176,6 +181,7 @@ type childSpec struct {
 	Profile         string        // a CPU profile's path, or ""
 	StoreDur        time.Duration // each store operation's run (System "store")
 	Feature         string        // the feature measured (System "features")
+	Prefetch        int           // System "ours-prefetch": Prefetch as a multiple of the concurrency
 }
 
 // run measures everything o asks for and writes the report.
@@ -216,6 +222,9 @@ func run(o options) error {
 			p.PhaseLimit = time.Minute
 		}
 		systems := []string{"ours", "raw1", "rawbatch"}
+		if o.Prefetch > 0 {
+			systems = slices.Insert(systems, 1, "ours-prefetch")
+		}
 		if o.Peers {
 			for _, pr := range peers {
 				if pr.backend == b {
@@ -224,7 +233,7 @@ func run(o options) error {
 			}
 		}
 		for _, s := range systems {
-			spec := childSpec{Backend: b, System: s, Plan: p, Srv: o.Srv}
+			spec := childSpec{Backend: b, System: s, Plan: p, Srv: o.Srv, Prefetch: o.Prefetch}
 			if o.Profile != "" && s == "ours" {
 				spec.Profile, _ = filepath.Abs(filepath.Join(o.Profile, "ours-"+b+".pprof"))
 			}
@@ -239,7 +248,7 @@ func run(o options) error {
 		srv := o.Srv
 		srv.NATS = o.NATSCurrent
 		for _, s := range systems {
-			spec := childSpec{Backend: b, System: s, Plan: p, Srv: srv}
+			spec := childSpec{Backend: b, System: s, Plan: p, Srv: srv, Prefetch: o.Prefetch}
 			if o.Profile != "" && s == "ours" {
 				spec.Profile, _ = filepath.Abs(filepath.Join(o.Profile, "ours-"+natsCurrentLabel+".pprof"))
 			}
@@ -378,6 +387,13 @@ func openSystem(ctx context.Context, spec childSpec) (system, string, error) {
 	case "ours":
 		s, err := newFacade(ctx, spec.Backend, tag, spec.Srv)
 		return s, "", err
+	case "ours-prefetch":
+		s, err := newFacade(ctx, spec.Backend, tag, spec.Srv)
+		if err != nil {
+			return nil, "", err
+		}
+		s.prefetch = spec.Prefetch
+		return s, fmt.Sprintf("our facade with Prefetch %d× the concurrency", spec.Prefetch), nil
 	case "raw1":
 		s, err := newRaw(ctx, spec.Backend, tag, 1, spec.Srv)
 		return s, rawNotes[spec.Backend][0], err

@@ -116,6 +116,9 @@ type facade struct {
 	queue   string
 	enq     *ap.Platform
 	cleanup func()
+	// prefetch, when positive, sets each consume's QueueConfig.Prefetch
+	// to prefetch times its concurrency; otherwise the default.
+	prefetch int
 }
 
 func newFacade(ctx context.Context, backend, tag string, srv servers) (*facade, error) {
@@ -145,7 +148,11 @@ func (f *facade) enqueueBatch(ctx context.Context, payloads [][]byte) error {
 }
 
 func (f *facade) consume(ctx context.Context, c int, handle func([]byte)) (func(), error) {
-	p, err := ap.New(f.be, ap.Config{Queues: map[string]ap.QueueConfig{f.queue: {Concurrency: c}}, Logger: quiet})
+	qc := ap.QueueConfig{Concurrency: c}
+	if f.prefetch > 0 {
+		qc.Prefetch = ap.Limit(f.prefetch * c)
+	}
+	p, err := ap.New(f.be, ap.Config{Queues: map[string]ap.QueueConfig{f.queue: qc}, Logger: quiet})
 	if err != nil {
 		return nil, err
 	}

@@ -99,6 +99,8 @@ func systemLabel(s string) string {
 	switch s {
 	case "ours":
 		return "**asyncplatform**"
+	case "ours-prefetch":
+		return "asyncplatform, Prefetch ×k"
 	case "raw1":
 		return "raw, 1 per round trip"
 	case "rawbatch":
