@@ -50,13 +50,54 @@ type acker struct {
 	leading bool          // a caller writes the queued acks
 	kick    chan struct{} // wakes a leader that waits for blocked acks
 	timer   *time.Timer   // the leader's, for the end of a wait
+	holding bool          // hold: no frame is written until unhold
+	writing int           // frames being written with mu released
+	idle    *sync.Cond    // on mu: signalled when writing drops or holding ends
 
 	acks, frames atomic.Int64 // acks asked for, ack frames written; for benchmarks
 	settles      atomic.Int64 // ack and nack frames written; for settle barriers
 }
 
 func newAcker(ch settler) *acker {
-	return &acker{ch: ch, kick: make(chan struct{}, 1)}
+	a := &acker{ch: ch, kick: make(chan struct{}, 1)}
+	a.idle = sync.NewCond(&a.mu)
+	return a
+}
+
+// hold stops the acker writing frames, once the frames being written are
+// written, until unhold: acks and nacks asked for meanwhile wait. A
+// release holds the acker from its settle barrier to basic.cancel-ok, so
+// that no settle opens the prefetch window while the cancel is on its way
+// (see release).
+func (a *acker) hold() {
+	a.mu.Lock()
+	a.holding = true
+	for a.writing > 0 {
+		a.idle.Wait()
+	}
+	a.mu.Unlock()
+}
+
+// unhold undoes hold.
+func (a *acker) unhold() {
+	a.mu.Lock()
+	a.holding = false
+	a.idle.Broadcast()
+	a.kickLocked()
+	a.mu.Unlock()
+}
+
+// waitHeldLocked waits, a.mu held, until no hold is in force.
+func (a *acker) waitHeldLocked() {
+	for a.holding {
+		a.idle.Wait()
+	}
+}
+
+// wroteLocked ends a write begun with a.writing++.
+func (a *acker) wroteLocked() {
+	a.writing--
+	a.idle.Broadcast()
 }
 
 // span is the tags lo to hi, inclusive.
@@ -129,6 +170,7 @@ func (a *acker) await(r *ackReq) error {
 		return r.err
 	}
 	for !r.done {
+		a.waitHeldLocked()
 		until := a.flushLocked()
 		if r.done {
 			break
@@ -225,6 +267,7 @@ func (a *acker) flushLocked() (until time.Time) {
 		a.finishLocked(refused)
 		return until
 	}
+	a.writing++
 	a.mu.Unlock()
 
 	a.acks.Add(int64(n + len(single)))
@@ -241,6 +284,7 @@ func (a *acker) flushLocked() (until time.Time) {
 	}
 
 	a.mu.Lock()
+	a.wroteLocked()
 	if n > 0 {
 		a.floor = high
 		a.stalled = false
@@ -274,16 +318,19 @@ func (a *acker) finishLocked(rs []*ackReq) {
 // nack sends a basic.nack for tag and records the tag as settled.
 func (a *acker) nack(tag uint64, requeue bool) error {
 	a.mu.Lock()
-	settled := a.isSettled(tag)
-	a.mu.Unlock()
-	if settled {
+	a.waitHeldLocked()
+	if a.isSettled(tag) {
+		a.mu.Unlock()
 		return errSettledTag
 	}
+	a.writing++
+	a.mu.Unlock()
 	// The tag is not queued and not settled, so no multiple ack covers it
 	// until the frame below is written and settleLocked runs.
 	err := a.ch.Nack(tag, false, requeue)
 	a.settles.Add(1)
 	a.mu.Lock()
+	a.wroteLocked()
 	a.settleLocked(tag)
 	if a.leading {
 		a.kickLocked() // tag may have blocked a queued ack

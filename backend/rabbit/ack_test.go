@@ -379,3 +379,75 @@ func TestAckAroundHeld(t *testing.T) {
 		t.Fatalf("Stats after: %+v, %v; want nothing ready", st, err)
 	}
 }
+
+// TestAckerHold checks that hold waits for a frame being written, that no
+// ack or nack frame is written while it holds, and that the ones asked for
+// meanwhile go out after unhold.
+func TestAckerHold(t *testing.T) {
+	f := newFakeChannel(3)
+	gate := make(chan struct{})
+	f.gate = gate
+	a := newAcker(f)
+	f.asked(1)
+	first := make(chan error, 1)
+	go func() { first <- a.ack(1) }() // its frame waits for gate
+	for {
+		a.mu.Lock()
+		w := a.writing
+		a.mu.Unlock()
+		if w == 1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	held := make(chan struct{})
+	go func() {
+		a.hold()
+		close(held)
+	}()
+	select {
+	case <-held:
+		t.Fatal("hold returned while a frame was being written")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gate)
+	<-held
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	before := f.frames
+	f.mu.Unlock()
+	f.asked(2)
+	f.asked(3)
+	done := make(chan error, 2)
+	go func() { done <- a.ack(2) }()
+	go func() { done <- a.nack(3, true) }()
+	select {
+	case err := <-done:
+		t.Fatalf("a settle returned during the hold (err %v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	f.mu.Lock()
+	during := f.frames
+	f.mu.Unlock()
+	if during != before {
+		t.Fatalf("%d frames written during the hold", during-before)
+	}
+	a.unhold()
+	for range 2 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a settle asked for during the hold was not written after unhold")
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.unacked) != 0 || f.err != nil {
+		t.Fatalf("unacked %v, err %v", f.unacked, f.err)
+	}
+}

@@ -422,10 +422,12 @@
 //   - A message published while a consumer is being released can be
 //     delivered to it after basic.cancel-ok (quorum queues do that, and the
 //     client drops the delivery); it then comes back with one more delivery
-//     counted when the channel closes. Release waits for the prefetch
-//     window to fill or the broker to go quiet before it cancels, which
-//     closes the window for settles but not for a publish landing at that
-//     instant.
+//     counted when the channel closes. Release holds the channel's settles
+//     from a settle barrier to cancel-ok, so neither a settle nor a copy
+//     the release confirmed before the barrier makes the queue send after
+//     the cancel; a message another process puts in the queue at that
+//     instant (an enqueue, or a dead worker's deliveries coming back) still
+//     can.
 //   - Without Config.Store there are no gone marks: an ack lost to a cut
 //     connection or a broker restart after a Requeue's, DeadLetter's,
 //     delay hop's or release's copy was confirmed brings the original back

@@ -357,8 +357,12 @@ const quietRound = 20 * time.Millisecond
 // drops such deliveries, which would then come back counted when the
 // channel closes. So release first collects deliveries, acking nothing (the
 // window can only shrink), until the window is full or the pipeline has been
-// quiet for two rounds; then it cancels, collects what is left, and only
-// then acks the originals of the copies, all together. It hands back what
+// quiet for two rounds. Then it holds the channel's settles, publishes a
+// settle barrier (see settleBarrier), cancels, and lets the settles go:
+// every delivery that this channel's settles, or the copies confirmed
+// before the barrier, made the queue send arrives before the barrier's
+// confirm, so before cancel-ok. It collects what is left, and only then
+// acks the originals of the copies, all together. It hands back what
 // it collects a burst at a time (what the client has buffered when it
 // looks): one gone-mark lookup, one publish of the copies and two mark
 // writes per burst, not per message. The copies go to the queue it still
@@ -367,8 +371,9 @@ const quietRound = 20 * time.Millisecond
 func (b *Backend) release(c *consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
 	defer cancel()
-	var tags []uint64  // originals whose copy is stored, markers, replaced messages
-	var insts []string // their instances
+	var tags []uint64    // originals whose copy is stored, markers, replaced messages
+	var insts []string   // their instances
+	var requeue []uint64 // deliveries not handed back: nacked once the consumer is cancelled
 	failed := false
 	// take hands back a burst of deliveries: looked up in one store call,
 	// their copies published together, marked in one call before and one
@@ -376,7 +381,7 @@ func (b *Backend) release(c *consumer) {
 	take := func(got []amqp.Delivery) {
 		if failed {
 			for _, d := range got {
-				c.acks.nack(d.DeliveryTag, true)
+				requeue = append(requeue, d.DeliveryTag)
 			}
 			return
 		}
@@ -396,7 +401,7 @@ func (b *Backend) release(c *consumer) {
 		if err := b.handBack(ctx, c.queue, back, backBases, c.alive); err != nil {
 			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "messages", len(back), "err", err)
 			for _, d := range back {
-				c.acks.nack(d.DeliveryTag, true)
+				requeue = append(requeue, d.DeliveryTag)
 			}
 			failed = true
 			return
@@ -438,13 +443,32 @@ collect:
 			t.Reset(quietRound)
 		}
 	}
-	if err := c.ch.Cancel(c.tag, false); err == nil {
+	// From the barrier to cancel-ok no settle is written on the channel,
+	// so none opens the window while the cancel is on its way. The
+	// barrier's confirm comes after every delivery that the settles and
+	// the copies published before it made the queue send (the queue sends
+	// both to the channel, in order), and the client buffers those for the
+	// consumer until cancel-ok: the drain below gets them all.
+	c.acks.hold()
+	if settleBarriers {
+		if err := b.publishMarker(ctx, c.qchan); err != nil {
+			b.log.Debug("release barrier failed; a delivery may arrive after the cancel and come back counted", "queue", c.queue, "err", err)
+		}
+	}
+	cancelled := c.ch.Cancel(c.tag, false) == nil
+	c.acks.unhold()
+	if cancelled {
 		var rest []amqp.Delivery
 		for d := range c.deliveries {
 			rest = append(rest, d)
 		}
 		if len(rest) > 0 {
 			take(rest)
+		}
+	}
+	for _, tag := range requeue {
+		if err := c.acks.nack(tag, true); err != nil {
+			b.log.Debug("nack of a buffered message failed; it comes back when the channel closes", "queue", c.queue, "err", err)
 		}
 	}
 	// All together: RabbitMQ 3.10 holds a channel's settles to a quorum

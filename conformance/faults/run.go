@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -503,15 +504,48 @@ func (r *run) done() bool {
 
 // quiet reports whether nothing has happened for two leases and a second
 // and the queue shows nothing ready, scheduled or in flight (as far as Stats
-// can tell).
+// can tell). Where Stats cannot tell what is in flight (InFlight -1), the
+// workers' own records must show that none of them holds a job: a worker
+// that hands its buffer back before a suspect runs alone holds jobs the
+// queue does not count as ready, for seconds on a loaded machine.
 func (r *run) quiet(h History) bool {
-	if len(h) == 0 || time.Since(h[len(h)-1].At) < 2*r.tg.Lease+time.Second {
+	if len(h) == 0 {
+		return false
+	}
+	last := h[len(h)-1].At
+	if time.Since(last) < 2*r.tg.Lease+time.Second {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := r.ad().Stats(ctx, r.queue)
-	return err == nil && st.Ready <= 0 && st.Scheduled <= 0 && st.InFlight <= 0
+	if err != nil || st.Ready > 0 || st.Scheduled > 0 || st.InFlight > 0 {
+		return false
+	}
+	return st.InFlight == 0 || r.workersIdle(ctx, last)
+}
+
+// workersIdle reports whether no live worker of the run's queue held a job
+// at a heartbeat after since (true without a store: nothing more can be
+// known). A worker whose record missed three heartbeats is dead: what it
+// held comes back without it.
+func (r *run) workersIdle(ctx context.Context, since time.Time) bool {
+	ws, err := r.ad().Workers(ctx)
+	if errors.Is(err, ap.ErrNoStore) {
+		return true
+	}
+	if err != nil {
+		return false
+	}
+	for _, w := range ws {
+		if !slices.Contains(w.Queues, r.queue) || time.Since(w.BeatAt) > 3*w.Heartbeat {
+			continue
+		}
+		if w.Held > 0 || w.BeatAt.Before(since) {
+			return false
+		}
+	}
+	return true
 }
 
 // finish stops the workers, drains the dead letters, checks the history and

@@ -206,6 +206,7 @@ func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *
 		UnhandledRetries: ap.Limit(0),
 		HealthInterval:   100 * time.Millisecond,
 		WorkerName:       spec.Name,
+		WorkerHeartbeat:  workerHeartbeat, // what it holds, for run.quiet
 		Logger:           slog.New(&lostLeases{next: quiet().Handler(), log: log, worker: spec.Name}),
 		Hooks: ap.Hooks{
 			OnDeadLetter: func(_ context.Context, dl ap.DeadLetter) {
@@ -229,6 +230,11 @@ func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *
 	}
 	return p, nil
 }
+
+// workerHeartbeat is how often a worker writes its record, with the jobs it
+// holds (Platform.Workers): run.quiet reads it where Stats cannot tell what
+// is in flight.
+const workerHeartbeat = 250 * time.Millisecond
 
 // worker is one worker the parent controls: a child process, or a platform
 // in this process.
