@@ -811,7 +811,7 @@ func (p *Platform) Start(ctx context.Context) error {
 			defer p.fetchers.Done()
 			q.Fetch(fetchCtx)
 		}()
-		for range q.Concurrency() {
+		for range q.Workers() {
 			p.workers.Add(1)
 			go func() {
 				defer p.workers.Done()

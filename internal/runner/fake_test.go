@@ -56,6 +56,7 @@ type fakeBackend struct {
 	extendLeases  []time.Duration
 	extended      chan string // gets the id of each extended delivery (buffered; dropped when full)
 	acked         []string
+	ackHook       func(id string) // non-nil: called by Ack before it settles, outside the lock
 	requeued      []string
 	settleCalls   int
 	byQueueClaims []string       // queue of each delivery handed out, in order
@@ -184,6 +185,12 @@ func (b *fakeBackend) settle(d *driver.Delivery) error {
 }
 
 func (b *fakeBackend) Ack(_ context.Context, d *driver.Delivery) error {
+	b.mu.Lock()
+	hook := b.ackHook
+	b.mu.Unlock()
+	if hook != nil {
+		hook(b.lease(d).id)
+	}
 	if err := b.settle(d); err != nil {
 		return err
 	}

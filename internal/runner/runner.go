@@ -30,6 +30,7 @@ type Delivery[J any] struct {
 	renewed mono       // when the lease was last started or extended
 	started bool       // Ctx is set: CancelHandler cancels it
 	freed   bool       // its claim slot was given back before release (worker goroutine only)
+	turn    bool       // its worker holds a handler turn (worker goroutine only)
 	done    bool       // settled (or given up): no more backend calls on D
 	lost    bool       // the lease was lost while held
 }
@@ -119,10 +120,20 @@ type Config[J any] struct {
 }
 
 // Queue works one queue: a fetcher claims up to Concurrency+Prefetch
-// deliveries and Concurrency workers run them.
+// deliveries and Workers() workers run them, at most Concurrency handlers
+// at once.
+//
+// A worker takes a handler turn before it takes a delivery, and gives it
+// back when the handler returns (FreeSlot), before the outcome is reported:
+// while one worker waits for the broker to confirm a settle, another runs
+// the next job. So the settle's round trip does not bound a queue at
+// Concurrency jobs a round trip. Deliveries still leave the work channel in
+// the order they were claimed, taken by one turn holder at a time when
+// Concurrency is 1.
 type Queue[J any] struct {
 	cfg   Config[J]
 	max   int
+	turns chan struct{}     // one token per handler that may start
 	slots chan struct{}     // one token per free claim slot
 	jobs  chan *Delivery[J] // claimed, waiting for a worker
 	wake  chan struct{}     // a pool's pause gates changed
@@ -142,6 +153,10 @@ func New[J any](cfg Config[J]) *Queue[J] {
 		q.slots <- struct{}{}
 	}
 	q.jobs = make(chan *Delivery[J], q.max)
+	q.turns = make(chan struct{}, cfg.Concurrency)
+	for range cfg.Concurrency {
+		q.turns <- struct{}{}
+	}
 	q.wake = make(chan struct{}, 1)
 	if cfg.Pool != nil {
 		q.poolRecv = make([]atomic.Int32, len(cfg.Pool.Names))
@@ -149,8 +164,12 @@ func New[J any](cfg Config[J]) *Queue[J] {
 	return q
 }
 
-// Concurrency is how many workers the runner needs.
+// Concurrency is how many handlers of the runner run at once at most.
 func (q *Queue[J]) Concurrency() int { return q.cfg.Concurrency }
+
+// Workers is how many goroutines must run Work: two a handler turn, so
+// that one reports its job's outcome while the other runs the next job.
+func (q *Queue[J]) Workers() int { return 2 * q.cfg.Concurrency }
 
 // Name is the queue's name.
 func (q *Queue[J]) Name() string { return q.cfg.Name }
@@ -290,11 +309,19 @@ func (m *merged) stop() {
 	}
 }
 
-// Work runs deliveries until the fetcher closes the work channel.
+// Work runs deliveries until the fetcher closes the work channel: it
+// takes a handler turn, then the next delivery (see Queue).
 func (q *Queue[J]) Work() {
 	t := &jobctx.Timer{}
 	defer t.Stop()
-	for f := range q.jobs {
+	for {
+		<-q.turns
+		f, ok := <-q.jobs
+		if !ok {
+			q.turns <- struct{}{} // for the next worker to see the close
+			return
+		}
+		f.turn = true
 		q.runOne(t, f)
 	}
 }
@@ -337,17 +364,22 @@ func (q *Queue[J]) release(f *Delivery[J]) {
 	q.FreeSlot(f)
 }
 
-// FreeSlot gives f's claim slot back, once. The worker calls it as soon as
-// the handler returns, so the fetcher claims the next jobs while the outcome
-// is reported instead of after: a claim and a settle overlap rather than
-// follow each other. The deliveries held at once are then at most
-// Concurrency + Prefetch, plus one being settled per worker. Only the
-// goroutine that owns f (its worker, or whoever took it off the work channel
-// to hand it back) may call it.
+// FreeSlot gives f's claim slot back, once, and its worker's handler turn.
+// The worker calls it as soon as the handler returns, so that the fetcher
+// claims the next jobs, and another worker runs the next one, while the
+// outcome is reported instead of after: a claim, a handler and a settle
+// overlap rather than follow each other. The deliveries held at once are
+// then at most Concurrency + Prefetch, plus up to Concurrency being
+// settled. Only the goroutine that owns f (its worker, or whoever took it
+// off the work channel to hand it back) may call it.
 func (q *Queue[J]) FreeSlot(f *Delivery[J]) {
 	if !f.freed {
 		f.freed = true
 		q.slots <- struct{}{}
+	}
+	if f.turn {
+		f.turn = false
+		q.turns <- struct{}{}
 	}
 }
 

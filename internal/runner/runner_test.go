@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,19 +33,24 @@ type testOpts struct {
 	// lease lapses, or whose pool sentinels claim with no slot (by design:
 	// see PoolConfig and fetchPool).
 	noLimit bool
+	// freeEarly: the claim slot and the handler turn are given back when
+	// the handler returns, before the settle, as the platform's Process
+	// does (FreeSlot).
+	freeEarly bool
 }
 
 // testBundle is one runner over a fake backend, with the machinery the
 // platform would run beside it: a health gate, the workers, the lease
 // keeper.
 type testBundle struct {
-	backend *fakeBackend
-	gate    *health.Gate
-	pause   *health.Gate   // nil unless testOpts.pause
-	pauses  []*health.Gate // a pool's, one per queue
-	queue   *Queue[string]
-	lease   time.Duration
-	workers *sync.WaitGroup
+	backend   *fakeBackend
+	freeEarly bool
+	gate      *health.Gate
+	pause     *health.Gate   // nil unless testOpts.pause
+	pauses    []*health.Gate // a pool's, one per queue
+	queue     *Queue[string]
+	lease     time.Duration
+	workers   *sync.WaitGroup
 
 	// handler runs each delivery the workers take; nil: succeed at once.
 	// Set it before start.
@@ -84,6 +90,7 @@ func setup(t *testing.T, o testOpts) *testBundle {
 		workers:    &sync.WaitGroup{},
 		settleErrs: make(chan error, 1000),
 		ended:      make(chan struct{}),
+		freeEarly:  o.freeEarly,
 	}
 	if !o.noLimit {
 		b.backend.limit = o.concurrency + o.prefetch
@@ -154,6 +161,9 @@ func (b *testBundle) process(_ *jobctx.Timer, f *Delivery[string]) {
 	}
 	b.running.Add(-1)
 	f.Ctx.Cancel(context.Canceled)
+	if b.freeEarly {
+		b.queue.FreeSlot(f)
+	}
 	var msg *driver.Message
 	if err != nil {
 		msg = &driver.Message{ID: f.Job, Body: f.D.Body}
@@ -175,7 +185,7 @@ func (b *testBundle) start() {
 		defer close(b.fetchDone)
 		b.queue.Fetch(b.fetchCtx)
 	}()
-	for range b.queue.Concurrency() {
+	for range b.queue.Workers() {
 		b.workers.Add(1)
 		go func() {
 			defer b.workers.Done()
@@ -802,6 +812,44 @@ func TestQueue(t *testing.T) {
 }
 
 // TestDelivery covers Delivery's own rules.
+// TestSettleOverlapsNextHandler: a worker gives its handler turn back when
+// its handler returns, so while the first job's settle waits for the broker
+// the next jobs run; still one handler at a time at Concurrency 1, and in
+// the order claimed.
+func TestSettleOverlapsNextHandler(t *testing.T) {
+	b := setup(t, testOpts{concurrency: 1, prefetch: 1, noLimit: true, freeEarly: true})
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	let := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(let) // before the bundle's stop, which waits for the workers
+	b.backend.ackHook = func(id string) {
+		if id == testQueue+"-1" {
+			<-release // the broker has not answered the first settle yet
+		}
+	}
+	var mu sync.Mutex
+	var order []string
+	b.handler = func(_ context.Context, f *Delivery[string]) error {
+		mu.Lock()
+		order = append(order, f.Job)
+		mu.Unlock()
+		return nil
+	}
+	b.backend.push(testQueue, 3)
+	b.start()
+	waitFor(t, "the next jobs to run while the first's settle waits", func() bool { return b.started.Load() == 3 })
+	let()
+	waitFor(t, "every job to be acked", func() bool { return b.acked() == 3 })
+	if m := b.maxRunning.Load(); m != 1 {
+		t.Errorf("%d handlers ran at once at Concurrency 1", m)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"q-1", "q-2", "q-3"}; !slices.Equal(order, want) {
+		t.Errorf("ran %q, want the claimed order %q", order, want)
+	}
+}
+
 func TestDelivery(t *testing.T) {
 	t.Parallel()
 
