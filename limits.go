@@ -38,7 +38,7 @@ type TypeLimit struct {
 	// allowed: 0.5 is one every two seconds). Each process reserves starts
 	// in batches, one store write each, and a job waits in its worker for
 	// its start, up to a second, but never more than about three quarters
-	// of its queue's workers at once (contract §13). Defaults to 0: no
+	// of its queue's Concurrency at once (contract §13). Defaults to 0: no
 	// limit.
 	Rate float64
 

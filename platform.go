@@ -347,7 +347,9 @@ type Attempt struct {
 }
 
 // Hooks are called synchronously by the worker that handled the job; keep
-// them fast.
+// them fast. A hook may run while the queue's next job runs, and beside
+// another job's hook, even at Concurrency 1: a job's outcome is reported
+// after its handler has given its turn to the next job (contract §3).
 type Hooks struct {
 	// AfterAttempt is called after every handler call, once its outcome is
 	// reported to the backend.

@@ -2,10 +2,12 @@ package asyncplatform
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/backend/memory"
+	"github.com/asyncplatform/asyncplatform/driver"
 )
 
 // A job its type's limit refuses ends its delivery by the same settle path
@@ -52,5 +54,55 @@ func TestOverLimitSettledLikeAnyEnd(t *testing.T) {
 	}
 	if st.Failures != 0 || st.Crashes != 0 {
 		t.Errorf("the refused job was charged: %d failures, %d crashes", st.Failures, st.Crashes)
+	}
+}
+
+// slowAcks is a backend whose acknowledgements take a while, as a remote
+// broker's do; it counts requeues.
+type slowAcks struct {
+	driver.Backend
+	requeues atomic.Int32
+}
+
+func (b *slowAcks) Ack(ctx context.Context, d *driver.Delivery) error {
+	time.Sleep(20 * time.Millisecond)
+	return b.Backend.Ack(ctx, d)
+}
+
+func (b *slowAcks) Requeue(ctx context.Context, d *driver.Delivery, m driver.Message) error {
+	b.requeues.Add(1)
+	return b.Backend.Requeue(ctx, d, m)
+}
+
+// A job's type limit place is given back when its handler returns, before
+// its settle: while one job's acknowledgement is on its way, the next job
+// of the type runs under a limit equal to the queue's Concurrency, and
+// none is refused.
+func TestLimitFreedBeforeSettle(t *testing.T) {
+	ctx := t.Context()
+	broker := memory.NewBroker()
+	b := &slowAcks{Backend: broker.Connect()}
+	cfg := Config{Logger: quietLog, LimitDelay: time.Minute,
+		Queues: map[string]QueueConfig{DefaultQueue: {Concurrency: 1, Prefetch: Limit(1)}},
+		Limits: map[string]TypeLimit{"t": {Concurrency: 1}}}
+	p, err := New(b, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	for range n {
+		if err := p.Enqueue(ctx, &Job{Type: "t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ran atomic.Int32
+	_ = p.Handle("t", func(context.Context, *Job) error { ran.Add(1); return nil })
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Stop(ctx) }()
+	waitUntil(t, "every job to run", func() bool { return ran.Load() == n })
+	if r := b.requeues.Load(); r != 0 {
+		t.Errorf("%d jobs were refused by a limit no running job reached (requeued)", r)
 	}
 }

@@ -187,8 +187,9 @@ type Ticket struct {
 // Admit takes what the limits of type typ require before a job of the
 // type runs (id names it in the logs): a place under the process's
 // concurrency, a cluster slot, a start under the rate, in that order.
-// workers is how many workers the job's queue has: a rate lets about
-// three quarters of them at most wait in Admit for their starts.
+// workers is its queue's Concurrency, the handlers that may run at once: a
+// rate lets about three quarters of them at most wait in Admit for their
+// starts.
 //
 // A job Admit admits (ok) holds its Ticket until it ends, then releases it.
 // A job it refuses holds nothing, and wait is how long the limit asks it

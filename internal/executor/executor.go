@@ -237,7 +237,15 @@ func (x *Executor[V]) Process(q *Queue[V], t *jobctx.Timer, f *Delivery[V]) {
 		x.settle(f, j, decide.Decide(in), "", nil)
 		return
 	}
-	defer ticket.Release(context.Background())
+	// The ticket is given back as soon as the handler returns, before the
+	// worker's turn (FreeSlot): the next job's Admit must find the places
+	// this one held free, not held through its settle.
+	released := false
+	defer func() {
+		if !released {
+			ticket.Release(context.Background())
+		}
+	}()
 	isolated := false
 	if j.Suspect && x.cfg.Isolate { // it was in a process that died: it runs alone
 		if !x.isolate(f) {
@@ -257,6 +265,8 @@ func (x *Executor[V]) Process(q *Queue[V], t *jobctx.Timer, f *Delivery[V]) {
 		return
 	}
 	f.Ctx.Cancel(context.Canceled)
+	released = true
+	ticket.Release(context.Background())
 	q.FreeSlot(f)
 
 	in.Result, in.RejectAfter = x.cfg.Classify(r.err) // decide

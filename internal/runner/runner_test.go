@@ -811,7 +811,6 @@ func TestQueue(t *testing.T) {
 	})
 }
 
-// TestDelivery covers Delivery's own rules.
 // TestSettleOverlapsNextHandler: a worker gives its handler turn back when
 // its handler returns, so while the first job's settle waits for the broker
 // the next jobs run; still one handler at a time at Concurrency 1, and in
@@ -833,6 +832,7 @@ func TestSettleOverlapsNextHandler(t *testing.T) {
 		mu.Lock()
 		order = append(order, f.Job)
 		mu.Unlock()
+		time.Sleep(5 * time.Millisecond) // room for a second handler, were one let in
 		return nil
 	}
 	b.backend.push(testQueue, 3)
@@ -850,6 +850,7 @@ func TestSettleOverlapsNextHandler(t *testing.T) {
 	}
 }
 
+// TestDelivery covers Delivery's own rules.
 func TestDelivery(t *testing.T) {
 	t.Parallel()
 
