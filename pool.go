@@ -113,7 +113,7 @@ func (p *Platform) newRunners() {
 		var q *executor.Queue[Job]
 		q = runner.New(runner.Config[executor.Work[Job]]{
 			Name: name, Backend: p.backend, Gate: &p.health, Pause: p.pz.Gate(name), Lease: p.cfg.Lease,
-			Concurrency: qc.Concurrency, Prefetch: *qc.Prefetch, Log: p.log, Workers: &p.workers,
+			Concurrency: qc.Concurrency, Prefetch: *qc.Prefetch, LocalSettle: p.caps.LocalSettle, Log: p.log, Workers: &p.workers,
 			Process: func(t *jobctx.Timer, f *inflight) { p.exec.Process(q, t, f) },
 		})
 		p.queues = append(p.queues, q)
@@ -126,7 +126,7 @@ func (p *Platform) newRunners() {
 		var q *executor.Queue[Job]
 		q = runner.New(runner.Config[executor.Work[Job]]{
 			Name: pl.Queues[0], Backend: p.backend, Gate: &p.health, Lease: p.cfg.Lease,
-			Concurrency: pl.Concurrency, Prefetch: *pl.Prefetch, Log: p.log, Workers: &p.workers,
+			Concurrency: pl.Concurrency, Prefetch: *pl.Prefetch, LocalSettle: p.caps.LocalSettle, Log: p.log, Workers: &p.workers,
 			Process: func(t *jobctx.Timer, f *inflight) { p.exec.Process(q, t, f) },
 			Pool: &runner.PoolConfig[executor.Work[Job]]{
 				Names: pl.Queues, Weights: pl.Weights, Pauses: pauses, Probe: poolProbe, HandBack: p.exec.HandBack,

@@ -64,6 +64,12 @@ type slowAcks struct {
 	requeues atomic.Int32
 }
 
+func (b *slowAcks) Capabilities() driver.Capabilities {
+	c := b.Backend.Capabilities()
+	c.LocalSettle = false // a round trip to overlap
+	return c
+}
+
 func (b *slowAcks) Ack(ctx context.Context, d *driver.Delivery) error {
 	time.Sleep(20 * time.Millisecond)
 	return b.Backend.Ack(ctx, d)

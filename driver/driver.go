@@ -201,6 +201,12 @@ type Capabilities struct {
 	// connection ends, and the platform never calls ExtendDead.
 	DeadHold time.Duration
 
+	// LocalSettle is true when Ack, Requeue and DeadLetter complete in this
+	// process, with no round trip to wait for (an in-memory broker): the
+	// platform then runs one worker a handler rather than two, as there
+	// is no settle to overlap with the next job (see Config.Concurrency).
+	LocalSettle bool
+
 	// Deduplicates is true when the backend drops a publish whose key
 	// (Message.Dedupe, or Message.ID without one) it stored within a
 	// window. The platform then carries a random nonce in every job it

@@ -139,7 +139,7 @@ func (q *queue) signal() {
 
 // Capabilities implements driver.Backend.
 func (b *Backend) Capabilities() driver.Capabilities {
-	return driver.Capabilities{RedeliversOnClose: true, DeadHold: b.deadHold}
+	return driver.Capabilities{RedeliversOnClose: true, DeadHold: b.deadHold, LocalSettle: true}
 }
 
 func (b *Backend) lock() error {

@@ -107,6 +107,10 @@ type Config[J any] struct {
 	Lease       time.Duration
 	Concurrency int
 	Prefetch    int
+	// LocalSettle: the backend settles with no round trip to wait for
+	// (driver.Capabilities.LocalSettle), so one worker a handler turn
+	// runs its jobs one after another (see Queue).
+	LocalSettle bool
 	Log         *slog.Logger
 	// Process decides and settles one delivery; Work calls it on a worker
 	// goroutine with that goroutine's timer.
@@ -129,7 +133,8 @@ type Config[J any] struct {
 // the next job. So the settle's round trip does not bound a queue at
 // Concurrency jobs a round trip. Deliveries still leave the work channel in
 // the order they were claimed, taken by one turn holder at a time when
-// Concurrency is 1.
+// Concurrency is 1. With Config.LocalSettle there is no round trip to
+// overlap: one worker a turn, and no turns are taken.
 type Queue[J any] struct {
 	cfg   Config[J]
 	max   int
@@ -168,8 +173,14 @@ func New[J any](cfg Config[J]) *Queue[J] {
 func (q *Queue[J]) Concurrency() int { return q.cfg.Concurrency }
 
 // Workers is how many goroutines must run Work: two a handler turn, so
-// that one reports its job's outcome while the other runs the next job.
-func (q *Queue[J]) Workers() int { return 2 * q.cfg.Concurrency }
+// that one reports its job's outcome while the other runs the next job;
+// one with Config.LocalSettle.
+func (q *Queue[J]) Workers() int {
+	if q.cfg.LocalSettle {
+		return q.cfg.Concurrency
+	}
+	return 2 * q.cfg.Concurrency
+}
 
 // Name is the queue's name.
 func (q *Queue[J]) Name() string { return q.cfg.Name }
@@ -314,6 +325,12 @@ func (m *merged) stop() {
 func (q *Queue[J]) Work() {
 	t := &jobctx.Timer{}
 	defer t.Stop()
+	if q.cfg.LocalSettle { // as many workers as turns: each always holds one
+		for f := range q.jobs {
+			q.runOne(t, f)
+		}
+		return
+	}
 	for {
 		<-q.turns
 		f, ok := <-q.jobs
