@@ -28,7 +28,8 @@ type TypeLimit struct {
 	// every process over the backend: a slot in the backend's store,
 	// taken before the handler runs, renewed with the job's lease, kept
 	// by the process for its next job of the type for up to 100 ms after
-	// it ends (no store round trip per job while jobs come), then freed;
+	// its handler returns (no store round trip per job while jobs come),
+	// then freed;
 	// free again one lease after its process died.
 	// Defaults to 0: no limit.
 	ClusterConcurrency int

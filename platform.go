@@ -274,7 +274,10 @@ type Config struct {
 
 // QueueConfig configures one queue of Config.Queues.
 type QueueConfig struct {
-	// Concurrency is how many handlers run at once for this queue.
+	// Concurrency is how many handlers run at once for this queue. A
+	// worker reports a job's outcome while the next job's handler runs,
+	// so up to twice as many jobs may be settling (not on a backend whose
+	// Capabilities.LocalSettle is set, such as memory).
 	// Defaults to DefaultConcurrency.
 	Concurrency int
 

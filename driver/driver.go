@@ -204,7 +204,8 @@ type Capabilities struct {
 	// LocalSettle is true when Ack, Requeue and DeadLetter complete in this
 	// process, with no round trip to wait for (an in-memory broker): the
 	// platform then runs one worker a handler rather than two, as there
-	// is no settle to overlap with the next job (see Config.Concurrency).
+	// is no broker round trip to overlap with the next job (see
+	// asyncplatform.QueueConfig.Concurrency).
 	LocalSettle bool
 
 	// Deduplicates is true when the backend drops a publish whose key

@@ -191,7 +191,9 @@ type Ticket struct {
 // rate lets about three quarters of them at most wait in Admit for their
 // starts.
 //
-// A job Admit admits (ok) holds its Ticket until it ends, then releases it.
+// A job Admit admits (ok) holds its Ticket until its handler returns (or
+// it ends without running), then releases it, before its outcome is
+// reported.
 // A job it refuses holds nothing, and wait is how long the limit asks it
 // to wait; zero when it does not say (a concurrency limit, a store that
 // failed: the failure is logged).

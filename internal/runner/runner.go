@@ -387,7 +387,7 @@ func (q *Queue[J]) release(f *Delivery[J]) {
 // outcome is reported instead of after: a claim, a handler and a settle
 // overlap rather than follow each other. The deliveries held at once are
 // then at most Concurrency + Prefetch, plus up to 2 × Concurrency being
-// settled. Only the goroutine that owns f (its worker, or whoever took it
+// settled (Concurrency with Config.LocalSettle). Only the goroutine that owns f (its worker, or whoever took it
 // off the work channel to hand it back) may call it.
 func (q *Queue[J]) FreeSlot(f *Delivery[J]) {
 	if !f.freed {
