@@ -50,6 +50,7 @@ type acker struct {
 	leading bool          // a caller writes the queued acks
 	kick    chan struct{} // wakes a leader that waits for blocked acks
 	timer   *time.Timer   // the leader's, for the end of a wait
+	wait    time.Duration // how long a blocked ack waits: ackWait (tests set it)
 	holding bool          // hold: no frame is written until unhold
 	writing int           // frames being written with mu released
 	idle    *sync.Cond    // on mu: signalled when writing drops or holding ends
@@ -59,7 +60,7 @@ type acker struct {
 }
 
 func newAcker(ch settler) *acker {
-	a := &acker{ch: ch, kick: make(chan struct{}, 1)}
+	a := &acker{ch: ch, kick: make(chan struct{}, 1), wait: ackWait}
 	a.idle = sync.NewCond(&a.mu)
 	return a
 }
@@ -68,7 +69,8 @@ func newAcker(ch settler) *acker {
 // written, until unhold: acks and nacks asked for meanwhile wait. A
 // release holds the acker from its settle barrier to basic.cancel-ok, so
 // that no settle opens the prefetch window while the cancel is on its way
-// (see release).
+// (see release): the channel's settles wait for the barrier's confirm and
+// the cancel-ok, however long the broker takes. A hold is not re-entrant.
 func (a *acker) hold() {
 	a.mu.Lock()
 	a.holding = true
@@ -83,7 +85,9 @@ func (a *acker) unhold() {
 	a.mu.Lock()
 	a.holding = false
 	a.idle.Broadcast()
-	a.kickLocked()
+	if a.leading {
+		a.kickLocked()
+	}
 	a.mu.Unlock()
 }
 
@@ -142,12 +146,12 @@ func (a *acker) ackAll(tags []uint64) error {
 // enqueue queues an ack of each tag; the first leads the next flush when
 // no caller leads one now.
 func (a *acker) enqueue(tags []uint64) []*ackReq {
-	until := time.Now().Add(ackWait)
 	rs := make([]*ackReq, len(tags))
+	a.mu.Lock()
+	until := time.Now().Add(a.wait)
 	for i, tag := range tags {
 		rs[i] = &ackReq{tag: tag, until: until, wake: make(chan struct{})}
 	}
-	a.mu.Lock()
 	a.queue = append(a.queue, rs...)
 	if a.leading {
 		a.kickLocked()

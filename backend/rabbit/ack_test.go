@@ -195,6 +195,9 @@ func contains(m map[uint64]bool, tag uint64) bool {
 func TestAckerHeldBlocks(t *testing.T) {
 	f := newFakeChannel(6)
 	a := newAcker(f)
+	// Blocked acks wait until the test ends their wait: a slow moment of
+	// the machine must not end it (at ackWait) before they are counted.
+	a.wait = time.Hour
 	gate := make(chan struct{})
 	f.gate = gate
 	var wg sync.WaitGroup
@@ -214,6 +217,12 @@ func TestAckerHeldBlocks(t *testing.T) {
 	ack(3)
 	ack(5)
 	waitQueued(t, a, 4)
+	a.mu.Lock()
+	for _, r := range a.queue {
+		r.until = time.Now()
+	}
+	a.wait = ackWait
+	a.mu.Unlock()
 	close(gate)
 	wg.Wait()
 	if f.err != nil {

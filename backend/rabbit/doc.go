@@ -425,9 +425,10 @@
 //     counted when the channel closes. Release holds the channel's settles
 //     from a settle barrier to cancel-ok, so neither a settle nor a copy
 //     the release confirmed before the barrier makes the queue send after
-//     the cancel; a message another process puts in the queue at that
-//     instant (an enqueue, or a dead worker's deliveries coming back) still
-//     can.
+//     the cancel; a message put in the queue at that instant by anyone
+//     else (an enqueue, a handler's Requeue copy, or a dead worker's
+//     deliveries coming back) still can, and so can any delivery while the
+//     connection is blocked (the barrier, a publish, is skipped then).
 //   - Without Config.Store there are no gone marks: an ack lost to a cut
 //     connection or a broker restart after a Requeue's, DeadLetter's,
 //     delay hop's or release's copy was confirmed brings the original back

@@ -362,7 +362,9 @@ const quietRound = 20 * time.Millisecond
 // every delivery that this channel's settles, or the copies confirmed
 // before the barrier, made the queue send arrives before the barrier's
 // confirm, so before cancel-ok. It collects what is left, and only then
-// acks the originals of the copies, all together. It hands back what
+// acks the originals of the copies, all together; deliveries whose copies
+// could not be published are nacked (requeued, counted) after the cancel,
+// so that none comes back to the consumer being cancelled. It hands back what
 // it collects a burst at a time (what the client has buffered when it
 // looks): one gone-mark lookup, one publish of the copies and two mark
 // writes per burst, not per message. The copies go to the queue it still
@@ -414,7 +416,7 @@ func (b *Backend) release(c *consumer) {
 	// burst returns d and what else is buffered now, up to the window.
 	burst := func(d amqp.Delivery) []amqp.Delivery {
 		got := []amqp.Delivery{d}
-		for int(c.held.Load())+len(tags)+len(got) < c.prefetch {
+		for int(c.held.Load())+len(tags)+len(requeue)+len(got) < c.prefetch {
 			select {
 			case d, ok := <-c.deliveries:
 				if !ok {
@@ -430,7 +432,7 @@ func (b *Backend) release(c *consumer) {
 	t := time.NewTimer(quietRound)
 	defer t.Stop()
 collect:
-	for quiet := 0; quiet < 2 && int(c.held.Load())+len(tags) < c.prefetch; {
+	for quiet := 0; quiet < 2 && int(c.held.Load())+len(tags)+len(requeue) < c.prefetch; {
 		select {
 		case d, ok := <-c.deliveries:
 			if !ok {
@@ -449,11 +451,18 @@ collect:
 	// the copies published before it made the queue send (the queue sends
 	// both to the channel, in order), and the client buffers those for the
 	// consumer until cancel-ok: the drain below gets them all.
+	// A connection the broker blocked takes no publish (it stops reading
+	// the connection), so the barrier is skipped then, as the copies are.
 	c.acks.hold()
-	if settleBarriers {
-		if err := b.publishMarker(ctx, c.qchan); err != nil {
-			b.log.Debug("release barrier failed; a delivery may arrive after the cancel and come back counted", "queue", c.queue, "err", err)
+	b.mu.Lock()
+	blocked := b.blocked != nil
+	b.mu.Unlock()
+	if settleBarriers && !blocked {
+		bctx, bcancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
+		if err := b.publishMarker(bctx, c.qchan); err != nil {
+			b.log.Warn("release barrier failed; a delivery may arrive after the cancel and come back counted", "queue", c.queue, "err", err)
 		}
+		bcancel()
 	}
 	cancelled := c.ch.Cancel(c.tag, false) == nil
 	c.acks.unhold()

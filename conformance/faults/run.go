@@ -214,6 +214,8 @@ type run struct {
 	mu      sync.Mutex
 	n       int
 	workers []worker
+	beat    time.Duration   // the workers' Heartbeat, once spec has asked Stats
+	beating map[string]bool // workers whose record workersIdle has seen
 	garbage [][]byte
 	dead    []ap.DeadLetter // every dead letter found, once finish has run
 }
@@ -309,6 +311,7 @@ func (r *run) spec() WorkerSpec {
 	r.mu.Unlock()
 	name := fmt.Sprintf("w%d", n)
 	return WorkerSpec{
+		Heartbeat:   r.heartbeat(),
 		Name:        name,
 		Addr:        r.addr,
 		Queue:       r.queue,
@@ -525,10 +528,37 @@ func (r *run) quiet(h History) bool {
 	return st.InFlight == 0 || r.workersIdle(ctx, last)
 }
 
-// workersIdle reports whether no live worker of the run's queue held a job
-// at a heartbeat after since (true without a store: nothing more can be
-// known). A worker whose record missed three heartbeats is dead: what it
-// held comes back without it.
+// quietBeat is the workers' heartbeat where Stats cannot tell what is in
+// flight: workersIdle reads what each holds from its record.
+const quietBeat = 250 * time.Millisecond
+
+// heartbeat returns the workers' Heartbeat: quietBeat where the queue's
+// Stats cannot tell what is in flight (or could not be read), else 0 (the
+// platform's default), asked once per run.
+func (r *run) heartbeat() time.Duration {
+	r.mu.Lock()
+	beat := r.beat
+	r.mu.Unlock()
+	if beat != 0 {
+		return max(beat, 0)
+	}
+	beat = quietBeat
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if st, err := r.ad().Stats(ctx, r.queue); err == nil && st.InFlight >= 0 {
+		beat = -1 // known: the default
+	}
+	r.mu.Lock()
+	r.beat = beat
+	r.mu.Unlock()
+	return max(beat, 0)
+}
+
+// workersIdle reports whether no worker of the run still running held a
+// job at a heartbeat after since (true without a store: nothing more can
+// be known). A running worker whose record is missing (a late beat drops
+// it from Platform.Workers) is idle only if it never had one: a worker
+// that holds dead letters, or one still starting.
 func (r *run) workersIdle(ctx context.Context, since time.Time) bool {
 	ws, err := r.ad().Workers(ctx)
 	if errors.Is(err, ap.ErrNoStore) {
@@ -537,15 +567,34 @@ func (r *run) workersIdle(ctx context.Context, since time.Time) bool {
 	if err != nil {
 		return false
 	}
+	rec := map[string]ap.WorkerInfo{}
 	for _, w := range ws {
-		if !slices.Contains(w.Queues, r.queue) || time.Since(w.BeatAt) > 3*w.Heartbeat {
-			continue
-		}
-		if w.Held > 0 || w.BeatAt.Before(since) {
-			return false
+		if slices.Contains(w.Queues, r.queue) {
+			rec[w.Name] = w
 		}
 	}
-	return true
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.beating == nil {
+		r.beating = map[string]bool{}
+	}
+	idle := true
+	for _, w := range r.workers {
+		select {
+		case <-w.Done():
+			continue // what it held comes back without it
+		default:
+		}
+		in, ok := rec[w.Name()]
+		switch {
+		case ok:
+			r.beating[w.Name()] = true
+			idle = idle && in.Held == 0 && in.BeatAt.After(since)
+		case r.beating[w.Name()]:
+			idle = false
+		}
+	}
+	return idle
 }
 
 // finish stops the workers, drains the dead letters, checks the history and

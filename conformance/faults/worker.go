@@ -53,6 +53,10 @@ type WorkerSpec struct {
 	DieInDeadLetter string
 	// StopTimeout is how long Stop lets running handlers finish on SIGTERM.
 	StopTimeout time.Duration
+	// Heartbeat is the platform's WorkerHeartbeat (0: its default). The
+	// parent sets it short where Stats cannot tell what is in flight, so
+	// that run.quiet can read what each worker holds from its record.
+	Heartbeat time.Duration
 	// HoldDead makes the worker a dead-letter caller instead: it works no
 	// job, takes the queue's oldest free dead letter with NextDeadLetter,
 	// logs KindHeld and holds it, its callback never returning, until the
@@ -206,7 +210,7 @@ func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *
 		UnhandledRetries: ap.Limit(0),
 		HealthInterval:   100 * time.Millisecond,
 		WorkerName:       spec.Name,
-		WorkerHeartbeat:  workerHeartbeat, // what it holds, for run.quiet
+		WorkerHeartbeat:  spec.Heartbeat,
 		Logger:           slog.New(&lostLeases{next: quiet().Handler(), log: log, worker: spec.Name}),
 		Hooks: ap.Hooks{
 			OnDeadLetter: func(_ context.Context, dl ap.DeadLetter) {
@@ -230,11 +234,6 @@ func startPlatform(ctx context.Context, b driver.Backend, spec WorkerSpec, log *
 	}
 	return p, nil
 }
-
-// workerHeartbeat is how often a worker writes its record, with the jobs it
-// holds (Platform.Workers): run.quiet reads it where Stats cannot tell what
-// is in flight.
-const workerHeartbeat = 250 * time.Millisecond
 
 // worker is one worker the parent controls: a child process, or a platform
 // in this process.

@@ -110,8 +110,9 @@ func (r *Registry) Beat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	at := r.cfg.Now().UTC() // before Self: the record holds what was held at BeatAt or later
 	in := r.cfg.Self()
-	in.ID, in.BeatAt, in.Interval = r.id, r.cfg.Now().UTC(), r.cfg.Interval
+	in.ID, in.BeatAt, in.Interval = r.id, at, r.cfg.Interval
 	v, err := json.Marshal(in)
 	if err != nil {
 		return err
