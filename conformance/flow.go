@@ -267,12 +267,15 @@ func testPauseGroup(t *testing.T, e *env) {
 	// loaded machine's stalls stay inside its guard.
 	cfg.Lease = 4 * e.lease
 	// A lapsed delivery comes back within a lease and a half.
-	settle := func() { time.Sleep(max(3*cfg.Lease/2, e.scaled(300*time.Millisecond))) }
+	lapse := max(3*cfg.Lease/2, e.scaled(300*time.Millisecond))
+	settle := func() { time.Sleep(lapse) }
 	var logged, unhealthy atomic.Int32 // leases the worker logged as lost; its health gate's closings
 	cfg.Logger = slog.New(&lostLeases{dying: new(atomic.Bool), n: &logged, unhealthy: &unhealthy})
 	e.worker(cfg).handle(t, "g", ok).start(t)
 	admin := e.producer()
-	ctx := ctxT(t, 2*e.opts.Wait)
+	// The admin calls' context outlasts the case's sleeps as well as its
+	// waits: two settles and the wait for the workers to read the pause.
+	ctx := ctxT(t, 2*e.opts.Wait+2*lapse+2*ap.PausePoll)
 	e.alsoDelete(ap.HeldQueue(e.queue, "acme"))
 	if err := admin.PauseGroup(ctx, e.queue, "acme"); err != nil {
 		t.Fatalf("PauseGroup: %v", err)

@@ -422,13 +422,20 @@
 //   - A message published while a consumer is being released can be
 //     delivered to it after basic.cancel-ok (quorum queues do that, and the
 //     client drops the delivery); it then comes back with one more delivery
-//     counted when the channel closes. Release holds the channel's settles
-//     from a settle barrier to cancel-ok, so neither a settle nor a copy
-//     the release confirmed before the barrier makes the queue send after
-//     the cancel; a message put in the queue at that instant by anyone
-//     else (an enqueue, a handler's Requeue copy, or a dead worker's
-//     deliveries coming back) still can, and so can any delivery while the
-//     connection is blocked (the barrier, a publish, is skipped then).
+//     counted when the channel closes. A release holds the channel's
+//     settles until cancel-ok, so no settle opens the window while the
+//     cancel is on its way. A cancelled Receive's release (a suspect's
+//     isolation, a Stop) and Release first publish a settle barrier, a
+//     marker the queue confirms after sending every delivery the consume,
+//     the settles and the confirmed copies caused; the marker is counted
+//     in Stats.Ready until it reaches the head of the queue, where it
+//     expires. Close and the idle release wait instead for two quiet
+//     rounds as long as their slowest hand-back (within 200 ms), which a
+//     loaded broker can outlast. Either way, a message put in the queue
+//     at that instant by anyone else (an enqueue, a handler's Requeue
+//     copy, a dead worker's deliveries coming back) can still arrive
+//     after cancel-ok, and the barrier is skipped while the connection is
+//     blocked.
 //   - Without Config.Store there are no gone marks: an ack lost to a cut
 //     connection or a broker restart after a Requeue's, DeadLetter's,
 //     delay hop's or release's copy was confirmed brings the original back

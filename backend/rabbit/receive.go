@@ -281,7 +281,7 @@ func (b *Backend) leave(c *consumer, cancelled bool, lease time.Duration) {
 	}
 	b.mu.Unlock()
 	if release {
-		b.release(c)
+		b.release(c, true)
 	}
 }
 
@@ -297,7 +297,7 @@ func (b *Backend) idleRelease(c *consumer) {
 	b.wg.Add(1)
 	b.mu.Unlock()
 	defer b.wg.Done()
-	b.release(c)
+	b.release(c, false)
 }
 
 // releaseAll releases every consumer, for Close: what they buffered goes
@@ -315,7 +315,7 @@ func (b *Backend) releaseAll() {
 	}
 	b.mu.Unlock()
 	for _, c := range cs {
-		b.release(c)
+		b.release(c, false)
 	}
 }
 
@@ -348,6 +348,21 @@ func (b *Backend) ended(c *consumer) {
 // the broker's pipeline as quiet (two rounds in a row).
 const quietRound = 20 * time.Millisecond
 
+// barrierOK reports whether a release asked for a settle barrier may
+// publish one: not on a connection the broker blocked.
+func (b *Backend) barrierOK(barrier bool) bool {
+	if !barrier || !settleBarriers {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.blocked == nil
+}
+
+// holdRound bounds a round of release's wait while it holds the channel's
+// settles: the handlers' acks wait for it.
+const holdRound = 200 * time.Millisecond
+
 // release cancels the consumer, which detachLocked took out of use, and
 // hands back each message it buffered: a copy that keeps the original's
 // delivery count in baseHeader, confirmed, then the original acked.
@@ -358,10 +373,11 @@ const quietRound = 20 * time.Millisecond
 // channel closes. So release first collects deliveries, acking nothing (the
 // window can only shrink), until the window is full or the pipeline has been
 // quiet for two rounds. Then it holds the channel's settles, publishes a
-// settle barrier (see settleBarrier), cancels, and lets the settles go:
-// every delivery that this channel's settles, or the copies confirmed
-// before the barrier, made the queue send arrives before the barrier's
-// confirm, so before cancel-ok. It collects what is left, and only then
+// settle barrier (with barrier: a cancelled Receive's release, and
+// Release) or waits for two more quiet rounds as long as a round trip
+// through the queue (Close and the idle release), cancels, and lets the
+// settles go: no settle opens the window while the cancel is on its way.
+// It collects what is left, and only then
 // acks the originals of the copies, all together; deliveries whose copies
 // could not be published are nacked (requeued, counted) after the cancel,
 // so that none comes back to the consumer being cancelled. It hands back what
@@ -370,12 +386,13 @@ const quietRound = 20 * time.Millisecond
 // writes per burst, not per message. The copies go to the queue it still
 // consumes and come back to it while the window has room, so the window
 // fills and the cancel finds nothing on its way (see the package doc).
-func (b *Backend) release(c *consumer) {
+func (b *Backend) release(c *consumer, barrier bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
 	defer cancel()
-	var tags []uint64    // originals whose copy is stored, markers, replaced messages
-	var insts []string   // their instances
-	var requeue []uint64 // deliveries not handed back: nacked once the consumer is cancelled
+	var tags []uint64         // originals whose copy is stored, markers, replaced messages
+	var insts []string        // their instances
+	var requeue []uint64      // deliveries not handed back: nacked once the consumer is cancelled
+	var slowest time.Duration // the slowest hand-back: a round trip through the queue, as the broker runs now
 	failed := false
 	// take hands back a burst of deliveries: looked up in one store call,
 	// their copies published together, marked in one call before and one
@@ -400,7 +417,10 @@ func (b *Backend) release(c *consumer) {
 				backBases = append(backBases, bases[i])
 			}
 		}
-		if err := b.handBack(ctx, c.queue, back, backBases, c.alive); err != nil {
+		start := time.Now()
+		err := b.handBack(ctx, c.queue, back, backBases, c.alive)
+		slowest = max(slowest, time.Since(start))
+		if err != nil {
 			b.log.Warn("handing back buffered messages failed; they return with one more delivery counted", "queue", c.queue, "messages", len(back), "err", err)
 			for _, d := range back {
 				requeue = append(requeue, d.DeliveryTag)
@@ -429,40 +449,47 @@ func (b *Backend) release(c *consumer) {
 		}
 		return got
 	}
-	t := time.NewTimer(quietRound)
-	defer t.Stop()
-collect:
-	for quiet := 0; quiet < 2 && int(c.held.Load())+len(tags)+len(requeue) < c.prefetch; {
-		select {
-		case d, ok := <-c.deliveries:
-			if !ok {
-				break collect
+	// collect takes what comes until the window is full or nothing came
+	// for two rounds in a row.
+	collect := func(round time.Duration) {
+		t := time.NewTimer(round)
+		defer t.Stop()
+		for quiet := 0; quiet < 2 && int(c.held.Load())+len(tags)+len(requeue) < c.prefetch; {
+			select {
+			case d, ok := <-c.deliveries:
+				if !ok {
+					return
+				}
+				take(burst(d))
+				quiet = 0
+			case <-t.C:
+				quiet++
+				t.Reset(round)
 			}
-			take(burst(d))
-			quiet = 0
-		case <-t.C:
-			quiet++
-			t.Reset(quietRound)
 		}
 	}
-	// From the barrier to cancel-ok no settle is written on the channel,
-	// so none opens the window while the cancel is on its way. The
-	// barrier's confirm comes after every delivery that the settles and
-	// the copies published before it made the queue send (the queue sends
-	// both to the channel, in order), and the client buffers those for the
-	// consumer until cancel-ok: the drain below gets them all.
-	// A connection the broker blocked takes no publish (it stops reading
-	// the connection), so the barrier is skipped then, as the copies are.
+	collect(quietRound)
+	// Then no settle is written on the channel until cancel-ok, so none
+	// opens the window while the cancel is on its way. With barrier, a
+	// settle barrier (see settleBarrier) follows: the queue sends every
+	// delivery that this channel's consume and settles, or the copies
+	// confirmed before it, made it send before it confirms the barrier,
+	// so they arrive before cancel-ok and the drain below gets them. But a
+	// marker waits, counted as ready, behind the queue's ready messages
+	// (docs/reliability.md), so Close and the idle release, which a Stats
+	// may follow, wait instead for two more quiet rounds, each as long as
+	// the slowest hand-back (a round trip through the queue as the broker
+	// runs now, within holdRound). A connection the broker blocked takes
+	// no publish (it stops reading the connection): no barrier then.
 	c.acks.hold()
-	b.mu.Lock()
-	blocked := b.blocked != nil
-	b.mu.Unlock()
-	if settleBarriers && !blocked {
+	if b.barrierOK(barrier) {
 		bctx, bcancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
 		if err := b.publishMarker(bctx, c.qchan); err != nil {
 			b.log.Warn("release barrier failed; a delivery may arrive after the cancel and come back counted", "queue", c.queue, "err", err)
 		}
 		bcancel()
+	} else {
+		collect(min(max(slowest, quietRound), holdRound))
 	}
 	cancelled := c.ch.Cancel(c.tag, false) == nil
 	c.acks.unhold()

@@ -27,6 +27,6 @@ func (b *Backend) Release(ctx context.Context, queue string) error {
 	b.wg.Add(1)
 	b.mu.Unlock()
 	defer b.wg.Done()
-	b.release(c)
+	b.release(c, true)
 	return nil
 }
