@@ -214,8 +214,9 @@ type run struct {
 	mu      sync.Mutex
 	n       int
 	workers []worker
-	beat    time.Duration   // the workers' Heartbeat, once spec has asked Stats
-	beating map[string]bool // workers whose record workersIdle has seen
+	beat    time.Duration        // the workers' Heartbeat, once spec has asked Stats
+	beating map[string]bool      // workers whose record workersIdle has seen
+	ended   map[string]time.Time // when workersIdle first saw each worker gone
 	garbage [][]byte
 	dead    []ap.DeadLetter // every dead letter found, once finish has run
 }
@@ -555,11 +556,36 @@ func (r *run) heartbeat() time.Duration {
 }
 
 // workersIdle reports whether no worker of the run still running held a
-// job at a heartbeat after since (true without a store: nothing more can
-// be known). A running worker whose record is missing (a late beat drops
+// job at a heartbeat after since (without a store that cannot be known,
+// and only the workers that went are waited for). A running worker whose record is missing (a late beat drops
 // it from Platform.Workers) is idle only if it never had one: a worker
-// that holds dead letters, or one still starting.
+// that holds dead letters, or one still starting. A worker that has gone
+// counts as busy for two leases and a second after workersIdle first saw
+// it gone: the broker puts back what it held in its own time, and until
+// then the queue shows it nowhere.
 func (r *run) workersIdle(ctx context.Context, since time.Time) bool {
+	running := map[string]bool{}
+	r.mu.Lock()
+	if r.beating == nil {
+		r.beating, r.ended = map[string]bool{}, map[string]time.Time{}
+	}
+	for _, w := range r.workers {
+		select {
+		case <-w.Done():
+			at, ok := r.ended[w.Name()]
+			if !ok {
+				at = time.Now()
+				r.ended[w.Name()] = at
+			}
+			if time.Since(at) < 2*r.tg.Lease+time.Second {
+				r.mu.Unlock()
+				return false
+			}
+		default:
+			running[w.Name()] = true
+		}
+	}
+	r.mu.Unlock()
 	ws, err := r.ad().Workers(ctx)
 	if errors.Is(err, ap.ErrNoStore) {
 		return true
@@ -575,26 +601,19 @@ func (r *run) workersIdle(ctx context.Context, since time.Time) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.beating == nil {
-		r.beating = map[string]bool{}
-	}
-	idle := true
-	for _, w := range r.workers {
-		select {
-		case <-w.Done():
-			continue // what it held comes back without it
-		default:
-		}
-		in, ok := rec[w.Name()]
+	for name := range running {
+		in, ok := rec[name]
 		switch {
 		case ok:
-			r.beating[w.Name()] = true
-			idle = idle && in.Held == 0 && in.BeatAt.After(since)
-		case r.beating[w.Name()]:
-			idle = false
+			r.beating[name] = true
+			if in.Held > 0 || !in.BeatAt.After(since) {
+				return false
+			}
+		case r.beating[name]:
+			return false
 		}
 	}
-	return idle
+	return true
 }
 
 // finish stops the workers, drains the dead letters, checks the history and
