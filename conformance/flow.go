@@ -274,7 +274,8 @@ func testPauseGroup(t *testing.T, e *env) {
 	e.worker(cfg).handle(t, "g", ok).start(t)
 	admin := e.producer()
 	// The admin calls' context outlasts the case's sleeps as well as its
-	// waits: two settles and the wait for the workers to read the pause.
+	// waits: a settle, the wait for the workers to read the pause, and a
+	// lapse's worth of room for ResumeGroup's own wait for the workers.
 	ctx := ctxT(t, 2*e.opts.Wait+2*lapse+2*ap.PausePoll)
 	e.alsoDelete(ap.HeldQueue(e.queue, "acme"))
 	if err := admin.PauseGroup(ctx, e.queue, "acme"); err != nil {
