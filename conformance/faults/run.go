@@ -557,14 +557,17 @@ func (r *run) heartbeat() time.Duration {
 
 // workersIdle reports whether no worker of the run still running held a
 // job at a heartbeat after since (without a store that cannot be known,
-// and only the workers that went are waited for). A running worker whose record is missing (a late beat drops
-// it from Platform.Workers) is idle only if it never had one: a worker
-// that holds dead letters, or one still starting. A worker that has gone
-// counts as busy for two leases and a second after workersIdle first saw
-// it gone: the broker puts back what it held in its own time, and until
-// then the queue shows it nowhere.
+// and only the workers that went are waited for). A running worker whose
+// record is missing (a late beat drops it from Platform.Workers) is idle
+// only if it never had one: a worker that holds dead letters, or one still
+// starting. A worker that has gone counts as busy for two leases and a
+// second after workersIdle first saw it gone: the broker puts back what it
+// held in its own time, and until then the queue shows it nowhere. The
+// records are read on every call, whatever the answer, so that each
+// running worker's first record is noted (see judgeIdle).
 func (r *run) workersIdle(ctx context.Context, since time.Time) bool {
-	running := map[string]bool{}
+	var running []string
+	goneBusy := false
 	r.mu.Lock()
 	if r.beating == nil {
 		r.beating, r.ended = map[string]bool{}, map[string]time.Time{}
@@ -578,17 +581,16 @@ func (r *run) workersIdle(ctx context.Context, since time.Time) bool {
 				r.ended[w.Name()] = at
 			}
 			if time.Since(at) < 2*r.tg.Lease+time.Second {
-				r.mu.Unlock()
-				return false
+				goneBusy = true
 			}
 		default:
-			running[w.Name()] = true
+			running = append(running, w.Name())
 		}
 	}
 	r.mu.Unlock()
 	ws, err := r.ad().Workers(ctx)
 	if errors.Is(err, ap.ErrNoStore) {
-		return true
+		return !goneBusy
 	}
 	if err != nil {
 		return false
@@ -601,15 +603,28 @@ func (r *run) workersIdle(ctx context.Context, since time.Time) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for name := range running {
+	return judgeIdle(running, rec, r.beating, since) && !goneBusy
+}
+
+// judgeIdle reports whether every running worker is idle by its record rec:
+// nothing held at a beat after since, or no record and never one before.
+// It notes in beating every running worker that has a record, all of them
+// before it judges, so that a worker whose record goes missing later is
+// known to have had one.
+func judgeIdle(running []string, rec map[string]ap.WorkerInfo, beating map[string]bool, since time.Time) bool {
+	for _, name := range running {
+		if _, ok := rec[name]; ok {
+			beating[name] = true
+		}
+	}
+	for _, name := range running {
 		in, ok := rec[name]
 		switch {
 		case ok:
-			r.beating[name] = true
 			if in.Held > 0 || !in.BeatAt.After(since) {
 				return false
 			}
-		case r.beating[name]:
+		case beating[name]:
 			return false
 		}
 	}
