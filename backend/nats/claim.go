@@ -47,6 +47,16 @@ import (
 // forgets the delete) is never used again: its subject names a stream
 // sequence and timestamp that no later message has.
 //
+// Every first delivery is claimed, not only those a duplicate could be.
+// While a pull request waits valid on the server (unexpired, its inbox
+// subscribed) no redelivery is redone, so once one of its first deliveries
+// is claimed the later ones of the same request are new. But the claim is
+// also the record that a later duplicate collides with: an unclaimed
+// delivery handed out now would be accepted when a later redo hands it out
+// again. A redo moves the consumer back one stream sequence for each
+// redelivery it drops, and nothing bounds how many it drops, so no
+// delivery is safe to leave unclaimed while its message is in the stream.
+//
 // The claims also refuse a delivery that a SIGKILLed server forgot and
 // hands out again as a first one (see the package documentation), when the
 // claim outlived the kill (a stream append does; 2.9 can lose a recent
