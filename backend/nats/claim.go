@@ -50,12 +50,13 @@ import (
 // Every first delivery is claimed, not only those a duplicate could be.
 // While a pull request waits valid on the server (unexpired, its inbox
 // subscribed) no redelivery is redone, so once one of its first deliveries
-// is claimed the later ones of the same request are new. But the claim is
-// also the record that a later duplicate collides with: an unclaimed
-// delivery handed out now would be accepted when a later redo hands it out
-// again. A redo moves the consumer back one stream sequence for each
-// redelivery it drops, and nothing bounds how many it drops, so no
-// delivery is safe to leave unclaimed while its message is in the stream.
+// is claimed successfully (the claim stored) the later ones of the same
+// request are new. But the claim is also the record that a later duplicate
+// collides with: an unclaimed delivery handed out now would be accepted
+// when a later redo hands it out again. Each redo moves the consumer back
+// one stream sequence, and consecutive redos with no new delivery between
+// them have no limit, so no delivery is safe to leave unclaimed while its
+// message is in the stream.
 //
 // The claims also refuse a delivery that a SIGKILLed server forgot and
 // hands out again as a first one (see the package documentation), when the

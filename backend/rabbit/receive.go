@@ -393,7 +393,6 @@ func (b *Backend) release(c *consumer, barrier bool) {
 	var insts []string        // their instances
 	var requeue []uint64      // deliveries not handed back: nacked once the consumer is cancelled
 	var slowest time.Duration // the slowest hand-back: a round trip through the queue, as the broker runs now
-	var kept []amqp.Delivery  // collected while the settles are held: handed back after the cancel
 	failed := false
 	// take hands back a burst of deliveries: looked up in one store call,
 	// their copies published together, marked in one call before and one
@@ -434,12 +433,10 @@ func (b *Backend) release(c *consumer, barrier bool) {
 			insts = append(insts, instanceOf(d.Headers))
 		}
 	}
-	// inWindow is how many deliveries of the window release has.
-	inWindow := func() int { return int(c.held.Load()) + len(tags) + len(requeue) + len(kept) }
 	// burst returns d and what else is buffered now, up to the window.
 	burst := func(d amqp.Delivery) []amqp.Delivery {
 		got := []amqp.Delivery{d}
-		for inWindow()+len(got) < c.prefetch {
+		for int(c.held.Load())+len(tags)+len(requeue)+len(got) < c.prefetch {
 			select {
 			case d, ok := <-c.deliveries:
 				if !ok {
@@ -452,18 +449,18 @@ func (b *Backend) release(c *consumer, barrier bool) {
 		}
 		return got
 	}
-	// collect passes what comes to use until the window is full or nothing
-	// came for two rounds in a row.
-	collect := func(round time.Duration, use func([]amqp.Delivery)) {
+	// collect takes what comes until the window is full or nothing came
+	// for two rounds in a row.
+	collect := func(round time.Duration) {
 		t := time.NewTimer(round)
 		defer t.Stop()
-		for quiet := 0; quiet < 2 && inWindow() < c.prefetch; {
+		for quiet := 0; quiet < 2 && int(c.held.Load())+len(tags)+len(requeue) < c.prefetch; {
 			select {
 			case d, ok := <-c.deliveries:
 				if !ok {
 					return
 				}
-				use(burst(d))
+				take(burst(d))
 				quiet = 0
 			case <-t.C:
 				quiet++
@@ -471,7 +468,7 @@ func (b *Backend) release(c *consumer, barrier bool) {
 			}
 		}
 	}
-	collect(quietRound, take)
+	collect(quietRound)
 	// Then no settle is written on the channel until cancel-ok, so none
 	// opens the window while the cancel is on its way. With barrier, a
 	// settle barrier (see settleBarrier) follows: the queue sends every
@@ -483,12 +480,8 @@ func (b *Backend) release(c *consumer, barrier bool) {
 	// may follow, wait instead for two more quiet rounds, each as long as
 	// the slowest hand-back (a round trip through the queue as the broker
 	// runs now, within holdRound). A connection the broker blocked takes
-	// no publish (it stops reading the connection): no barrier then. What
-	// comes while the settles are held is only kept, and handed back after
-	// the cancel: a hand-back waits on the store and on confirms, and the
-	// handlers' acks would wait with it.
+	// no publish (it stops reading the connection): no barrier then.
 	c.acks.hold()
-	keep := func(got []amqp.Delivery) { kept = append(kept, got...) }
 	if b.barrierOK(barrier) {
 		bctx, bcancel := context.WithTimeout(context.Background(), b.cfg.PublishTimeout)
 		if err := b.publishMarker(bctx, c.qchan); err != nil {
@@ -496,18 +489,18 @@ func (b *Backend) release(c *consumer, barrier bool) {
 		}
 		bcancel()
 	} else {
-		collect(min(max(slowest, quietRound), holdRound), keep)
+		collect(min(max(slowest, quietRound), holdRound))
 	}
 	cancelled := c.ch.Cancel(c.tag, false) == nil
 	c.acks.unhold()
-	rest := kept
 	if cancelled {
+		var rest []amqp.Delivery
 		for d := range c.deliveries {
 			rest = append(rest, d)
 		}
-	}
-	if len(rest) > 0 {
-		take(rest)
+		if len(rest) > 0 {
+			take(rest)
+		}
 	}
 	for _, tag := range requeue {
 		if err := c.acks.nack(tag, true); err != nil {
