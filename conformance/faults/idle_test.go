@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -43,5 +44,44 @@ func TestJudgeIdleNotesEveryRecord(t *testing.T) {
 	}
 	if judgeIdle(running, stale, fresh, since) {
 		t.Fatal("idle with w1's newest beat no later than the last event")
+	}
+}
+
+// fakeWorker is a worker whose end the test decides.
+type fakeWorker struct {
+	name string
+	done chan struct{}
+}
+
+func (w *fakeWorker) Kill()                 {}
+func (w *fakeWorker) Term()                 {}
+func (w *fakeWorker) Done() <-chan struct{} { return w.done }
+func (w *fakeWorker) Name() string          { return w.name }
+
+// TestWorkersIdleNotesRecordsWhileOneIsGone: while a gone worker's window
+// is open the run is busy, and the running workers' records are still
+// read and noted, so that one whose record goes missing after the window
+// counts as busy.
+func TestWorkersIdleNotesRecordsWhileOneIsGone(t *testing.T) {
+	gone := &fakeWorker{name: "w1", done: make(chan struct{})}
+	close(gone.done)
+	live := &fakeWorker{name: "w2", done: make(chan struct{})}
+	r := &run{tg: Target{Lease: time.Hour}, queue: "q", workers: []worker{gone, live}}
+	since := time.Now()
+	reads := 0
+	records := func(context.Context) ([]ap.WorkerInfo, error) {
+		reads++
+		return []ap.WorkerInfo{{Name: "w2", Queues: []string{"q"}, BeatAt: since.Add(time.Second)}}, nil
+	}
+	if r.workersIdle(context.Background(), since, records) {
+		t.Fatal("idle with w1 gone just now")
+	}
+	if reads != 1 || !r.beating["w2"] {
+		t.Fatalf("records read %d times, w2 noted %v: want them read and w2 noted while w1's window is open", reads, r.beating["w2"])
+	}
+	r.ended["w1"] = time.Now().Add(-2 * time.Hour) // the window has passed
+	none := func(context.Context) ([]ap.WorkerInfo, error) { return nil, nil }
+	if r.workersIdle(context.Background(), since, none) {
+		t.Fatal("idle with w2's record missing after it had one")
 	}
 }

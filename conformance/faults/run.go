@@ -526,7 +526,7 @@ func (r *run) quiet(h History) bool {
 	if err != nil || st.Ready > 0 || st.Scheduled > 0 || st.InFlight > 0 {
 		return false
 	}
-	return st.InFlight == 0 || r.workersIdle(ctx, last)
+	return st.InFlight == 0 || r.workersIdle(ctx, last, r.ad().Workers)
 }
 
 // quietBeat is the workers' heartbeat where Stats cannot tell what is in
@@ -564,8 +564,9 @@ func (r *run) heartbeat() time.Duration {
 // second after workersIdle first saw it gone: the broker puts back what it
 // held in its own time, and until then the queue shows it nowhere. The
 // records are read on every call, whatever the answer, so that each
-// running worker's first record is noted (see judgeIdle).
-func (r *run) workersIdle(ctx context.Context, since time.Time) bool {
+// running worker's first record is noted (see judgeIdle). records lists
+// the workers' records (Platform.Workers).
+func (r *run) workersIdle(ctx context.Context, since time.Time, records func(context.Context) ([]ap.WorkerInfo, error)) bool {
 	var running []string
 	goneBusy := false
 	r.mu.Lock()
@@ -588,7 +589,7 @@ func (r *run) workersIdle(ctx context.Context, since time.Time) bool {
 		}
 	}
 	r.mu.Unlock()
-	ws, err := r.ad().Workers(ctx)
+	ws, err := records(ctx)
 	if errors.Is(err, ap.ErrNoStore) {
 		return !goneBusy
 	}
