@@ -522,10 +522,21 @@ func (r *run) quiet(h History) bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	r.mu.Lock()
+	unknown := r.beat == quietBeat // spec found Stats unable to tell what is in flight
+	r.mu.Unlock()
+	if unknown && !r.workersIdle(ctx, last, r.ad().Workers) {
+		// Not Stats while a worker holds jobs (for seconds while a suspect
+		// runs alone): on RabbitMQ it opens a channel for every delay step
+		// the queue does not have.
+		return false
+	}
 	st, err := r.ad().Stats(ctx, r.queue)
 	if err != nil || st.Ready > 0 || st.Scheduled > 0 || st.InFlight > 0 {
 		return false
 	}
+	// The records again, after Stats: a job handed back to the queue
+	// between the two reads shows in the one or the other.
 	return st.InFlight == 0 || r.workersIdle(ctx, last, r.ad().Workers)
 }
 
