@@ -79,7 +79,10 @@ func TestWorkersIdleNotesRecordsWhileOneIsGone(t *testing.T) {
 	if reads != 1 || !r.beating["w2"] {
 		t.Fatalf("records read %d times, w2 noted %v: want them read and w2 noted while w1's window is open", reads, r.beating["w2"])
 	}
-	r.ended["w1"] = time.Now().Add(-2 * time.Hour) // the window has passed
+	r.ended["w1"] = time.Now().Add(-(2*r.tg.Lease + 2*time.Second)) // the window has passed
+	if !r.workersIdle(context.Background(), since, records) {
+		t.Fatal("busy with w1's window passed and w2 idle by its record")
+	}
 	none := func(context.Context) ([]ap.WorkerInfo, error) { return nil, nil }
 	if r.workersIdle(context.Background(), since, none) {
 		t.Fatal("idle with w2's record missing after it had one")

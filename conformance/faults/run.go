@@ -511,7 +511,9 @@ func (r *run) done() bool {
 // can tell). Where Stats cannot tell what is in flight (InFlight -1), the
 // workers' own records must show that none of them holds a job: a worker
 // that hands its buffer back before a suspect runs alone holds jobs the
-// queue does not count as ready, for seconds on a loaded machine.
+// queue does not count as ready, for seconds on a loaded machine. There
+// the records are read before Stats too, and Stats is not called while
+// they say busy.
 func (r *run) quiet(h History) bool {
 	if len(h) == 0 {
 		return false
@@ -523,20 +525,19 @@ func (r *run) quiet(h History) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r.mu.Lock()
-	unknown := r.beat == quietBeat // spec found Stats unable to tell what is in flight
+	unknown := r.beat == quietBeat // the workers beat fast: Stats could not tell what is in flight, or could not be read
 	r.mu.Unlock()
 	if unknown && !r.workersIdle(ctx, last, r.ad().Workers) {
-		// Not Stats while a worker holds jobs (for seconds while a suspect
-		// runs alone): on RabbitMQ it opens a channel for every delay step
-		// the queue does not have.
+		// No Stats while the records say busy: on RabbitMQ it opens a
+		// channel for every delay step the queue does not have.
 		return false
 	}
 	st, err := r.ad().Stats(ctx, r.queue)
 	if err != nil || st.Ready > 0 || st.Scheduled > 0 || st.InFlight > 0 {
 		return false
 	}
-	// The records again, after Stats: a job handed back to the queue
-	// between the two reads shows in the one or the other.
+	// The records again, after Stats: a job taken from the queue after
+	// the first read shows in a record beaten after the take.
 	return st.InFlight == 0 || r.workersIdle(ctx, last, r.ad().Workers)
 }
 
