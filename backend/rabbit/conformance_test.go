@@ -136,9 +136,7 @@ func runConformance(t *testing.T, rawURL string) {
 			log:     slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 			proxies: map[driver.Backend][]*proxy{},
 		}, nil
-	}, conformance.Options{KnownDefects: map[string]string{
-		"Delivery/CancelledReceiveUncounted": "a Receive of several cancelled while the quorum queue sends to its consumer: a delivery sent before the cancel took effect arrives after cancel-ok, amqp091 drops it, and it comes back counted (package doc # Limits; issue 37)",
-	}})
+	}, conformance.Options{})
 }
 
 // sharedPG returns the URL of the machine's PostgreSQL (pgstore.URLEnv, or

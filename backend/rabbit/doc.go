@@ -401,14 +401,6 @@
 //
 // # Limits
 //
-//   - Known defect: a Receive of several messages whose ctx ends while the
-//     quorum queue is sending to its consumer can lose a delivery the queue
-//     sent just before the cancel took effect (it arrives after cancel-ok,
-//     and amqp091 drops it); the broker hands it out again after the
-//     channel closes, counted once more. The suite's
-//     Delivery/CancelledReceiveUncounted (Receives of three) is declared a
-//     known defect of this backend until the release drains the consumer
-//     first.
 //   - Config.MaxBody states the broker's max_message_size (16 MiB by
 //     default, RabbitMQ 4's; 3.x accepts 128 MiB), which AMQP does not tell
 //     a client; the platform's Config.MaxMessage bounds messages below it.
