@@ -81,7 +81,8 @@ type options struct {
 	Srv        servers
 	// NATSCurrent is a second nats-server's URL (a current one, from
 	// scripts/nats-current.sh): the NATS throughput systems run against it
-	// too, reported as natsCurrentLabel.
+	// too, reported as natsCurrentLabel. natsCurrentAuto starts one for
+	// the run (startNATSCurrent); "off" or empty: none.
 	NATSCurrent string
 	// Prefetch, when positive, adds the system "ours-prefetch" to the
 	// throughput phase: our facade with QueueConfig.Prefetch at Prefetch
@@ -94,6 +95,10 @@ type options struct {
 
 // natsCurrentLabel names the NATS results measured against -nats-current.
 const natsCurrentLabel = "nats-current"
+
+// natsCurrentAuto is the -nats-current value that has the bench start a
+// current nats-server of its own for the run.
+const natsCurrentAuto = "auto"
 
 func main() {
 	log.SetFlags(log.Ltime)
@@ -135,7 +140,7 @@ func main() {
 	flag.StringVar(&o.Srv.Redis, "redis", "127.0.0.1:6379", "Redis address")
 	flag.StringVar(&o.Srv.AMQP, "amqp", "amqp://guest:guest@127.0.0.1:5672/", "RabbitMQ URL")
 	flag.StringVar(&o.Srv.NATS, "nats", "nats://127.0.0.1:4222", "NATS URL")
-	flag.StringVar(&o.NATSCurrent, "nats-current", "", "URL of a current nats-server (scripts/nats-current.sh): NATS throughput is measured against it too")
+	flag.StringVar(&o.NATSCurrent, "nats-current", natsCurrentAuto, "NATS throughput is measured against a current nats-server too: \"auto\" builds (once) and starts one (../scripts/nats-current.sh), a URL names a running one, \"off\" skips it")
 	flag.IntVar(&o.Prefetch, "prefetch", 0, "also measure our facade with Prefetch this many times the concurrency (system ours-prefetch; 0: not)")
 	flag.StringVar(&child, "child", "", "internal: run one system (JSON spec) and print its result")
 	flag.StringVar(&worker, "worker", "", "internal: run as a worker process (JSON spec)")
@@ -200,6 +205,24 @@ func run(o options) error {
 			rep.Options.Srv.Azure = conn
 		}
 	}
+	switch {
+	case o.NATSCurrent == "off":
+		o.NATSCurrent = ""
+	case o.NATSCurrent == natsCurrentAuto && !(o.Throughput && contains(o.Backends, "nats")):
+		o.NATSCurrent = ""
+	case o.NATSCurrent == natsCurrentAuto:
+		stop, url, version, err := startNATSCurrent()
+		if err != nil {
+			log.Printf("nats-current: %v", err)
+			rep.Notes = append(rep.Notes, fmt.Sprintf("NATS against a current nats-server skipped: %v", err))
+			o.NATSCurrent = ""
+		} else {
+			defer stop()
+			o.NATSCurrent = url
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: nats-server %s, built from the Go module proxy by scripts/nats-current.sh and started by the bench for this run (JetStream, file storage in a temporary directory), on %s.", natsCurrentLabel, version, url))
+		}
+	}
+	rep.Options.NATSCurrent = o.NATSCurrent
 	if o.Profile != "" {
 		if err := os.MkdirAll(o.Profile, 0o755); err != nil {
 			return err
@@ -468,6 +491,54 @@ func startAzurite() (stop func(), conn string, err error) {
 	}
 	conn = fmt.Sprintf("DefaultEndpointsProtocol=http;AccountName=%s;AccountKey=%s;QueueEndpoint=http://%s/%s;BlobEndpoint=http://%s/%s;", account, key, addr, account, blobAddr, account)
 	return stop, conn, nil
+}
+
+// startNATSCurrent builds the current nats-server once
+// (../scripts/nats-current.sh, from the Go module proxy; later runs reuse
+// the binary) and starts it on a free loopback port with JetStream on
+// file storage in a temporary directory of its own. It returns the
+// server's URL and version, and stop, which kills it and removes the
+// directory.
+func startNATSCurrent() (stop func(), url, version string, err error) {
+	build := exec.Command("../scripts/nats-current.sh", "path")
+	build.Stderr = os.Stderr
+	out, err := build.Output()
+	if err != nil {
+		return nil, "", "", fmt.Errorf("building the current nats-server (../scripts/nats-current.sh path): %w", err)
+	}
+	bin := strings.TrimSpace(string(out))
+	v, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return nil, "", "", fmt.Errorf("%s --version: %w", bin, err)
+	}
+	version = strings.TrimPrefix(strings.TrimSpace(string(v)), "nats-server: ")
+	port, err := freePort()
+	if err != nil {
+		return nil, "", "", err
+	}
+	dir, err := os.MkdirTemp("", "bench-nats-current-")
+	if err != nil {
+		return nil, "", "", err
+	}
+	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", dir)
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, "", "", fmt.Errorf("starting %s: %w", bin, err)
+	}
+	stop = func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		os.RemoveAll(dir)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for i := 0; !dialOK(addr); i++ {
+		if i == 300 {
+			stop()
+			return nil, "", "", fmt.Errorf("%s did not listen on %s within 30s", bin, addr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return stop, "nats://" + addr, version, nil
 }
 
 // loadAvg returns the 1-minute load average.
