@@ -141,7 +141,8 @@
 // Receiving. Receive uses its own pull requests rather than jetstream's
 // Fetch. Each Receive subscribes a fresh inbox, asks for up to max messages
 // without waiting and, if none are ready, long-polls (Config.PollWait) for
-// one and takes whatever else is ready without waiting.
+// one and returns it as soon as it comes (what else is ready then is the
+// next Receive's: the first job of a burst does not wait a round trip).
 //
 // A pull request cannot be withdrawn. Unsubscribing its inbox makes the
 // server skip it for new deliveries (it checks interest first), but a

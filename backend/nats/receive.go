@@ -61,8 +61,8 @@ func (r *receipt) live() bool {
 // Receive implements driver.Backend. It makes sure the queue's work
 // consumer exists with AckWait = lease (updating it when another lease is
 // asked; see the package documentation), then asks for up to max messages
-// without waiting and, when there are none, long-polls for one and takes
-// whatever else is ready with it.
+// without waiting and, when there are none, long-polls for one and returns
+// it as soon as it comes.
 func (b *Backend) Receive(ctx context.Context, queue string, max int, lease time.Duration) ([]*driver.Delivery, error) {
 	if b.closed.Load() {
 		return nil, driver.ErrClosed
@@ -126,10 +126,11 @@ var errNoAnswer = errors.New("no answer from the server")
 
 // fetch returns up to max messages from a consumer, blocking until there is
 // at least one, and when their leases start (see pull). It asks without
-// waiting first;
-// when nothing is ready it long-polls for one message and then takes without
-// waiting whatever else is ready. A pull left to drain (a reconnect, or no
-// answer in time) is sent again. Before each pull it has sw sweep the
+// waiting first; when nothing is ready it long-polls for one message and
+// returns it as soon as it comes: what else is ready by then is the next
+// call's, so the first job of a burst does not wait a round trip for the
+// rest. A pull left to drain (a reconnect, or no answer in time) is sent
+// again. Before each pull it has sw sweep the
 // consumer if the connection reconnected since its last sweep.
 func (b *Backend) fetch(ctx context.Context, stream, consumer string, max int, late func(*gonats.Msg), sw *sweeper) ([]*gonats.Msg, time.Time, error) {
 	sw.maybe(ctx, b)
@@ -137,10 +138,6 @@ func (b *Backend) fetch(ctx context.Context, stream, consumer string, max int, l
 	for len(msgs) == 0 && (err == nil || errors.Is(err, errReconnected) || errors.Is(err, errNoAnswer)) {
 		sw.maybe(ctx, b)
 		msgs, start, err = b.pull(ctx, stream, consumer, 1, b.cfg.PollWait, late)
-		if len(msgs) == 1 && max > 1 && err == nil {
-			more, _, _ := b.pull(ctx, stream, consumer, max-1, 0, late)
-			return append(msgs, more...), start, nil
-		}
 	}
 	if len(msgs) > 0 {
 		return msgs, start, nil

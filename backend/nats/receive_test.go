@@ -2,11 +2,14 @@ package nats
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/asyncplatform/asyncplatform/driver"
+	gonats "github.com/nats-io/nats.go"
 )
 
 // TestCancelledReceiveSkipsLaterCopies: on a server without the
@@ -47,5 +50,76 @@ func TestCancelledReceiveSkipsLaterCopies(t *testing.T) {
 			t.Fatalf("round %d: after a cancelled Receive, a message published later was delivered %d times (pending %d, want 1): "+
 				"the cancelled Receive's pull request took it", i, info.Delivered.Consumer, info.NumPending)
 		}
+	}
+}
+
+// TestLongPollReturnsAtOnce: a Receive that found the queue empty and
+// long-polled returns the message that ended the poll without sending
+// another pull request for the rest, so the first job of a burst does not
+// wait a round trip (what else is ready is the next Receive's). The pull
+// requests are watched on their API subject from a connection of the
+// test's own.
+func TestLongPollReturnsAtOnce(t *testing.T) {
+	t.Parallel()
+	url := startServer(t, t.TempDir(), 0).ClientURL()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q := queueName(t)
+	b := newBackend(t, url, q)
+	watch, err := gonats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	pulls := make(chan pullRequest, 16)
+	sub, err := watch.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+b.cfg.Stream+"."+workConsumer(q), func(m *gonats.Msg) {
+		var r pullRequest
+		_ = json.Unmarshal(m.Data, &r)
+		pulls <- r
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		ds  []*driver.Delivery
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ds, err := b.Receive(ctx, q, 10, 5*time.Second)
+		done <- result{ds, err}
+	}()
+	for polled := false; !polled; {
+		select {
+		case r := <-pulls:
+			polled = r.Expires > 0
+		case <-ctx.Done():
+			t.Fatal("the Receive never long-polled")
+		}
+	}
+	msgs := make([]driver.Message, 5)
+	for i := range msgs {
+		msgs[i] = driver.Message{ID: fmt.Sprintf("%s-%d", q, i), Body: []byte("x")}
+	}
+	if err := b.Enqueue(ctx, q, msgs); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.err != nil || len(res.ds) == 0 {
+		t.Fatalf("Receive: %d deliveries, %v", len(res.ds), res.err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case r := <-pulls:
+		t.Fatalf("after the long poll's message came, the Receive sent another pull request (%+v) before returning %d deliveries", r, len(res.ds))
+	default:
 	}
 }
