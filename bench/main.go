@@ -50,7 +50,10 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"time"
+
+	gonats "github.com/nats-io/nats.go"
 )
 
 // options are the command's flags.
@@ -170,6 +173,9 @@ func main() {
 		runWorker(worker)
 		return
 	}
+	if err := checkNATSCurrent(o.NATSCurrent); err != nil {
+		log.Fatal(err)
+	}
 	if o.Quick {
 		o.N, o.AzureN, o.LatencyDur, o.BigDepth, o.StoreDur = 1000, 300, time.Second, 10000, time.Second
 	}
@@ -205,24 +211,16 @@ func run(o options) error {
 			rep.Options.Srv.Azure = conn
 		}
 	}
-	switch {
-	case o.NATSCurrent == "off":
+	if o.NATSCurrent == "off" {
 		o.NATSCurrent = ""
-	case o.NATSCurrent == natsCurrentAuto && !(o.Throughput && contains(o.Backends, "nats")):
-		o.NATSCurrent = ""
-	case o.NATSCurrent == natsCurrentAuto:
-		stop, url, version, err := startNATSCurrent()
-		if err != nil {
-			log.Printf("nats-current: %v", err)
-			rep.Notes = append(rep.Notes, fmt.Sprintf("NATS against a current nats-server skipped: %v", err))
-			o.NATSCurrent = ""
-		} else {
-			defer stop()
-			o.NATSCurrent = url
-			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: nats-server %s, built from the Go module proxy by scripts/nats-current.sh and started by the bench for this run (JetStream, file storage in a temporary directory), on %s.", natsCurrentLabel, version, url))
-		}
 	}
-	rep.Options.NATSCurrent = o.NATSCurrent
+	if o.NATSCurrent != "" && !(o.Throughput && contains(o.Backends, "nats")) {
+		if o.NATSCurrent != natsCurrentAuto {
+			log.Printf("-nats-current %s: not used: the run measures no NATS throughput", o.NATSCurrent)
+		}
+		o.NATSCurrent = ""
+	}
+	rep.Options.NATSCurrent = ""
 	if o.Profile != "" {
 		if err := os.MkdirAll(o.Profile, 0o755); err != nil {
 			return err
@@ -264,24 +262,9 @@ func run(o options) error {
 			log.Printf("%s/%s: %s", b, s, r.summary())
 			rep.Results = append(rep.Results, r)
 		}
-		if b != "nats" || o.NATSCurrent == "" {
-			continue
+		if b == "nats" && o.NATSCurrent != "" {
+			measureNATSCurrent(rep, o, p, systems)
 		}
-		// The same systems against the current server, reported apart.
-		srv := o.Srv
-		srv.NATS = o.NATSCurrent
-		for _, s := range systems {
-			spec := childSpec{Backend: b, System: s, Plan: p, Srv: srv, Prefetch: o.Prefetch}
-			if o.Profile != "" && s == "ours" {
-				spec.Profile, _ = filepath.Abs(filepath.Join(o.Profile, "ours-"+natsCurrentLabel+".pprof"))
-			}
-			r := runSystem(spec, 4*p.PhaseLimit+time.Minute)
-			r.Backend = natsCurrentLabel
-			log.Printf("%s/%s: %s", natsCurrentLabel, s, r.summary())
-			rep.Results = append(rep.Results, r)
-		}
-		i := slices.Index(rep.Options.Backends, "nats")
-		rep.Options.Backends = slices.Insert(slices.Clone(rep.Options.Backends), i+1, natsCurrentLabel)
 	}
 	if o.Scale {
 		for _, b := range o.Backends {
@@ -493,6 +476,51 @@ func startAzurite() (stop func(), conn string, err error) {
 	return stop, conn, nil
 }
 
+// measureNATSCurrent runs the NATS throughput systems against the current
+// nats-server (o.NATSCurrent: a URL, or natsCurrentAuto to start one for
+// these runs only), reported as natsCurrentLabel.
+func measureNATSCurrent(rep *report, o options, p plan, systems []string) {
+	url := o.NATSCurrent
+	if url == natsCurrentAuto {
+		stop, u, version, err := startNATSCurrent()
+		if err != nil {
+			log.Printf("%s: %v", natsCurrentLabel, err)
+			rep.Notes = append(rep.Notes, fmt.Sprintf("NATS against a current nats-server skipped: %v", err))
+			return
+		}
+		defer stop()
+		url = u
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%s: nats-server %s, built from the Go module proxy by scripts/nats-current.sh and started by the bench for these runs only (JetStream, file storage in a temporary directory), on %s.", natsCurrentLabel, version, url))
+	}
+	rep.Options.NATSCurrent = url
+	srv := o.Srv
+	srv.NATS = url
+	for _, s := range systems {
+		spec := childSpec{Backend: "nats", System: s, Plan: p, Srv: srv, Prefetch: o.Prefetch}
+		if o.Profile != "" && s == "ours" {
+			spec.Profile, _ = filepath.Abs(filepath.Join(o.Profile, "ours-"+natsCurrentLabel+".pprof"))
+		}
+		r := runSystem(spec, 4*p.PhaseLimit+time.Minute)
+		r.Backend = natsCurrentLabel
+		log.Printf("%s/%s: %s", natsCurrentLabel, s, r.summary())
+		rep.Results = append(rep.Results, r)
+	}
+	i := slices.Index(rep.Options.Backends, "nats")
+	rep.Options.Backends = slices.Insert(slices.Clone(rep.Options.Backends), i+1, natsCurrentLabel)
+}
+
+// checkNATSCurrent refuses a -nats-current value that is neither
+// natsCurrentAuto, "off", empty, nor a nats:// or tls:// URL.
+func checkNATSCurrent(v string) error {
+	switch {
+	case v == "", v == "off", v == natsCurrentAuto:
+		return nil
+	case strings.HasPrefix(v, "nats://"), strings.HasPrefix(v, "tls://"):
+		return nil
+	}
+	return fmt.Errorf("-nats-current: %q is not auto, off or a nats:// (tls://) URL", v)
+}
+
 // startNATSCurrent builds the current nats-server once
 // (../scripts/nats-current.sh, from the Go module proxy; later runs reuse
 // the binary) and starts it on a free loopback port with JetStream on
@@ -521,24 +549,73 @@ func startNATSCurrent() (stop func(), url, version string, err error) {
 		return nil, "", "", err
 	}
 	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(port), "-js", "-sd", dir)
+	var stderr tailBuffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, "", "", fmt.Errorf("starting %s: %w", bin, err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	stop = func() {
 		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		<-exited
 		os.RemoveAll(dir)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	url = "nats://" + addr
 	for i := 0; !dialOK(addr); i++ {
+		select {
+		case err := <-exited:
+			exited <- err // for stop
+			stop()
+			return nil, "", "", fmt.Errorf("%s exited: %v: %s", bin, err, stderr.String())
+		default:
+		}
 		if i == 300 {
 			stop()
-			return nil, "", "", fmt.Errorf("%s did not listen on %s within 30s", bin, addr)
+			return nil, "", "", fmt.Errorf("%s did not listen on %s within 30s: %s", bin, addr, stderr.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return stop, "nats://" + addr, version, nil
+	// The port was free when chosen: check that the server answering on
+	// it is the one started.
+	nc, err := gonats.Connect(url)
+	if err != nil {
+		stop()
+		return nil, "", "", fmt.Errorf("connecting to the started nats-server on %s: %w", addr, err)
+	}
+	got := nc.ConnectedServerVersion()
+	nc.Close()
+	if "v"+strings.TrimPrefix(got, "v") != version {
+		stop()
+		return nil, "", "", fmt.Errorf("the server on %s is nats-server %s, not the %s started there", addr, got, version)
+	}
+	return stop, url, version, nil
+}
+
+// tailBuffer keeps the last 2 KiB written to it: a child's output, for an
+// error that says why it failed.
+type tailBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - 2048; over > 0 {
+		t.b = t.b[over:]
+	}
+	return len(p), nil
+}
+
+// String returns what was kept, trimmed.
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.b))
 }
 
 // loadAvg returns the 1-minute load average.

@@ -244,7 +244,7 @@ func (rep *report) writeGoals(w func(string, ...any)) {
 	peerRatio("rabbit", "watermill", 1.5, 50)
 	peerRatio("nats", "watermill", 1, 10, 50)
 	peerRatio("nats", "raw1", 0.8, 10, 50)
-	peerRatio(natsCurrentLabel, "watermill", 1, 50)
+	peerRatio(natsCurrentLabel, "watermill", 1, 10, 50)
 	if ours, ok := rep.find(natsCurrentLabel, "ours"); ok {
 		if raw, ok := rep.find(natsCurrentLabel, "rawbatch"); ok {
 			for _, c := range []int{10, 50} {
@@ -257,7 +257,7 @@ func (rep *report) writeGoals(w func(string, ...any)) {
 	for _, be := range rep.Options.Backends {
 		ours, ok1 := rep.find(be, "ours")
 		raw, ok2 := rep.find(be, "raw1")
-		if !ok1 || !ok2 {
+		if !ok1 || !ok2 || be == "nats" { // nats: 0.8×, above
 			continue
 		}
 		for _, c := range []int{10, 50} {
@@ -268,6 +268,7 @@ func (rep *report) writeGoals(w func(string, ...any)) {
 	}
 	for _, s := range rep.Scale {
 		if s.Err != "" {
+			check(fmt.Sprintf("%s: 4 worker processes ≥ 1 (medians)", s.Backend), "error: "+s.Err, false, false)
 			continue
 		}
 		a, b := s.Rate[4], s.Rate[1]
