@@ -142,7 +142,9 @@
 // Fetch. Each Receive subscribes a fresh inbox, asks for up to max messages
 // without waiting and, if none are ready, long-polls (Config.PollWait) for
 // one and returns it as soon as it comes (what else is ready then is the
-// next Receive's: the first job of a burst does not wait a round trip).
+// next Receive's: the first job of a burst does not wait a round trip; on
+// a server that needs claims, see claim.go, the rest of the burst is
+// claimed in a round trip of its own, one after the first's).
 //
 // A pull request cannot be withdrawn. Unsubscribing its inbox makes the
 // server skip it for new deliveries (it checks interest first), but a

@@ -129,9 +129,10 @@ var errNoAnswer = errors.New("no answer from the server")
 // waiting first; when nothing is ready it long-polls for one message and
 // returns it as soon as it comes: what else is ready by then is the next
 // call's, so the first job of a burst does not wait a round trip for the
-// rest. A pull left to drain (a reconnect, or no answer in time) is sent
-// again. Before each pull it has sw sweep the
-// consumer if the connection reconnected since its last sweep.
+// rest (the delay mover's first due copy after an idle spell likewise
+// moves alone). A pull left to drain (a reconnect, or no answer in time)
+// is sent again. Before each pull it has sw sweep the consumer if the
+// connection reconnected since its last sweep.
 func (b *Backend) fetch(ctx context.Context, stream, consumer string, max int, late func(*gonats.Msg), sw *sweeper) ([]*gonats.Msg, time.Time, error) {
 	sw.maybe(ctx, b)
 	msgs, start, err := b.pull(ctx, stream, consumer, max, 0, late)

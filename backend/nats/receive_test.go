@@ -71,18 +71,22 @@ func TestLongPollReturnsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer watch.Close()
-	pulls := make(chan pullRequest, 16)
-	sub, err := watch.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+b.cfg.Stream+"."+workConsumer(q), func(m *gonats.Msg) {
-		var r pullRequest
-		_ = json.Unmarshal(m.Data, &r)
-		pulls <- r
-	})
+	// A channel subscription: the client puts each request in it on its
+	// read loop, so once watch.Flush returns every request the server
+	// routed before is there.
+	reqs := make(chan *gonats.Msg, 64)
+	sub, err := watch.ChanSubscribe("$JS.API.CONSUMER.MSG.NEXT."+b.cfg.Stream+"."+workConsumer(q), reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
 	if err := watch.Flush(); err != nil {
 		t.Fatal(err)
+	}
+	pull := func(m *gonats.Msg) pullRequest {
+		var r pullRequest
+		_ = json.Unmarshal(m.Data, &r)
+		return r
 	}
 
 	type result struct {
@@ -96,8 +100,8 @@ func TestLongPollReturnsAtOnce(t *testing.T) {
 	}()
 	for polled := false; !polled; {
 		select {
-		case r := <-pulls:
-			polled = r.Expires > 0
+		case m := <-reqs:
+			polled = pull(m).Expires > 0
 		case <-ctx.Done():
 			t.Fatal("the Receive never long-polled")
 		}
@@ -110,16 +114,22 @@ func TestLongPollReturnsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := <-done
-	if res.err != nil || len(res.ds) == 0 {
-		t.Fatalf("Receive: %d deliveries, %v", len(res.ds), res.err)
+	if res.err != nil || len(res.ds) != 1 {
+		t.Fatalf("Receive after a long poll: %d deliveries, %v; want the one that ended the poll, at once", len(res.ds), res.err)
 	}
 	if err := watch.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
-	select {
-	case r := <-pulls:
-		t.Fatalf("after the long poll's message came, the Receive sent another pull request (%+v) before returning %d deliveries", r, len(res.ds))
-	default:
+	for {
+		select {
+		case m := <-reqs:
+			// Another long poll is the poll's own renewal (PollWait ran
+			// out before the enqueue on a stalled machine).
+			if r := pull(m); r.NoWait {
+				t.Fatalf("after the long poll's message came, the Receive sent a pull without waiting (%+v) before returning", r)
+			}
+		default:
+			return
+		}
 	}
 }
