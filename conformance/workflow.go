@@ -342,7 +342,14 @@ func testWorkflowCancel(t *testing.T, e *env) {
 		}
 		return nil
 	}
-	w := e.worker(e.config()).handle(t, "a", h, ap.Policy{Timeout: time.Minute}).handle(t, "b", h).start(t)
+	cfg := e.config()
+	// Leases are not what this case is about. A lapse on a loaded machine
+	// sends a back while it runs; its next delivery, the workflow
+	// cancelled by then, is a step not yet running, acknowledged unrun
+	// (no dead letter for the case to see): the lease is long enough that
+	// a loaded machine's stalls stay inside it.
+	cfg.Lease = 4 * e.lease
+	w := e.worker(cfg).handle(t, "a", h, ap.Policy{Timeout: time.Minute}).handle(t, "b", h).start(t)
 	wf := ap.NewWorkflow("cancel").
 		Add("a", &ap.Job{Type: "a", Queue: e.queue}).
 		Add("b", &ap.Job{Type: "b", Queue: e.queue}, "a")
